@@ -1,0 +1,34 @@
+# The two set-up commands (README): `make run` and `make test`. Each installs what it needs
+# (scripts/install-deps.sh, idempotent), configures, builds with ccache, then runs.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CONFIG ?= configs/math-tiny.yaml
+
+.PHONY: all deps configure build test run bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(JOBS)
+
+run: build
+	./$(BUILD)/echelon train $(CONFIG)
+
+bench: configure
+	cmake --build $(BUILD) -j $(JOBS) --target generate_bench learner_step_bench
+	./$(BUILD)/generate_bench
+	./$(BUILD)/learner_step_bench
+
+clean:
+	rm -rf $(BUILD)

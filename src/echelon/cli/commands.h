@@ -1,0 +1,12 @@
+// Subcommands of the `echelon` binary; one file each. Each Add*Command registers its options
+// and a callback that stores the process exit code in *exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace echelon::cli {
+
+void AddTrainCommand(CLI::App& app, int* exit_code);
+void AddEvalCommand(CLI::App& app, int* exit_code);
+
+}  // namespace echelon::cli

@@ -1,0 +1,40 @@
+// echelon: one binary, one subcommand per role.
+#include <dlfcn.h>
+
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "echelon/cli/commands.h"
+#include "echelon/common/log.h"
+
+namespace {
+
+// Several roles share 2 cores: each uses one intra-op thread unless told otherwise, and
+// OpenBLAS (which reads OPENBLAS_NUM_THREADS only at load time) is set to match.
+void SetThreads() {
+  int threads = 1;
+  if (const char* env = std::getenv("ECHELON_THREADS")) threads = std::max(1, std::atoi(env));
+  at::set_num_threads(threads);
+  using SetFn = void (*)(int);
+  if (auto fn = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"echelon: asynchronous RL post-training of language models with cheap, unreliable rollout workers"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug, info, warn or error")->capture_default_str();
+  int exit_code = 0;
+  echelon::cli::AddTrainCommand(app, &exit_code);
+  echelon::cli::AddEvalCommand(app, &exit_code);
+  app.parse_complete_callback([&] {
+    echelon::InitLogging(log_level);
+    SetThreads();
+  });
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

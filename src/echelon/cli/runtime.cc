@@ -1,0 +1,389 @@
+#include "echelon/cli/runtime.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "echelon/common/clock.h"
+#include "echelon/common/fs.h"
+#include "echelon/learn/learner.h"
+#include "echelon/learn/warmstart.h"
+#include "echelon/model/checkpoint.h"
+#include "echelon/model/safetensors.h"
+#include "echelon/obs/metrics_log.h"
+#include "echelon/rollout/actor.h"
+#include "echelon/rollout/evaluate.h"
+#include "echelon/rollout/model_policy.h"
+#include "echelon/sched/staleness_gate.h"
+
+namespace echelon::cli {
+namespace fs = std::filesystem;
+
+LocalHub::LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, int group_size, int64_t vocab_size)
+    : dispatcher_(dispatcher), task_(task), group_size_(group_size), vocab_size_(vocab_size) {}
+
+std::optional<rollout::Assignment> LocalHub::Acquire(const std::string& actor) {
+  std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
+  if (!w) return std::nullopt;
+  return rollout::Assignment{*w, task_->TrainPrompt(w->group_id), group_size_};
+}
+
+std::string LocalHub::Validate(const rollout::GroupRollout& g) const {
+  if (static_cast<int>(g.episodes.size()) != group_size_) return "wrong_group_size";
+  if (g.behavior_version < 0 || g.behavior_version > dispatcher_->version()) return "bad_version";
+  for (const data::Episode& e : g.episodes) {
+    if (!std::isfinite(e.reward)) return "nonfinite_reward";
+    for (const data::Turn& t : e.turns) {
+      if (t.tokens.size() != t.logprobs.size()) return "length_mismatch";
+      if (t.prompt_ids.empty()) return "empty_prompt";
+      for (int64_t id : t.prompt_ids)
+        if (id < 0 || id >= vocab_size_) return "token_out_of_vocab";
+      for (int64_t id : t.tokens)
+        if (id < 0 || id >= vocab_size_) return "token_out_of_vocab";
+      for (float lp : t.logprobs)
+        if (!std::isfinite(lp) || lp > 1e-4f) return "bad_logprob";
+    }
+  }
+  return "";
+}
+
+sched::SubmitResult LocalHub::Submit(rollout::GroupRollout rollout) {
+  const std::string reason = Validate(rollout);
+  if (!reason.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refusals_[reason];
+    spdlog::warn("refused group {} from {}: {}", rollout.group_id, rollout.actor, reason);
+    return sched::SubmitResult::kUnknownGroup;
+  }
+  sched::SubmitResult r = dispatcher_->Submit(rollout.group_id, rollout.lease_id);
+  if (r != sched::SubmitResult::kAccepted) return r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(rollout));
+  }
+  arrived_.notify_one();
+  return r;
+}
+
+rollout::Snapshot LocalHub::Latest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
+}
+
+void LocalHub::Publish(rollout::Snapshot snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_ = std::move(snapshot);
+}
+
+std::vector<rollout::GroupRollout> LocalHub::Drain(double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  arrived_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [&] { return !queue_.empty(); });
+  std::vector<rollout::GroupRollout> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  return out;
+}
+
+std::map<std::string, int64_t> LocalHub::refusals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refusals_;
+}
+
+namespace {
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  std::ostringstream ss;
+  if (s >= 3600) ss << s / 3600 << "h";
+  if (s >= 60) ss << (s / 60) % 60 << "m";
+  ss << s % 60 << "s";
+  return ss.str();
+}
+
+Result<rollout::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version) {
+  ECHELON_ASSIGN_OR_RETURN(std::string bytes, model::SerializeSafetensors(model->StateDict()));
+  return rollout::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
+}
+
+// Held-out greedy accuracy of the learner's current weights.
+rollout::EvalResult EvaluateModel(const model::Qwen3Model& source, const model::CharTokenizer& tok,
+                                  const data::TaskAdapter& task, int64_t max_new_tokens) {
+  model::Qwen3Model copy(source->config());
+  Status st = copy->LoadStateDict(source->StateDict(), "evaluation copy");
+  if (!st.ok()) throw std::logic_error(st.message());
+  model::SamplingParams sp;
+  sp.temperature = 0.0;
+  sp.max_new_tokens = max_new_tokens;
+  rollout::ModelPolicy policy(copy, tok, sp);
+  return rollout::EvaluateGreedy(task, task.HeldOut(), policy);
+}
+
+Status PrepareRunDir(const std::string& run_dir) {
+  std::error_code ec;
+  if (fs::exists(run_dir) && !fs::is_empty(run_dir, ec))
+    return FailedPrecondition("run directory " + run_dir + " already exists and is not empty; choose another --out");
+  fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
+  if (ec) return Internal("cannot create " + run_dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+// Everything the learner loop tracks across steps.
+struct LoopState {
+  std::deque<rollout::GroupRollout> buffer;
+  int64_t consumed_tokens = 0;
+  double busy_seconds = 0;
+};
+
+}  // namespace
+
+Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run_dir, const std::string& resolved_yaml,
+                               const std::atomic<bool>* interrupt, std::ostream& progress) {
+  RunSummary summary;
+  summary.run_dir = run_dir;
+  RealClock clock;
+  const double t_start = clock.Now();
+
+  ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<data::TaskAdapter> task,
+                           data::CreateAdapter(options.task_name, options.task_options));
+  const model::CharTokenizer tok = model::CharTokenizer::ForAlphabet(task->Alphabet());
+  model::ModelConfig mcfg = options.model;
+  mcfg.vocab_size = tok.vocab_size();
+  mcfg.bos_token_id = model::CharTokenizer::kBos;
+  mcfg.eos_token_id = model::CharTokenizer::kEos;
+  mcfg.pad_token_id = model::CharTokenizer::kPad;
+  ECHELON_RETURN_IF_ERROR(mcfg.Validate().WithContext("model config"));
+
+  ECHELON_RETURN_IF_ERROR(PrepareRunDir(run_dir));
+  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((fs::path(run_dir) / "config.yaml").string(), resolved_yaml));
+  ECHELON_RETURN_IF_ERROR(task->ExportHeldOut((fs::path(run_dir) / "heldout.jsonl").string()));
+  obs::MetricsLog metrics;
+  ECHELON_RETURN_IF_ERROR(metrics.Open((fs::path(run_dir) / "metrics.jsonl").string()));
+  const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
+
+  // --- warm-start -------------------------------------------------------------------
+  model::Qwen3Model policy_model(mcfg);
+  policy_model->InitWeights(options.seed);
+  if (options.warmstart.steps > 0) {
+    progress << "warm-start: " << options.warmstart.steps << " supervised steps" << std::endl;
+    const int64_t every = std::max<int64_t>(1, options.warmstart.steps / 5);
+    ECHELON_ASSIGN_OR_RETURN(
+        double loss, learn::Warmstart(policy_model, tok, *task, options.warmstart, [&](int64_t step, double l) {
+          if ((step + 1) % every == 0)
+            progress << "  warm-start step " << step + 1 << "/" << options.warmstart.steps << " loss " << std::fixed
+                     << std::setprecision(3) << l << std::endl;
+        }));
+    (void)loss;
+  }
+  ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir / "warmstart").string(), policy_model, tok));
+  rollout::EvalResult before = EvaluateModel(policy_model, tok, *task, options.max_new_tokens);
+  summary.warmstart_accuracy = before.accuracy;
+  summary.heldout_n = before.n;
+  progress << "warm-start held-out accuracy " << std::fixed << std::setprecision(3) << before.accuracy << " (n="
+           << before.n << ")" << std::endl;
+  ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", "warmstart"},
+                                         {"steps", options.warmstart.steps},
+                                         {"heldout_accuracy", before.accuracy},
+                                         {"heldout_n", before.n},
+                                         {"wall_s", clock.Now() - t_start}}));
+
+  // --- learner, hub, actors ------------------------------------------------------------
+  learn::Learner learner(policy_model, options.learner);
+  sched::Dispatcher dispatcher({options.staleness, options.groups_per_step, options.lease_seconds}, &clock);
+  const sched::StalenessGate gate(options.staleness);
+  LocalHub hub(&dispatcher, task.get(), static_cast<int>(options.group_size), mcfg.vocab_size);
+  ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap0, MakeSnapshot(learner.model(), 0));
+  hub.Publish(snap0);
+
+  std::atomic<bool> stop_actors{false};
+  std::vector<std::unique_ptr<rollout::Actor>> actors;
+  std::vector<std::thread> threads;
+  for (int64_t i = 0; i < options.actors; ++i) {
+    model::SamplingParams sp;
+    sp.temperature = options.temperature;
+    sp.top_p = options.top_p;
+    sp.max_new_tokens = options.max_new_tokens;
+    sp.eos_token_id = model::CharTokenizer::kEos;
+    auto policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(mcfg), tok, sp);
+    rollout::ActorOptions ao;
+    ao.name = "actor-" + std::to_string(i);
+    ao.seed = options.seed;
+    ao.slowdown = options.actor_slowdowns.empty() ? 1.0 : options.actor_slowdowns[i];
+    actors.push_back(std::make_unique<rollout::Actor>(ao, &hub, &hub, &hub, task.get(), std::move(policy)));
+  }
+  for (auto& a : actors) threads.emplace_back([&stop_actors, actor = a.get()] { actor->Run(stop_actors); });
+  auto join_actors = [&] {
+    stop_actors = true;
+    for (auto& t : threads) t.join();
+    threads.clear();
+  };
+
+  // --- the learner loop ------------------------------------------------------------------
+  LoopState st;
+  const double t_rl = clock.Now();
+  double last_arrival = t_rl;
+  Status failure;
+  int64_t t = 0;
+  for (; t < options.steps; ++t) {
+    const double step_start = clock.Now();
+    std::vector<rollout::GroupRollout> batch;
+    std::vector<int64_t> staleness;
+    while (static_cast<int64_t>(batch.size()) < options.groups_per_step) {
+      if (interrupt != nullptr && interrupt->load()) break;
+      while (!st.buffer.empty() && static_cast<int64_t>(batch.size()) < options.groups_per_step) {
+        rollout::GroupRollout g = std::move(st.buffer.front());
+        st.buffer.pop_front();
+        if (!gate.Admits(g.behavior_version, t)) {
+          dispatcher.Settle(g.group_id, sched::Outcome::kDroppedStale);
+          continue;
+        }
+        staleness.push_back(t - g.behavior_version);
+        batch.push_back(std::move(g));
+      }
+      if (static_cast<int64_t>(batch.size()) >= options.groups_per_step) break;
+      std::vector<rollout::GroupRollout> got = hub.Drain(0.05);
+      if (!got.empty()) last_arrival = clock.Now();
+      for (auto& g : got) st.buffer.push_back(std::move(g));
+      dispatcher.ExpireLeases();
+      if (clock.Now() - last_arrival > options.stall_timeout_seconds) {
+        failure = Aborted("no rollout arrived for " + FormatDuration(options.stall_timeout_seconds) +
+                          " (rollout.stall_timeout_seconds); every actor is failing or stuck");
+        break;
+      }
+    }
+    if (!failure.ok() || static_cast<int64_t>(batch.size()) < options.groups_per_step) {
+      // Interrupted or failed: groups taken for this batch were not consumed; let them expire.
+      break;
+    }
+
+    std::vector<learn::LearnerGroup> groups;
+    double reward_sum = 0, success_sum = 0;
+    int64_t episodes = 0;
+    for (const rollout::GroupRollout& g : batch) {
+      groups.push_back({g.behavior_version, g.episodes});
+      for (const data::Episode& e : g.episodes) {
+        reward_sum += e.reward;
+        success_sum += e.success ? 1 : 0;
+        ++episodes;
+      }
+    }
+    const double train_start = clock.Now();
+    Result<learn::StepStats> stats = learner.Step(groups);
+    if (!stats.ok()) {
+      failure = stats.status().WithContext("learner step " + std::to_string(t));
+      break;
+    }
+    st.busy_seconds += clock.Now() - train_start;
+    st.consumed_tokens += stats->tokens;
+    for (const rollout::GroupRollout& g : batch) dispatcher.Settle(g.group_id, sched::Outcome::kConsumed);
+
+    const int64_t version = learner.version();
+    if (version % options.publish_period == 0 || version == options.steps) {
+      Result<rollout::Snapshot> snap = MakeSnapshot(learner.model(), version);
+      if (!snap.ok()) {
+        failure = snap.status();
+        break;
+      }
+      hub.Publish(std::move(snap).value());
+    }
+    dispatcher.SetVersion(version);
+
+    // --- metrics and progress ---
+    const double now = clock.Now();
+    const double rl_wall = now - t_rl;
+    int64_t generated_tokens = 0;
+    for (auto& a : actors) generated_tokens += a->stats().tokens.load();
+    double stale_sum = 0;
+    int64_t stale_max = 0;
+    for (int64_t s : staleness) {
+      stale_sum += s;
+      stale_max = std::max(stale_max, s);
+    }
+    const sched::DispatchCounts c = dispatcher.counts();
+    nlohmann::json line = {{"step", t},
+                           {"version", version},
+                           {"wall_s", now - t_start},
+                           {"step_s", now - step_start},
+                           {"reward_mean", reward_sum / episodes},
+                           {"accuracy", success_sum / episodes},
+                           {"staleness_mean", stale_sum / staleness.size()},
+                           {"staleness_max", stale_max},
+                           {"staleness_bound", options.staleness},
+                           {"groups_consumed", c.consumed},
+                           {"groups_dropped_stale", c.dropped_stale},
+                           {"groups_reissued", c.reissued},
+                           {"groups_handed_out", c.handed_out},
+                           {"groups_outstanding", c.outstanding},
+                           {"groups_pending", c.pending},
+                           {"learner_busy_frac", st.busy_seconds / std::max(rl_wall, 1e-9)},
+                           {"loss", stats->loss},
+                           {"grad_norm", stats->grad_norm},
+                           {"clip_frac", stats->clip_frac},
+                           {"kl", stats->kl},
+                           {"behav_weight_mean", stats->behav_weight_mean},
+                           {"logprob_gap", stats->logprob_gap},
+                           {"zero_spread_groups", stats->zero_spread_groups},
+                           {"tokens", stats->tokens},
+                           {"tokens_per_s", generated_tokens / std::max(rl_wall, 1e-9)}};
+    const bool eval_now = options.eval_every > 0 && version % options.eval_every == 0 && version != options.steps;
+    if (eval_now) {
+      rollout::EvalResult ev = EvaluateModel(learner.model(), tok, *task, options.max_new_tokens);
+      line["heldout_accuracy"] = ev.accuracy;
+    }
+    Status ws = metrics.Write(line);
+    if (!ws.ok()) {
+      failure = ws;
+      break;
+    }
+    const double eta = rl_wall / (t + 1) * (options.steps - t - 1);
+    progress << "step " << t + 1 << "/" << options.steps << " v" << version << std::fixed << std::setprecision(3)
+             << " reward " << reward_sum / episodes << " acc " << success_sum / episodes << std::setprecision(2)
+             << " stale " << stale_sum / staleness.size() << "/" << stale_max << " (S=" << options.staleness << ")"
+             << " drop " << c.dropped_stale << " reissue " << c.reissued << std::setprecision(0) << " tok/s "
+             << generated_tokens / std::max(rl_wall, 1e-9) << std::setprecision(2) << " busy "
+             << st.busy_seconds / std::max(rl_wall, 1e-9) << " eta " << FormatDuration(eta);
+    if (eval_now) progress << std::setprecision(3) << " heldout " << line["heldout_accuracy"].get<double>();
+    progress << std::endl;
+    if (options.checkpoint_every > 0 && version % options.checkpoint_every == 0) {
+      Status cs = model::SaveCheckpoint((ckpt_dir / ("step-" + std::to_string(version))).string(), learner.model(), tok);
+      if (!cs.ok()) {
+        failure = cs;
+        break;
+      }
+    }
+  }
+  join_actors();
+  summary.steps_done = learner.version();
+  if (!failure.ok()) return failure;
+  summary.interrupted = learner.version() < options.steps;
+
+  const std::string final_name = summary.interrupted ? "step-" + std::to_string(learner.version()) : "final";
+  ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir / final_name).string(), learner.model(), tok));
+  rollout::EvalResult after = EvaluateModel(learner.model(), tok, *task, options.max_new_tokens);
+  summary.final_accuracy = after.accuracy;
+  summary.wall_seconds = clock.Now() - t_start;
+  const sched::DispatchCounts c = dispatcher.counts();
+  nlohmann::json refused = hub.refusals();
+  ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", summary.interrupted ? "interrupted" : "final"},
+                                         {"version", learner.version()},
+                                         {"heldout_accuracy", after.accuracy},
+                                         {"heldout_n", after.n},
+                                         {"warmstart_heldout_accuracy", before.accuracy},
+                                         {"groups_handed_out", c.handed_out},
+                                         {"groups_consumed", c.consumed},
+                                         {"groups_dropped_stale", c.dropped_stale},
+                                         {"groups_reissued", c.reissued},
+                                         {"groups_outstanding", c.outstanding},
+                                         {"groups_pending", c.pending},
+                                         {"refused", refused},
+                                         {"learner_busy_frac", st.busy_seconds / std::max(clock.Now() - t_rl, 1e-9)},
+                                         {"wall_s", summary.wall_seconds}}));
+  return summary;
+}
+
+}  // namespace echelon::cli

@@ -1,0 +1,118 @@
+// System tests of the in-process runtime: real learner, real actors (threads), tiny model.
+#include "echelon/cli/runtime.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace echelon::cli {
+namespace {
+
+RunOptions TinyOptions(int64_t staleness, int64_t actors, uint64_t seed) {
+  Result<Config> cfg = Config::Load(TrainSchema(), "",
+                                    {"model.hidden_size=32", "model.num_hidden_layers=1", "model.num_attention_heads=2",
+                                     "model.num_key_value_heads=1", "model.head_dim=16", "model.intermediate_size=64",
+                                     "warmstart.steps=3", "warmstart.batch_size=16", "rl.steps=8",
+                                     "rl.groups_per_step=3", "rl.group_size=4", "task.eval_size=20",
+                                     "eval.every=4", "rollout.actors=" + std::to_string(actors),
+                                     "rl.staleness=" + std::to_string(staleness), "seed=" + std::to_string(seed)});
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
+  EXPECT_TRUE(o.ok()) << o.status().message();
+  return o.value();
+}
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = testing::TempDir() + "/echelon_runtime_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(RuntimeTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
+  std::mt19937 rng(11);
+  for (int64_t s : {0, 1, 3}) {
+    RunOptions o = TinyOptions(s, 3, 5);
+    std::uniform_real_distribution<double> speed(1.0, 6.0);
+    for (double& d : o.actor_slowdowns) d = speed(rng);
+    const std::string dir = FreshDir("stale" + std::to_string(s));
+    std::stringstream progress;
+    Result<RunSummary> r = RunTraining(o, dir, "seed: 5\n", nullptr, progress);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->steps_done, o.steps);
+    std::vector<nlohmann::json> lines = ReadMetrics(dir);
+    int64_t steps = 0;
+    for (const auto& l : lines) {
+      if (!l.contains("step")) continue;
+      EXPECT_EQ(l["version"].get<int64_t>(), l["step"].get<int64_t>() + 1);
+      EXPECT_LE(l["staleness_max"].get<int64_t>(), s) << l.dump();
+      EXPECT_EQ(l["groups_consumed"].get<int64_t>(), (steps + 1) * o.groups_per_step);
+      ++steps;
+    }
+    EXPECT_EQ(steps, o.steps);
+    const nlohmann::json& fin = lines.back();
+    ASSERT_EQ(fin["event"], "final");
+    const int64_t handed = fin["groups_handed_out"];
+    EXPECT_EQ(handed, fin["groups_consumed"].get<int64_t>() + fin["groups_dropped_stale"].get<int64_t>() +
+                          fin["groups_reissued"].get<int64_t>() + fin["groups_outstanding"].get<int64_t>() +
+                          fin["groups_pending"].get<int64_t>());
+    // Admission: never more than S+1 batches beyond what was consumed.
+    EXPECT_LE(handed - fin["groups_reissued"].get<int64_t>() - fin["groups_dropped_stale"].get<int64_t>(),
+              (s + 1 + o.steps) * o.groups_per_step);
+    EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/warmstart/model.safetensors"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/final/model.safetensors"));
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(RuntimeTest, SynchronousRunWithOneActorIsReproducible) {
+  auto run = [](const std::string& name) {
+    RunOptions o = TinyOptions(0, 1, 9);
+    const std::string dir = FreshDir(name);
+    std::stringstream progress;
+    Result<RunSummary> r = RunTraining(o, dir, "seed: 9\n", nullptr, progress);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    std::vector<nlohmann::json> lines = ReadMetrics(dir);
+    for (auto& l : lines)
+      for (const char* timing : {"wall_s", "step_s", "tokens_per_s", "learner_busy_frac"}) l.erase(timing);
+    std::filesystem::remove_all(dir);
+    return lines;
+  };
+  std::vector<nlohmann::json> a = run("det_a");
+  std::vector<nlohmann::json> b = run("det_b");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "line " << i;
+  for (const auto& l : a)
+    if (l.contains("step")) EXPECT_EQ(l["staleness_max"].get<int64_t>(), 0);
+}
+
+TEST(RuntimeTest, RefusesNonEmptyRunDirectory) {
+  const std::string dir = FreshDir("nonempty");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/keep.txt") << "user data";
+  std::stringstream progress;
+  Result<RunSummary> r = RunTraining(TinyOptions(1, 1, 1), dir, "", nullptr, progress);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not empty"), std::string::npos);
+  std::ifstream in(dir + "/keep.txt");
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "user data");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace echelon::cli

@@ -1,0 +1,17 @@
+// Small filesystem helpers. Files that others may read are written atomically: the bytes go
+// to "<path>.tmp", are fsync'd, then renamed over <path>, so a reader sees the old file or
+// the whole new one, never half of it.
+#pragma once
+
+#include <string>
+
+#include "echelon/common/status.h"
+
+namespace echelon {
+
+Result<std::string> ReadFile(const std::string& path);
+Status WriteFileAtomic(const std::string& path, const std::string& bytes);
+// Fsyncs a directory so that a rename inside it survives a power cut.
+Status SyncDir(const std::string& dir);
+
+}  // namespace echelon

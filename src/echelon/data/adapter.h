@@ -1,0 +1,81 @@
+// The data plane: a TaskAdapter turns a task into prompts, runs episodes against a policy,
+// rewards them, and turns them into training samples. Changing task means changing the
+// adapter (selected by name in config); learner and actors stay untouched.
+//
+//   std::unique_ptr<TaskAdapter> task = CreateAdapter("math", options).value();
+//   std::vector<Episode> group = task->RunGroup(task->TrainPrompt(group_id), 8, policy, seed);
+//
+// Thread contract: an adapter is immutable after creation and its methods may run
+// concurrently (each actor thread has its own Policy).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "echelon/common/status.h"
+
+namespace echelon::data {
+
+struct Prompt {
+  uint64_t id = 0;
+  std::string text;       // what the policy sees
+  std::string reference;  // what the adapter checks against (e.g. "85")
+};
+
+// One policy decision: the prompt as token ids, the sampled tokens, and their log-probs under
+// the behaviour policy.
+struct Turn {
+  std::vector<int64_t> prompt_ids;
+  std::vector<int64_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;  // decoded completion
+};
+
+// A whole episode (one GRPO sample); every turn receives the episode's advantage.
+struct Episode {
+  std::vector<Turn> turns;
+  double reward = 0.0;
+  bool success = false;  // task-defined (math: exact answer)
+};
+
+// What an adapter drives: samples one completion per prompt text.
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::vector<Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) = 0;
+};
+
+class TaskAdapter {
+ public:
+  virtual ~TaskAdapter() = default;
+  virtual std::string name() const = 0;
+  // Every character prompts and answers may contain (for the character tokenizer).
+  virtual std::string Alphabet() const = 0;
+  // The training prompt for a group id; deterministic, so a re-issued group is identical.
+  virtual Prompt TrainPrompt(uint64_t group_id) const = 0;
+  // The held-out evaluation set (disjoint from training prompts).
+  virtual const std::vector<Prompt>& HeldOut() const = 0;
+  // Plays `group_size` episodes of one prompt with the policy (one batched call for
+  // single-turn tasks) and rewards them.
+  virtual std::vector<Episode> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
+                                        uint64_t seed) const = 0;
+  // Reward of one completion for a prompt (the learner re-checks what it can verify).
+  virtual double Reward(const Prompt& prompt, const std::string& completion) const = 0;
+  // Supervised target text for the warm-start (what a correct answer looks like).
+  virtual std::string Demonstration(const Prompt& prompt) const = 0;
+  // Writes the held-out set in the form `echelon eval --data` reads back, so a run's
+  // checkpoints can be evaluated later on exactly its held-out problems.
+  virtual Status ExportHeldOut(const std::string& path) const = 0;
+};
+
+// Adapter options as flat key -> string (from the config's `task:` section, minus `name`).
+using AdapterOptions = std::map<std::string, std::string>;
+
+// Creates an adapter by registered name; errors list the known names or name the bad option.
+Result<std::unique_ptr<TaskAdapter>> CreateAdapter(const std::string& name, const AdapterOptions& options);
+std::vector<std::string> AdapterNames();
+
+}  // namespace echelon::data

@@ -1,0 +1,272 @@
+#include "echelon/data/math_adapter.h"
+
+#include <set>
+#include <unordered_set>
+#include <utility>
+
+#include "echelon/data/math_jsonl.h"
+
+namespace echelon::data {
+namespace {
+
+// Option defaults and limits, with why.
+constexpr char kDefaultSeed[] = "0";
+constexpr char kDefaultMaxOperand[] = "99";  // 20,000 problems: learnable in minutes on a CPU
+constexpr char kDefaultEvalSize[] = "500";   // +-2.2% standard error on accuracy near 50%
+constexpr int64_t kMaxOperandLimit = 999999999;  // 9 digits, as the JSONL reader accepts
+const std::set<std::string> kKnownOptions = {"eval_file", "eval_size", "max_operand", "seed",
+                                             "train_file"};
+
+struct MathOptions {
+  uint64_t seed = 0;
+  int64_t max_operand = 99;
+  int64_t eval_size = 500;
+  std::string train_file;
+  std::string eval_file;
+};
+
+// A fixed mixing function rather than <random> distributions, whose outputs differ between
+// standard libraries: a prompt must be the same on every actor and after a restart.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t Hash(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  return SplitMix64(SplitMix64(SplitMix64(SplitMix64(a) ^ b) ^ c) ^ d);
+}
+
+constexpr uint64_t kEvalStream = 1;
+constexpr uint64_t kTrainStream = 2;
+constexpr uint64_t kShuffleStream = 3;
+
+std::string OptionOr(const AdapterOptions& options, const std::string& key, const char* dflt) {
+  auto it = options.find(key);
+  return it == options.end() ? dflt : it->second;
+}
+
+Result<uint64_t> ParseUnsigned(const std::string& key, const std::string& value, uint64_t lo,
+                               uint64_t hi) {
+  const std::string expected = "math task option " + key + ": expected an integer in " +
+                               std::to_string(lo) + ".." + std::to_string(hi) + ", got \"" +
+                               value + "\"";
+  if (value.empty() || value.size() > 20) return InvalidArgument(expected);
+  uint64_t v = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') return InvalidArgument(expected);
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - digit) / 10) return InvalidArgument(expected);
+    v = v * 10 + digit;
+  }
+  if (v < lo || v > hi) return InvalidArgument(expected);
+  return v;
+}
+
+// Problems in the generated space: 2 operators x (M+1)^2 operand pairs.
+uint64_t SpaceSize(int64_t max_operand) {
+  const uint64_t n = static_cast<uint64_t>(max_operand) + 1;
+  return 2 * n * n;
+}
+
+MathProblem ProblemAt(uint64_t index, int64_t max_operand) {
+  const uint64_t n = static_cast<uint64_t>(max_operand) + 1;
+  const uint64_t pair = index / 2;
+  return MathProblem{static_cast<int64_t>(pair % n), index % 2 == 0 ? '+' : '-',
+                     static_cast<int64_t>(pair / n)};
+}
+
+Status CheckOptionNames(const AdapterOptions& options) {
+  for (const auto& [key, value] : options) {
+    if (kKnownOptions.count(key)) continue;
+    std::string known;
+    for (const std::string& k : kKnownOptions) known += (known.empty() ? "" : ", ") + k;
+    return InvalidArgument("math task: unknown option \"" + key + "\"; known options: " + known);
+  }
+  return Status::Ok();
+}
+
+// train_file needs eval_file; eval_file replaces eval_size.
+Status CheckSources(const AdapterOptions& options, const MathOptions& o) {
+  if (!o.train_file.empty() && o.eval_file.empty()) {
+    return InvalidArgument(
+        "math task option train_file needs eval_file: the held-out set must come from the "
+        "same source as the training problems");
+  }
+  if (!o.eval_file.empty() && options.count("eval_size")) {
+    return InvalidArgument(
+        "math task options eval_size and eval_file are exclusive: the held-out set is every "
+        "line of eval_file");
+  }
+  return Status::Ok();
+}
+
+// At most half the space is held out, so a training draw hits a free problem at least half
+// the time and there is always plenty left to train on.
+Result<int64_t> ParseEvalSize(const AdapterOptions& options, int64_t max_operand) {
+  const uint64_t space = SpaceSize(max_operand);
+  Result<uint64_t> n = ParseUnsigned("eval_size", OptionOr(options, "eval_size", kDefaultEvalSize),
+                                     1, space / 2);
+  if (!n.ok()) {
+    return InvalidArgument(n.status().message() + " (at most half of the " +
+                           std::to_string(space) + " problems max_operand " +
+                           std::to_string(max_operand) + " allows)");
+  }
+  return static_cast<int64_t>(n.value());
+}
+
+Result<MathOptions> ParseOptions(const AdapterOptions& options) {
+  ECHELON_RETURN_IF_ERROR(CheckOptionNames(options));
+  MathOptions o;
+  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsigned("seed", OptionOr(options, "seed", kDefaultSeed),
+                                                 0, UINT64_MAX));
+  ECHELON_ASSIGN_OR_RETURN(uint64_t max_operand,
+                           ParseUnsigned("max_operand",
+                                         OptionOr(options, "max_operand", kDefaultMaxOperand), 1,
+                                         kMaxOperandLimit));
+  o.max_operand = static_cast<int64_t>(max_operand);
+  o.train_file = OptionOr(options, "train_file", "");
+  o.eval_file = OptionOr(options, "eval_file", "");
+  ECHELON_RETURN_IF_ERROR(CheckSources(options, o));
+  if (o.eval_file.empty()) {
+    ECHELON_ASSIGN_OR_RETURN(o.eval_size, ParseEvalSize(options, o.max_operand));
+  }
+  return o;
+}
+
+class MathAdapter final : public TaskAdapter {
+ public:
+  static Result<std::unique_ptr<TaskAdapter>> Create(const MathOptions& o) {
+    std::unique_ptr<MathAdapter> m(new MathAdapter(o));
+    ECHELON_RETURN_IF_ERROR(m->LoadHeldOut());
+    ECHELON_RETURN_IF_ERROR(m->LoadTrain());
+    return std::unique_ptr<TaskAdapter>(std::move(m));
+  }
+
+  std::string name() const override { return "math"; }
+  std::string Alphabet() const override { return kMathAlphabet; }
+
+  Prompt TrainPrompt(uint64_t group_id) const override {
+    if (!train_.empty()) {
+      Prompt p = train_[order_[group_id % order_.size()]];
+      p.id = group_id;
+      return p;
+    }
+    // Rejection: at most half the space is held out (checked at creation), so the expected
+    // number of draws is below 2.
+    for (uint64_t attempt = 0;; ++attempt) {
+      uint64_t index = Hash(opts_.seed, kTrainStream, group_id, attempt) % space_;
+      MathProblem p = ProblemAt(index, opts_.max_operand);
+      if (!held_out_keys_.count(p.Question())) return p.ToPrompt(group_id);
+    }
+  }
+
+  const std::vector<Prompt>& HeldOut() const override { return held_out_; }
+
+  std::vector<Episode> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
+                                uint64_t seed) const override {
+    if (group_size <= 0) return {};
+    std::vector<Turn> turns = policy.Sample(std::vector<std::string>(group_size, prompt.text), seed);
+    // One episode per returned turn: a policy that returns fewer is visible as a short group.
+    std::vector<Episode> episodes;
+    episodes.reserve(turns.size());
+    for (Turn& turn : turns) {
+      Episode e;
+      e.reward = Reward(prompt, turn.text);
+      e.success = e.reward == 1.0;
+      e.turns.push_back(std::move(turn));
+      episodes.push_back(std::move(e));
+    }
+    return episodes;
+  }
+
+  // Exact match only: " 85", "85 " and "085" are wrong, so the policy must learn the format.
+  double Reward(const Prompt& prompt, const std::string& completion) const override {
+    return completion == prompt.reference ? 1.0 : 0.0;
+  }
+
+  std::string Demonstration(const Prompt& prompt) const override { return prompt.reference; }
+  Status ExportHeldOut(const std::string& path) const override { return WriteMathJsonl(path, held_out_); }
+
+ private:
+  explicit MathAdapter(const MathOptions& o) : opts_(o), space_(SpaceSize(o.max_operand)) {}
+
+  Status LoadHeldOut();
+  Status LoadTrain();
+  Status LoadHeldOutFile();
+
+  const MathOptions opts_;
+  const uint64_t space_;
+  std::vector<Prompt> held_out_;
+  std::unordered_set<std::string> held_out_keys_;  // canonical questions
+  std::vector<Prompt> train_;                       // JSONL mode only
+  std::vector<size_t> order_;                       // seeded shuffle of train_
+};
+
+// Canonical key of a prompt text "A+B=" (so "007+1=" and "7+1=" are the same problem).
+std::string KeyOf(const Prompt& p) {
+  return ParseMathQuestion(p.text.substr(0, p.text.size() - 1))->Question();
+}
+
+Status MathAdapter::LoadHeldOut() {
+  if (!opts_.eval_file.empty()) return LoadHeldOutFile();
+  for (uint64_t draw = 0; static_cast<int64_t>(held_out_.size()) < opts_.eval_size; ++draw) {
+    MathProblem p = ProblemAt(Hash(opts_.seed, kEvalStream, draw, 0) % space_, opts_.max_operand);
+    if (!held_out_keys_.insert(p.Question()).second) continue;
+    held_out_.push_back(p.ToPrompt(held_out_.size()));
+  }
+  return Status::Ok();
+}
+
+Status MathAdapter::LoadHeldOutFile() {
+  Result<std::vector<Prompt>> eval = ReadMathJsonl(opts_.eval_file);
+  if (!eval.ok()) return eval.status().WithContext("math task eval_file");
+  held_out_ = std::move(eval).value();
+  uint64_t in_space = 0;
+  for (size_t i = 0; i < held_out_.size(); ++i) {
+    held_out_[i].id = i;
+    MathProblem p = *ParseMathQuestion(KeyOf(held_out_[i]));
+    const bool inside = p.a <= opts_.max_operand && p.b <= opts_.max_operand;
+    if (held_out_keys_.insert(p.Question()).second && inside) ++in_space;
+  }
+  // Generated training prompts avoid these; keep at least half the space free for them.
+  if (opts_.train_file.empty() && in_space > space_ / 2) {
+    return InvalidArgument("math task eval_file " + opts_.eval_file + " holds " +
+                           std::to_string(in_space) + " of the " + std::to_string(space_) +
+                           " generated problems; at most half may be held out: raise "
+                           "max_operand or give a train_file");
+  }
+  return Status::Ok();
+}
+
+Status MathAdapter::LoadTrain() {
+  if (opts_.train_file.empty()) return Status::Ok();
+  Result<std::vector<Prompt>> train = ReadMathJsonl(opts_.train_file);
+  if (!train.ok()) return train.status().WithContext("math task train_file");
+  train_ = std::move(train).value();
+  for (const Prompt& p : train_) {
+    if (held_out_keys_.count(KeyOf(p))) {
+      return InvalidArgument("math task train_file " + opts_.train_file + ":" +
+                             std::to_string(p.id) + ": question \"" +
+                             p.text.substr(0, p.text.size() - 1) +
+                             "\" is also in eval_file; held-out problems must not be trained on");
+    }
+  }
+  // Fisher-Yates with the fixed hash, so the order is the same everywhere.
+  order_.resize(train_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+  for (size_t i = order_.size(); i > 1; --i) {
+    std::swap(order_[i - 1], order_[Hash(opts_.seed, kShuffleStream, i, 0) % i]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TaskAdapter>> CreateMathAdapter(const AdapterOptions& options) {
+  ECHELON_ASSIGN_OR_RETURN(MathOptions o, ParseOptions(options));
+  return MathAdapter::Create(o);
+}
+
+}  // namespace echelon::data

@@ -1,0 +1,40 @@
+// The adapter registry: one static table, so adding a task is one line here plus its files.
+#include <string>
+#include <vector>
+
+#include "echelon/data/adapter.h"
+#include "echelon/data/math_adapter.h"
+
+namespace echelon::data {
+namespace {
+
+using Factory = Result<std::unique_ptr<TaskAdapter>> (*)(const AdapterOptions&);
+
+struct Registration {
+  const char* name;
+  Factory create;
+};
+
+const Registration kAdapters[] = {
+    {"math", &CreateMathAdapter},
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TaskAdapter>> CreateAdapter(const std::string& name,
+                                                   const AdapterOptions& options) {
+  for (const Registration& r : kAdapters) {
+    if (name == r.name) return r.create(options);
+  }
+  std::string known;
+  for (const std::string& n : AdapterNames()) known += (known.empty() ? "" : ", ") + n;
+  return InvalidArgument("unknown task adapter \"" + name + "\"; known adapters: " + known);
+}
+
+std::vector<std::string> AdapterNames() {
+  std::vector<std::string> names;
+  for (const Registration& r : kAdapters) names.push_back(r.name);
+  return names;
+}
+
+}  // namespace echelon::data

@@ -1,0 +1,69 @@
+#include "echelon/learn/grpo.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <numeric>
+
+namespace echelon::learn {
+
+Result<Correction> ParseCorrection(const std::string& name) {
+  if (name == "none") return Correction::kNone;
+  if (name == "tis") return Correction::kTruncatedIS;
+  if (name == "decoupled") return Correction::kDecoupled;
+  return InvalidArgument("unknown off-policy correction '" + name + "'; expected none, tis or decoupled");
+}
+
+std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps) {
+  const size_t n = rewards.size();
+  std::vector<double> adv(n, 0.0);
+  if (n < 2) return adv;
+  const double mean = std::accumulate(rewards.begin(), rewards.end(), 0.0) / n;
+  double ss = 0;
+  for (double r : rewards) ss += (r - mean) * (r - mean);
+  const double std = std::sqrt(ss / (n - 1));
+  if (std == 0.0) return adv;
+  for (size_t i = 0; i < n; ++i) adv[i] = scale_by_std ? (rewards[i] - mean) / (std + eps) : rewards[i] - mean;
+  return adv;
+}
+
+PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options) {
+  const at::Tensor mask = in.mask;
+  const at::Tensor prox = in.prox_logp.defined() ? in.prox_logp : in.logp.detach();
+  const at::Tensor adv = in.advantages.unsqueeze(1).expand_as(in.logp);
+
+  at::Tensor ratio;
+  at::Tensor weight;
+  if (options.correction == Correction::kNone) {
+    ratio = at::exp(in.logp - in.behav_logp);
+    weight = at::ones_like(in.logp);
+  } else {
+    ratio = at::exp(in.logp - prox);
+    weight = at::exp(prox - in.behav_logp);
+    if (options.correction == Correction::kTruncatedIS) weight = at::clamp_max(weight, options.tis_cap);
+  }
+  const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
+  const at::Tensor unclipped_obj = ratio * adv;
+  const at::Tensor clipped_obj = clipped * adv;
+  const at::Tensor per_token = -weight * at::minimum(unclipped_obj, clipped_obj);
+
+  const at::Tensor denom = at::clamp_min(mask.sum(), 1.0);
+  at::Tensor loss = (per_token * mask).sum() / denom;
+
+  PolicyLossOutput out;
+  if (options.kl_coef > 0) {
+    const at::Tensor d = in.ref_logp - in.logp;
+    const at::Tensor kl = at::exp(d) - d - 1.0;
+    const at::Tensor kl_mean = (kl * mask).sum() / denom;
+    loss = loss + options.kl_coef * kl_mean;
+    out.kl = kl_mean.item<double>();
+  }
+  out.loss = loss;
+  // A token is "clipped" when the clipped branch is the active (smaller) one and differs.
+  const at::Tensor was_clipped = (clipped_obj < unclipped_obj).to(at::kFloat);
+  out.clip_frac = ((was_clipped * mask).sum() / denom).item<double>();
+  out.behav_weight_mean = ((weight * mask).sum() / denom).item<double>();
+  return out;
+}
+
+}  // namespace echelon::learn

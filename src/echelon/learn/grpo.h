@@ -1,0 +1,62 @@
+// GRPO policy loss: group-normalised advantages, PPO-clip surrogate with separate low and high
+// clip (DAPO's clip-higher), token-level aggregation, optional KL to a reference policy, and a
+// selectable off-policy correction for stale rollouts.
+//
+// Notation per completion token: logp = log pi_theta (with grad), behav = log pi_behav (the
+// actor's sampling log-prob), prox = log pi_prox (the learner's weights at the start of the
+// update, no grad). A = the sample's advantage. clip(r) = clamp(r, 1 - eps_low, 1 + eps_high).
+//   kNone:       r = exp(logp - behav);                 loss_tok = -min(r A, clip(r) A)
+//   kTruncatedIS r = exp(logp - prox), w = min(exp(prox - behav), C);  loss_tok = -w min(r A, clip(r) A)
+//   kDecoupled:  r = exp(logp - prox), w = exp(prox - behav);          loss_tok = -w min(r A, clip(r) A)
+// (kDecoupled is AReaL's decoupled PPO objective; kTruncatedIS caps its behaviour weight.)
+// KL (k3 estimator, Schulman): kl_tok = exp(ref - logp) - (ref - logp) - 1, added as kl_coef * kl.
+// Token-level aggregation: loss = sum(mask * loss_tok) / sum(mask) over the whole batch, so
+// long completions weigh by their token count (DAPO), not per sequence.
+//
+// Thread contract: pure functions over tensors.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "echelon/common/status.h"
+
+namespace echelon::learn {
+
+enum class Correction { kNone, kTruncatedIS, kDecoupled };
+Result<Correction> ParseCorrection(const std::string& name);  // "none", "tis", "decoupled"
+
+struct PolicyLossOptions {
+  double clip_low = 0.2;
+  double clip_high = 0.28;
+  Correction correction = Correction::kNone;
+  double tis_cap = 2.0;
+  double kl_coef = 0.0;
+};
+
+struct PolicyLossInputs {
+  at::Tensor logp;        // [N, T], requires grad
+  at::Tensor behav_logp;  // [N, T]
+  at::Tensor prox_logp;   // [N, T]; undefined means logp.detach()
+  at::Tensor ref_logp;    // [N, T]; needed only when kl_coef > 0
+  at::Tensor advantages;  // [N]
+  at::Tensor mask;        // [N, T] float, 1 on completion tokens
+};
+
+struct PolicyLossOutput {
+  at::Tensor loss;          // scalar
+  double clip_frac = 0;     // fraction of tokens whose ratio was clipped in the objective
+  double kl = 0;            // mean k3 KL to the reference (0 when off)
+  double behav_weight_mean = 0;  // mean w (1 for kNone)
+};
+
+// GRPO advantages for one group: (r - mean) / (std + eps), std the sample (n-1) standard
+// deviation; all zeros when the group has no reward spread. With scale_by_std false the
+// advantages are r - mean (Dr. GRPO).
+std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps = 1e-6);
+
+PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options);
+
+}  // namespace echelon::learn

@@ -1,0 +1,130 @@
+#include "echelon/learn/grpo.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace echelon::learn {
+namespace {
+
+at::Tensor Logs(std::vector<double> p) {
+  at::Tensor t = at::tensor(p, at::kDouble).log().to(at::kFloat).unsqueeze(0);
+  return t;
+}
+
+PolicyLossInputs TwoTokens(double advantage) {
+  PolicyLossInputs in;
+  in.logp = Logs({0.6, 0.3}).requires_grad_(true);
+  in.behav_logp = Logs({0.4, 0.3});
+  in.advantages = at::tensor({static_cast<float>(advantage)});
+  in.mask = at::ones({1, 2});
+  return in;
+}
+
+TEST(GroupAdvantagesTest, NormalisesBySampleStd) {
+  // mean 0.5, sample std sqrt(1/3): advantages +-0.5 / 0.57735 = +-0.866025
+  std::vector<double> a = GroupAdvantages({1, 0, 0, 1}, true);
+  EXPECT_NEAR(a[0], 0.8660254, 1e-5);
+  EXPECT_NEAR(a[1], -0.8660254, 1e-5);
+  std::vector<double> b = GroupAdvantages({1, 0, 0, 1}, false);
+  EXPECT_DOUBLE_EQ(b[0], 0.5);
+  EXPECT_DOUBLE_EQ(b[1], -0.5);
+}
+
+TEST(GroupAdvantagesTest, NoSpreadMeansZero) {
+  for (double a : GroupAdvantages({1, 1, 1}, true)) EXPECT_EQ(a, 0.0);
+  for (double a : GroupAdvantages({0.5}, true)) EXPECT_EQ(a, 0.0);
+}
+
+TEST(PolicyLossTest, PpoClipPositiveAdvantage) {
+  // r = [0.6/0.4, 1] = [1.5, 1]; clip to [0.8, 1.28]; objective min(rA, clip(r)A) = [1.28, 1].
+  PolicyLossInputs in = TwoTokens(1.0);
+  PolicyLossOutput out = PolicyLoss(in, PolicyLossOptions{});
+  EXPECT_NEAR(out.loss.item<double>(), -(1.28 + 1.0) / 2, 1e-6);
+  EXPECT_NEAR(out.clip_frac, 0.5, 1e-9);
+  out.loss.backward();
+  // Clipped token has no gradient; the other has d/dlogp (-r A / 2) = -0.5.
+  at::Tensor g = in.logp.grad();
+  EXPECT_NEAR(g[0][0].item<double>(), 0.0, 1e-7);
+  EXPECT_NEAR(g[0][1].item<double>(), -0.5, 1e-6);
+}
+
+TEST(PolicyLossTest, PpoClipNegativeAdvantageUsesUnclippedBranch) {
+  // A = -1: min(-1.5, -1.28) = -1.5 (pessimistic), min(-1, -1) = -1; loss = (1.5 + 1) / 2.
+  PolicyLossInputs in = TwoTokens(-1.0);
+  PolicyLossOutput out = PolicyLoss(in, PolicyLossOptions{});
+  EXPECT_NEAR(out.loss.item<double>(), 1.25, 1e-6);
+  EXPECT_NEAR(out.clip_frac, 0.0, 1e-9);
+  out.loss.backward();
+  EXPECT_NEAR(in.logp.grad()[0][0].item<double>(), 0.75, 1e-6);
+  EXPECT_NEAR(in.logp.grad()[0][1].item<double>(), 0.5, 1e-6);
+}
+
+TEST(PolicyLossTest, TruncatedImportanceSamplingCapsBehaviourWeight) {
+  // prox = logp (one update per step), behav = log 0.2: w = 0.6 / 0.2 = 3, capped at 2.
+  PolicyLossInputs in;
+  in.logp = Logs({0.6}).requires_grad_(true);
+  in.behav_logp = Logs({0.2});
+  in.advantages = at::tensor({1.0f});
+  in.mask = at::ones({1, 1});
+  PolicyLossOptions opt;
+  opt.correction = Correction::kTruncatedIS;
+  opt.tis_cap = 2.0;
+  PolicyLossOutput out = PolicyLoss(in, opt);
+  EXPECT_NEAR(out.loss.item<double>(), -2.0, 1e-5);
+  EXPECT_NEAR(out.behav_weight_mean, 2.0, 1e-5);
+  out.loss.backward();
+  EXPECT_NEAR(in.logp.grad()[0][0].item<double>(), -2.0, 1e-5);
+}
+
+TEST(PolicyLossTest, DecoupledPpoUsesFullBehaviourWeightAndProximalRatio) {
+  PolicyLossInputs in;
+  in.logp = Logs({0.6}).requires_grad_(true);
+  in.behav_logp = Logs({0.2});
+  in.prox_logp = Logs({0.5});  // r = 0.6 / 0.5 = 1.2 (inside the clip range), w = 0.5 / 0.2 = 2.5
+  in.advantages = at::tensor({2.0f});
+  in.mask = at::ones({1, 1});
+  PolicyLossOptions opt;
+  opt.correction = Correction::kDecoupled;
+  PolicyLossOutput out = PolicyLoss(in, opt);
+  EXPECT_NEAR(out.loss.item<double>(), -2.5 * 1.2 * 2.0, 1e-5);
+  EXPECT_NEAR(out.behav_weight_mean, 2.5, 1e-5);
+}
+
+TEST(PolicyLossTest, KlToReferenceIsK3Estimator) {
+  // ref = log 0.5, logp = log 0.25: d = ln 2, k3 = 2 - ln 2 - 1.
+  PolicyLossInputs in;
+  in.logp = Logs({0.25}).requires_grad_(true);
+  in.behav_logp = Logs({0.25});
+  in.ref_logp = Logs({0.5});
+  in.advantages = at::tensor({0.0f});
+  in.mask = at::ones({1, 1});
+  PolicyLossOptions opt;
+  opt.kl_coef = 0.1;
+  PolicyLossOutput out = PolicyLoss(in, opt);
+  const double k3 = 1.0 - std::log(2.0);
+  EXPECT_NEAR(out.kl, k3, 1e-6);
+  EXPECT_NEAR(out.loss.item<double>(), 0.1 * k3, 1e-6);
+}
+
+TEST(PolicyLossTest, TokenLevelAggregationIgnoresPaddingAndWeighsByTokens) {
+  // Row 0 has 3 tokens with A=1 at r=1, row 1 has 1 token with A=-1 at r=1 and 2 padding.
+  PolicyLossInputs in;
+  in.logp = at::zeros({2, 3}).requires_grad_(true);
+  in.behav_logp = at::zeros({2, 3});
+  in.advantages = at::tensor({1.0f, -1.0f});
+  in.mask = at::tensor({1.f, 1.f, 1.f, 1.f, 0.f, 0.f}).reshape({2, 3});
+  PolicyLossOutput out = PolicyLoss(in, PolicyLossOptions{});
+  EXPECT_NEAR(out.loss.item<double>(), -(3.0 - 1.0) / 4.0, 1e-6);
+}
+
+TEST(PolicyLossTest, ParseCorrectionRejectsUnknown) {
+  EXPECT_TRUE(ParseCorrection("tis").ok());
+  Result<Correction> bad = ParseCorrection("vtrace");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("vtrace"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace echelon::learn

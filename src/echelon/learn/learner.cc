@@ -1,0 +1,129 @@
+#include "echelon/learn/learner.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+
+namespace echelon::learn {
+namespace {
+
+// Right-padded training batch: input = seq[:-1], target = seq[1:]; completion tokens of a
+// turn sit at target positions [prompt_len - 1, prompt_len - 1 + len).
+struct Batch {
+  at::Tensor input, target, mask, behav, adv;
+};
+
+Batch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std::vector<double>>& advantages) {
+  struct Row {
+    const data::Turn* turn;
+    double adv;
+  };
+  std::vector<Row> rows;
+  int64_t max_len = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t e = 0; e < groups[g].episodes.size(); ++e)
+      for (const data::Turn& t : groups[g].episodes[e].turns) {
+        if (t.tokens.empty()) continue;
+        rows.push_back({&t, advantages[g][e]});
+        max_len = std::max<int64_t>(max_len, t.prompt_ids.size() + t.tokens.size() - 1);
+      }
+  const int64_t n = rows.size();
+  Batch b;
+  b.input = at::zeros({n, max_len}, at::kLong);
+  b.target = at::zeros({n, max_len}, at::kLong);
+  b.mask = at::zeros({n, max_len}, at::kFloat);
+  b.behav = at::zeros({n, max_len}, at::kFloat);
+  b.adv = at::empty({n}, at::kFloat);
+  auto in = b.input.accessor<int64_t, 2>();
+  auto tg = b.target.accessor<int64_t, 2>();
+  auto mk = b.mask.accessor<float, 2>();
+  auto bh = b.behav.accessor<float, 2>();
+  auto ad = b.adv.accessor<float, 1>();
+  for (int64_t r = 0; r < n; ++r) {
+    const data::Turn& t = *rows[r].turn;
+    std::vector<int64_t> seq(t.prompt_ids);
+    seq.insert(seq.end(), t.tokens.begin(), t.tokens.end());
+    for (size_t j = 0; j + 1 < seq.size(); ++j) {
+      in[r][j] = seq[j];
+      tg[r][j] = seq[j + 1];
+    }
+    const size_t start = t.prompt_ids.size() - 1;
+    for (size_t k = 0; k < t.tokens.size(); ++k) {
+      mk[r][start + k] = 1.0f;
+      bh[r][start + k] = t.logprobs[k];
+    }
+    ad[r] = static_cast<float>(rows[r].adv);
+  }
+  return b;
+}
+
+}  // namespace
+
+at::Tensor TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
+  const at::Tensor scaled = temperature == 1.0 ? logits : logits / temperature;
+  return at::log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+}
+
+Learner::Learner(model::Qwen3Model model, const LearnerOptions& options)
+    : model_(std::move(model)), options_(options) {
+  torch::optim::AdamWOptions o(options.lr);
+  o.betas({options.beta1, options.beta2});
+  o.weight_decay(options.weight_decay);
+  optimizer_ = std::make_unique<torch::optim::AdamW>(model_->parameters(), o);
+  if (options.loss.kl_coef > 0) {
+    reference_ = model::Qwen3Model(model_->config());
+    (void)reference_->LoadStateDict(model_->StateDict(), "reference policy");
+    for (auto& p : reference_->parameters()) p.requires_grad_(false);
+  }
+}
+
+Learner::~Learner() = default;
+
+Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
+  StepStats stats;
+  std::vector<std::vector<double>> advantages;
+  for (const LearnerGroup& g : groups) {
+    std::vector<double> rewards;
+    for (const data::Episode& e : g.episodes) rewards.push_back(e.reward);
+    advantages.push_back(GroupAdvantages(rewards, options_.scale_by_std));
+    bool spread = false;
+    for (double r : rewards) spread = spread || r != rewards.front();
+    stats.zero_spread_groups += spread ? 0 : 1;
+  }
+  Batch b = BuildBatch(groups, advantages);
+  if (b.input.size(0) == 0) return InvalidArgument("learner step with no completion tokens");
+
+  model_->train();
+  const at::Tensor positions = at::arange(b.input.size(1), at::kLong).unsqueeze(0).expand_as(b.input);
+  const at::Tensor logits = model_->Forward(b.input, positions, at::Tensor(), nullptr);
+  PolicyLossInputs in;
+  in.logp = TokenLogProbs(logits, b.target, options_.temperature);
+  in.behav_logp = b.behav;
+  in.advantages = b.adv;
+  in.mask = b.mask;
+  if (reference_) {
+    at::NoGradGuard no_grad;
+    in.ref_logp = TokenLogProbs(reference_->Forward(b.input, positions, at::Tensor(), nullptr), b.target,
+                                options_.temperature);
+  }
+  PolicyLossOutput out = PolicyLoss(in, options_.loss);
+  const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
+  stats.logprob_gap = ((in.logp.detach() - b.behav).abs() * b.mask).sum().div(denom).item<double>();
+  stats.tokens = static_cast<int64_t>(b.mask.sum().item<double>());
+
+  optimizer_->zero_grad();
+  out.loss.backward();
+  stats.grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
+  optimizer_->step();
+  ++version_;
+
+  stats.loss = out.loss.item<double>();
+  stats.clip_frac = out.clip_frac;
+  stats.kl = out.kl;
+  stats.behav_weight_mean = out.behav_weight_mean;
+  return stats;
+}
+
+}  // namespace echelon::learn

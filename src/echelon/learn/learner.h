@@ -1,0 +1,81 @@
+// Learner: one GRPO update per call. Builds the batch from groups of episodes, recomputes the
+// policy's log-probs, applies PolicyLoss with the configured off-policy correction, clips the
+// gradient norm and steps AdamW. Policy version = number of completed updates.
+//
+//   Learner learner(model, options);
+//   ECHELON_ASSIGN_OR_RETURN(StepStats s, learner.Step(groups));   // version() is now +1
+//
+// With one optimizer step per update the proximal policy of decoupled PPO is the learner's
+// weights at the start of the update, so pi_prox = pi_theta.detach() from the same forward
+// pass, and no extra forward is needed.
+//
+// Thread contract: owned and called by the learner thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "echelon/common/status.h"
+#include "echelon/data/adapter.h"
+#include "echelon/learn/grpo.h"
+#include "echelon/model/qwen3.h"
+
+namespace torch::optim {
+class AdamW;
+}
+
+namespace echelon::learn {
+
+struct LearnerOptions {
+  PolicyLossOptions loss;
+  double lr = 3e-4;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double max_grad_norm = 1.0;
+  double temperature = 1.0;  // the actors' sampling temperature (log-probs must match)
+  bool scale_by_std = true;  // GRPO advantage normalisation
+};
+
+// One prompt group as it reaches the learner.
+struct LearnerGroup {
+  int64_t behavior_version = 0;
+  std::vector<data::Episode> episodes;
+};
+
+struct StepStats {
+  double loss = 0;
+  double grad_norm = 0;
+  double clip_frac = 0;
+  double kl = 0;
+  double behav_weight_mean = 1;
+  double logprob_gap = 0;        // mean |learner log-prob - actor log-prob| at the start of the update
+  int64_t tokens = 0;            // completion tokens trained on
+  int64_t zero_spread_groups = 0;  // groups whose rewards were all equal (no signal)
+};
+
+class Learner {
+ public:
+  Learner(model::Qwen3Model model, const LearnerOptions& options);
+  ~Learner();
+  Learner(const Learner&) = delete;
+  Learner& operator=(const Learner&) = delete;
+
+  // Fails (and changes nothing) on an empty batch or episodes with no tokens.
+  Result<StepStats> Step(const std::vector<LearnerGroup>& groups);
+  int64_t version() const { return version_; }
+  model::Qwen3Model& model() { return model_; }
+
+ private:
+  model::Qwen3Model model_;
+  model::Qwen3Model reference_{nullptr};  // frozen copy for the KL term, when kl_coef > 0
+  LearnerOptions options_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t version_ = 0;
+};
+
+// Log-probs of every next token: logits [N, L, V] / temperature -> [N, L] for targets [N, L].
+at::Tensor TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature);
+
+}  // namespace echelon::learn

@@ -1,0 +1,34 @@
+// Supervised warm-start: a short run of next-token cross-entropy on the task's demonstrations
+// (prompt -> reference answer + EOS), so that RL starts from a policy that sometimes succeeds
+// (GRPO learns nothing from groups with no reward spread). Loss only on the answer tokens.
+//
+// Thread contract: runs on the calling thread; uses the model exclusively.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "echelon/common/status.h"
+#include "echelon/data/adapter.h"
+#include "echelon/model/qwen3.h"
+#include "echelon/model/tokenizer.h"
+
+namespace echelon::learn {
+
+struct WarmstartOptions {
+  int64_t steps = 100;
+  int64_t batch_size = 64;
+  double lr = 1e-3;
+  uint64_t seed = 0;
+};
+
+// Called after each step with (step, loss).
+using WarmstartProgress = std::function<void(int64_t, double)>;
+
+// Prompt ids as the policy sees them: BOS + encoded text.
+Result<std::vector<int64_t>> EncodePrompt(const model::CharTokenizer& tok, const std::string& text);
+
+Result<double> Warmstart(model::Qwen3Model& model, const model::CharTokenizer& tok, const data::TaskAdapter& task,
+                         const WarmstartOptions& options, const WarmstartProgress& progress);
+
+}  // namespace echelon::learn

@@ -1,0 +1,113 @@
+#include "echelon/model/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "echelon/common/fs.h"
+#include "echelon/model/safetensors.h"
+
+namespace echelon::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "ckpt/" and "ckpt" name the same directory; the temporary sibling needs the bare name.
+fs::path CleanDir(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  return p.has_filename() ? p : p.parent_path();
+}
+
+Status CheckVocab(const ModelConfig& cfg, const CharTokenizer& tok, const std::string& where) {
+  if (tok.vocab_size() <= cfg.vocab_size) return Status::Ok();
+  return InvalidArgument(where + ": tokenizer has " + std::to_string(tok.vocab_size()) +
+                         " tokens but config.json vocab_size is " + std::to_string(cfg.vocab_size));
+}
+
+Status WriteFiles(const fs::path& tmp, const Qwen3Model& model, const CharTokenizer& tokenizer) {
+  std::error_code ec;
+  fs::remove_all(tmp, ec);  // a leftover from a crashed save by a process with our pid
+  if (!fs::create_directories(tmp, ec)) return Internal("cannot create " + tmp.string() + ": " + ec.message());
+  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / "config.json").string(), model->config().ToJson().dump(2) + "\n"));
+  ECHELON_RETURN_IF_ERROR(
+      WriteSafetensors((tmp / "model.safetensors").string(), model->StateDict(), {{"format", "pt"}}));
+  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / "tokenizer.json").string(), tokenizer.ToJson().dump(2) + "\n"));
+  return SyncDir(tmp.string());
+}
+
+// Moves the finished temporary directory to `dir`. An existing checkpoint there is swapped
+// out atomically (RENAME_EXCHANGE), so a reader sees the old or the new one, never neither.
+Status Publish(const fs::path& tmp, const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    if (std::rename(tmp.c_str(), dir.c_str()) != 0) {
+      return Internal("rename " + tmp.string() + " -> " + dir.string() + " failed: " + std::strerror(errno));
+    }
+    return Status::Ok();
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+    // Filesystems without RENAME_EXCHANGE: move the old one aside first (brief window).
+    const fs::path old = dir.string() + ".old-" + std::to_string(::getpid());
+    fs::remove_all(old, ec);
+    if (std::rename(dir.c_str(), old.c_str()) != 0 || std::rename(tmp.c_str(), dir.c_str()) != 0) {
+      return Internal("replacing " + dir.string() + " failed: " + std::strerror(errno));
+    }
+    fs::remove_all(old, ec);
+    return Status::Ok();
+  }
+  fs::remove_all(tmp, ec);  // now holds the previous checkpoint
+  return Status::Ok();
+}
+
+Result<nlohmann::json> ReadJson(const std::string& path) {
+  ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+  return j;
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer) {
+  const fs::path final_dir = CleanDir(dir);
+  ECHELON_RETURN_IF_ERROR(CheckVocab(model->config(), tokenizer, "saving " + final_dir.string()));
+  std::error_code ec;
+  if (final_dir.has_parent_path()) fs::create_directories(final_dir.parent_path(), ec);
+  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  Status st = WriteFiles(tmp, model, tokenizer);
+  if (st.ok()) st = Publish(tmp, final_dir);
+  if (!st.ok()) {
+    fs::remove_all(tmp, ec);
+    return st.WithContext("saving checkpoint " + final_dir.string());
+  }
+  return SyncDir(final_dir.has_parent_path() ? final_dir.parent_path().string() : ".");
+}
+
+Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
+  const fs::path d = CleanDir(dir);
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) return NotFound("checkpoint directory " + d.string() + " does not exist");
+  LoadedCheckpoint ck;
+  const std::string config_path = (d / "config.json").string();
+  ECHELON_ASSIGN_OR_RETURN(nlohmann::json config_json, ReadJson(config_path));
+  ECHELON_ASSIGN_OR_RETURN(ck.config, ModelConfig::FromJson(config_json, config_path));
+  const std::string tok_path = (d / "tokenizer.json").string();
+  ECHELON_ASSIGN_OR_RETURN(nlohmann::json tok_json, ReadJson(tok_path));
+  ECHELON_ASSIGN_OR_RETURN(ck.tokenizer, CharTokenizer::FromJson(tok_json, tok_path));
+  ECHELON_RETURN_IF_ERROR(CheckVocab(ck.config, ck.tokenizer, tok_path));
+  const std::string weights_path = (d / "model.safetensors").string();
+  ECHELON_ASSIGN_OR_RETURN(SafetensorsFile weights, ReadSafetensors(weights_path));
+  try {
+    ck.model = Qwen3Model(ck.config);
+  } catch (const c10::Error& e) {
+    return InvalidArgument(config_path + ": " + e.what_without_backtrace());
+  }
+  ECHELON_RETURN_IF_ERROR(ck.model->LoadStateDict(weights.tensors, weights_path));
+  return ck;
+}
+
+}  // namespace echelon::model

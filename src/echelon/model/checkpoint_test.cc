@@ -1,0 +1,173 @@
+#include "echelon/model/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "echelon/common/fs.h"
+#include "echelon/model/safetensors.h"
+
+namespace echelon::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig SmallConfig() {
+  ModelConfig c;
+  c.vocab_size = 17;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.eos_token_id = 2;
+  return c;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("echelon_ckpt_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    dir_ = (root_ / "ckpt").string();
+    model_ = Qwen3Model(SmallConfig());
+    model_->InitWeights(21);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  at::Tensor Logits(Qwen3Model& m) {
+    at::Tensor ids = at::tensor(std::vector<int64_t>{1, 6, 10, 13, 7, 11, 15}, at::kLong).unsqueeze(0);
+    return m->Forward(ids, at::arange(7, at::kLong).unsqueeze(0), at::Tensor(), nullptr);
+  }
+
+  std::string LoadError() {
+    Result<LoadedCheckpoint> r = LoadCheckpoint(dir_);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? "" : r.status().message();
+  }
+
+  // Rewrites model.safetensors after `edit` changes its tensors.
+  template <typename F>
+  void EditWeights(F edit) {
+    const std::string path = dir_ + "/model.safetensors";
+    SafetensorsFile f = ReadSafetensors(path).value();
+    edit(f.tensors);
+    ASSERT_TRUE(WriteSafetensors(path, f.tensors, f.metadata).ok());
+  }
+
+  fs::path root_;
+  std::string dir_;
+  Qwen3Model model_{nullptr};
+  CharTokenizer tok_ = CharTokenizer::ForAlphabet("0123456789+-= ");
+};
+
+TEST_F(CheckpointTest, SaveThenLoadGivesIdenticalLogits) {
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  Result<LoadedCheckpoint> ck = LoadCheckpoint(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.status().message();
+  EXPECT_TRUE(at::equal(Logits(ck->model), Logits(model_)));
+  EXPECT_EQ(ck->config.ToJson(), model_->config().ToJson());
+  EXPECT_EQ(ck->tokenizer.ToJson(), tok_.ToJson());
+  // Only the three files, and no temporary directory beside the checkpoint.
+  std::vector<std::string> files, siblings;
+  for (const auto& e : fs::directory_iterator(dir_)) files.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(root_)) siblings.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json"}));
+  EXPECT_EQ(siblings, std::vector<std::string>{"ckpt"});
+}
+
+TEST_F(CheckpointTest, SavingAgainReplacesTheOldCheckpointWhole) {
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  fs::path stray = fs::path(dir_) / "stray.txt";
+  ASSERT_TRUE(WriteFileAtomic(stray.string(), "from the old checkpoint").ok());
+  Qwen3Model other(SmallConfig());
+  other->InitWeights(22);
+  ASSERT_TRUE(SaveCheckpoint(dir_ + "/", other, tok_).ok());
+  Result<LoadedCheckpoint> ck = LoadCheckpoint(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.status().message();
+  EXPECT_TRUE(at::equal(Logits(ck->model), Logits(other)));
+  EXPECT_FALSE(at::equal(Logits(ck->model), Logits(model_)));
+  EXPECT_FALSE(fs::exists(stray)) << "the directory is replaced, not merged";
+  EXPECT_EQ(std::distance(fs::directory_iterator(root_), fs::directory_iterator()), 1);
+}
+
+TEST_F(CheckpointTest, TiedModelRoundTripsWithoutLmHead) {
+  ModelConfig c = SmallConfig();
+  c.tie_word_embeddings = true;
+  Qwen3Model tied(c);
+  tied->InitWeights(5);
+  ASSERT_TRUE(SaveCheckpoint(dir_, tied, tok_).ok());
+  EXPECT_EQ(ReadSafetensors(dir_ + "/model.safetensors").value().tensors.count("lm_head.weight"), 0u);
+  Result<LoadedCheckpoint> ck = LoadCheckpoint(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.status().message();
+  EXPECT_TRUE(at::equal(Logits(ck->model), Logits(tied)));
+}
+
+TEST_F(CheckpointTest, MissingFilesAreNamed) {
+  EXPECT_NE(LoadError().find(dir_), std::string::npos) << "no directory yet";
+  for (const char* name : {"tokenizer.json", "model.safetensors", "config.json"}) {
+    ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+    ASSERT_TRUE(fs::remove(fs::path(dir_) / name));
+    const std::string err = LoadError();
+    EXPECT_NE(err.find(dir_ + "/" + name), std::string::npos) << err;
+  }
+}
+
+TEST_F(CheckpointTest, TruncatedWeightsAreRejected) {
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  const fs::path path = fs::path(dir_) / "model.safetensors";
+  fs::resize_file(path, fs::file_size(path) - 100);
+  const std::string err = LoadError();
+  EXPECT_NE(err.find(path.string()), std::string::npos) << err;
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+}
+
+TEST_F(CheckpointTest, WrongShapeAndMissingTensorAreNamed) {
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  EditWeights([](auto& t) { t["model.layers.1.self_attn.v_proj.weight"] = at::zeros({8, 32}); });
+  std::string err = LoadError();
+  EXPECT_NE(err.find("model.safetensors"), std::string::npos) << err;
+  EXPECT_NE(err.find("model.layers.1.self_attn.v_proj.weight"), std::string::npos) << err;
+  EXPECT_NE(err.find("[8, 32]"), std::string::npos) << err;
+
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  EditWeights([](auto& t) { t.erase("model.layers.0.mlp.down_proj.weight"); });
+  err = LoadError();
+  EXPECT_NE(err.find("model.safetensors"), std::string::npos) << err;
+  EXPECT_NE(err.find("missing tensor model.layers.0.mlp.down_proj.weight"), std::string::npos) << err;
+}
+
+TEST_F(CheckpointTest, BadConfigAndTokenizerAreNamed) {
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(dir_ + "/tokenizer.json", CharTokenizer::ForAlphabet("0123456789+-= abc").ToJson().dump()).ok());
+  std::string err = LoadError();
+  EXPECT_NE(err.find("tokenizer.json"), std::string::npos) << err;
+  EXPECT_NE(err.find("vocab_size is 17"), std::string::npos) << err;
+
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/config.json", "{\"vocab_size\": 17").ok());
+  err = LoadError();
+  EXPECT_NE(err.find(dir_ + "/config.json"), std::string::npos) << err;
+  EXPECT_NE(err.find("JSON"), std::string::npos) << err;
+}
+
+TEST_F(CheckpointTest, FailedSaveLeavesNothingBehind) {
+  const CharTokenizer too_big = CharTokenizer::ForAlphabet("0123456789+-= abcdef");
+  Status st = SaveCheckpoint(dir_, model_, too_big);
+  EXPECT_FALSE(st.ok());
+  EXPECT_FALSE(fs::exists(dir_));
+  // A parent that is a regular file: the temporary directory cannot be created.
+  ASSERT_TRUE(WriteFileAtomic((root_ / "file").string(), "x").ok());
+  st = SaveCheckpoint((root_ / "file" / "ckpt").string(), model_, tok_);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("file/ckpt"), std::string::npos) << st.message();
+  EXPECT_EQ(std::distance(fs::directory_iterator(root_), fs::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace echelon::model

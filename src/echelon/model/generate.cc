@@ -1,0 +1,155 @@
+// Batched sampling. Rows are left-padded so every row's next token sits in the same column,
+// which lets one KV cache (with a common length) serve the whole batch; padding slots are
+// masked as keys and given no rotary position, so a padded row computes what it would alone.
+#include "echelon/model/generate.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace echelon::model {
+namespace {
+
+struct PaddedBatch {
+  at::Tensor ids;        // [B, P] prompts, left-padded
+  at::Tensor valid;      // [B, P + N] bool: false for padding; generated slots are valid
+  at::Tensor positions;  // [B, P + N] rotary position of each slot (0 for padding)
+  int64_t prompt_len = 0;
+  bool padded = false;
+};
+
+PaddedBatch LeftPad(const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens, int64_t pad_id) {
+  PaddedBatch b;
+  const int64_t rows = static_cast<int64_t>(prompts.size());
+  for (const auto& p : prompts) {
+    if (p.empty()) throw std::invalid_argument("Generate: empty prompt (every prompt needs at least one token)");
+    b.prompt_len = std::max<int64_t>(b.prompt_len, static_cast<int64_t>(p.size()));
+  }
+  const int64_t width = b.prompt_len + new_tokens;
+  b.ids = at::full({rows, b.prompt_len}, pad_id, at::kLong);
+  b.valid = at::ones({rows, width}, at::kBool);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& p = prompts[static_cast<size_t>(r)];
+    const int64_t pad = b.prompt_len - static_cast<int64_t>(p.size());
+    b.padded = b.padded || pad > 0;
+    std::copy(p.begin(), p.end(), b.ids[r].data_ptr<int64_t>() + pad);
+    b.valid[r].narrow(0, 0, pad).fill_(false);
+  }
+  b.positions = (b.valid.to(at::kLong).cumsum(1) - 1).clamp_min(0);
+  return b;
+}
+
+// Keeps the smallest set of most likely tokens whose mass reaches top_p (at least one).
+at::Tensor TopP(const at::Tensor& probs, double top_p) {
+  auto [sorted, order] = probs.sort(-1, /*descending=*/true);
+  at::Tensor mass_before = sorted.cumsum(-1) - sorted;
+  at::Tensor drop = mass_before >= top_p;
+  drop.select(-1, 0).fill_(false);
+  return at::zeros_like(probs).scatter_(-1, order, sorted.masked_fill(drop, 0.0));
+}
+
+// Chooses the next token of every row; writes its log-probability (see generate.h).
+at::Tensor NextToken(const at::Tensor& logits, const SamplingParams& params, at::Generator& gen, at::Tensor* logprob) {
+  at::Tensor token;
+  at::Tensor logp;
+  if (params.temperature <= 0) {
+    logp = at::log_softmax(logits, -1);
+    token = logits.argmax(-1);
+  } else {
+    logp = at::log_softmax(logits / params.temperature, -1);
+    at::Tensor probs = logp.exp();
+    if (params.top_p < 1.0) probs = TopP(probs, params.top_p);
+    token = at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(1);
+  }
+  *logprob = logp.gather(-1, token.unsqueeze(1)).squeeze(1);
+  return token;
+}
+
+std::vector<Completion> Collect(const at::Tensor& tokens, const at::Tensor& logprobs, const at::Tensor& lengths,
+                                const at::Tensor& eos) {
+  const int64_t steps = tokens.size(1);
+  std::vector<Completion> out(static_cast<size_t>(tokens.size(0)));
+  for (size_t r = 0; r < out.size(); ++r) {
+    const int64_t n = lengths.data_ptr<int64_t>()[r];
+    const int64_t* t = tokens.data_ptr<int64_t>() + r * steps;
+    const float* lp = logprobs.data_ptr<float>() + r * steps;
+    out[r].tokens.assign(t, t + n);
+    out[r].logprobs.assign(lp, lp + n);
+    out[r].finished_eos = eos.data_ptr<bool>()[r];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                                 const SamplingParams& params) {
+  if (prompts.empty() || params.max_new_tokens <= 0) return std::vector<Completion>(prompts.size());
+  at::NoGradGuard no_grad;
+  const int64_t rows = static_cast<int64_t>(prompts.size()), steps = params.max_new_tokens;
+  const int64_t pad_id = std::max<int64_t>(model->config().pad_token_id, 0);
+  const PaddedBatch b = LeftPad(prompts, steps, pad_id);
+  const int64_t p = b.prompt_len;
+  const at::Tensor valid = b.padded ? b.valid : at::Tensor();
+  auto slots = [&](const at::Tensor& t, int64_t begin, int64_t len) {
+    return t.defined() ? t.narrow(1, begin, len) : t;
+  };
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(params.seed);
+
+  KVCache cache;
+  at::Tensor logits;
+  at::Tensor seq = b.ids;
+  if (params.use_cache) {
+    cache = model->NewCache(rows, p + steps);
+    logits = model->Forward(b.ids, b.positions.narrow(1, 0, p), slots(valid, 0, p), &cache).select(1, -1);
+  }
+  at::Tensor tokens = at::zeros({rows, steps}, at::kLong);
+  at::Tensor logprobs = at::zeros({rows, steps}, at::kFloat);
+  at::Tensor lengths = at::zeros({rows}, at::kLong);
+  at::Tensor done = at::zeros({rows}, at::kBool);
+  for (int64_t step = 0; step < steps; ++step) {
+    if (!params.use_cache) {
+      const int64_t len = p + step;
+      logits = model->Forward(seq, b.positions.narrow(1, 0, len), slots(valid, 0, len), nullptr).select(1, -1);
+    }
+    at::Tensor logprob;
+    at::Tensor token = NextToken(logits, params, gen, &logprob);
+    tokens.select(1, step).copy_(token);
+    logprobs.select(1, step).copy_(logprob);
+    // Rows that finished earlier keep running (one batch) but record nothing more.
+    lengths.masked_fill_(~done, step + 1);
+    done.logical_or_(token == params.eos_token_id);
+    if (step + 1 == steps || done.all().item<bool>()) break;
+    if (params.use_cache) {
+      logits =
+          model->Forward(token.unsqueeze(1), b.positions.narrow(1, p + step, 1), slots(valid, 0, p + step + 1), &cache)
+              .select(1, -1);
+    } else {
+      seq = at::cat({seq, token.unsqueeze(1)}, 1);
+    }
+  }
+  return Collect(tokens, logprobs, lengths, done);
+}
+
+std::vector<float> ScoreCompletion(Qwen3Model& model, const std::vector<int64_t>& prompt,
+                                   const std::vector<int64_t>& completion, double temperature) {
+  if (prompt.empty()) throw std::invalid_argument("ScoreCompletion: empty prompt");
+  if (completion.empty()) return {};
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> all(prompt);
+  all.insert(all.end(), completion.begin(), completion.end());
+  const int64_t len = static_cast<int64_t>(all.size()), p = static_cast<int64_t>(prompt.size());
+  const int64_t c = static_cast<int64_t>(completion.size());
+  at::Tensor ids = at::tensor(all, at::kLong).unsqueeze(0);
+  at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
+  // The logits at position i predict token i + 1.
+  at::Tensor logits = model->Forward(ids, positions, at::Tensor(), nullptr)[0].narrow(0, p - 1, c);
+  if (temperature > 0) logits = logits / temperature;
+  at::Tensor target = at::tensor(completion, at::kLong).unsqueeze(1);
+  at::Tensor lp = at::log_softmax(logits, -1).gather(-1, target).squeeze(1).contiguous();
+  return std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + c);
+}
+
+}  // namespace echelon::model

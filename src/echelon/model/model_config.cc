@@ -1,0 +1,168 @@
+#include "echelon/model/model_config.h"
+
+#include <string>
+
+namespace echelon::model {
+namespace {
+
+using nlohmann::json;
+
+Status FieldError(const std::string& where, const std::string& field, const std::string& what) {
+  return InvalidArgument(where + ": field \"" + field + "\" " + what);
+}
+
+Status GetInt(const json& j, const std::string& where, const char* field, bool required, int64_t* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) {
+    return required ? FieldError(where, field, "is missing (required)") : Status::Ok();
+  }
+  if (!it->is_number_integer()) return FieldError(where, field, "must be an integer, got " + it->dump());
+  *out = it->get<int64_t>();
+  return Status::Ok();
+}
+
+Status GetDouble(const json& j, const std::string& where, const char* field, double* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number()) return FieldError(where, field, "must be a number, got " + it->dump());
+  *out = it->get<double>();
+  return Status::Ok();
+}
+
+Status GetBool(const json& j, const std::string& where, const char* field, bool* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_boolean()) return FieldError(where, field, "must be true or false, got " + it->dump());
+  *out = it->get<bool>();
+  return Status::Ok();
+}
+
+// Special token ids may be null, an integer, or (in some HF configs) a list of which we keep
+// the first.
+Status GetTokenId(const json& j, const std::string& where, const char* field, int64_t* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  const json& v = (it->is_array() && !it->empty()) ? it->front() : *it;
+  if (!v.is_number_integer()) return FieldError(where, field, "must be an integer or null, got " + it->dump());
+  *out = v.get<int64_t>();
+  return Status::Ok();
+}
+
+// Features of HF configs this decoder does not implement: refuse rather than compute
+// something different from the reference.
+Status RejectUnsupported(const json& j, const std::string& where) {
+  auto is_true = [&](const char* f) { return j.contains(f) && j[f].is_boolean() && j[f].get<bool>(); };
+  if (is_true("attention_bias"))
+    return FieldError(where, "attention_bias", "is true; only bias-free attention is supported");
+  if (is_true("use_sliding_window"))
+    return FieldError(where, "use_sliding_window", "is true; sliding-window attention is not supported");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    return FieldError(where, "rope_scaling", "is set; only default RoPE is supported");
+  }
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu" && j["hidden_act"] != "swish") {
+    return FieldError(where, "hidden_act", "is " + j["hidden_act"].dump() + "; only \"silu\" is supported");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ModelConfig::Validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    return v > 0 ? Status::Ok() : InvalidArgument(std::string(name) + " must be > 0, got " + std::to_string(v));
+  };
+  ECHELON_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
+  ECHELON_RETURN_IF_ERROR(positive(hidden_size, "hidden_size"));
+  ECHELON_RETURN_IF_ERROR(positive(intermediate_size, "intermediate_size"));
+  ECHELON_RETURN_IF_ERROR(positive(num_hidden_layers, "num_hidden_layers"));
+  ECHELON_RETURN_IF_ERROR(positive(num_attention_heads, "num_attention_heads"));
+  ECHELON_RETURN_IF_ERROR(positive(num_key_value_heads, "num_key_value_heads"));
+  ECHELON_RETURN_IF_ERROR(positive(head_dim, "head_dim"));
+  ECHELON_RETURN_IF_ERROR(positive(max_position_embeddings, "max_position_embeddings"));
+  if (model_type != "qwen3") return InvalidArgument("model_type must be \"qwen3\", got \"" + model_type + "\"");
+  if (num_attention_heads % num_key_value_heads != 0) {
+    return InvalidArgument("num_attention_heads (" + std::to_string(num_attention_heads) +
+                           ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
+  }
+  if (head_dim % 2 != 0)
+    return InvalidArgument("head_dim must be even for rotary embedding, got " + std::to_string(head_dim));
+  if (!(rms_norm_eps > 0)) return InvalidArgument("rms_norm_eps must be > 0");
+  if (!(rope_theta > 0)) return InvalidArgument("rope_theta must be > 0");
+  return Status::Ok();
+}
+
+Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object");
+  ModelConfig c;
+  // Defaults of HF's Qwen3Config for fields a config.json may omit.
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = 32768;
+  if (j.contains("model_type")) {
+    if (!j["model_type"].is_string()) return FieldError(where, "model_type", "must be a string");
+    c.model_type = j["model_type"].get<std::string>();
+  }
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "vocab_size", true, &c.vocab_size));
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "hidden_size", true, &c.hidden_size));
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "intermediate_size", true, &c.intermediate_size));
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_hidden_layers", true, &c.num_hidden_layers));
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_attention_heads", true, &c.num_attention_heads));
+  c.num_key_value_heads = c.num_attention_heads;  // HF: absent means multi-head attention
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_key_value_heads", false, &c.num_key_value_heads));
+  c.head_dim = 128;  // HF Qwen3Config default, not hidden/heads
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "head_dim", false, &c.head_dim));
+  ECHELON_RETURN_IF_ERROR(GetDouble(j, where, "rms_norm_eps", &c.rms_norm_eps));
+  ECHELON_RETURN_IF_ERROR(GetDouble(j, where, "rope_theta", &c.rope_theta));
+  ECHELON_RETURN_IF_ERROR(GetBool(j, where, "tie_word_embeddings", &c.tie_word_embeddings));
+  ECHELON_RETURN_IF_ERROR(GetInt(j, where, "max_position_embeddings", false, &c.max_position_embeddings));
+  ECHELON_RETURN_IF_ERROR(GetTokenId(j, where, "bos_token_id", &c.bos_token_id));
+  ECHELON_RETURN_IF_ERROR(GetTokenId(j, where, "eos_token_id", &c.eos_token_id));
+  ECHELON_RETURN_IF_ERROR(GetTokenId(j, where, "pad_token_id", &c.pad_token_id));
+  ECHELON_RETURN_IF_ERROR(RejectUnsupported(j, where));
+  Status valid = c.Validate();
+  if (!valid.ok()) return valid.WithContext(where);
+  return c;
+}
+
+Result<ModelConfig> ModelConfig::FromJsonText(const std::string& text, const std::string& where) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(where + ": not valid JSON");
+  return FromJson(j, where);
+}
+
+nlohmann::json ModelConfig::ToJson() const {
+  auto id_or_null = [](int64_t id) { return id < 0 ? json(nullptr) : json(id); };
+  return json{
+      {"architectures", {"Qwen3ForCausalLM"}},
+      {"model_type", model_type},
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"rms_norm_eps", rms_norm_eps},
+      {"rope_theta", rope_theta},
+      {"rope_scaling", nullptr},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"max_position_embeddings", max_position_embeddings},
+      {"bos_token_id", id_or_null(bos_token_id)},
+      {"eos_token_id", id_or_null(eos_token_id)},
+      {"pad_token_id", id_or_null(pad_token_id)},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"use_sliding_window", false},
+      {"torch_dtype", "float32"},
+  };
+}
+
+int64_t ModelConfig::NumParameters() const {
+  const int64_t e = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  const int64_t attn = e * q + 2 * e * kv + q * e + 2 * head_dim;
+  const int64_t mlp = 3 * e * intermediate_size;
+  const int64_t layer = attn + mlp + 2 * e;
+  const int64_t embed = vocab_size * e;
+  return embed + num_hidden_layers * layer + e + (tie_word_embeddings ? 0 : embed);
+}
+
+}  // namespace echelon::model

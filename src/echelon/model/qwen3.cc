@@ -1,0 +1,228 @@
+// The decoder follows transformers' modeling_qwen3.py operation by operation (checked against
+// an independent reference by qwen3_test.cc). Weights are plain tensors registered under
+// their Hugging Face names through a tree of empty submodules, because torch::nn::Module
+// forbids dots in a parameter's own name.
+#include "echelon/model/qwen3.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <sstream>
+
+namespace echelon::model {
+namespace {
+
+// Creates "a.b.c" as parameter "c" of submodule "a.b", making the submodules on the way.
+class ParamTree {
+ public:
+  explicit ParamTree(torch::nn::Module* root) : root_(root) {}
+
+  at::Tensor Add(const std::string& path, at::IntArrayRef shape) {
+    const size_t dot = path.rfind('.');
+    torch::nn::Module* owner = dot == std::string::npos ? root_ : Node(path.substr(0, dot));
+    return owner->register_parameter(path.substr(dot + 1), at::empty(shape, at::kFloat));
+  }
+
+ private:
+  torch::nn::Module* Node(const std::string& prefix) {
+    auto it = nodes_.find(prefix);
+    if (it != nodes_.end()) return it->second.get();
+    const size_t dot = prefix.rfind('.');
+    torch::nn::Module* parent = dot == std::string::npos ? root_ : Node(prefix.substr(0, dot));
+    auto node = parent->register_module(prefix.substr(dot + 1), std::make_shared<torch::nn::Module>());
+    nodes_[prefix] = node;
+    return node.get();
+  }
+
+  torch::nn::Module* root_;
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> nodes_;
+};
+
+// RMSNorm over the last dimension (HF computes it in fp32; the whole model is fp32 here).
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return w * (x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps));
+}
+
+// Rotate-half (NeoX) layout: dimension i pairs with i + D/2.
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+// Additive attention mask [B, 1, 1, T, S] (0 or -inf), or undefined when nothing is masked.
+// A query with no visible key (a padding slot) sees every key instead, so softmax stays
+// finite; such rows are padding and never read.
+at::Tensor AttentionMask(const at::Tensor& key_valid, int64_t batch, int64_t t, int64_t start) {
+  const int64_t s = start + t;
+  if (!key_valid.defined() && t == 1) return at::Tensor();
+  at::Tensor query_pos = at::arange(start, s, at::kLong).unsqueeze(1);
+  at::Tensor allowed = (at::arange(s, at::kLong).unsqueeze(0) <= query_pos).unsqueeze(0);  // [1, T, S]
+  if (key_valid.defined()) {
+    TORCH_CHECK(key_valid.dim() == 2 && key_valid.size(0) == batch && key_valid.size(1) >= s,
+                "key_valid must be [B, >= ", s, "], got ", key_valid.sizes());
+    allowed = allowed & key_valid.narrow(1, 0, s).to(at::kBool).unsqueeze(1);
+  }
+  allowed = allowed | ~allowed.any(-1, /*keepdim=*/true);
+  at::Tensor mask = at::zeros(allowed.sizes(), at::kFloat);
+  mask.masked_fill_(~allowed, -std::numeric_limits<float>::infinity());
+  return mask.view({mask.size(0), 1, 1, t, s});
+}
+
+std::string ShapeString(at::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+}  // namespace
+
+Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg) : cfg_(cfg) {
+  const Status valid = cfg.Validate();
+  TORCH_CHECK(valid.ok(), "Qwen3Model: invalid config: ", valid.message());
+  const int64_t e = cfg.hidden_size, d = cfg.head_dim, q = cfg.num_attention_heads * d;
+  const int64_t kv = cfg.num_key_value_heads * d, inter = cfg.intermediate_size;
+  ParamTree tree(this);
+  embed_ = tree.Add("model.embed_tokens.weight", {cfg.vocab_size, e});
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer l;
+    l.input_norm = tree.Add(p + "input_layernorm.weight", {e});
+    l.q_proj = tree.Add(p + "self_attn.q_proj.weight", {q, e});
+    l.k_proj = tree.Add(p + "self_attn.k_proj.weight", {kv, e});
+    l.v_proj = tree.Add(p + "self_attn.v_proj.weight", {kv, e});
+    l.o_proj = tree.Add(p + "self_attn.o_proj.weight", {e, q});
+    l.q_norm = tree.Add(p + "self_attn.q_norm.weight", {d});
+    l.k_norm = tree.Add(p + "self_attn.k_norm.weight", {d});
+    l.post_norm = tree.Add(p + "post_attention_layernorm.weight", {e});
+    l.gate_proj = tree.Add(p + "mlp.gate_proj.weight", {inter, e});
+    l.up_proj = tree.Add(p + "mlp.up_proj.weight", {inter, e});
+    l.down_proj = tree.Add(p + "mlp.down_proj.weight", {e, inter});
+    layers_.push_back(l);
+  }
+  final_norm_ = tree.Add("model.norm.weight", {e});
+  lm_head_ = cfg.tie_word_embeddings ? embed_ : tree.Add("lm_head.weight", {cfg.vocab_size, e});
+  // As HF: 1 / theta^(arange(0, D, 2) / D) in fp32.
+  inv_freq_ =
+      at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d)).reciprocal();
+  InitWeights(0);
+}
+
+at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
+                                   KVCache* cache) {
+  TORCH_CHECK(ids.dim() == 2 && positions.sizes() == ids.sizes(), "Forward: ids and positions must be [B, T], got ",
+              ids.sizes(), " and ", positions.sizes());
+  const int64_t batch = ids.size(0), t = ids.size(1);
+  const int64_t start = cache != nullptr ? cache->length : 0;
+  if (cache != nullptr) {
+    TORCH_CHECK(start + t <= cache->capacity, "KV cache capacity ", cache->capacity, " exceeded by ", start + t);
+    TORCH_CHECK(!cache->k.empty() && cache->k[0].size(0) == batch, "KV cache batch does not match ids");
+  }
+  const at::Tensor mask = AttentionMask(key_valid, batch, t, start);
+  at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, T, D/2]
+  angles = at::cat({angles, angles}, -1).unsqueeze(1);                     // [B, 1, T, D]
+  const at::Tensor cos = angles.cos(), sin = angles.sin();
+
+  at::Tensor x = at::embedding(embed_, ids);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    x = x + Attention(l, RmsNorm(x, l.input_norm, cfg_.rms_norm_eps), cos, sin, mask, cache, i);
+    x = x + Mlp(l, RmsNorm(x, l.post_norm, cfg_.rms_norm_eps));
+  }
+  if (cache != nullptr) cache->length = start + t;
+  return at::linear(RmsNorm(x, final_norm_, cfg_.rms_norm_eps), lm_head_);
+}
+
+at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                                     const at::Tensor& mask, KVCache* cache, size_t index) const {
+  const int64_t b = h.size(0), t = h.size(1), d = cfg_.head_dim;
+  const int64_t heads = cfg_.num_attention_heads, kv = cfg_.num_key_value_heads, group = heads / kv;
+  const double eps = cfg_.rms_norm_eps;
+  at::Tensor q = RmsNorm(at::linear(h, l.q_proj).view({b, t, heads, d}), l.q_norm, eps).transpose(1, 2);
+  at::Tensor k = RmsNorm(at::linear(h, l.k_proj).view({b, t, kv, d}), l.k_norm, eps).transpose(1, 2);
+  at::Tensor v = at::linear(h, l.v_proj).view({b, t, kv, d}).transpose(1, 2);
+  q = ApplyRope(q, cos, sin);  // [B, H, T, D]
+  k = ApplyRope(k, cos, sin);  // [B, KV, T, D]
+  if (cache != nullptr) {
+    const int64_t start = cache->length;
+    cache->k[index].narrow(2, start, t).copy_(k);
+    cache->v[index].narrow(2, start, t).copy_(v);
+    k = cache->k[index].narrow(2, 0, start + t);
+    v = cache->v[index].narrow(2, 0, start + t);
+  }
+  const int64_t s = k.size(2);
+  // Grouped-query attention without copying K/V: query head h reads kv head h / group, so
+  // the `group` query heads of one kv head are stacked along the query axis.
+  at::Tensor scores = at::matmul(q.reshape({b, kv, group * t, d}), k.transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
+  scores = scores.view({b, kv, group, t, s});
+  if (mask.defined()) scores = scores + mask;
+  at::Tensor probs = at::softmax(scores, -1).view({b, kv, group * t, s});
+  at::Tensor out = at::matmul(probs, v).view({b, heads, t, d}).transpose(1, 2).reshape({b, t, heads * d});
+  return at::linear(out, l.o_proj);
+}
+
+at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h) const {
+  return at::linear(at::silu(at::linear(h, l.gate_proj)) * at::linear(h, l.up_proj), l.down_proj);
+}
+
+KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {
+  KVCache cache;
+  cache.capacity = capacity;
+  for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
+    cache.k.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, at::kFloat));
+    cache.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, at::kFloat));
+  }
+  return cache;
+}
+
+std::map<std::string, at::Tensor> Qwen3ModelImpl::StateDict() const {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) out[item.key()] = item.value().detach();
+  return out;
+}
+
+Status Qwen3ModelImpl::LoadStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where) {
+  const auto params = named_parameters(/*recurse=*/true);
+  // Check everything before copying anything, so a bad file leaves the model unchanged.
+  for (const auto& item : params) {
+    auto it = weights.find(item.key());
+    if (it == weights.end()) return NotFound(where + ": missing tensor " + item.key());
+    if (!it->second.defined() || !at::isFloatingType(it->second.scalar_type())) {
+      return InvalidArgument(where + ": tensor " + item.key() + " is not a floating-point tensor");
+    }
+    if (it->second.sizes() != item.value().sizes()) {
+      return InvalidArgument(where + ": tensor " + item.key() + " has shape " + ShapeString(it->second.sizes()) +
+                             ", config.json needs " + ShapeString(item.value().sizes()));
+    }
+  }
+  for (const auto& [name, tensor] : weights) {
+    if (params.contains(name) || (cfg_.tie_word_embeddings && name == "lm_head.weight")) continue;
+    return InvalidArgument(where + ": unexpected tensor " + name + " (not a parameter of this config)");
+  }
+  try {
+    at::NoGradGuard no_grad;
+    for (const auto& item : params) item.value().copy_(weights.at(item.key()).to(at::kFloat));
+  } catch (const c10::Error& e) {
+    return Internal(where + ": copying weights failed: " + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+void Qwen3ModelImpl::InitWeights(uint64_t seed) {
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    const bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+    if (is_norm) {
+      item.value().fill_(1.0);
+    } else {
+      item.value().normal_(0.0, 0.02, gen);
+    }
+  }
+}
+
+}  // namespace echelon::model

@@ -1,0 +1,80 @@
+// Qwen3-architecture decoder on LibTorch: token embedding; per layer RMSNorm -> attention
+// (q/k/v projections, per-head RMSNorm on q and k, rotary embedding in the rotate-half
+// layout, grouped-query attention, causal + padding mask) -> residual -> RMSNorm -> SwiGLU
+// MLP -> residual; final RMSNorm; lm_head (or the embedding when tied).
+//
+// Parameter names are exactly Hugging Face's ("model.layers.0.self_attn.q_proj.weight",
+// "lm_head.weight", ...), so NamedParameters() maps one-to-one onto a safetensors file.
+//
+//   Qwen3Model m(cfg);
+//   at::Tensor logits = m->Forward(ids, positions, key_valid, nullptr);   // [B, T, vocab]
+//
+// Thread contract: a module is used by one thread at a time (forward on one thread while
+// another thread writes its weights is a data race); copy weights with LoadStateDict.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "echelon/common/status.h"
+#include "echelon/model/model_config.h"
+
+namespace echelon::model {
+
+// Per-layer key/value cache for incremental decoding. Keys and values are stored after the
+// k-norm and rotary embedding, shape [B, num_key_value_heads, capacity, head_dim].
+struct KVCache {
+  std::vector<at::Tensor> k;
+  std::vector<at::Tensor> v;
+  int64_t length = 0;    // positions filled so far (same for every row; rows are left-padded)
+  int64_t capacity = 0;
+};
+
+class Qwen3ModelImpl : public torch::nn::Module {
+ public:
+  // cfg must pass Validate() (c10::Error otherwise); weights start as InitWeights(0).
+  explicit Qwen3ModelImpl(const ModelConfig& cfg);
+
+  // ids, positions: [B, T] int64. key_valid: [B, cache->length + T] bool, false for padding
+  // slots (nullptr-equivalent: undefined tensor = all valid). With a cache the T new keys are
+  // appended at cache->length and attention covers every cached slot (causal within the new
+  // T). Returns logits [B, T, vocab] (fp32 on CPU).
+  at::Tensor Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
+                     KVCache* cache);
+
+  KVCache NewCache(int64_t batch, int64_t capacity) const;
+  const ModelConfig& config() const { return cfg_; }
+
+  // Weights by Hugging Face name (tied models have no "lm_head.weight").
+  std::map<std::string, at::Tensor> StateDict() const;
+  // Copies weights in; every parameter must be present with the right shape, and no extra
+  // names (lm_head.weight is ignored when tied). Converts dtypes.
+  Status LoadStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where);
+  // Re-initialises weights (normal(0, 0.02), norms to 1) from a seed; deterministic.
+  void InitWeights(uint64_t seed);
+
+ private:
+  // One decoder layer's weights (the same tensors are registered as HF-named parameters).
+  struct Layer {
+    at::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
+    at::Tensor post_norm, gate_proj, up_proj, down_proj;
+  };
+
+  at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                       const at::Tensor& mask, KVCache* cache, size_t index) const;
+  at::Tensor Mlp(const Layer& layer, const at::Tensor& h) const;
+
+  ModelConfig cfg_;
+  at::Tensor embed_;
+  std::vector<Layer> layers_;
+  at::Tensor final_norm_;
+  at::Tensor lm_head_;   // the embedding itself when tied
+  at::Tensor inv_freq_;  // [head_dim / 2] rotary frequencies, not a parameter
+};
+TORCH_MODULE(Qwen3Model);
+
+}  // namespace echelon::model

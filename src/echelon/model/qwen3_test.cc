@@ -1,0 +1,295 @@
+// The decoder against golden logits from an independent PyTorch implementation of HF Qwen3
+// (tests/data/model/*/golden_logits.json; see tests/data/model/README.md), plus the
+// properties the learner and sampler rely on.
+#include "echelon/model/qwen3.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "echelon/common/fs.h"
+#include "echelon/model/safetensors.h"
+
+namespace echelon::model {
+namespace {
+
+const std::string kData = std::string(ECHELON_TEST_DATA) + "/model/";
+
+ModelConfig TinyConfig(bool tied) {
+  ModelConfig c;
+  c.vocab_size = 23;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;  // deliberately != hidden / heads
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+// Random weights with norm weights away from 1, so a skipped or misplaced norm shows.
+Qwen3Model TinyModel(bool tied, uint64_t seed) {
+  Qwen3Model m(TinyConfig(tied));
+  m->InitWeights(seed);
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + 100);
+  for (auto& p : m->parameters()) p.normal_(0.0, p.dim() == 1 ? 0.5 : 0.3, gen).add_(p.dim() == 1 ? 1.0 : 0.0);
+  return m;
+}
+
+at::Tensor Positions(int64_t batch, int64_t len) { return at::arange(len, at::kLong).expand({batch, len}); }
+
+double MaxDiff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+Qwen3Model LoadReference(const std::string& name) {
+  Result<std::string> text = ReadFile(kData + name + "/config.json");
+  EXPECT_TRUE(text.ok()) << text.status().message();
+  Result<ModelConfig> cfg = ModelConfig::FromJsonText(text.value(), name + "/config.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  Result<SafetensorsFile> st = ReadSafetensors(kData + name + "/model.safetensors");
+  EXPECT_TRUE(st.ok()) << st.status().message();
+  Qwen3Model m(cfg.value());
+  Status loaded = m->LoadStateDict(st->tensors, name);
+  EXPECT_TRUE(loaded.ok()) << loaded.message();
+  return m;
+}
+
+void ExpectMatchesGolden(const std::string& name) {
+  Qwen3Model m = LoadReference(name);
+  nlohmann::json golden = nlohmann::json::parse(ReadFile(kData + name + "/golden_logits.json").value());
+  ASSERT_GE(golden.size(), 3u);
+  for (const auto& g : golden) {
+    const auto ids_vec = g["ids"].get<std::vector<int64_t>>();
+    const auto rows = g["logits"].get<std::vector<std::vector<float>>>();
+    const int64_t len = static_cast<int64_t>(ids_vec.size());
+    at::Tensor expected = at::empty({len, m->config().vocab_size}, at::kFloat);
+    for (int64_t t = 0; t < len; ++t) {
+      expected[t].copy_(at::tensor(rows[static_cast<size_t>(t)], at::kFloat));
+    }
+    at::Tensor ids = at::tensor(ids_vec, at::kLong).unsqueeze(0);
+    at::Tensor logits = m->Forward(ids, Positions(1, len), at::Tensor(), nullptr)[0];
+    EXPECT_LT(MaxDiff(logits, expected), 1e-4) << name << " ids " << g["ids"].dump();
+    EXPECT_GT(expected.abs().max().item<double>(), 1.0) << "golden logits should not be trivially small";
+  }
+}
+
+TEST(Qwen3GoldenTest, Bf16UntiedCheckpointMatchesReference) { ExpectMatchesGolden("qwen3_bf16"); }
+TEST(Qwen3GoldenTest, TiedCheckpointWithWideHeadsMatchesReference) { ExpectMatchesGolden("qwen3_tied"); }
+
+TEST(Qwen3Test, ParametersHaveHuggingFaceNames) {
+  Qwen3Model untied(TinyConfig(false));
+  std::set<std::string> names;
+  for (const auto& item : untied->named_parameters()) names.insert(item.key());
+  std::set<std::string> expected = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    for (const char* s : {"input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                          "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+      expected.insert(p + s + ".weight");
+    }
+  }
+  EXPECT_EQ(names, expected);
+  int64_t total = 0;
+  for (const auto& p : untied->parameters()) total += p.numel();
+  EXPECT_EQ(total, TinyConfig(false).NumParameters());
+
+  Qwen3Model tied(TinyConfig(true));
+  const auto sd = tied->StateDict();
+  EXPECT_EQ(sd.count("lm_head.weight"), 0u);
+  EXPECT_EQ(sd.size(), expected.size() - 1);
+  EXPECT_EQ(static_cast<int64_t>(tied->parameters().size()), static_cast<int64_t>(expected.size()) - 1);
+  EXPECT_EQ(sd.at("model.layers.1.self_attn.q_proj.weight").sizes(), (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(sd.at("model.layers.1.self_attn.k_proj.weight").sizes(), (std::vector<int64_t>{32, 32}));
+}
+
+TEST(Qwen3Test, GradientsReachEveryParameterAndADescentStepLowersTheLoss) {
+  for (bool tied : {false, true}) {
+    Qwen3Model m = TinyModel(tied, 5);
+    at::Tensor ids = at::randint(23, {3, 7}, at::kLong);
+    auto loss_fn = [&] {
+      at::Tensor logits = m->Forward(ids.narrow(1, 0, 6), Positions(3, 6), at::Tensor(), nullptr);
+      return at::cross_entropy_loss(logits.reshape({-1, 23}), ids.narrow(1, 1, 6).reshape({-1}));
+    };
+    at::Tensor loss = loss_fn();
+    loss.backward();
+    for (const auto& item : m->named_parameters()) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      EXPECT_GT(item.value().grad().abs().sum().item<double>(), 0.0) << item.key();
+    }
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : m->parameters()) p.sub_(p.grad() * 0.05);
+    }
+    EXPECT_LT(loss_fn().item<double>(), loss.item<double>()) << "tied=" << tied;
+  }
+}
+
+TEST(Qwen3Test, LeftPaddedBatchEqualsPerRowForward) {
+  Qwen3Model m = TinyModel(false, 1);
+  const std::vector<std::vector<int64_t>> rows = {{3, 9, 4}, {1, 2, 3, 4, 5, 6, 7}, {11}, {5, 5, 6, 22, 0}};
+  const int64_t width = 7;
+  at::Tensor ids = at::zeros({4, width}, at::kLong);
+  at::Tensor valid = at::zeros({4, width}, at::kBool);
+  for (int64_t r = 0; r < 4; ++r) {
+    const auto& row = rows[static_cast<size_t>(r)];
+    const int64_t pad = width - static_cast<int64_t>(row.size());
+    ids[r].narrow(0, pad, static_cast<int64_t>(row.size())).copy_(at::tensor(row, at::kLong));
+    valid[r].narrow(0, pad, static_cast<int64_t>(row.size())).fill_(true);
+  }
+  at::Tensor positions = (valid.to(at::kLong).cumsum(1) - 1).clamp_min(0);
+  at::Tensor padded = m->Forward(ids, positions, valid, nullptr);
+  for (int64_t r = 0; r < 4; ++r) {
+    const auto& row = rows[static_cast<size_t>(r)];
+    const int64_t len = static_cast<int64_t>(row.size());
+    at::Tensor alone = m->Forward(at::tensor(row, at::kLong).unsqueeze(0), Positions(1, len), at::Tensor(), nullptr)[0];
+    EXPECT_LT(MaxDiff(padded[r].narrow(0, width - len, len), alone), 1e-5) << "row " << r;
+  }
+}
+
+TEST(Qwen3Test, IncrementalCacheEqualsFullForward) {
+  Qwen3Model m = TinyModel(true, 2);
+  at::Tensor ids = at::randint(23, {2, 9}, at::kLong);
+  at::Tensor full = m->Forward(ids, Positions(2, 9), at::Tensor(), nullptr);
+  KVCache cache = m->NewCache(2, 9);
+  at::NoGradGuard no_grad;
+  at::Tensor first = m->Forward(ids.narrow(1, 0, 5), Positions(2, 5), at::Tensor(), &cache);
+  EXPECT_EQ(cache.length, 5);
+  EXPECT_LT(MaxDiff(first, full.narrow(1, 0, 5)), 1e-5);
+  for (int64_t t = 5; t < 9; ++t) {
+    at::Tensor step = m->Forward(ids.narrow(1, t, 1), at::full({2, 1}, t, at::kLong), at::Tensor(), &cache);
+    EXPECT_LT(MaxDiff(step.select(1, 0), full.select(1, t)), 1e-5) << "step " << t;
+  }
+  EXPECT_EQ(cache.length, 9);
+  EXPECT_THROW(m->Forward(ids.narrow(1, 0, 1), Positions(2, 1), at::Tensor(), &cache), c10::Error)
+      << "writing past the cache capacity must fail loudly";
+}
+
+TEST(Qwen3Test, LoadStateDictRejectsMissingMisshapenAndExtraTensors) {
+  Qwen3Model m = TinyModel(false, 3);
+  const at::Tensor before = m->StateDict().at("model.norm.weight").clone();
+  auto weights = TinyModel(false, 4)->StateDict();
+
+  auto missing = weights;
+  missing.erase("model.layers.1.mlp.up_proj.weight");
+  Status st = m->LoadStateDict(missing, "w.safetensors");
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("w.safetensors"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << st.message();
+
+  auto misshapen = weights;
+  misshapen["model.layers.0.self_attn.k_proj.weight"] = at::zeros({16, 32});
+  st = m->LoadStateDict(misshapen, "w.safetensors");
+  EXPECT_NE(st.message().find("model.layers.0.self_attn.k_proj.weight"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[16, 32]"), std::string::npos) << st.message();
+
+  auto extra = weights;
+  extra["model.layers.2.mlp.up_proj.weight"] = at::zeros({48, 32});
+  st = m->LoadStateDict(extra, "w.safetensors");
+  EXPECT_NE(st.message().find("unexpected tensor model.layers.2.mlp.up_proj.weight"), std::string::npos)
+      << st.message();
+  EXPECT_TRUE(at::equal(m->StateDict().at("model.norm.weight"), before)) << "failed loads must not change weights";
+
+  auto ints = weights;
+  ints["model.norm.weight"] = at::zeros({32}, at::kLong);
+  EXPECT_FALSE(m->LoadStateDict(ints, "w").ok());
+
+  // Converts dtypes; a tied model ignores an lm_head.weight in the file.
+  auto bf16 = weights;
+  for (auto& [name, t] : bf16) t = t.to(at::kBFloat16);
+  ASSERT_TRUE(m->LoadStateDict(bf16, "w").ok());
+  EXPECT_TRUE(at::equal(m->StateDict().at("model.norm.weight"), bf16.at("model.norm.weight").to(at::kFloat)));
+  Qwen3Model tied(TinyConfig(true));
+  auto with_head = TinyModel(true, 4)->StateDict();
+  with_head["lm_head.weight"] = at::zeros({23, 32});
+  EXPECT_TRUE(tied->LoadStateDict(with_head, "w").ok());
+}
+
+TEST(Qwen3Test, InitWeightsIsDeterministicPerSeed) {
+  Qwen3Model a(TinyConfig(false)), b(TinyConfig(false));
+  a->InitWeights(11);
+  b->InitWeights(11);
+  for (const auto& [name, t] : a->StateDict()) EXPECT_TRUE(at::equal(t, b->StateDict().at(name))) << name;
+  b->InitWeights(12);
+  EXPECT_FALSE(at::equal(a->StateDict().at("lm_head.weight"), b->StateDict().at("lm_head.weight")));
+  EXPECT_TRUE(at::equal(a->StateDict().at("model.layers.0.self_attn.q_norm.weight"), at::ones({16})));
+  const double sd = a->StateDict().at("model.embed_tokens.weight").std().item<double>();
+  EXPECT_NEAR(sd, 0.02, 0.005);
+}
+
+// --- ModelConfig (config.json) ---
+
+TEST(ModelConfigTest, ReadsReferenceConfigAndIgnoresUnknownFields) {
+  Result<ModelConfig> c =
+      ModelConfig::FromJsonText(ReadFile(kData + "qwen3_tied/config.json").value(), "tied/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->vocab_size, 300);
+  EXPECT_EQ(c->hidden_size, 32);
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->num_key_value_heads, 2);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_EQ(c->eos_token_id, -1);
+}
+
+TEST(ModelConfigTest, MissingRequiredFieldNamesFileAndField) {
+  nlohmann::json j = TinyConfig(false).ToJson();
+  j.erase("intermediate_size");
+  Result<ModelConfig> c = ModelConfig::FromJson(j, "ck/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("ck/config.json"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("intermediate_size"), std::string::npos) << c.status().message();
+  j = TinyConfig(false).ToJson();
+  j["hidden_size"] = "32";
+  c = ModelConfig::FromJson(j, "ck/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("hidden_size"), std::string::npos) << c.status().message();
+  EXPECT_FALSE(ModelConfig::FromJsonText("{", "x").ok());
+}
+
+TEST(ModelConfigTest, AppliesHuggingFaceDefaults) {
+  nlohmann::json j = {{"vocab_size", 10},       {"hidden_size", 256},       {"intermediate_size", 64},
+                      {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"eos_token_id", {7, 8}}};
+  Result<ModelConfig> c = ModelConfig::FromJson(j, "c");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->head_dim, 128);  // Qwen3Config default, not 256 / 4
+  EXPECT_EQ(c->num_key_value_heads, 4);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_id, 7);
+}
+
+TEST(ModelConfigTest, RejectsInconsistentOrUnsupportedConfigs) {
+  auto bad = [](const char* field, const nlohmann::json& value) {
+    nlohmann::json j = TinyConfig(false).ToJson();
+    j[field] = value;
+    Result<ModelConfig> c = ModelConfig::FromJson(j, "c.json");
+    EXPECT_FALSE(c.ok()) << field;
+    if (!c.ok()) {
+      EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status().message();
+    }
+  };
+  bad("num_key_value_heads", 3);
+  bad("head_dim", 15);
+  bad("attention_bias", true);
+  bad("rope_scaling", {{"rope_type", "yarn"}});
+  bad("model_type", "llama");
+  bad("hidden_act", "gelu");
+  bad("vocab_size", 0);
+}
+
+TEST(ModelConfigTest, JsonRoundTripAndParameterCount) {
+  const ModelConfig c = TinyConfig(true);
+  Result<ModelConfig> back = ModelConfig::FromJson(c.ToJson(), "rt");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->ToJson(), c.ToJson());
+  // 23*32 embed + 2 layers * (attn 32*64 + 2*32*32 + 64*32 + 2*16, mlp 3*32*48, norms 2*32) + 32.
+  EXPECT_EQ(c.NumParameters(), 23 * 32 + 2 * (4096 + 2048 + 32 + 4608 + 64) + 32);
+}
+
+}  // namespace
+}  // namespace echelon::model

@@ -1,0 +1,39 @@
+// Reader and writer of the safetensors format: an 8-byte little-endian header length N, N
+// bytes of JSON header ({name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__":
+// {str: str}}), then the raw little-endian tensor bytes.
+//
+// The reader refuses anything that is not whole and self-consistent: a short file, a header
+// length past the end, bad JSON, an unknown dtype, offsets that overlap, leave gaps, run past
+// the data, or disagree with dtype x shape. Errors name the file and the tensor.
+//
+// Thread contract: free functions over values; no shared state.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "echelon/common/status.h"
+
+namespace echelon::model {
+
+struct SafetensorsFile {
+  std::map<std::string, at::Tensor> tensors;        // contiguous CPU tensors
+  std::map<std::string, std::string> metadata;      // "__metadata__"
+};
+
+// Parses bytes already in memory; `where` names the source in errors. BF16 and F16 tensors
+// keep their dtype (the caller converts).
+Result<SafetensorsFile> ParseSafetensors(const std::string& bytes, const std::string& where);
+Result<SafetensorsFile> ReadSafetensors(const std::string& path);
+
+// Serialises tensors (F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL), names sorted.
+Result<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
+                                         const std::map<std::string, std::string>& metadata = {});
+// Writes atomically (temporary name, fsync, rename).
+Status WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                        const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace echelon::model

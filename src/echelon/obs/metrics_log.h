@@ -1,0 +1,33 @@
+// MetricsLog: appends one JSON object per line to a file (metrics.jsonl) and flushes each
+// line, so a crash loses at most the line being written and readers can tail the file.
+//
+// Thread contract: Write() is safe to call from several threads (one mutex).
+#pragma once
+
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "echelon/common/status.h"
+
+namespace echelon::obs {
+
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  Status Open(const std::string& path);
+  Status Write(const nlohmann::json& line);
+
+ private:
+  std::mutex mu_;  // guards file_
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace echelon::obs

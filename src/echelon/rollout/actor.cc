@@ -1,0 +1,84 @@
+#include "echelon/rollout/actor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+namespace echelon::rollout {
+
+uint64_t GroupSeed(uint64_t run_seed, uint64_t group_id) {
+  // splitmix64 of the pair: well-spread seeds for adjacent group ids.
+  uint64_t z = run_seed * 0x9E3779B97F4A7C15ULL + group_id + 0x632BE59BD9B4E019ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+Actor::Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
+             const data::TaskAdapter* task, std::unique_ptr<ModelPolicy> policy)
+    : options_(std::move(options)),
+      work_(work),
+      sink_(sink),
+      snapshots_(snapshots),
+      task_(task),
+      policy_(std::move(policy)) {}
+
+bool Actor::RefreshSnapshot() {
+  Snapshot snap = snapshots_->Latest();
+  if (snap.version <= policy_->version()) return policy_->version() >= 0;
+  Status st = policy_->LoadSnapshot(*snap.weights, snap.version);
+  if (!st.ok()) {
+    spdlog::error("{}: cannot load snapshot v{}: {}", options_.name, snap.version, st.message());
+    ++stats_.errors;
+    return false;
+  }
+  return true;
+}
+
+void Actor::Run(const std::atomic<bool>& stop) {
+  using Seconds = std::chrono::duration<double>;
+  while (!stop.load()) {
+    if (!RefreshSnapshot()) {
+      std::this_thread::sleep_for(Seconds(options_.idle_sleep_seconds));
+      continue;
+    }
+    std::optional<Assignment> a = work_->Acquire(options_.name);
+    if (!a) {
+      std::this_thread::sleep_for(Seconds(options_.idle_sleep_seconds));
+      continue;
+    }
+    // The gate may have advanced while we waited: take the newest snapshot for this group.
+    RefreshSnapshot();
+    GroupRollout out;
+    out.group_id = a->work.group_id;
+    out.lease_id = a->work.lease_id;
+    out.behavior_version = policy_->version();
+    out.actor = options_.name;
+    out.prompt = a->prompt;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      out.episodes = task_->RunGroup(a->prompt, a->group_size, *policy_, GroupSeed(options_.seed, a->work.group_id));
+    } catch (const std::exception& e) {
+      // The lease will expire and the group is re-issued to another actor.
+      spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, e.what());
+      ++stats_.errors;
+      continue;
+    }
+    out.generate_seconds = Seconds(std::chrono::steady_clock::now() - t0).count();
+    if (options_.slowdown > 1.0)
+      std::this_thread::sleep_for(Seconds(out.generate_seconds * (options_.slowdown - 1.0)));
+    int64_t tokens = 0;
+    for (const data::Episode& e : out.episodes)
+      for (const data::Turn& t : e.turns) tokens += t.tokens.size();
+    if (sink_->Submit(std::move(out)) != sched::SubmitResult::kAccepted) {
+      ++stats_.refused;
+      continue;
+    }
+    ++stats_.groups;
+    stats_.tokens += tokens;
+  }
+}
+
+}  // namespace echelon::rollout

@@ -1,0 +1,61 @@
+// Actor: the rollout plane's loop. Acquires a prompt group, makes sure it holds the newest
+// snapshot, runs the task adapter's episodes with its policy, and submits the group tagged with
+// the policy version that generated it.
+//
+//   Actor actor(options, &hub, &hub, &hub, task, std::move(policy));
+//   std::thread t([&] { actor.Run(stop); });
+//
+// Thread contract: Run() executes on one thread; stats() may be read from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "echelon/data/adapter.h"
+#include "echelon/rollout/model_policy.h"
+#include "echelon/rollout/transport.h"
+
+namespace echelon::rollout {
+
+struct ActorOptions {
+  std::string name = "actor-0";
+  uint64_t seed = 0;             // with the group id, seeds each group's sampling
+  double idle_sleep_seconds = 0.002;  // back-off when the gate admits no work
+  double slowdown = 1.0;         // >1 sleeps (slowdown-1) x generation time per group: emulates a slower worker
+};
+
+struct ActorStats {
+  std::atomic<int64_t> groups{0};
+  std::atomic<int64_t> tokens{0};
+  std::atomic<int64_t> refused{0};
+  std::atomic<int64_t> errors{0};
+};
+
+class Actor {
+ public:
+  Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
+        const data::TaskAdapter* task, std::unique_ptr<ModelPolicy> policy);
+
+  // Loops until `stop` becomes true.
+  void Run(const std::atomic<bool>& stop);
+  const ActorStats& stats() const { return stats_; }
+
+ private:
+  bool RefreshSnapshot();
+
+  ActorOptions options_;
+  WorkSource* work_;
+  TrajectorySink* sink_;
+  SnapshotSource* snapshots_;
+  const data::TaskAdapter* task_;
+  std::unique_ptr<ModelPolicy> policy_;
+  ActorStats stats_;
+};
+
+// Seed of a group's sampling: a function of the run seed and the group (not of timing), so a
+// run with one actor and S = 0 is reproducible.
+uint64_t GroupSeed(uint64_t run_seed, uint64_t group_id);
+
+}  // namespace echelon::rollout

@@ -1,0 +1,31 @@
+#include "echelon/rollout/evaluate.h"
+
+#include <algorithm>
+
+namespace echelon::rollout {
+
+EvalResult EvaluateGreedy(const data::TaskAdapter& task, const std::vector<data::Prompt>& prompts,
+                          data::Policy& policy, size_t batch) {
+  EvalResult r;
+  double reward_sum = 0;
+  int64_t correct = 0;
+  for (size_t start = 0; start < prompts.size(); start += batch) {
+    const size_t end = std::min(prompts.size(), start + batch);
+    std::vector<std::string> texts;
+    for (size_t i = start; i < end; ++i) texts.push_back(prompts[i].text);
+    std::vector<data::Turn> turns = policy.Sample(texts, 0);
+    for (size_t i = start; i < end; ++i) {
+      const double reward = task.Reward(prompts[i], turns[i - start].text);
+      reward_sum += reward;
+      correct += reward >= 1.0 ? 1 : 0;
+    }
+  }
+  r.n = static_cast<int64_t>(prompts.size());
+  if (r.n > 0) {
+    r.accuracy = static_cast<double>(correct) / r.n;
+    r.reward_mean = reward_sum / r.n;
+  }
+  return r;
+}
+
+}  // namespace echelon::rollout

@@ -1,0 +1,22 @@
+// Greedy evaluation: one episode per prompt at temperature 0, success rate over the set.
+//
+// Thread contract: uses the policy from the calling thread only.
+#pragma once
+
+#include <vector>
+
+#include "echelon/data/adapter.h"
+
+namespace echelon::rollout {
+
+struct EvalResult {
+  double accuracy = 0;
+  double reward_mean = 0;
+  int64_t n = 0;
+};
+
+// `policy` must sample greedily (temperature 0). Prompts are run in batches of `batch`.
+EvalResult EvaluateGreedy(const data::TaskAdapter& task, const std::vector<data::Prompt>& prompts,
+                          data::Policy& policy, size_t batch = 256);
+
+}  // namespace echelon::rollout

@@ -1,0 +1,45 @@
+#include "echelon/rollout/model_policy.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "echelon/model/safetensors.h"
+
+namespace echelon::rollout {
+
+ModelPolicy::ModelPolicy(model::Qwen3Model model, model::CharTokenizer tokenizer, model::SamplingParams params)
+    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), params_(params) {}
+
+std::vector<data::Turn> ModelPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& p : prompts) {
+    Result<std::vector<int64_t>> enc = tokenizer_.Encode(p);
+    if (!enc.ok()) throw std::invalid_argument(enc.status().message());
+    enc.value().insert(enc.value().begin(), model::CharTokenizer::kBos);
+    ids.push_back(std::move(enc).value());
+  }
+  model::SamplingParams sp = params_;
+  sp.seed = seed;
+  at::NoGradGuard no_grad;
+  model_->eval();
+  std::vector<model::Completion> out = model::Generate(model_, ids, sp);
+  std::vector<data::Turn> turns(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    turns[i].prompt_ids = std::move(ids[i]);
+    turns[i].text = tokenizer_.Decode(out[i].tokens);
+    turns[i].tokens = std::move(out[i].tokens);
+    turns[i].logprobs = std::move(out[i].logprobs);
+  }
+  return turns;
+}
+
+Status ModelPolicy::LoadSnapshot(const std::string& safetensors_bytes, int64_t version) {
+  const std::string where = "snapshot v" + std::to_string(version);
+  ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ParseSafetensors(safetensors_bytes, where));
+  ECHELON_RETURN_IF_ERROR(model_->LoadStateDict(f.tensors, where));
+  version_ = version;
+  return Status::Ok();
+}
+
+}  // namespace echelon::rollout

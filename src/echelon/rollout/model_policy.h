@@ -1,0 +1,36 @@
+// ModelPolicy: the builtin LibTorch inference backend. Implements data::Policy by encoding
+// prompts (BOS + characters), sampling with the KV-cache generator, and decoding.
+//
+// Thread contract: owned by one actor thread; LoadSnapshot and Sample on that thread only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "echelon/common/status.h"
+#include "echelon/data/adapter.h"
+#include "echelon/model/generate.h"
+#include "echelon/model/qwen3.h"
+#include "echelon/model/tokenizer.h"
+
+namespace echelon::rollout {
+
+class ModelPolicy : public data::Policy {
+ public:
+  ModelPolicy(model::Qwen3Model model, model::CharTokenizer tokenizer, model::SamplingParams params);
+
+  // Throws std::invalid_argument when a prompt has characters outside the tokenizer.
+  std::vector<data::Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) override;
+  // Replaces the weights with a snapshot's safetensors bytes.
+  Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version);
+  int64_t version() const { return version_; }
+  model::Qwen3Model& model() { return model_; }
+
+ private:
+  model::Qwen3Model model_;
+  model::CharTokenizer tokenizer_;
+  model::SamplingParams params_;
+  int64_t version_ = -1;
+};
+
+}  // namespace echelon::rollout

@@ -1,0 +1,139 @@
+#include "echelon/sched/dispatcher.h"
+
+#include <algorithm>
+
+namespace echelon::sched {
+
+Dispatcher::Dispatcher(const DispatcherOptions& options, const Clock* clock)
+    : options_(options), clock_(clock) {}
+
+std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLeasesLocked();
+  WorkItem item;
+  if (!reissue_queue_.empty()) {
+    item.group_id = reissue_queue_.front();
+    item.reissue = true;
+    reissue_queue_.pop_front();
+  } else if (CapacityLocked() > 0) {
+    item.group_id = next_group_++;
+  } else {
+    return std::nullopt;
+  }
+  item.lease_id = next_lease_++;
+  item.dispatch_version = version_;
+  running_[item.group_id] = Lease{item.lease_id, actor, clock_->Now() + options_.lease_seconds};
+  ++counts_.handed_out;
+  return item;
+}
+
+SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLeasesLocked();
+  if (group_id >= next_group_) return RefuseLocked(SubmitResult::kUnknownGroup);
+  auto run = running_.find(group_id);
+  if (run != running_.end()) {
+    if (run->second.lease_id != lease_id) return RefuseLocked(SubmitResult::kNotLeaseHolder);
+    running_.erase(run);
+    pending_[group_id] = lease_id;
+    return SubmitResult::kAccepted;
+  }
+  // Not running: pending, settled, or waiting for re-issue. Only the lease that already
+  // submitted is told "already settled"; any other lease lost the group to a re-issue.
+  auto pending = pending_.find(group_id);
+  auto settled = settled_.find(group_id);
+  const bool same_lease = (pending != pending_.end() && pending->second == lease_id) ||
+                          (settled != settled_.end() && settled->second == lease_id);
+  return RefuseLocked(same_lease ? SubmitResult::kAlreadySettled : SubmitResult::kNotLeaseHolder);
+}
+
+void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(group_id);
+  if (it == pending_.end()) return;
+  settled_[group_id] = it->second;
+  pending_.erase(it);
+  if (outcome == Outcome::kConsumed) {
+    ++counts_.consumed;
+  } else {
+    ++counts_.dropped_stale;
+  }
+}
+
+int Dispatcher::Evict(const std::string& actor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLeasesLocked();
+  int evicted = 0;
+  for (auto it = running_.begin(); it != running_.end();) {
+    auto next = std::next(it);
+    if (it->second.actor == actor) {
+      ReissueLocked(it);
+      ++evicted;
+    }
+    it = next;
+  }
+  return evicted;
+}
+
+int Dispatcher::ExpireLeases() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ExpireLeasesLocked();
+}
+
+void Dispatcher::SetVersion(int64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  version_ = std::max(version_, version);
+}
+
+int64_t Dispatcher::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+int64_t Dispatcher::Capacity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CapacityLocked();
+}
+
+DispatchCounts Dispatcher::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  DispatchCounts c = counts_;
+  c.outstanding = running_.size();
+  c.pending = pending_.size();
+  c.awaiting_reissue = reissue_queue_.size();
+  return c;
+}
+
+int Dispatcher::ExpireLeasesLocked() {
+  const double now = clock_->Now();
+  int expired = 0;
+  for (auto it = running_.begin(); it != running_.end();) {
+    auto next = std::next(it);
+    if (now > it->second.deadline) {
+      ReissueLocked(it);
+      ++expired;
+    }
+    it = next;
+  }
+  return expired;
+}
+
+int64_t Dispatcher::CapacityLocked() const {
+  const int64_t limit = (options_.max_staleness + version_ + 1) * options_.batch_groups;
+  const int64_t live = static_cast<int64_t>(counts_.consumed + pending_.size() + running_.size() +
+                                            reissue_queue_.size());
+  return std::max<int64_t>(0, limit - live);
+}
+
+void Dispatcher::ReissueLocked(std::map<uint64_t, Lease>::iterator it) {
+  reissue_queue_.push_back(it->first);
+  running_.erase(it);
+  ++counts_.reissued;
+}
+
+SubmitResult Dispatcher::RefuseLocked(SubmitResult why) {
+  ++counts_.refused;
+  return why;
+}
+
+}  // namespace echelon::sched

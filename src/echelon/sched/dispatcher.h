@@ -1,0 +1,119 @@
+// Dispatcher: hands prompt groups to actors under the staleness-aware admission rule, tracks
+// leases, re-issues work whose lease expired, and keeps the counts that must add up.
+//
+// Admission (AReaL's rule): with learner version v, batch size B groups and staleness budget
+// S, a new group may start only while
+//     started_live = consumed + pending + running  <  (S + v + 1) * B
+// so at most S+1 batches are ever in flight beyond what the learner has consumed. Groups
+// dropped as stale free their slot (otherwise the learner could starve). "running" includes
+// groups waiting for re-issue: their slot was taken at first hand-out, so a re-issue needs no
+// admission and is handed out before any new group.
+//
+// Group ids are 0, 1, 2, ... in order of first hand-out; the caller maps an id to a prompt
+// deterministically (e.g. TaskAdapter::TrainPrompt(id)), so a re-issued group is the same
+// prompt. Each hand-out carries a lease id; only the current lease holder may submit. A
+// lease expires once Now() > hand-out time + lease_seconds.
+//
+// Every hand-out ends exactly once as consumed, dropped-stale or re-issued (lease expired or
+// holder evicted), or is still outstanding/pending:
+//   handed_out == consumed + dropped_stale + reissued + outstanding + pending
+//
+//   Dispatcher d({.max_staleness = 2, .batch_groups = 32, .lease_seconds = 60}, &clock);
+//   if (auto w = d.Acquire("actor-0")) { ...; d.Submit(w->group_id, w->lease_id); }
+//   d.Settle(group_id, Outcome::kConsumed);  d.SetVersion(v + 1);
+//
+// Thread contract: all methods are safe to call concurrently (one internal mutex).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "echelon/common/clock.h"
+
+namespace echelon::sched {
+
+struct DispatcherOptions {
+  int64_t max_staleness = 0;   // S
+  int64_t batch_groups = 1;    // B: groups the learner consumes per update
+  double lease_seconds = 120;  // a hand-out not submitted by then is re-issued
+};
+
+struct WorkItem {
+  uint64_t group_id = 0;
+  uint64_t lease_id = 0;
+  int64_t dispatch_version = 0;  // learner version when handed out
+  bool reissue = false;          // this group was handed out before
+};
+
+enum class SubmitResult { kAccepted, kUnknownGroup, kNotLeaseHolder, kAlreadySettled };
+enum class Outcome { kConsumed, kDroppedStale };
+
+struct DispatchCounts {
+  uint64_t handed_out = 0;      // hand-outs, re-issues included
+  uint64_t consumed = 0;        // groups
+  uint64_t dropped_stale = 0;   // groups
+  uint64_t reissued = 0;        // hand-outs that ended by lease expiry or eviction
+  uint64_t outstanding = 0;     // hand-outs not yet submitted (running)
+  uint64_t pending = 0;         // submitted, waiting for the learner to settle
+  uint64_t refused = 0;         // submissions refused (unknown group, not holder, settled)
+  uint64_t awaiting_reissue = 0;  // groups whose hand-out ended, queued for the next Acquire
+};
+
+class Dispatcher {
+ public:
+  Dispatcher(const DispatcherOptions& options, const Clock* clock);
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // A re-issued group if one waits, else a new group if admission allows, else nullopt.
+  // Expired leases are collected first.
+  std::optional<WorkItem> Acquire(const std::string& actor);
+  // The lease holder hands in its group's rollouts; they now wait for the learner. Expired
+  // leases are collected first, so a late holder gets kNotLeaseHolder whether or not anyone
+  // called ExpireLeases; the same lease submitting twice gets kAlreadySettled.
+  SubmitResult Submit(uint64_t group_id, uint64_t lease_id);
+  // The learner's verdict on a submitted (pending) group; anything else is ignored, so a
+  // group is settled at most once.
+  void Settle(uint64_t group_id, Outcome outcome);
+  // Re-issues every outstanding hand-out of this actor (it left or was evicted); returns how
+  // many. Expired leases are collected first and not counted here.
+  int Evict(const std::string& actor);
+  // Re-issues hand-outs whose lease expired; returns how many.
+  int ExpireLeases();
+  // The learner's current version v (monotonic).
+  void SetVersion(int64_t version);
+  int64_t version() const;
+  // How many new groups admission would allow right now.
+  int64_t Capacity() const;
+  DispatchCounts counts() const;
+
+ private:
+  struct Lease {
+    uint64_t lease_id;
+    std::string actor;
+    double deadline;
+  };
+  int ExpireLeasesLocked();
+  int64_t CapacityLocked() const;
+  // Ends the hand-out `it` (expiry or eviction) and queues its group for re-issue.
+  void ReissueLocked(std::map<uint64_t, Lease>::iterator it);
+  SubmitResult RefuseLocked(SubmitResult why);
+
+  const DispatcherOptions options_;
+  const Clock* clock_;
+  mutable std::mutex mu_;  // guards everything below
+  int64_t version_ = 0;
+  uint64_t next_group_ = 0;
+  uint64_t next_lease_ = 1;
+  std::map<uint64_t, Lease> running_;     // group id -> current lease
+  std::map<uint64_t, uint64_t> pending_;  // submitted, unsettled: group id -> submitting lease
+  std::map<uint64_t, uint64_t> settled_;  // consumed or dropped: group id -> submitting lease
+  std::deque<uint64_t> reissue_queue_;    // groups without a lease, handed out first
+  DispatchCounts counts_;
+};
+
+}  // namespace echelon::sched

@@ -1,0 +1,204 @@
+#include "echelon/sched/dispatcher.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace echelon::sched {
+namespace {
+
+// Every hand-out ends exactly once, or is still open: the contract's accounting identity.
+void ExpectCountsAddUp(const Dispatcher& d) {
+  DispatchCounts c = d.counts();
+  EXPECT_EQ(c.handed_out, c.consumed + c.dropped_stale + c.reissued + c.outstanding + c.pending);
+}
+
+DispatcherOptions Options(int64_t s, int64_t b, double lease = 10) {
+  DispatcherOptions o;
+  o.max_staleness = s;
+  o.batch_groups = b;
+  o.lease_seconds = lease;
+  return o;
+}
+
+TEST(DispatcherCapacity, LiteralValuesOfTheAdmissionRule) {
+  struct Case { int64_t s, v, b, expected; };
+  const Case cases[] = {{0, 0, 1, 1}, {0, 0, 4, 4}, {2, 0, 4, 12}, {2, 3, 4, 24},
+                        {1, 5, 3, 21}, {8, 0, 2, 18}, {4, 2, 32, 224}};
+  for (const Case& c : cases) {
+    SimulatedClock clock;
+    Dispatcher d(Options(c.s, c.b), &clock);
+    d.SetVersion(c.v);
+    EXPECT_EQ(d.Capacity(), c.expected) << "S=" << c.s << " v=" << c.v << " B=" << c.b;
+  }
+}
+
+TEST(DispatcherCapacity, AcquireStopsExactlyAtTheLimit) {
+  for (int64_t s : {0, 1, 2, 4, 8}) {
+    for (int64_t b : {1, 3, 32}) {
+      for (int64_t v : {0, 1, 5}) {
+        SimulatedClock clock;
+        Dispatcher d(Options(s, b), &clock);
+        d.SetVersion(v);
+        int64_t granted = 0;
+        while (d.Acquire("a")) ++granted;
+        EXPECT_EQ(granted, (s + v + 1) * b) << "S=" << s << " v=" << v << " B=" << b;
+        EXPECT_EQ(d.Capacity(), 0);
+        ExpectCountsAddUp(d);
+      }
+    }
+  }
+}
+
+TEST(DispatcherCapacity, ConsumedKeepsItsSlotDroppedFreesIt) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/1, /*b=*/2), &clock);
+  std::vector<WorkItem> items;
+  while (auto w = d.Acquire("a")) items.push_back(*w);
+  ASSERT_EQ(items.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(d.Submit(items[i].group_id, items[i].lease_id), SubmitResult::kAccepted);
+  }
+  d.Settle(items[0].group_id, Outcome::kConsumed);
+  d.Settle(items[1].group_id, Outcome::kConsumed);
+  EXPECT_EQ(d.Capacity(), 0);  // consumed groups still count against (S+v+1)*B
+  d.Settle(items[2].group_id, Outcome::kDroppedStale);
+  EXPECT_EQ(d.Capacity(), 1);  // a dropped group frees its slot
+  d.SetVersion(1);
+  EXPECT_EQ(d.Capacity(), 3);  // (1+1+1)*2 - (2 consumed + 1 running)
+  ExpectCountsAddUp(d);
+}
+
+TEST(Dispatcher, ScriptedLeaseExpiryReissueAndRefusals) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/0, /*b=*/2, /*lease=*/10), &clock);
+  auto g0 = d.Acquire("a0");
+  auto g1 = d.Acquire("a1");
+  ASSERT_TRUE(g0 && g1);
+  EXPECT_EQ(g0->group_id, 0u);
+  EXPECT_EQ(g1->group_id, 1u);
+  EXPECT_FALSE(g0->reissue);
+  EXPECT_FALSE(d.Acquire("a2"));  // S=0, B=2: two groups in flight at v=0
+  EXPECT_EQ(d.Submit(0, g0->lease_id), SubmitResult::kAccepted);
+
+  clock.Set(11);  // a1's lease (deadline 10) has expired
+  auto again = d.Acquire("a2");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->group_id, 1u);  // same group, so the same prompt
+  EXPECT_TRUE(again->reissue);
+  EXPECT_NE(again->lease_id, g1->lease_id);
+  DispatchCounts c = d.counts();
+  EXPECT_EQ(c.handed_out, 3u);
+  EXPECT_EQ(c.reissued, 1u);
+  EXPECT_EQ(c.outstanding, 1u);
+  EXPECT_EQ(c.pending, 1u);
+
+  EXPECT_EQ(d.Submit(1, g1->lease_id), SubmitResult::kNotLeaseHolder);  // late, after re-issue
+  EXPECT_EQ(d.Submit(1, again->lease_id), SubmitResult::kAccepted);
+  EXPECT_EQ(d.Submit(1, again->lease_id), SubmitResult::kAlreadySettled);  // duplicate
+  d.Settle(0, Outcome::kConsumed);
+  d.Settle(1, Outcome::kConsumed);
+  d.Settle(0, Outcome::kConsumed);  // settled at most once: ignored
+  EXPECT_EQ(d.Submit(0, g0->lease_id), SubmitResult::kAlreadySettled);
+  EXPECT_EQ(d.Submit(1, g1->lease_id), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(d.Submit(99, 1), SubmitResult::kUnknownGroup);
+
+  c = d.counts();
+  EXPECT_EQ(c.consumed, 2u);
+  EXPECT_EQ(c.refused, 5u);
+  EXPECT_EQ(c.pending, 0u);
+  ExpectCountsAddUp(d);
+  EXPECT_FALSE(d.Acquire("a0"));  // consumed groups keep their slots until v advances
+  d.SetVersion(1);
+  auto g2 = d.Acquire("a0");
+  ASSERT_TRUE(g2);
+  EXPECT_EQ(g2->group_id, 2u);
+  EXPECT_EQ(g2->dispatch_version, 1);
+}
+
+TEST(Dispatcher, LeaseHoldsUntilItsDeadlineInclusive) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/0, /*b=*/2, /*lease=*/10), &clock);
+  auto a = d.Acquire("a");
+  auto b = d.Acquire("b");
+  clock.Set(10);
+  EXPECT_EQ(d.Submit(a->group_id, a->lease_id), SubmitResult::kAccepted);
+  clock.Set(10.5);
+  EXPECT_EQ(d.Submit(b->group_id, b->lease_id), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(d.counts().reissued, 1u);
+  EXPECT_EQ(d.counts().awaiting_reissue, 1u);
+  EXPECT_EQ(d.ExpireLeases(), 0);  // already collected by Submit
+}
+
+TEST(Dispatcher, EvictReissuesOnlyThatActorsWorkInOrderBeforeNewGroups) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/3, /*b=*/2), &clock);  // capacity 8
+  auto a0 = d.Acquire("a");
+  auto a1 = d.Acquire("a");
+  auto b0 = d.Acquire("b");
+  EXPECT_EQ(d.Evict("a"), 2);
+  EXPECT_EQ(d.Evict("nobody"), 0);
+  DispatchCounts c = d.counts();
+  EXPECT_EQ(c.reissued, 2u);
+  EXPECT_EQ(c.awaiting_reissue, 2u);
+  EXPECT_EQ(d.Capacity(), 5);  // groups awaiting re-issue keep their slots
+  auto r0 = d.Acquire("b");
+  auto r1 = d.Acquire("b");
+  auto fresh = d.Acquire("b");
+  EXPECT_EQ(r0->group_id, a0->group_id);
+  EXPECT_EQ(r1->group_id, a1->group_id);
+  EXPECT_TRUE(r0->reissue && r1->reissue);
+  EXPECT_EQ(fresh->group_id, 3u);
+  EXPECT_FALSE(fresh->reissue);
+  EXPECT_EQ(d.Submit(a0->group_id, a0->lease_id), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(d.Submit(b0->group_id, b0->lease_id), SubmitResult::kAccepted);
+  ExpectCountsAddUp(d);
+}
+
+TEST(Dispatcher, SettleIgnoresGroupsThatWereNotSubmitted) {
+  SimulatedClock clock;
+  Dispatcher d(Options(0, 1), &clock);
+  auto w = d.Acquire("a");
+  d.Settle(w->group_id, Outcome::kConsumed);
+  d.Settle(42, Outcome::kDroppedStale);
+  EXPECT_EQ(d.counts().consumed, 0u);
+  EXPECT_EQ(d.counts().dropped_stale, 0u);
+  EXPECT_EQ(d.Submit(w->group_id, w->lease_id), SubmitResult::kAccepted);
+  ExpectCountsAddUp(d);
+}
+
+TEST(Dispatcher, VersionIsMonotonic) {
+  SimulatedClock clock;
+  Dispatcher d(Options(0, 1), &clock);
+  d.SetVersion(3);
+  d.SetVersion(2);
+  EXPECT_EQ(d.version(), 3);
+}
+
+TEST(Dispatcher, ConcurrentActorsGetDistinctGroups) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/999, /*b=*/1), &clock);  // capacity 1000
+  std::vector<std::vector<uint64_t>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&d, &got, t] {
+      while (auto w = d.Acquire("actor-" + std::to_string(t))) {
+        if (d.Submit(w->group_id, w->lease_id) == SubmitResult::kAccepted) {
+          got[t].push_back(w->group_id);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<uint64_t> all;
+  for (const auto& g : got) all.insert(g.begin(), g.end());
+  EXPECT_EQ(all.size(), 1000u);
+  EXPECT_EQ(*all.rbegin(), 999u);
+  EXPECT_EQ(d.counts().pending, 1000u);
+  ExpectCountsAddUp(d);
+}
+
+}  // namespace
+}  // namespace echelon::sched
