@@ -24,10 +24,10 @@ const ConfigSchema& TrainSchema() {
     s.Float("model.rms_norm_eps", 1e-6, 1e-12, 1e-2, "RMSNorm epsilon");
     s.Int("model.max_position_embeddings", 128, 8, 1 << 20, "longest prompt + completion");
     // The warm-start must leave room: RL plateaus when it starts from a strong policy.
-    s.Int("warmstart.steps", 120, 0, 1000000, "supervised steps before RL (0 skips)");
+    s.Int("warmstart.steps", 450, 0, 1000000, "supervised steps before RL (0 skips)");
     s.Int("warmstart.batch_size", 64, 1, 65536, "demonstrations per supervised step");
     s.Float("warmstart.lr", 1e-3, 0.0, 1.0, "AdamW learning rate of the warm-start");
-    s.Int("rl.steps", 300, 1, 100000000, "learner updates (policy versions) to run");
+    s.Int("rl.steps", 1500, 1, 100000000, "learner updates (policy versions) to run");
     s.Int("rl.groups_per_step", 32, 1, 1 << 20, "B: prompt groups per update");
     s.Int("rl.group_size", 8, 2, 4096, "G: samples per prompt (GRPO group)");
     // 3e-4 learns steadily on the tiny model; 1e-3 collapsed in the prototype.
@@ -50,7 +50,7 @@ const ConfigSchema& TrainSchema() {
     s.Float("rollout.stall_timeout_seconds", 300.0, 1.0, 86400.0, "abort when no rollout arrives for this long");
     s.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)");
     s.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group");
-    s.Int("eval.every", 50, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)");
+    s.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)");
     s.Int("checkpoint.every", 0, 0, 100000000, "save checkpoints/step-N every N steps (0: warmstart and final only)");
     return s;
   }();

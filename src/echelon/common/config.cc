@@ -106,7 +106,9 @@ std::string ConfigSchema::Describe() const {
   std::ostringstream ss;
   for (const FieldSpec& f : fields_) {
     ss << "  " << f.key << " (" << TypeName(f.type) << ", default " << (f.default_value.empty() ? "\"\"" : f.default_value);
-    if (f.type == FieldType::kInt || f.type == FieldType::kFloat) ss << ", range [" << f.min << ", " << f.max << "]";
+    if (f.type == FieldType::kInt)
+      ss << ", range [" << static_cast<int64_t>(f.min) << ", " << static_cast<int64_t>(f.max) << "]";
+    if (f.type == FieldType::kFloat) ss << ", range [" << f.min << ", " << f.max << "]";
     if (!f.choices.empty()) {
       ss << ", one of";
       for (const auto& c : f.choices) ss << " " << c;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# System test of the echelon binary: a short real run, evaluation of its checkpoints, and the
+# one-line errors a user gets for bad configs, files and checkpoints.
+# Usage: tests/cli_test.sh path/to/echelon
+set -uo pipefail
+ECHELON=$(realpath "$1")
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+fails=0
+pass=0
+check() {  # check NAME CONDITION...
+  local name=$1; shift
+  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+contains() { grep -q -- "$2" "$1"; }
+
+TINY=(--set model.hidden_size=32 --set model.num_hidden_layers=1 --set model.num_attention_heads=2
+      --set model.num_key_value_heads=1 --set model.head_dim=16 --set model.intermediate_size=64
+      --set warmstart.steps=5 --set rl.steps=4 --set rl.groups_per_step=4 --set task.eval_size=30 --set eval.every=2)
+CONFIG=$(dirname "$ECHELON")/../configs/math-tiny.yaml
+[ -f "$CONFIG" ] || CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+
+# A short real run leaves a complete run directory.
+timeout 300 "$ECHELON" train "$CONFIG" --out run "${TINY[@]}" > train.out 2> train.err
+check "train exits 0" test $? -eq 0
+for f in config.yaml metrics.jsonl heldout.jsonl checkpoints/warmstart/model.safetensors \
+         checkpoints/warmstart/config.json checkpoints/warmstart/tokenizer.json checkpoints/final/model.safetensors; do
+  check "run has $f" test -s "run/$f"
+done
+check "progress line per step" test "$(grep -c '^step ' train.out)" -eq 4
+for key in step version wall_s reward_mean staleness_mean staleness_max groups_consumed groups_dropped_stale \
+           groups_reissued learner_busy_frac; do
+  check "metrics carry $key" test "$(grep -c "\"$key\"" run/metrics.jsonl)" -ge 4
+done
+check "resolved config keeps --set" contains run/config.yaml "steps: 4"
+
+# eval on the run's held-out set: last line is {"accuracy": A, "n": N}.
+timeout 120 "$ECHELON" eval --checkpoint run/checkpoints/final --data run/heldout.jsonl > eval.out 2> eval.err
+check "eval exits 0" test $? -eq 0
+check "eval last line is JSON with n" sh -c "tail -n1 eval.out | grep -Eq '^\{\"accuracy\":[0-9.e-]+,\"n\":30\}$'"
+
+# Bad config: unknown key names the file and line.
+printf 'rl:\n  steps: 3\n  stepz: 4\n' > bad.yaml
+"$ECHELON" train bad.yaml --out run2 > /dev/null 2> bad.err
+check "unknown key exits 2" test $? -eq 2
+check "unknown key names file:line and key" contains bad.err "bad.yaml:3: unknown config key 'rl.stepz'"
+check "nothing written for a bad config" test ! -e run2
+"$ECHELON" train "$CONFIG" --out run3 --set rl.lr=fast > /dev/null 2> type.err
+check "wrong type names key and expectation" contains type.err "rl.lr = 'fast' is invalid; expected a number"
+"$ECHELON" train "$CONFIG" --out run3 --set rl.staleness=-1 > /dev/null 2> range.err
+check "out of range names the range" contains range.err "rl.staleness = '-1' is invalid; expected an integer in \[0, 1000\]"
+
+# Non-empty run directory is refused and left alone.
+"$ECHELON" train "$CONFIG" --out run "${TINY[@]}" > /dev/null 2> again.err
+check "non-empty --out refused" contains again.err "already exists and is not empty"
+check "old run untouched" test -s run/checkpoints/final/model.safetensors
+
+# Malformed JSONL names file and line.
+printf '{"question": "1+2", "answer": "3"}\n{"question": "1+2" "answer": "3"}\n' > bad.jsonl
+"$ECHELON" eval --checkpoint run/checkpoints/final --data bad.jsonl > /dev/null 2> jsonl.err
+check "bad jsonl exits non-zero" test $? -ne 0
+check "bad jsonl names line 2" contains jsonl.err "bad.jsonl:2"
+
+# Truncated checkpoint is refused with the file named.
+cp -r run/checkpoints/final broken
+truncate -s 100 broken/model.safetensors
+"$ECHELON" eval --checkpoint broken --data run/heldout.jsonl > /dev/null 2> broken.err
+check "truncated checkpoint exits non-zero" test $? -ne 0
+check "truncated checkpoint names the file" contains broken.err "broken/model.safetensors"
+"$ECHELON" eval --checkpoint nowhere --data run/heldout.jsonl > /dev/null 2> missing.err
+check "missing checkpoint exits non-zero" test $? -ne 0
+check "missing checkpoint names it" contains missing.err "nowhere"
+
+echo "$pass passed, $fails failed"
+[ "$fails" -eq 0 ]
