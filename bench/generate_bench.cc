@@ -1,6 +1,7 @@
 // Generation throughput of the default tiny model (the math task's policy), with and without
 // the KV cache. tokens_per_s counts generated tokens (batch x new tokens) per wall second,
-// prefill included. Rows never stop early (no EOS) so every run does the same work.
+// prefill included. Rows never stop early (no EOS) so every run does the same work. Greedy
+// decoding, as the PyTorch-eager reference bench does (bench/generate_vs_pytorch.sh).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
@@ -32,7 +33,7 @@ void BM_Generate(benchmark::State& state) {
   for (int64_t r = 0; r < batch; ++r)
     prompts.emplace_back(ids[r].data_ptr<int64_t>(), ids[r].data_ptr<int64_t>() + prompt_len);
   SamplingParams params;
-  params.temperature = 1.0;
+  params.temperature = 0.0;
   params.max_new_tokens = state.range(3);
   params.eos_token_id = -1;
   params.use_cache = state.range(0) != 0;
