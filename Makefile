@@ -3,6 +3,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/math-tiny.yaml
+# ccache keys on relative paths, so clones in other folders (CI) reuse the cache.
+export CCACHE_BASEDIR := $(CURDIR)
 
 .PHONY: all deps configure build test run bench clean
 

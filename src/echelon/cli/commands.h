@@ -8,5 +8,7 @@ namespace echelon::cli {
 
 void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddEvalCommand(CLI::App& app, int* exit_code);
+void AddLearnerCommand(CLI::App& app, int* exit_code);
+void AddActorCommand(CLI::App& app, int* exit_code);
 
 }  // namespace echelon::cli

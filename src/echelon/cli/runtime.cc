@@ -11,12 +11,14 @@
 #include <sstream>
 #include <thread>
 
+#include "echelon/cli/run_spec.h"
 #include "echelon/common/clock.h"
 #include "echelon/common/fs.h"
 #include "echelon/learn/learner.h"
 #include "echelon/learn/warmstart.h"
 #include "echelon/model/checkpoint.h"
 #include "echelon/model/safetensors.h"
+#include "echelon/net/learner_server.h"
 #include "echelon/obs/metrics_log.h"
 #include "echelon/rollout/actor.h"
 #include "echelon/rollout/evaluate.h"
@@ -26,8 +28,13 @@
 namespace echelon::cli {
 namespace fs = std::filesystem;
 
-LocalHub::LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, int group_size, int64_t vocab_size)
-    : dispatcher_(dispatcher), task_(task), group_size_(group_size), vocab_size_(vocab_size) {}
+LocalHub::LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::CharTokenizer* tokenizer,
+                   int group_size)
+    : dispatcher_(dispatcher),
+      task_(task),
+      tokenizer_(tokenizer),
+      group_size_(group_size),
+      vocab_size_(tokenizer->vocab_size()) {}
 
 std::optional<rollout::Assignment> LocalHub::Acquire(const std::string& actor) {
   std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
@@ -54,22 +61,67 @@ std::string LocalHub::Validate(const rollout::GroupRollout& g) const {
   return "";
 }
 
-sched::SubmitResult LocalHub::Submit(rollout::GroupRollout rollout) {
-  const std::string reason = Validate(rollout);
+namespace {
+
+const char* RefusalName(sched::SubmitResult r) {
+  switch (r) {
+    case sched::SubmitResult::kAccepted: return "";
+    case sched::SubmitResult::kUnknownGroup: return "unknown_group";
+    case sched::SubmitResult::kNotLeaseHolder: return "not_lease_holder";
+    case sched::SubmitResult::kAlreadySettled: return "already_settled";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+rollout::SubmitOutcome LocalHub::Submit(rollout::GroupRollout rollout) {
+  std::string reason = Validate(rollout);
+  if (reason.empty()) reason = RefusalName(dispatcher_->Submit(rollout.group_id, rollout.lease_id));
   if (!reason.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     ++refusals_[reason];
     spdlog::warn("refused group {} from {}: {}", rollout.group_id, rollout.actor, reason);
-    return sched::SubmitResult::kUnknownGroup;
+    return {false, reason};
   }
-  sched::SubmitResult r = dispatcher_->Submit(rollout.group_id, rollout.lease_id);
-  if (r != sched::SubmitResult::kAccepted) return r;
+  rollout.prompt = task_->TrainPrompt(rollout.group_id);
+  const int64_t corrected = RecheckRewards(&rollout);
+  int64_t tokens = 0;
+  for (const data::Episode& e : rollout.episodes)
+    for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (corrected > 0) refusals_["reward_corrected"] += corrected;
+    accepted_tokens_ += tokens;
+    ++actor_groups_[rollout.actor.substr(0, rollout.actor.find('#'))];
     queue_.push_back(std::move(rollout));
   }
   arrived_.notify_one();
-  return r;
+  return {true, ""};
+}
+
+int64_t LocalHub::RecheckRewards(rollout::GroupRollout* g) const {
+  int64_t corrected = 0;
+  for (data::Episode& e : g->episodes) {
+    if (e.turns.size() != 1) continue;  // multi-turn episodes are the adapter's to verify
+    std::vector<int64_t> tokens = e.turns[0].tokens;
+    if (!tokens.empty() && tokens.back() == model::CharTokenizer::kEos) tokens.pop_back();
+    const double reward = task_->Reward(g->prompt, tokenizer_->Decode(tokens));
+    if (reward != e.reward) ++corrected;
+    e.reward = reward;
+    e.success = reward >= 1.0;
+  }
+  return corrected;
+}
+
+int64_t LocalHub::accepted_tokens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepted_tokens_;
+}
+
+std::map<std::string, int64_t> LocalHub::actor_groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return actor_groups_;
 }
 
 rollout::Snapshot LocalHub::Latest() {
@@ -143,7 +195,8 @@ struct LoopState {
 }  // namespace
 
 Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run_dir, const std::string& resolved_yaml,
-                               const std::atomic<bool>* interrupt, std::ostream& progress) {
+                               const std::atomic<bool>* interrupt, std::ostream& progress,
+                               const NetworkOptions* network) {
   RunSummary summary;
   summary.run_dir = run_dir;
   RealClock clock;
@@ -196,20 +249,32 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   learn::Learner learner(policy_model, options.learner);
   sched::Dispatcher dispatcher({options.staleness, options.groups_per_step, options.lease_seconds}, &clock);
   const sched::StalenessGate gate(options.staleness);
-  LocalHub hub(&dispatcher, task.get(), static_cast<int>(options.group_size), mcfg.vocab_size);
+  LocalHub hub(&dispatcher, task.get(), &tok, static_cast<int>(options.group_size));
   ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap0, MakeSnapshot(learner.model(), 0));
   hub.Publish(snap0);
+
+  std::unique_ptr<net::LearnerServer> server;
+  if (network != nullptr) {
+    net::LearnerServerOptions so;
+    so.listen = network->listen;
+    so.token = network->token;
+    so.tls_cert_file = network->tls_cert_file;
+    so.tls_key_file = network->tls_key_file;
+    so.heartbeat_seconds = network->heartbeat_seconds;
+    so.evict_after_seconds = network->evict_after_seconds;
+    so.run_spec_json = MakeRunSpec(options, mcfg, tok).dump();
+    server = std::make_unique<net::LearnerServer>(so, &hub, &hub, &hub, &clock);
+    ECHELON_RETURN_IF_ERROR(server->Start());
+    progress << "learner serving actors on port " << server->port() << std::endl;
+    if (network->on_listening) network->on_listening(server->port());
+  }
 
   std::atomic<bool> stop_actors{false};
   std::vector<std::unique_ptr<rollout::Actor>> actors;
   std::vector<std::thread> threads;
-  for (int64_t i = 0; i < options.actors; ++i) {
-    model::SamplingParams sp;
-    sp.temperature = options.temperature;
-    sp.top_p = options.top_p;
-    sp.max_new_tokens = options.max_new_tokens;
-    sp.eos_token_id = model::CharTokenizer::kEos;
-    auto policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(mcfg), tok, sp);
+  const int64_t thread_actors = network != nullptr ? 0 : options.actors;
+  for (int64_t i = 0; i < thread_actors; ++i) {
+    auto policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(mcfg), tok, RolloutSampling(options));
     rollout::ActorOptions ao;
     ao.name = "actor-" + std::to_string(i);
     ao.seed = options.seed;
@@ -250,6 +315,8 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
       if (!got.empty()) last_arrival = clock.Now();
       for (auto& g : got) st.buffer.push_back(std::move(g));
       dispatcher.ExpireLeases();
+      if (server)
+        for (const std::string& id : server->EvictSilent()) dispatcher.Evict(id);
       if (clock.Now() - last_arrival > options.stall_timeout_seconds) {
         failure = Aborted("no rollout arrived for " + FormatDuration(options.stall_timeout_seconds) +
                           " (rollout.stall_timeout_seconds); every actor is failing or stuck");
@@ -296,8 +363,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     // --- metrics and progress ---
     const double now = clock.Now();
     const double rl_wall = now - t_rl;
-    int64_t generated_tokens = 0;
-    for (auto& a : actors) generated_tokens += a->stats().tokens.load();
+    const int64_t generated_tokens = hub.accepted_tokens();
     double stale_sum = 0;
     int64_t stale_max = 0;
     for (int64_t s : staleness) {
@@ -317,9 +383,10 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                            {"groups_consumed", c.consumed},
                            {"groups_dropped_stale", c.dropped_stale},
                            {"groups_reissued", c.reissued},
-                           {"groups_handed_out", c.handed_out},
-                           {"groups_outstanding", c.outstanding},
-                           {"groups_pending", c.pending},
+                           {"groups_issued", c.handed_out},
+                           {"groups_in_flight", c.outstanding + c.pending},
+                           {"actors", server ? server->Actors().size() : actors.size()},
+                           {"actor_groups", hub.actor_groups()},
                            {"learner_busy_frac", st.busy_seconds / std::max(rl_wall, 1e-9)},
                            {"loss", stats->loss},
                            {"grad_norm", stats->grad_norm},
@@ -358,6 +425,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     }
   }
   join_actors();
+  if (server) server->SetDone();
   summary.steps_done = learner.version();
   if (!failure.ok()) return failure;
   summary.interrupted = learner.version() < options.steps;
@@ -369,17 +437,19 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   summary.wall_seconds = clock.Now() - t_start;
   const sched::DispatchCounts c = dispatcher.counts();
   nlohmann::json refused = hub.refusals();
+  if (server)
+    for (const auto& [reason, n] : server->Counters()) refused[reason] = n;
   ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", summary.interrupted ? "interrupted" : "final"},
                                          {"version", learner.version()},
                                          {"heldout_accuracy", after.accuracy},
                                          {"heldout_n", after.n},
                                          {"warmstart_heldout_accuracy", before.accuracy},
-                                         {"groups_handed_out", c.handed_out},
+                                         {"groups_issued", c.handed_out},
                                          {"groups_consumed", c.consumed},
                                          {"groups_dropped_stale", c.dropped_stale},
                                          {"groups_reissued", c.reissued},
-                                         {"groups_outstanding", c.outstanding},
-                                         {"groups_pending", c.pending},
+                                         {"groups_in_flight", c.outstanding + c.pending},
+                                         {"actor_groups", hub.actor_groups()},
                                          {"refused", refused},
                                          {"learner_busy_frac", st.busy_seconds / std::max(clock.Now() - t_rl, 1e-9)},
                                          {"wall_s", summary.wall_seconds}}));

@@ -10,12 +10,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <ostream>
 #include <string>
 
 #include "echelon/cli/train_config.h"
+#include "echelon/model/tokenizer.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/sched/dispatcher.h"
 
@@ -26,31 +28,41 @@ namespace echelon::cli {
 // Thread contract: every method is safe for concurrent use.
 class LocalHub : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
  public:
-  LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, int group_size, int64_t vocab_size);
+  LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::CharTokenizer* tokenizer,
+           int group_size);
 
   std::optional<rollout::Assignment> Acquire(const std::string& actor) override;
-  sched::SubmitResult Submit(rollout::GroupRollout rollout) override;
+  rollout::SubmitOutcome Submit(rollout::GroupRollout rollout) override;
   rollout::Snapshot Latest() override;
 
   void Publish(rollout::Snapshot snapshot);
   // Submitted groups, oldest first; waits up to `timeout_seconds` for at least one.
   std::vector<rollout::GroupRollout> Drain(double timeout_seconds);
-  // Submissions refused before reaching the dispatcher, by reason.
+  // Submissions refused, by reason, and rewards the learner corrected ("reward_corrected").
   std::map<std::string, int64_t> refusals() const;
+  // Completion tokens in accepted groups, and accepted groups per actor name.
+  int64_t accepted_tokens() const;
+  std::map<std::string, int64_t> actor_groups() const;
 
  private:
   // Empty when well-formed, else the reason it is refused.
   std::string Validate(const rollout::GroupRollout& g) const;
+  // Recomputes what the learner can verify itself: the reward of every single-turn episode,
+  // from the tokens (not the actor's text). Returns how many rewards changed.
+  int64_t RecheckRewards(rollout::GroupRollout* g) const;
 
   sched::Dispatcher* dispatcher_;
   const data::TaskAdapter* task_;
+  const model::CharTokenizer* tokenizer_;
   const int group_size_;
   const int64_t vocab_size_;
-  mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_
+  mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, accepted_tokens_, actor_groups_
   std::condition_variable arrived_;
   std::deque<rollout::GroupRollout> queue_;
   rollout::Snapshot snapshot_;
   std::map<std::string, int64_t> refusals_;
+  int64_t accepted_tokens_ = 0;
+  std::map<std::string, int64_t> actor_groups_;
 };
 
 struct RunSummary {
@@ -63,10 +75,25 @@ struct RunSummary {
   bool interrupted = false;
 };
 
+// Serving the learner over gRPC instead of running actors as threads.
+struct NetworkOptions {
+  std::string listen = "127.0.0.1:0";
+  std::string token;  // bearer token every actor must present
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  double heartbeat_seconds = 1.0;
+  double evict_after_seconds = 3.0;
+  // Called once the server listens, with its port (e.g. to start actor processes).
+  std::function<void(int port)> on_listening;
+};
+
 // Runs warm-start then asynchronous GRPO into `run_dir` (created; must not exist or be
 // empty). Progress lines go to `progress`. `interrupt` (set by a signal handler) stops the
 // run early and cleanly: threads joined, a checkpoint of the last version saved.
+// Without `network` the `rollout.actors` actors are threads of this process; with it the
+// learner serves remote actors (any number, joining and leaving at any time).
 Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run_dir, const std::string& resolved_yaml,
-                               const std::atomic<bool>* interrupt, std::ostream& progress);
+                               const std::atomic<bool>* interrupt, std::ostream& progress,
+                               const NetworkOptions* network = nullptr);
 
 }  // namespace echelon::cli

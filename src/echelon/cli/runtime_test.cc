@@ -55,20 +55,27 @@ TEST(RuntimeTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
     EXPECT_EQ(r->steps_done, o.steps);
     std::vector<nlohmann::json> lines = ReadMetrics(dir);
     int64_t steps = 0;
+    int64_t max_seen = 0;
     for (const auto& l : lines) {
       if (!l.contains("step")) continue;
       EXPECT_EQ(l["version"].get<int64_t>(), l["step"].get<int64_t>() + 1);
       EXPECT_LE(l["staleness_max"].get<int64_t>(), s) << l.dump();
+      max_seen = std::max(max_seen, l["staleness_max"].get<int64_t>());
+      EXPECT_EQ(l["groups_issued"].get<int64_t>(),
+                l["groups_consumed"].get<int64_t>() + l["groups_dropped_stale"].get<int64_t>() +
+                    l["groups_reissued"].get<int64_t>() + l["groups_in_flight"].get<int64_t>())
+          << l.dump();
       EXPECT_EQ(l["groups_consumed"].get<int64_t>(), (steps + 1) * o.groups_per_step);
       ++steps;
     }
     EXPECT_EQ(steps, o.steps);
+    // Actors run S+1 batches ahead of a learner this slow, so staleness does occur.
+    if (s > 0) EXPECT_GE(max_seen, 1);
     const nlohmann::json& fin = lines.back();
     ASSERT_EQ(fin["event"], "final");
-    const int64_t handed = fin["groups_handed_out"];
+    const int64_t handed = fin["groups_issued"];
     EXPECT_EQ(handed, fin["groups_consumed"].get<int64_t>() + fin["groups_dropped_stale"].get<int64_t>() +
-                          fin["groups_reissued"].get<int64_t>() + fin["groups_outstanding"].get<int64_t>() +
-                          fin["groups_pending"].get<int64_t>());
+                          fin["groups_reissued"].get<int64_t>() + fin["groups_in_flight"].get<int64_t>());
     // Admission: never more than S+1 batches beyond what was consumed.
     EXPECT_LE(handed - fin["groups_reissued"].get<int64_t>() - fin["groups_dropped_stale"].get<int64_t>(),
               (s + 1 + o.steps) * o.groups_per_step);

@@ -42,7 +42,10 @@ const ConfigSchema& TrainSchema() {
     s.Bool("rl.scale_by_std", true, "divide group advantages by the group's reward std (GRPO)");
     s.Int("rl.staleness", 2, 0, 1000, "S: a rollout from version x is used at step t only if t - x <= S");
     s.Int("rl.publish_period", 0, 0, 1000, "kappa: publish a snapshot every kappa steps (0: max(1, S - 1))");
-    s.Int("rollout.actors", 1, 1, 256, "rollout workers (threads of this process)");
+    s.Int("rollout.actors", 1, 0, 256, "rollout workers that `echelon train` starts (remote actors may join too)");
+    // Processes over loopback gRPC are what a multi-host run does, so `train` exercises it;
+    // threads skip the network and are what the unit tests use.
+    s.String("rollout.transport", "processes", "how `echelon train` runs its actors", {"processes", "threads"});
     s.Float("rollout.temperature", 1.0, 0.0, 10.0, "sampling temperature (the learner uses the same)");
     s.Float("rollout.top_p", 1.0, 0.0, 1.0, "nucleus sampling mass");
     s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit");

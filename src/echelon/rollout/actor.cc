@@ -72,7 +72,9 @@ void Actor::Run(const std::atomic<bool>& stop) {
     int64_t tokens = 0;
     for (const data::Episode& e : out.episodes)
       for (const data::Turn& t : e.turns) tokens += t.tokens.size();
-    if (sink_->Submit(std::move(out)) != sched::SubmitResult::kAccepted) {
+    SubmitOutcome outcome = sink_->Submit(std::move(out));
+    if (!outcome.accepted) {
+      spdlog::warn("{}: group {} refused: {}", options_.name, a->work.group_id, outcome.reason);
       ++stats_.refused;
       continue;
     }

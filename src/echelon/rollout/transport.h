@@ -47,10 +47,17 @@ class WorkSource {
   virtual std::optional<Assignment> Acquire(const std::string& actor) = 0;
 };
 
+// The learner's answer to a submission: accepted, or refused with a reason that the learner
+// counts under that name ("not_lease_holder", "token_out_of_vocab", ...).
+struct SubmitOutcome {
+  bool accepted = false;
+  std::string reason;
+};
+
 class TrajectorySink {
  public:
   virtual ~TrajectorySink() = default;
-  virtual sched::SubmitResult Submit(GroupRollout rollout) = 0;
+  virtual SubmitOutcome Submit(GroupRollout rollout) = 0;
 };
 
 class SnapshotSource {

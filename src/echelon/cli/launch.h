@@ -1,0 +1,29 @@
+// What `echelon train` and `echelon learner` share: load and check the config, prepare the
+// run directory, install signal handlers, run, and print the summary.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace echelon::cli {
+
+struct LaunchArgs {
+  std::string config;
+  std::string out;
+  std::vector<std::string> overrides;
+  // Learner service (echelon learner; echelon train with rollout.transport=processes).
+  std::string listen = "0.0.0.0:7700";
+  std::string token_file;
+  std::string tls_cert;
+  std::string tls_key;
+};
+
+enum class LaunchMode {
+  kLocalCluster,  // echelon train: learner here, actors as local processes or threads
+  kLearnerOnly,   // echelon learner: serve remote actors
+};
+
+// Returns the process exit code (0 done, 1 run failed, 2 bad input, 130 interrupted).
+int Launch(const LaunchArgs& args, LaunchMode mode);
+
+}  // namespace echelon::cli

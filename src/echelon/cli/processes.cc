@@ -1,0 +1,101 @@
+#include "echelon/cli/processes.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace echelon::cli {
+
+ProcessGroup::~ProcessGroup() { StopAll(5.0); }
+
+Result<pid_t> ProcessGroup::Spawn(const Child& c) {
+  int log = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) return Internal("cannot open " + c.log_path + ": " + std::strerror(errno));
+  std::vector<char*> args;
+  for (const std::string& a : c.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log);
+    return Internal(std::string("fork failed: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    ::setpgid(0, 0);  // a Ctrl-C in the terminal reaches the parent, which stops us in order
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  ::close(log);
+  return pid;
+}
+
+Status ProcessGroup::Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path) {
+  Child c{argv, log_path, -1, 0};
+  ECHELON_ASSIGN_OR_RETURN(c.pid, Spawn(c));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    children_[name] = c;
+  }
+  if (!supervisor_.joinable()) supervisor_ = std::thread([this] { Supervise(); });
+  return Status::Ok();
+}
+
+void ProcessGroup::Supervise() {
+  while (!stopping_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, c] : children_) {
+      if (c.pid <= 0 || stopping_.load()) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.pid = -1;
+      if (c.restarts >= max_restarts_) {
+        spdlog::error("{} exited (status {}) and was restarted {} times already; giving up on it (log: {})", name,
+                      status, c.restarts, c.log_path);
+        continue;
+      }
+      spdlog::warn("{} exited unexpectedly (status {}); restarting it (log: {})", name, status, c.log_path);
+      Result<pid_t> pid = Spawn(c);
+      if (pid.ok()) {
+        c.pid = pid.value();
+        ++c.restarts;
+        ++restarts_;
+      }
+    }
+  }
+}
+
+void ProcessGroup::StopAll(double timeout_seconds) {
+  stopping_ = true;
+  if (supervisor_.joinable()) supervisor_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, c] : children_)
+    if (c.pid > 0) ::kill(c.pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  for (auto& [name, c] : children_) {
+    while (c.pid > 0) {
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.pid = -1;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::warn("{} did not stop within {:.0f} s; killing it", name, timeout_seconds);
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, &status, 0);
+        c.pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+}  // namespace echelon::cli

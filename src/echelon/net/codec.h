@@ -1,0 +1,17 @@
+// Conversions between the wire messages and the rollout plane's types. Decoding never trusts
+// the actor for what the learner knows itself: the prompt of a group comes from the learner's
+// task adapter by group id, not from the message.
+//
+// Thread contract: free functions over values.
+#pragma once
+
+#include "echelon/rollout/transport.h"
+#include "echelon/v1/learner.pb.h"
+
+namespace echelon::net {
+
+void EncodeRollout(const rollout::GroupRollout& in, const std::string& actor_id, v1::SubmitRequest* out);
+// The prompt is left empty for the caller to fill; `actor` becomes the rollout's actor.
+rollout::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor);
+
+}  // namespace echelon::net

@@ -1,0 +1,215 @@
+#include "echelon/net/learner_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "echelon/common/fs.h"
+#include "echelon/net/auth.h"
+#include "echelon/net/codec.h"
+#include "echelon/net/protocol.h"
+#include "echelon/v1/learner.grpc.pb.h"
+
+namespace echelon::net {
+
+class LearnerServer::Service final : public v1::Learner::Service {
+ public:
+  explicit Service(LearnerServer* s) : s_(s) {}
+
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req, v1::RegisterReply* reply) override {
+    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
+    if (req->protocol_version() != kProtocolVersion) {
+      Count("protocol_version");
+      const std::string msg = "actor speaks protocol version " + std::to_string(req->protocol_version()) +
+                              ", this learner speaks " + std::to_string(kProtocolVersion) +
+                              "; run the same echelon release on both";
+      spdlog::warn("refused registration from {}: {}", ctx->peer(), msg);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
+    }
+    std::string name = req->actor_name().substr(0, 64);
+    if (name.empty()) name = "actor";
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    ActorInfo info;
+    info.id = name + "#" + std::to_string(++s_->next_actor_);
+    info.name = name;
+    info.peer = ctx->peer();
+    info.registered_at = info.last_seen = s_->clock_->Now();
+    s_->actors_[info.id] = info;
+    spdlog::info("actor {} registered from {}", info.id, info.peer);
+    reply->set_actor_id(info.id);
+    reply->set_run_spec_json(s_->options_.run_spec_json);
+    reply->set_heartbeat_seconds(s_->options_.heartbeat_seconds);
+    reply->set_snapshot_version(s_->snapshots_->Latest().version);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatReply* reply) override {
+    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
+    reply->set_known(Touch(req->actor_id()));
+    reply->set_snapshot_version(s_->snapshots_->Latest().version);
+    reply->set_done(Done());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Acquire(grpc::ServerContext* ctx, const v1::AcquireRequest* req, v1::AcquireReply* reply) override {
+    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
+    if (!Touch(req->actor_id())) return UnknownActor(req->actor_id());
+    reply->set_done(Done());
+    reply->set_snapshot_version(s_->snapshots_->Latest().version);
+    if (Done()) return grpc::Status::OK;
+    std::optional<rollout::Assignment> a = s_->work_->Acquire(req->actor_id());
+    if (!a) return grpc::Status::OK;
+    reply->set_has_work(true);
+    reply->set_group_id(a->work.group_id);
+    reply->set_lease_id(a->work.lease_id);
+    reply->set_dispatch_version(a->work.dispatch_version);
+    reply->set_prompt_id(a->prompt.id);
+    reply->set_prompt_text(a->prompt.text);
+    reply->set_prompt_reference(a->prompt.reference);
+    reply->set_group_size(a->group_size);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req, v1::SubmitReply* reply) override {
+    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
+    if (!Touch(req->actor_id())) return UnknownActor(req->actor_id());
+    rollout::SubmitOutcome out = s_->sink_->Submit(DecodeRollout(*req, req->actor_id()));
+    {
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      auto it = s_->actors_.find(req->actor_id());
+      if (it != s_->actors_.end()) ++(out.accepted ? it->second.submitted : it->second.refused);
+    }
+    reply->set_accepted(out.accepted);
+    reply->set_reason(out.reason);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetSnapshot(grpc::ServerContext* ctx, const v1::SnapshotRequest* req,
+                           grpc::ServerWriter<v1::SnapshotPiece>* writer) override {
+    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
+    if (!Touch(req->actor_id())) return UnknownActor(req->actor_id());
+    rollout::Snapshot snap = s_->snapshots_->Latest();
+    if (snap.version < 0 || snap.version < req->min_version() || !snap.weights)
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no snapshot at or above version " +
+                                                             std::to_string(req->min_version()) + " yet");
+    const std::string& bytes = *snap.weights;
+    for (uint64_t off = 0; off < bytes.size() || off == 0; off += kSnapshotPieceBytes) {
+      v1::SnapshotPiece piece;
+      piece.set_version(snap.version);
+      piece.set_total_bytes(bytes.size());
+      piece.set_offset(off);
+      piece.set_data(bytes.substr(off, kSnapshotPieceBytes));
+      if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "actor went away");
+      if (bytes.empty()) break;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  grpc::Status Authenticate(const grpc::ServerContext& ctx) {
+    if (TokenMatches(ctx, s_->options_.token)) return grpc::Status::OK;
+    Count("unauthenticated");
+    spdlog::warn("refused a call from {}: missing or wrong bearer token", ctx.peer());
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token (--token-file)");
+  }
+
+  grpc::Status UnknownActor(const std::string& id) {
+    Count("unknown_actor");
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "actor '" + id + "' is not registered (evicted?); register again");
+  }
+
+  // Marks the actor alive; false when it is not registered.
+  bool Touch(const std::string& id) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    auto it = s_->actors_.find(id);
+    if (it == s_->actors_.end()) return false;
+    it->second.last_seen = s_->clock_->Now();
+    return true;
+  }
+
+  bool Done() {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    return s_->done_;
+  }
+
+  void Count(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    ++s_->counters_[reason];
+  }
+
+  LearnerServer* s_;
+};
+
+LearnerServer::LearnerServer(LearnerServerOptions options, rollout::WorkSource* work, rollout::TrajectorySink* sink,
+                             rollout::SnapshotSource* snapshots, const Clock* clock)
+    : options_(std::move(options)), work_(work), sink_(sink), snapshots_(snapshots), clock_(clock) {}
+
+LearnerServer::~LearnerServer() { Shutdown(); }
+
+Status LearnerServer::Start() {
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+    ECHELON_ASSIGN_OR_RETURN(std::string cert, ReadFile(options_.tls_cert_file));
+    ECHELON_ASSIGN_OR_RETURN(std::string key, ReadFile(options_.tls_key_file));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  service_ = std::make_unique<Service>(this);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, creds, &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0)
+    return Internal("cannot listen on " + options_.listen + " (address in use or not local?)");
+  spdlog::info("learner listening on {} (port {})", options_.listen, port_);
+  return Status::Ok();
+}
+
+void LearnerServer::Shutdown() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_.reset();
+  }
+}
+
+void LearnerServer::SetDone() {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = true;
+}
+
+std::vector<std::string> LearnerServer::EvictSilent() {
+  std::vector<std::string> evicted;
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = clock_->Now();
+  for (auto it = actors_.begin(); it != actors_.end();) {
+    if (now - it->second.last_seen > options_.evict_after_seconds) {
+      spdlog::warn("evicting actor {}: silent for {:.1f} s", it->first, now - it->second.last_seen);
+      evicted.push_back(it->first);
+      ++counters_["evicted"];
+      it = actors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return evicted;
+}
+
+std::vector<ActorInfo> LearnerServer::Actors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ActorInfo> out;
+  for (const auto& [id, info] : actors_) out.push_back(info);
+  return out;
+}
+
+std::map<std::string, int64_t> LearnerServer::Counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+}  // namespace echelon::net

@@ -1,0 +1,93 @@
+// LearnerServer: the learner's gRPC endpoint. It authenticates every call, registers actors
+// (checking the protocol version), tracks their liveness, and forwards work, submissions and
+// snapshots to the learner's in-process hub through the rollout/transport.h interfaces, so the
+// learner loop is the same whether actors are threads or remote processes.
+//
+//   LearnerServer server(opts, &hub, &hub, &hub, &clock);
+//   ECHELON_RETURN_IF_ERROR(server.Start());          // opts.listen "0.0.0.0:7700" or ":0"
+//   for (const std::string& id : server.EvictSilent()) dispatcher.Evict(id);
+//
+// Thread contract: gRPC calls arrive on gRPC's threads; every method is safe for concurrent
+// use (one mutex guards the actor table and counters).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "echelon/common/clock.h"
+#include "echelon/common/status.h"
+#include "echelon/rollout/transport.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace echelon::net {
+
+struct LearnerServerOptions {
+  std::string listen = "127.0.0.1:0";  // port 0: the system picks one (see port())
+  std::string token;                   // empty: no authentication (loopback tests only)
+  std::string run_spec_json;           // handed to every actor at registration
+  double heartbeat_seconds = 1.0;
+  double evict_after_seconds = 3.0;
+  std::string tls_cert_file;  // PEM; with tls_key_file enables TLS
+  std::string tls_key_file;
+};
+
+struct ActorInfo {
+  std::string id;
+  std::string name;
+  std::string peer;
+  double registered_at = 0;
+  double last_seen = 0;
+  int64_t submitted = 0;
+  int64_t refused = 0;
+};
+
+class LearnerServer {
+ public:
+  LearnerServer(LearnerServerOptions options, rollout::WorkSource* work, rollout::TrajectorySink* sink,
+                rollout::SnapshotSource* snapshots, const Clock* clock);
+  ~LearnerServer();
+  LearnerServer(const LearnerServer&) = delete;
+  LearnerServer& operator=(const LearnerServer&) = delete;
+
+  // Binds and starts serving; fails with a clear message when the address cannot be bound.
+  Status Start();
+  int port() const { return port_; }
+  void Shutdown();
+  // From now on every reply says the run is done, so actors exit.
+  void SetDone();
+
+  // Forgets actors silent for longer than evict_after_seconds and returns their ids (the
+  // caller re-issues their work).
+  std::vector<std::string> EvictSilent();
+  std::vector<ActorInfo> Actors() const;
+  // Calls refused before reaching the hub, by reason ("unauthenticated", "protocol_version",
+  // "unknown_actor", ...), plus evictions.
+  std::map<std::string, int64_t> Counters() const;
+
+  class Service;  // the gRPC service implementation (learner_server.cc)
+
+ private:
+  friend class Service;
+  LearnerServerOptions options_;
+  rollout::WorkSource* work_;
+  rollout::TrajectorySink* sink_;
+  rollout::SnapshotSource* snapshots_;
+  const Clock* clock_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::map<std::string, ActorInfo> actors_;
+  std::map<std::string, int64_t> counters_;
+  uint64_t next_actor_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace echelon::net

@@ -1,0 +1,169 @@
+// LearnerServer and RemoteLearner over real loopback gRPC, against a scripted hub.
+#include "echelon/net/learner_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "echelon/net/auth.h"
+#include "echelon/net/protocol.h"
+#include "echelon/net/remote_learner.h"
+#include "echelon/v1/learner.grpc.pb.h"
+
+namespace echelon::net {
+namespace {
+
+// A hub that hands out numbered groups and records submissions.
+class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
+ public:
+  std::optional<rollout::Assignment> Acquire(const std::string& actor) override {
+    std::lock_guard<std::mutex> lock(mu);
+    rollout::Assignment a;
+    a.work.group_id = next++;
+    a.work.lease_id = 100 + a.work.group_id;
+    a.prompt = data::Prompt{a.work.group_id, "1+2=", "3"};
+    a.group_size = 2;
+    holders.push_back(actor);
+    return a;
+  }
+  rollout::SubmitOutcome Submit(rollout::GroupRollout g) override {
+    std::lock_guard<std::mutex> lock(mu);
+    submitted.push_back(g);
+    return {g.lease_id == 100 + g.group_id, g.lease_id == 100 + g.group_id ? "" : "not_lease_holder"};
+  }
+  rollout::Snapshot Latest() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return snapshot;
+  }
+  std::mutex mu;
+  uint64_t next = 0;
+  std::vector<std::string> holders;
+  std::vector<rollout::GroupRollout> submitted;
+  rollout::Snapshot snapshot;
+};
+
+struct Fixture {
+  explicit Fixture(const std::string& token) {
+    LearnerServerOptions o;
+    o.token = token;
+    o.run_spec_json = "{\"spec\": 1}";
+    o.evict_after_seconds = 3.0;
+    server = std::make_unique<LearnerServer>(o, &hub, &hub, &hub, &clock);
+    EXPECT_TRUE(server->Start().ok());
+    address = "127.0.0.1:" + std::to_string(server->port());
+    stub = v1::Learner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  grpc::Status Register(const std::string& token, uint32_t version, v1::RegisterReply* reply) {
+    grpc::ClientContext ctx;
+    AttachToken(ctx, token);
+    v1::RegisterRequest req;
+    req.set_protocol_version(version);
+    req.set_actor_name("t");
+    return stub->Register(&ctx, req, reply);
+  }
+  ScriptedHub hub;
+  SimulatedClock clock;
+  std::unique_ptr<LearnerServer> server;
+  std::string address;
+  std::unique_ptr<v1::Learner::Stub> stub;
+};
+
+TEST(LearnerServerTest, RefusesMissingOrWrongTokenAndKeepsServing) {
+  Fixture f("right");
+  v1::RegisterReply reply;
+  EXPECT_EQ(f.Register("", kProtocolVersion, &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(f.Register("wrong", kProtocolVersion, &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(f.server->Counters().at("unauthenticated"), 2);
+  ASSERT_TRUE(f.Register("right", kProtocolVersion, &reply).ok());
+  EXPECT_EQ(reply.run_spec_json(), "{\"spec\": 1}");
+  EXPECT_EQ(f.server->Actors().size(), 1u);
+}
+
+TEST(LearnerServerTest, ProtocolMismatchNamesBothVersions) {
+  Fixture f("");
+  v1::RegisterReply reply;
+  grpc::Status st = f.Register("", kProtocolVersion + 1, &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("protocol version " + std::to_string(kProtocolVersion + 1)), std::string::npos);
+  EXPECT_NE(st.error_message().find("speaks " + std::to_string(kProtocolVersion)), std::string::npos);
+  EXPECT_TRUE(f.server->Actors().empty());
+}
+
+TEST(LearnerServerTest, UnknownActorIsRefusedAndSilentActorsAreEvicted) {
+  Fixture f("");
+  grpc::ClientContext ctx;
+  v1::AcquireRequest req;
+  req.set_actor_id("ghost#9");
+  v1::AcquireReply reply;
+  EXPECT_EQ(f.stub->Acquire(&ctx, req, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(f.hub.holders.empty());
+
+  v1::RegisterReply a, b;
+  ASSERT_TRUE(f.Register("", kProtocolVersion, &a).ok());
+  f.clock.Advance(2.0);
+  ASSERT_TRUE(f.Register("", kProtocolVersion, &b).ok());
+  f.clock.Advance(1.5);  // a silent 3.5 s, b 1.5 s
+  EXPECT_EQ(f.server->EvictSilent(), std::vector<std::string>{a.actor_id()});
+  EXPECT_EQ(f.server->Actors().size(), 1u);
+  EXPECT_EQ(f.server->Counters().at("evicted"), 1);
+}
+
+TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
+  Fixture f("tok");
+  // 2.5 pieces, so the stream reassembles several messages.
+  std::string blob(kSnapshotPieceBytes * 5 / 2, '\0');
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7 + 3);
+  f.hub.snapshot = rollout::Snapshot{4, std::make_shared<const std::string>(blob)};
+
+  RemoteLearnerOptions o;
+  o.address = f.address;
+  o.token = "tok";
+  o.name = "rl";
+  RemoteLearner learner(o);
+  std::atomic<bool> stop{false};
+  Result<std::string> spec = learner.Connect(stop);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec.value(), "{\"spec\": 1}");
+
+  std::optional<rollout::Assignment> a = learner.Acquire("ignored");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->prompt.text, "1+2=");
+  EXPECT_EQ(a->group_size, 2);
+
+  rollout::GroupRollout g;
+  g.group_id = a->work.group_id;
+  g.lease_id = a->work.lease_id;
+  g.behavior_version = 4;
+  data::Episode e;
+  e.turns.push_back({{1, 5}, {6, 2}, {-0.5f, -0.25f}, "3"});
+  e.reward = 1.0;
+  g.episodes = {e, e};
+  EXPECT_TRUE(learner.Submit(g).accepted);
+  g.lease_id += 1;
+  rollout::SubmitOutcome refused = learner.Submit(g);
+  EXPECT_FALSE(refused.accepted);
+  EXPECT_EQ(refused.reason, "not_lease_holder");
+  ASSERT_EQ(f.hub.submitted.size(), 2u);
+  EXPECT_EQ(f.hub.submitted[0].episodes[1].turns[0].logprobs, (std::vector<float>{-0.5f, -0.25f}));
+  EXPECT_EQ(f.hub.submitted[0].actor.rfind("rl#", 0), 0u);
+
+  rollout::Snapshot s = learner.Latest();
+  EXPECT_EQ(s.version, 4);
+  ASSERT_TRUE(s.weights);
+  EXPECT_TRUE(*s.weights == blob);
+  learner.Close();
+}
+
+TEST(RemoteLearnerTest, WrongTokenFailsConnectAtOnce) {
+  Fixture f("tok");
+  RemoteLearnerOptions o;
+  o.address = f.address;
+  o.token = "nope";
+  RemoteLearner learner(o);
+  std::atomic<bool> stop{false};
+  Result<std::string> spec = learner.Connect(stop);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("bearer token"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace echelon::net

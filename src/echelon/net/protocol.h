@@ -1,0 +1,30 @@
+// Constants of the learner <-> actor wire protocol (proto/echelon/v1/learner.proto), with the
+// reason for each default.
+#pragma once
+
+#include <cstdint>
+
+namespace echelon::net {
+
+// Bumped on any incompatible change to learner.proto; checked at registration.
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Largest message either side accepts. A group of 8 x 6-token math samples is ~1 KiB; a
+// 64-sample group of 4k-token episodes is ~4 MiB. Anything larger is refused as hostile.
+inline constexpr int kMaxMessageBytes = 32 << 20;
+
+// Snapshots stream in pieces of this size: large enough that per-message overhead is small
+// (gRPC moves 1-2 GB/s on loopback with MiB messages), small enough to stay far below the
+// message limit.
+inline constexpr uint64_t kSnapshotPieceBytes = 1 << 20;
+
+// Actors heartbeat this often; a learner evicts an actor silent for kEvictAfterHeartbeats
+// intervals (about 3 s at the default), re-issuing its groups. Three missed beats tolerate a
+// scheduling hiccup on a loaded 2-core machine without letting a dead actor hold work long.
+inline constexpr double kDefaultHeartbeatSeconds = 1.0;
+inline constexpr double kEvictAfterHeartbeats = 3.0;
+
+// An actor that cannot reach the learner retries with exponential backoff up to this cap.
+inline constexpr double kMaxBackoffSeconds = 5.0;
+
+}  // namespace echelon::net

@@ -1,0 +1,210 @@
+#include "echelon/net/remote_learner.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "echelon/common/fs.h"
+#include "echelon/net/auth.h"
+#include "echelon/net/codec.h"
+#include "echelon/net/protocol.h"
+
+namespace echelon::net {
+namespace {
+
+void SleepSeconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+}  // namespace
+
+RemoteLearner::RemoteLearner(RemoteLearnerOptions options) : options_(std::move(options)) {
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!options_.tls_ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    Result<std::string> ca = ReadFile(options_.tls_ca_file);
+    if (ca.ok()) ssl.pem_root_certs = ca.value();
+    else spdlog::error("cannot read --tls-ca {}: {}", options_.tls_ca_file, ca.status().message());
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  channel_ = grpc::CreateCustomChannel(options_.address, creds, args);
+  stub_ = v1::Learner::NewStub(channel_);
+}
+
+RemoteLearner::~RemoteLearner() { Close(); }
+
+void RemoteLearner::Close() {
+  closing_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+std::string RemoteLearner::actor_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return actor_id_;
+}
+
+Status RemoteLearner::Register() {
+  grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          std::chrono::duration<double>(options_.rpc_timeout_seconds)));
+  v1::RegisterRequest req;
+  req.set_protocol_version(kProtocolVersion);
+  req.set_actor_name(options_.name);
+  v1::RegisterReply reply;
+  grpc::Status st = stub_->Register(&ctx, req, &reply);
+  if (!st.ok()) {
+    const std::string msg = "registering with learner " + options_.address + ": " + st.error_message();
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+      return Status(StatusCode::kUnavailable, msg);
+    return FailedPrecondition(msg);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    actor_id_ = reply.actor_id();
+    heartbeat_seconds_ = std::max(0.05, reply.heartbeat_seconds());
+  }
+  known_version_ = reply.snapshot_version();
+  cached_run_spec_ = reply.run_spec_json();
+  spdlog::info("registered with learner {} as {}", options_.address, reply.actor_id());
+  return Status::Ok();
+}
+
+Result<std::string> RemoteLearner::Connect(const std::atomic<bool>& stop) {
+  stop_ = &stop;
+  double backoff = 0.1;
+  while (!stop.load()) {
+    Status st = Register();
+    if (st.ok()) break;
+    if (st.code() != StatusCode::kUnavailable) return st;
+    spdlog::warn("{}; retrying in {:.1f} s", st.message(), backoff);
+    SleepSeconds(backoff);
+    backoff = std::min(kMaxBackoffSeconds, backoff * 2);
+  }
+  if (stop.load()) return Aborted("stopped before the learner answered");
+  if (!heartbeat_.joinable()) heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  return cached_run_spec_;
+}
+
+void RemoteLearner::HeartbeatLoop() {
+  while (!closing_.load() && !(stop_ && stop_->load())) {
+    double period;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      period = heartbeat_seconds_;
+    }
+    // Sleep in small slices so Close() is prompt.
+    for (double slept = 0; slept < period && !closing_.load(); slept += 0.05) SleepSeconds(0.05);
+    if (closing_.load()) break;
+    grpc::ClientContext ctx;
+    AttachToken(ctx, options_.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::HeartbeatRequest req;
+    req.set_actor_id(actor_id());
+    v1::HeartbeatReply reply;
+    if (stub_->Heartbeat(&ctx, req, &reply).ok()) {
+      known_version_ = std::max<int64_t>(known_version_.load(), reply.snapshot_version());
+      if (reply.done()) done_ = true;
+    }
+  }
+}
+
+void RemoteLearner::Recover(int code, const std::string& what) {
+  if (code == grpc::StatusCode::NOT_FOUND) {
+    spdlog::warn("{}: learner no longer knows this actor; registering again", what);
+    while (!(stop_ && stop_->load()) && !closing_.load()) {
+      Status st = Register();
+      if (st.ok()) return;
+      SleepSeconds(backoff_);
+      backoff_ = std::min(kMaxBackoffSeconds, backoff_ * 2);
+    }
+    return;
+  }
+  spdlog::warn("{} failed (code {}); retrying in {:.1f} s", what, code, backoff_);
+  SleepSeconds(backoff_);
+  backoff_ = std::min(kMaxBackoffSeconds, backoff_ * 2);
+}
+
+std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*actor*/) {
+  grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::AcquireRequest req;
+  req.set_actor_id(actor_id());
+  v1::AcquireReply reply;
+  grpc::Status st = stub_->Acquire(&ctx, req, &reply);
+  if (!st.ok()) {
+    Recover(st.error_code(), "acquire");
+    return std::nullopt;
+  }
+  backoff_ = 0.1;
+  known_version_ = std::max<int64_t>(known_version_.load(), reply.snapshot_version());
+  if (reply.done()) done_ = true;
+  if (!reply.has_work()) return std::nullopt;
+  rollout::Assignment a;
+  a.work.group_id = reply.group_id();
+  a.work.lease_id = reply.lease_id();
+  a.work.dispatch_version = reply.dispatch_version();
+  a.prompt = data::Prompt{reply.prompt_id(), reply.prompt_text(), reply.prompt_reference()};
+  a.group_size = reply.group_size();
+  return a;
+}
+
+rollout::SubmitOutcome RemoteLearner::Submit(rollout::GroupRollout rollout) {
+  v1::SubmitRequest req;
+  EncodeRollout(rollout, actor_id(), &req);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    grpc::ClientContext ctx;
+    AttachToken(ctx, options_.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::SubmitReply reply;
+    grpc::Status st = stub_->Submit(&ctx, req, &reply);
+    if (st.ok()) return {reply.accepted(), reply.reason()};
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // Evicted: the group was re-issued to someone else; this work is lost by design.
+      Recover(st.error_code(), "submit");
+      return {false, "evicted"};
+    }
+    Recover(st.error_code(), "submit");
+  }
+  return {false, "learner_unreachable"};
+}
+
+rollout::Snapshot RemoteLearner::Latest() {
+  if (cached_.version >= known_version_.load() && cached_.version >= 0) return cached_;
+  grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  v1::SnapshotRequest req;
+  req.set_actor_id(actor_id());
+  req.set_min_version(known_version_.load());
+  std::unique_ptr<grpc::ClientReader<v1::SnapshotPiece>> reader = stub_->GetSnapshot(&ctx, req);
+  v1::SnapshotPiece piece;
+  std::string bytes;
+  int64_t version = -1;
+  uint64_t total = 0;
+  while (reader->Read(&piece)) {
+    if (version < 0) {
+      version = piece.version();
+      total = piece.total_bytes();
+      if (total > (uint64_t{1} << 36)) break;  // refuse absurd sizes (> 64 GiB)
+      bytes.reserve(total);
+    }
+    if (piece.version() != version || piece.offset() != bytes.size()) break;
+    bytes += piece.data();
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok() || version < 0 || bytes.size() != total) {
+    if (!st.ok()) Recover(st.error_code(), "snapshot fetch");
+    return cached_;
+  }
+  cached_ = rollout::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
+  known_version_ = std::max<int64_t>(known_version_.load(), version);
+  return cached_;
+}
+
+}  // namespace echelon::net
