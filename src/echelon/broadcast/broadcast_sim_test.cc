@@ -1,0 +1,215 @@
+// The relay policy on simulated links: scaling (star linear, peer-assisted ~ T1 + log2(N)
+// chunk times), faults (relay death, corrupt sender, late joiners) and delta, then an
+// end-to-end run with real bytes, real hashes and real ChunkStores.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "echelon/broadcast/chunk_store.h"
+#include "echelon/broadcast/link_simulator.h"
+#include "echelon/broadcast/manifest.h"
+#include "echelon/broadcast/relay_session.h"
+#include "echelon/broadcast/sha256.h"
+
+namespace echelon::broadcast {
+namespace {
+
+// 128 MiB in 32 chunks of 4 MiB at 100 Mbit/s per uploader (the benchmark).
+constexpr double kBps = 12.5e6;
+constexpr double kChunkSeconds = (4u << 20) / kBps;
+constexpr double kT1 = 32 * kChunkSeconds;  // one point-to-point transfer of the file
+
+BroadcastResult Simulate(const BroadcastScenario& s) {
+  Result<BroadcastResult> r = SimulateBroadcast(s);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r.ok() && r->all_complete);
+  return r.ok() ? r.value() : BroadcastResult{};
+}
+
+double LastCompletion(RelayMode mode, int peers, int chunks = 32) {
+  BroadcastScenario s;
+  s.options.mode = mode;
+  s.peers = peers;
+  s.chunks = chunks;
+  return Simulate(s).last_completion;
+}
+
+int CeilLog2(int x) {
+  int k = 0;
+  while ((1 << k) < x) ++k;
+  return k;
+}
+
+TEST(BroadcastSimTest, StarGrowsLinearlyInPeers) {
+  for (int n : {1, 2, 4, 8, 16, 100, 1000}) {
+    EXPECT_NEAR(LastCompletion(RelayMode::kStar, n) / kT1, n, 1e-6 * n) << "n=" << n;
+  }
+}
+
+TEST(BroadcastSimTest, OneChunkIsABinomialTree) {
+  for (int n : {1, 2, 3, 7, 8, 100, 1000}) {
+    EXPECT_NEAR(LastCompletion(RelayMode::kSwarm, n, 1) / kChunkSeconds, CeilLog2(n + 1), 1e-6) << "n=" << n;
+  }
+}
+
+TEST(BroadcastSimTest, PeerAssistedGrowsLogarithmically) {
+  std::map<int, double> t;
+  std::printf("  N    star/T1  peer-assisted/T1  excess chunk-times  ceil(log2(N+1))\n");
+  for (int n : {1, 2, 4, 8, 10, 16, 100, 1000}) {
+    t[n] = LastCompletion(RelayMode::kSwarm, n);
+    const double excess = (t[n] - kT1) / kChunkSeconds;
+    std::printf("%5d %8.3f %12.3f %16.2f %14d\n", n, LastCompletion(RelayMode::kStar, n) / kT1, t[n] / kT1, excess,
+                CeilLog2(n + 1));
+    // About one file time plus one chunk time per doubling of the swarm.
+    EXPECT_GE(excess, CeilLog2(n + 1) - 1 - 1e-6) << "n=" << n;
+    EXPECT_LE(excess, CeilLog2(n + 1) + 1 + 1e-6) << "n=" << n;
+  }
+  // 100x more peers: linear would be 100x, log10 ratio is 3x; measured ~1.23x.
+  EXPECT_LT(t[1000] / t[10], std::log(1000.0) / std::log(10.0));
+  EXPECT_LT(t[1000] / t[10], 1.3);
+  EXPECT_LE(t[16] / t[4], 1.15);  // the N = 4 -> 16 bound
+}
+
+TEST(BroadcastSimTest, EightPeersFinishWithinOnePointThreeTransfers) {
+  BroadcastScenario s;
+  EXPECT_LE(Simulate(s).last_completion, 1.3 * kT1);
+  EXPECT_GE(Simulate(s).last_completion, kT1);  // nobody beats the origin's own upload
+  s.latency_s = 0.005;                     // 5 ms per chunk handshake
+  EXPECT_LE(Simulate(s).last_completion, 1.3 * kT1);
+  s.options.upload_slots = 2;  // two chunks in flight per uploader
+  EXPECT_LE(Simulate(s).last_completion, 1.3 * kT1);
+  BroadcastResult r = Simulate(BroadcastScenario{});
+  EXPECT_EQ(r.stats.verified, 8u * 32u);       // no chunk moves twice to one peer
+  EXPECT_LE(r.stats.origin_sends, 32u + 4u);   // each chunk leaves the origin about once
+}
+
+TEST(BroadcastSimTest, KillingTwoOfEightMidTransferSurvivorsResume) {
+  for (std::vector<NodeId> victims : {std::vector<NodeId>{1, 2}, {3, 6}, {7, 8}}) {
+    BroadcastScenario s;
+    s.kills[kT1 / 2] = victims;
+    BroadcastResult r = Simulate(s);
+    EXPECT_GT(r.stats.cancelled, 0u);
+    EXPECT_LE(r.last_completion, 1.6 * kT1);
+    for (NodeId n = 1; n <= 8; ++n) {
+      bool dead = n == victims[0] || n == victims[1];
+      EXPECT_EQ(r.completed_at[n].has_value(), !dead) << "node " << n;
+      // A survivor receives each chunk exactly once: it resumed from what it held.
+      if (dead) {
+        EXPECT_LT(r.received[n], 32) << "node " << n;
+      } else {
+        EXPECT_EQ(r.received[n], 32) << "node " << n;
+      }
+    }
+  }
+}
+
+TEST(BroadcastSimTest, CorruptSenderIsPenalisedAndChunkRefetched) {
+  BroadcastScenario s;
+  s.corrupt_senders = {3};
+  BroadcastResult r = Simulate(s);
+  for (NodeId n = 1; n <= 8; ++n) {
+    EXPECT_EQ(r.banned[n], n == 3) << "node " << n;
+    EXPECT_EQ(r.received[n], 32) << "node " << n;  // incl. the refetched chunk
+  }
+  EXPECT_EQ(r.stats.corrupt, 1u);  // banned on its first bad chunk
+  EXPECT_EQ(r.stats.verified, 8u * 32u);
+  EXPECT_LE(r.last_completion, 1.3 * kT1);
+}
+
+TEST(BroadcastSimTest, DeltaMovesOnlyChangedChunks) {
+  BroadcastScenario s;
+  std::vector<bool> held(32, true);
+  held[2] = held[5] = held[30] = false;
+  s.held.assign(8, held);
+  BroadcastResult r = Simulate(s);
+  EXPECT_EQ(r.stats.started, 3u * 8u);
+  EXPECT_EQ(r.bytes_moved, 3ull * 8ull * (4u << 20));
+  EXPECT_LE(r.stats.origin_sends, 8u);  // a third of the 24 sends; star would make all 24
+  EXPECT_LE(r.last_completion, (3 + CeilLog2(9) + 1) * kChunkSeconds);
+}
+
+TEST(BroadcastSimTest, LateJoinersCatchUp) {
+  BroadcastScenario s;
+  s.late_joiners[kT1 / 2] = 2;
+  BroadcastResult r = Simulate(s);
+  ASSERT_EQ(r.completed_at.size(), 11u);
+  for (NodeId n = 9; n <= 10; ++n) {
+    ASSERT_TRUE(r.completed_at[n].has_value());
+    EXPECT_EQ(r.received[n], 32);
+  }
+  EXPECT_LE(r.last_completion, 1.3 * kT1);
+}
+
+TEST(BroadcastSimTest, HeterogeneousUploadersStayFarBelowStar) {
+  BroadcastScenario s;
+  s.peer_bps = {kBps, kBps, kBps, kBps, kBps / 10, kBps / 10, kBps / 10, kBps / 10};
+  // Capacity bound: 8 files over 540 Mbit/s of total upload = 1.48 x T1; star is 8 x T1.
+  BroadcastResult r = Simulate(s);
+  EXPECT_GE(r.last_completion, 8.0 * 100 / 540 * kT1);
+  EXPECT_LE(r.last_completion, 2.05 * kT1);
+}
+
+// Real bytes end to end: signed manifest, per-node ChunkStores, hashes checked on delivery,
+// one peer corrupting what it relays, then a delta version.
+TEST(BroadcastSimTest, EndToEndRealChunksVerifyAssembleAndDelta) {
+  constexpr uint32_t kChunk = 4096;
+  constexpr int kPeers = 5;
+  constexpr NodeId kLiar = 2;
+  std::string v1(16 * kChunk, '\0');
+  for (size_t i = 0; i < v1.size(); ++i) v1[i] = static_cast<char>((i * 2654435761u) >> 13);
+  std::string v2 = v1;
+  v2[3 * kChunk + 10] ^= 1;
+  v2[9 * kChunk] ^= 1;
+
+  SigningKey key = SigningKey::Generate().value();
+  std::vector<std::unique_ptr<ChunkStore>> stores;
+  for (int n = 0; n <= kPeers; ++n) stores.push_back(std::make_unique<ChunkStore>(2));
+
+  for (auto [version, blob] : {std::pair<uint64_t, std::string>{1, v1}, {2, v2}}) {
+    Manifest origin_manifest = BuildManifest(version, blob, kChunk).value();
+    std::string envelope = SignManifest(origin_manifest, key).value();
+    ASSERT_TRUE(stores[0]->AddVersion(origin_manifest).ok());
+    for (size_t i = 0; i < origin_manifest.num_chunks(); ++i) {
+      ASSERT_TRUE(stores[0]->PutChunk(version, i, std::string(ChunkView(origin_manifest, blob, i))).ok());
+    }
+    SimulatedClock clock;
+    RelayPlanner planner(RelayOptions{}, origin_manifest.num_chunks(), 1e6);
+    LinkSimulator sim(&clock, ChunkSizes(origin_manifest), 0.0);
+    RelaySession session(&planner, &sim, &clock, ChunkSizes(origin_manifest));
+    int corrupt_deliveries = 0;
+    sim.SetDeliver([&](const Transfer& t) {
+      std::string bytes = *stores[t.from]->GetChunk(version, t.chunk).value();
+      if (t.from == kLiar) bytes[0] ^= 0x5a;
+      Status st = stores[t.to]->PutChunk(version, t.chunk, bytes);
+      corrupt_deliveries += st.code() == StatusCode::kDataLoss;
+      return st.ok() ? TransferOutcome::kVerified : TransferOutcome::kCorrupt;
+    });
+    for (NodeId n = 0; n <= kPeers; ++n) sim.SetUploadBps(n, 1e6);
+    for (NodeId n = 1; n <= kPeers; ++n) {
+      Result<Manifest> m = VerifySignedManifest(envelope, key.public_key());
+      ASSERT_TRUE(m.ok()) << m.status().message();
+      ASSERT_TRUE(stores[n]->AddVersion(m.value()).ok());
+      EXPECT_EQ(session.AddPeer(1e6, stores[n]->HeldMask(version).value()), n);
+    }
+    ASSERT_TRUE(sim.Run(1e6).ok());
+    EXPECT_TRUE(session.AllComplete());
+    for (NodeId n = 1; n <= kPeers; ++n) {
+      EXPECT_EQ(Sha256Hex(stores[n]->Assemble(version).value()), origin_manifest.file_sha256) << "node " << n;
+    }
+    if (version == 1) {
+      EXPECT_EQ(corrupt_deliveries, 1);  // then the liar is banned
+      EXPECT_TRUE(planner.IsBanned(kLiar));
+      EXPECT_EQ(session.bytes_moved(), uint64_t{kPeers} * 16 * kChunk);
+    } else {
+      // Delta: only the two changed chunks move, to each of the 5 peers.
+      EXPECT_EQ(session.bytes_moved(), uint64_t{kPeers} * 2 * kChunk);
+      EXPECT_EQ(planner.stats().started, uint64_t{kPeers} * 2 + corrupt_deliveries);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace echelon::broadcast

@@ -1,0 +1,191 @@
+#include "echelon/broadcast/chunk_store.h"
+
+#include <unordered_set>
+
+#include "echelon/common/fs.h"
+
+namespace echelon::broadcast {
+
+ChunkStore::ChunkStore(int keep_versions) : keep_versions_(keep_versions < 1 ? 1 : keep_versions) {}
+
+Status ChunkStore::AddVersion(const Manifest& m) {
+  ECHELON_RETURN_IF_ERROR(m.Validate());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(m.version);
+  if (it != versions_.end()) {
+    if (it->second == m) return Status::Ok();
+    return FailedPrecondition("version " + std::to_string(m.version) +
+                              " is already held with a different manifest; versions are immutable");
+  }
+  if (static_cast<int>(versions_.size()) >= keep_versions_ && m.version < versions_.begin()->first) {
+    return FailedPrecondition("version " + std::to_string(m.version) + " is older than all " +
+                              std::to_string(keep_versions_) + " kept versions (oldest kept: " +
+                              std::to_string(versions_.begin()->first) + ")");
+  }
+  for (const std::string& h : m.chunk_sha256) stats_.reused_chunks += chunks_.count(h);
+  versions_.emplace(m.version, m);
+  CollectGarbageLocked();
+  return Status::Ok();
+}
+
+void ChunkStore::CollectGarbageLocked() {
+  while (static_cast<int>(versions_.size()) > keep_versions_) versions_.erase(versions_.begin());
+  std::unordered_set<std::string> referenced;
+  for (const auto& [v, m] : versions_) referenced.insert(m.chunk_sha256.begin(), m.chunk_sha256.end());
+  for (auto it = chunks_.begin(); it != chunks_.end();) {
+    if (referenced.count(it->first)) {
+      ++it;
+      continue;
+    }
+    stored_bytes_ -= it->second->size();
+    ++stats_.collected_chunks;
+    it = chunks_.erase(it);
+  }
+}
+
+bool ChunkStore::HasVersion(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return versions_.count(version) > 0;
+}
+
+std::vector<uint64_t> ChunkStore::Versions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> out;
+  for (const auto& [v, m] : versions_) out.push_back(v);
+  return out;
+}
+
+Result<Manifest> ChunkStore::GetManifest(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+  return it->second;
+}
+
+std::optional<uint64_t> ChunkStore::NewestComplete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = versions_.rbegin(); it != versions_.rend(); ++it) {
+    bool complete = true;
+    for (const std::string& h : it->second.chunk_sha256) complete = complete && chunks_.count(h) > 0;
+    if (complete) return it->first;
+  }
+  return std::nullopt;
+}
+
+Result<std::vector<size_t>> ChunkStore::MissingChunks(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+  std::vector<size_t> out;
+  const auto& hashes = it->second.chunk_sha256;
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (!chunks_.count(hashes[i])) out.push_back(i);
+  }
+  return out;
+}
+
+Result<std::vector<bool>> ChunkStore::HeldMask(uint64_t version) const {
+  ECHELON_ASSIGN_OR_RETURN(Manifest m, GetManifest(version));
+  ECHELON_ASSIGN_OR_RETURN(std::vector<size_t> missing, MissingChunks(version));
+  std::vector<bool> held(m.num_chunks(), true);
+  for (size_t i : missing) held[i] = false;
+  return held;
+}
+
+Result<ChunkState> ChunkStore::State(uint64_t version, size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+  if (index >= it->second.num_chunks()) return InvalidArgument("chunk index " + std::to_string(index) + " out of range");
+  return chunks_.count(it->second.chunk_sha256[index]) ? ChunkState::kVerified : ChunkState::kMissing;
+}
+
+bool ChunkStore::IsComplete(uint64_t version) const {
+  Result<std::vector<size_t>> missing = MissingChunks(version);
+  return missing.ok() && missing.value().empty();
+}
+
+Status ChunkStore::PutChunk(uint64_t version, size_t index, std::string bytes) {
+  Manifest m;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end()) return NotFound("chunk for version " + std::to_string(version) + ", which is not held");
+    m = it->second;  // copy: hashing below runs without the lock
+  }
+  Status verified = VerifyChunk(m, index, bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!verified.ok()) {
+    ++stats_.rejected_puts;
+    return verified;
+  }
+  // The version may have been collected meanwhile; its hash is then unreferenced.
+  if (!versions_.count(version)) return NotFound("version " + std::to_string(version) + " was dropped meanwhile");
+  const std::string& hash = m.chunk_sha256[index];
+  if (chunks_.count(hash)) {
+    ++stats_.duplicate_puts;
+    return Status::Ok();
+  }
+  stored_bytes_ += bytes.size();
+  chunks_.emplace(hash, std::make_shared<const std::string>(std::move(bytes)));
+  ++stats_.verified_puts;
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const std::string>> ChunkStore::GetChunk(uint64_t version, size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+  if (index >= it->second.num_chunks()) return InvalidArgument("chunk index " + std::to_string(index) + " out of range");
+  auto c = chunks_.find(it->second.chunk_sha256[index]);
+  if (c == chunks_.end()) {
+    return NotFound("chunk " + std::to_string(index) + " of version " + std::to_string(version) + " is missing");
+  }
+  return c->second;
+}
+
+Result<std::string> ChunkStore::Assemble(uint64_t version) const {
+  Manifest m;
+  std::vector<std::shared_ptr<const std::string>> parts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+    m = it->second;
+    for (size_t i = 0; i < m.num_chunks(); ++i) {
+      auto c = chunks_.find(m.chunk_sha256[i]);
+      if (c == chunks_.end()) {
+        return FailedPrecondition("version " + std::to_string(version) + " is incomplete: chunk " +
+                                  std::to_string(i) + " is missing");
+      }
+      parts.push_back(c->second);
+    }
+  }
+  std::string blob;
+  blob.reserve(m.total_bytes);
+  for (const auto& p : parts) blob += *p;
+  ECHELON_RETURN_IF_ERROR(VerifyBlob(m, blob));
+  return blob;
+}
+
+Status ChunkStore::WriteVersion(uint64_t version, const std::string& path) const {
+  ECHELON_ASSIGN_OR_RETURN(std::string blob, Assemble(version));
+  return WriteFileAtomic(path, blob).WithContext("writing version " + std::to_string(version));
+}
+
+size_t ChunkStore::num_stored_chunks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return chunks_.size();
+}
+
+uint64_t ChunkStore::stored_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stored_bytes_;
+}
+
+ChunkStore::Stats ChunkStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace echelon::broadcast

@@ -1,0 +1,213 @@
+#include "echelon/broadcast/relay_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+namespace echelon::broadcast {
+
+RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double origin_upload_bps)
+    : options_(options), num_chunks_(num_chunks), copies_(num_chunks, 0) {
+  Node origin;
+  origin.bps = origin_upload_bps;
+  origin.held.assign(num_chunks, true);
+  origin.incoming.assign(num_chunks, false);
+  origin.held_count = num_chunks;
+  nodes_.push_back(std::move(origin));
+}
+
+NodeId RelayPlanner::AddPeer(double upload_bps, const std::vector<bool>& held) {
+  Node peer;
+  peer.bps = upload_bps;
+  peer.held.assign(num_chunks_, false);
+  peer.incoming.assign(num_chunks_, false);
+  for (int c = 0; c < num_chunks_ && c < static_cast<int>(held.size()); ++c) {
+    if (!held[c]) continue;
+    peer.held[c] = true;
+    ++peer.held_count;
+    ++copies_[c];
+  }
+  nodes_.push_back(std::move(peer));
+  ++live_peers_;
+  MarkAllDirty();  // everyone may have something for the newcomer
+  return static_cast<NodeId>(nodes_.size() - 1);
+}
+
+std::vector<Transfer> RelayPlanner::RemovePeer(NodeId peer) {
+  std::vector<Transfer> cancelled;
+  if (peer == kOrigin || peer >= num_nodes() || !nodes_[peer].alive) return cancelled;
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    if (it->second.from == peer || it->second.to == peer) {
+      cancelled.push_back(it->second);
+      Forget(it->second);
+      it = inflight_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(cancelled.begin(), cancelled.end(), [](const Transfer& a, const Transfer& b) { return a.id < b.id; });
+  stats_.cancelled += cancelled.size();
+  Node& n = nodes_[peer];
+  for (int c = 0; c < num_chunks_; ++c) copies_[c] -= n.held[c] ? 1 : 0;
+  n.alive = false;
+  --live_peers_;
+  MarkAllDirty();  // chunks it was relaying are needed again
+  return cancelled;
+}
+
+void RelayPlanner::UpdateBandwidth(NodeId node, double measured_bps) {
+  if (node < 0 || node >= num_nodes() || !(measured_bps > 0)) return;
+  double a = options_.bandwidth_ewma_alpha;
+  nodes_[node].bps = (1 - a) * nodes_[node].bps + a * measured_bps;
+}
+
+bool RelayPlanner::AllComplete() const {
+  for (NodeId n = 1; n < num_nodes(); ++n) {
+    if (nodes_[n].alive && !IsComplete(n)) return false;
+  }
+  return true;
+}
+
+int RelayPlanner::UploadSlots(NodeId n) const {
+  if (options_.mode == RelayMode::kStar) return n == kOrigin ? std::max(1, live_peers_) : 0;
+  return std::max(1, options_.upload_slots);
+}
+
+bool RelayPlanner::CanUpload(NodeId n) const {
+  const Node& node = nodes_[n];
+  return node.alive && !node.banned && node.held_count > 0 && node.uploads < UploadSlots(n);
+}
+
+int RelayPlanner::BandwidthBucket(NodeId n) const {
+  double bps = std::max(nodes_[n].bps, 1.0);
+  return static_cast<int>(std::floor(std::log(bps) / std::log(std::max(options_.bandwidth_bucket_ratio, 1.0001))));
+}
+
+NodeId RelayPlanner::BestReceiver(NodeId u, int chunk) const {
+  NodeId best = -1;
+  std::tuple<int, int, int, NodeId> best_key;
+  for (NodeId r = 1; r < num_nodes(); ++r) {
+    const Node& n = nodes_[r];
+    if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= options_.max_inbound) continue;
+    auto key = std::make_tuple(n.incoming_count, -BandwidthBucket(r), n.held_count + n.incoming_count, r);
+    if (best < 0 || key < best_key) {
+      best = r;
+      best_key = key;
+    }
+  }
+  return best;
+}
+
+bool RelayPlanner::PickSwarm(NodeId u, int* chunk, NodeId* receiver) const {
+  const Node& node = nodes_[u];
+  std::vector<int> offer;
+  for (int c = 0; c < num_chunks_; ++c) {
+    // copies_ counts u itself when u is a peer; a chunk every live peer has is no offer.
+    if (node.held[c] && copies_[c] < live_peers_) offer.push_back(c);
+  }
+  std::stable_sort(offer.begin(), offer.end(), [&](int a, int b) { return copies_[a] < copies_[b]; });
+  for (int c : offer) {
+    NodeId r = BestReceiver(u, c);
+    if (r >= 0) {
+      *chunk = c;
+      *receiver = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool RelayPlanner::PickStar(NodeId u, int* chunk, NodeId* receiver) const {
+  if (u != kOrigin) return false;
+  for (NodeId r = 1; r < num_nodes(); ++r) {
+    const Node& n = nodes_[r];
+    if (!n.alive || n.incoming_count > 0 || n.held_count == num_chunks_) continue;
+    for (int c = 0; c < num_chunks_; ++c) {
+      if (!n.held[c]) {
+        *chunk = c;
+        *receiver = r;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::vector<Transfer> RelayPlanner::NextTransfers() {
+  std::vector<NodeId> uploaders;
+  for (NodeId n = 0; n < num_nodes(); ++n) {
+    if (nodes_[n].dirty && CanUpload(n)) uploaders.push_back(n);
+    nodes_[n].dirty = false;
+  }
+  // Faster uploaders choose first: they finish sooner and relay sooner.
+  std::stable_sort(uploaders.begin(), uploaders.end(),
+                   [&](NodeId a, NodeId b) { return BandwidthBucket(a) > BandwidthBucket(b); });
+  std::vector<Transfer> out;
+  for (NodeId u : uploaders) {
+    while (CanUpload(u)) {
+      int c = 0;
+      NodeId r = -1;
+      bool found = options_.mode == RelayMode::kStar ? PickStar(u, &c, &r) : PickSwarm(u, &c, &r);
+      if (!found) break;
+      Transfer t{next_id_++, u, r, c};
+      nodes_[u].uploads++;
+      nodes_[r].incoming[c] = true;
+      nodes_[r].incoming_count++;
+      copies_[c]++;
+      inflight_.emplace(t.id, t);
+      stats_.started++;
+      if (u == kOrigin) stats_.origin_sends++;
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+void RelayPlanner::Forget(const Transfer& t) {
+  Node& from = nodes_[t.from];
+  Node& to = nodes_[t.to];
+  from.uploads--;
+  from.dirty = true;
+  if (to.incoming_count >= options_.max_inbound) MarkAllDirty();  // a capped receiver opens up
+  to.incoming[t.chunk] = false;
+  to.incoming_count--;
+  copies_[t.chunk]--;
+}
+
+void RelayPlanner::OnTransferDone(uint64_t transfer_id, TransferOutcome outcome) {
+  auto it = inflight_.find(transfer_id);
+  if (it == inflight_.end()) return;
+  const Transfer t = it->second;
+  inflight_.erase(it);
+  Forget(t);
+  Node& to = nodes_[t.to];
+  switch (outcome) {
+    case TransferOutcome::kVerified:
+      stats_.verified++;
+      if (!to.held[t.chunk]) {
+        to.held[t.chunk] = true;
+        to.held_count++;
+        copies_[t.chunk]++;  // Forget removed the in-flight count
+      }
+      to.dirty = true;  // it can relay the new chunk
+      break;
+    case TransferOutcome::kCorrupt: {
+      stats_.corrupt++;
+      Node& from = nodes_[t.from];
+      from.strikes++;
+      if (t.from != kOrigin && from.strikes >= options_.ban_after_corrupt) from.banned = true;
+      MarkAllDirty();  // the chunk must come from someone else
+      break;
+    }
+    case TransferOutcome::kFailed:
+      stats_.failed++;
+      MarkAllDirty();
+      break;
+  }
+}
+
+void RelayPlanner::MarkAllDirty() {
+  for (Node& n : nodes_) n.dirty = true;
+}
+
+}  // namespace echelon::broadcast

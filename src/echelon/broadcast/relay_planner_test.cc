@@ -1,0 +1,152 @@
+#include "echelon/broadcast/relay_planner.h"
+
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace echelon::broadcast {
+namespace {
+
+// Completes every in-flight transfer at once (verified): one synchronous round.
+std::vector<Transfer> Round(RelayPlanner& p, std::vector<Transfer>* log = nullptr) {
+  std::vector<Transfer> started = p.NextTransfers();
+  for (const Transfer& t : started) p.OnTransferDone(t.id, TransferOutcome::kVerified);
+  if (log) log->insert(log->end(), started.begin(), started.end());
+  return started;
+}
+
+int RoundsToComplete(RelayPlanner& p, std::vector<Transfer>* log = nullptr) {
+  int rounds = 0;
+  while (!p.AllComplete() && rounds < 1000) {
+    EXPECT_FALSE(Round(p, log).empty()) << "planner stalled";
+    ++rounds;
+  }
+  return rounds;
+}
+
+TEST(RelayPlannerTest, OriginSendsEveryChunkOnceBeforeAnyDuplicate) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/8, 1e6);
+  for (int i = 0; i < 4; ++i) p.AddPeer(1e6);
+  std::vector<Transfer> log;
+  RoundsToComplete(p, &log);
+  std::vector<int> origin_chunks;
+  for (const Transfer& t : log) {
+    if (t.from == kOrigin) origin_chunks.push_back(t.chunk);
+  }
+  ASSERT_GE(origin_chunks.size(), 8u);
+  EXPECT_EQ(std::set<int>(origin_chunks.begin(), origin_chunks.begin() + 8).size(), 8u);
+  EXPECT_EQ(log.size(), 4u * 8u);  // every peer receives every chunk exactly once
+  EXPECT_EQ(p.stats().verified, 32u);
+}
+
+TEST(RelayPlannerTest, OneChunkDoublesItsHoldersEveryRound) {
+  for (int n : {1, 2, 3, 7, 8, 15, 100}) {
+    RelayPlanner p(RelayOptions{}, 1, 1e6);
+    for (int i = 0; i < n; ++i) p.AddPeer(1e6);
+    int expect = 0;
+    while ((1 << expect) < n + 1) ++expect;  // ceil(log2(n + 1))
+    EXPECT_EQ(RoundsToComplete(p), expect) << "n=" << n;
+  }
+}
+
+TEST(RelayPlannerTest, RelayDeathReturnsItsTransfersAndReceiversResume) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/6, 1e6);
+  for (int i = 0; i < 3; ++i) p.AddPeer(1e6);  // nodes 1, 2, 3
+  Round(p);
+  Round(p);  // node 1 now holds chunks and relays them
+  std::vector<Transfer> in_flight = p.NextTransfers();
+  int from_or_to_1 = 0;
+  for (const Transfer& t : in_flight) from_or_to_1 += (t.from == 1 || t.to == 1);
+  ASSERT_GT(from_or_to_1, 0);
+  const int held2 = p.HeldCount(2), held3 = p.HeldCount(3);
+  std::vector<Transfer> cancelled = p.RemovePeer(1);
+  EXPECT_EQ(static_cast<int>(cancelled.size()), from_or_to_1);
+  EXPECT_EQ(p.stats().cancelled, static_cast<uint64_t>(from_or_to_1));
+  EXPECT_EQ(p.HeldCount(2), held2);  // verified chunks survive the relay's death
+  EXPECT_EQ(p.HeldCount(3), held3);
+  for (const Transfer& t : in_flight) p.OnTransferDone(t.id, TransferOutcome::kVerified);  // late reports
+  std::vector<Transfer> log;
+  RoundsToComplete(p, &log);
+  EXPECT_TRUE(p.IsComplete(2) && p.IsComplete(3));
+  EXPECT_FALSE(p.IsAlive(1));
+  for (const Transfer& t : log) EXPECT_TRUE(t.from != 1 && t.to != 1);
+  // Each survivor received each chunk exactly once in total: it resumed, not restarted.
+  EXPECT_EQ(p.stats().verified, static_cast<uint64_t>(6 + 6 + p.HeldCount(1)));
+}
+
+TEST(RelayPlannerTest, CorruptSenderIsBannedAndTheChunkComesFromElsewhere) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/2, 1e6);
+  p.AddPeer(1e6);
+  p.AddPeer(1e6);
+  std::vector<Transfer> first = p.NextTransfers();
+  ASSERT_EQ(first.size(), 1u);  // origin -> node 1
+  p.OnTransferDone(first[0].id, TransferOutcome::kVerified);
+  std::vector<Transfer> second = p.NextTransfers();
+  bool corrupted = false;
+  for (const Transfer& t : second) {
+    bool bad = t.from == 1;
+    corrupted = corrupted || bad;
+    p.OnTransferDone(t.id, bad ? TransferOutcome::kCorrupt : TransferOutcome::kVerified);
+  }
+  ASSERT_TRUE(corrupted);
+  EXPECT_TRUE(p.IsBanned(1));
+  EXPECT_EQ(p.strikes(1), 1);
+  EXPECT_EQ(p.stats().corrupt, 1u);
+  std::vector<Transfer> log;
+  RoundsToComplete(p, &log);
+  EXPECT_TRUE(p.AllComplete());
+  for (const Transfer& t : log) EXPECT_NE(t.from, 1);  // banned: receives, never uploads
+}
+
+TEST(RelayPlannerTest, DeltaPeersOnlyReceiveMissingChunks) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/5, 1e6);
+  std::vector<bool> held = {true, true, false, true, false};
+  for (int i = 0; i < 3; ++i) p.AddPeer(1e6, held);
+  std::vector<Transfer> log;
+  RoundsToComplete(p, &log);
+  EXPECT_EQ(log.size(), 3u * 2u);
+  for (const Transfer& t : log) EXPECT_TRUE(t.chunk == 2 || t.chunk == 4);
+  RelayPlanner none(RelayOptions{}, 5, 1e6);
+  none.AddPeer(1e6, std::vector<bool>(5, true));
+  EXPECT_TRUE(none.AllComplete());
+  EXPECT_TRUE(none.NextTransfers().empty());
+}
+
+TEST(RelayPlannerTest, LateJoinerIsServedMostlyByPeers) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/8, 1e6);
+  for (int i = 0; i < 4; ++i) p.AddPeer(1e6);
+  RoundsToComplete(p);
+  const uint64_t origin_before = p.stats().origin_sends;
+  NodeId late = p.AddPeer(1e6);
+  std::vector<Transfer> log;
+  RoundsToComplete(p, &log);
+  EXPECT_TRUE(p.IsComplete(late));
+  EXPECT_EQ(log.size(), 8u);
+  EXPECT_LE(p.stats().origin_sends - origin_before, 2u);  // peers relay the rest
+}
+
+TEST(RelayPlannerTest, StarModeOnlyTheOriginUploads) {
+  RelayOptions opts;
+  opts.mode = RelayMode::kStar;
+  RelayPlanner p(opts, /*num_chunks=*/4, 1e6);
+  for (int i = 0; i < 3; ++i) p.AddPeer(1e6);
+  std::vector<Transfer> log;
+  EXPECT_EQ(RoundsToComplete(p, &log), 4);  // one chunk per peer per round, all in parallel
+  EXPECT_EQ(log.size(), 12u);
+  for (const Transfer& t : log) EXPECT_EQ(t.from, kOrigin);
+}
+
+TEST(RelayPlannerTest, MeasuredFastUploaderReceivesRareChunksFirst) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/4, 1e6);
+  p.AddPeer(1e6);
+  NodeId fast = p.AddPeer(1e6);
+  for (int i = 0; i < 10; ++i) p.UpdateBandwidth(fast, 10e6);
+  EXPECT_GT(p.bandwidth(fast), 9e6);
+  std::vector<Transfer> first = p.NextTransfers();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].to, fast);
+}
+
+}  // namespace
+}  // namespace echelon::broadcast

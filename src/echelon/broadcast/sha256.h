@@ -1,0 +1,19 @@
+// SHA-256 of a byte string, as raw bytes or lowercase hex; chunks are named by the hex form.
+//
+//   std::string name = Sha256Hex(chunk_bytes);   // 64 hex characters
+//
+// Thread contract: free functions, no shared state.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace echelon::broadcast {
+
+std::string Sha256(std::string_view bytes);     // 32 raw bytes
+std::string Sha256Hex(std::string_view bytes);  // 64 lowercase hex characters
+std::string ToHex(std::string_view bytes);
+// Returns false on odd length or a non-hex character.
+bool FromHex(std::string_view hex, std::string* out);
+
+}  // namespace echelon::broadcast

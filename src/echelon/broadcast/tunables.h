@@ -1,0 +1,52 @@
+// The one table of weight-broadcast tunables, each with the reason for its default.
+//
+//   RelayOptions opts;                  // defaults below
+//   opts.upload_slots = 2;              // e.g. a transport that wants two chunks in flight
+//   RelayPlanner planner(opts, manifest.num_chunks(), origin_bps);
+//
+// Thread contract: plain values.
+#pragma once
+
+#include <cstdint>
+
+namespace echelon::broadcast {
+
+// 4 MiB: large enough that per-chunk overhead (a hash, a control message, one round trip)
+// is < 1% of a chunk's transfer time at 100 Mbit/s (~335 ms), small enough that a 128 MiB
+// snapshot has 32 chunks to pipeline, so the relay tail (~log2(N) chunk times) stays a
+// small fraction of one full-file transfer. Ray uses 5 MiB for the same reason.
+inline constexpr uint32_t kDefaultChunkBytes = 4u << 20;
+
+// Chunks below this size are refused: the manifest would grow past the payload it names.
+inline constexpr uint32_t kMinChunkBytes = 1u << 10;
+
+// Keep the newest 3 versions: the one in use, the one arriving, and one spare for an actor
+// that is a version behind (staleness S >= 1) while the next one streams in.
+inline constexpr int kDefaultKeepVersions = 3;
+
+enum class RelayMode {
+  kSwarm,  // peer-assisted: every holder of a verified chunk may relay it (the default)
+  kStar,   // baseline: only the origin uploads, to every peer in parallel
+};
+
+struct RelayOptions {
+  RelayMode mode = RelayMode::kSwarm;
+  // Concurrent uploads per node. 1 sends each chunk at the full upload rate, so it is
+  // verified (and relayable) as early as possible; a real transport may use 2 to hide the
+  // gap between chunks. Star mode ignores this for the origin (one slot per peer).
+  int upload_slots = 1;
+  // Concurrent downloads per receiver: bounds the receiver's download link share and
+  // spreads senders across receivers. 4 x 100 Mbit/s senders still fit a 1 Gbit/s NIC.
+  int max_inbound = 4;
+  // A node whose chunks failed verification this many times never uploads again (it still
+  // receives). TCP already catches line noise, so one corrupt chunk means a faulty host.
+  int ban_after_corrupt = 1;
+  // Bandwidths within this ratio are treated as equal when ranking receivers, so that
+  // measurement noise does not reorder otherwise identical peers.
+  double bandwidth_bucket_ratio = 1.25;
+  // Weight of a new measurement in a node's bandwidth estimate (EWMA). 0.3 follows a
+  // changed link within ~3 chunks while smoothing one slow transfer.
+  double bandwidth_ewma_alpha = 0.3;
+};
+
+}  // namespace echelon::broadcast
