@@ -8,6 +8,8 @@ namespace echelon::cli {
 
 void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddEvalCommand(CLI::App& app, int* exit_code);
+void AddPlanCommand(CLI::App& app, int* exit_code);
+void AddSimulateCommand(CLI::App& app, int* exit_code);
 void AddLearnerCommand(CLI::App& app, int* exit_code);
 void AddActorCommand(CLI::App& app, int* exit_code);
 

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   echelon::cli::AddTrainCommand(app, &exit_code);
   echelon::cli::AddEvalCommand(app, &exit_code);
+  echelon::cli::AddPlanCommand(app, &exit_code);
+  echelon::cli::AddSimulateCommand(app, &exit_code);
   echelon::cli::AddLearnerCommand(app, &exit_code);
   echelon::cli::AddActorCommand(app, &exit_code);
   app.parse_complete_callback([&] {

@@ -1,0 +1,100 @@
+#include "echelon/plan/capacity_model.h"
+
+#include <gtest/gtest.h>
+
+#include "echelon/plan/link_model.h"
+
+namespace echelon::plan {
+namespace {
+
+WorkerClass Class(int64_t count, int64_t slots, double group_seconds, double price) {
+  WorkerClass c;
+  c.name = "w";
+  c.count = c.available = count;
+  c.price_per_hour = price;
+  c.decode = MeasuredDecode(/*tokens_per_s=*/slots * 4 * 1000 / group_seconds, slots, RolloutShape{4, 0, 1000});
+  c.downlink_mbps = 1000;
+  c.uplink_mbps = 1000;
+  return c;
+}
+
+CapacityInputs Inputs(int64_t s, int64_t kappa) {
+  CapacityInputs in;
+  in.shape = RolloutShape{4, 0, 1000};
+  in.groups_per_step = 8;
+  in.train_seconds = 10;
+  in.learner_price_per_hour = 36;
+  in.max_staleness = s;
+  in.publish_period = kappa;
+  in.snapshot_bytes = 0;  // instant broadcast unless a test sets it
+  return in;
+}
+
+TEST(CapacityModel, WorkerBoundUtilisationIsSupplyOverDemand) {
+  // 6 workers x 1 slot, 20 s per group: 0.3 groups/s; the learner wants 8 / 10 s = 0.8.
+  CapacityPrediction p = PredictCapacity(Inputs(4, 1), {Class(6, 1, 20, 1.0)});
+  EXPECT_DOUBLE_EQ(p.supply_groups_per_s, 0.3);
+  EXPECT_DOUBLE_EQ(p.step_seconds, 8 / 0.3);
+  EXPECT_DOUBLE_EQ(p.utilization, 10 / (8 / 0.3));
+  EXPECT_DOUBLE_EQ(p.cost_per_step, (8 / 0.3) * (36 + 6) / 3600);
+}
+
+TEST(CapacityModel, LearnerBoundUtilisationIsOne) {
+  CapacityPrediction p = PredictCapacity(Inputs(4, 1), {Class(30, 1, 20, 1.0)});  // 1.5 groups/s
+  EXPECT_DOUBLE_EQ(p.step_seconds, 10);
+  EXPECT_DOUBLE_EQ(p.utilization, 1);
+}
+
+TEST(CapacityModel, ShallowWindowThrottlesSupply) {
+  // S*B = 8 slots may run, of 30: supply scales by 8/30.
+  CapacityPrediction p = PredictCapacity(Inputs(1, 1), {Class(30, 1, 20, 1.0)});
+  EXPECT_TRUE(p.window_limited);
+  EXPECT_DOUBLE_EQ(p.supply_groups_per_s, 1.5 * 8 / 30);
+}
+
+TEST(CapacityModel, SZeroIsLockStep) {
+  CapacityInputs in = Inputs(0, 1);
+  in.snapshot_bytes = 125e6;  // 1 Gbit: 1 s down each 1000 Mbit/s link; 8 x 1 Gbit share 10 Gbit/s in 0.8 s
+  in.link.mode = BroadcastMode::kStar;
+  in.link.origin_uplink_mbps = 10000;
+  // 8 slots for 8 groups: one wave of 20 s after a 1 s download.
+  CapacityPrediction p = PredictCapacity(in, {Class(8, 1, 20, 1.0)});
+  EXPECT_DOUBLE_EQ(p.step_seconds, 10 + 1 + 20);
+  // 4 slots for 8 groups: two waves.
+  p = PredictCapacity(in, {Class(4, 1, 20, 1.0)});
+  EXPECT_DOUBLE_EQ(p.step_seconds, 10 + 1 + 40);
+}
+
+TEST(CapacityModel, FreshnessBoundAddsSnapshotLagAndGenerationVersions) {
+  // step 10 s, broadcast 15 s (2 versions), generation 20 s (2 versions), queue allowance q:
+  // kappa <= S + 1 - 2 - 2 - q.
+  const int64_t q = kQueueAllowanceSteps;
+  EXPECT_EQ(MaxFreshPublishPeriod(4 + q, 10, 15, 20), 1);
+  EXPECT_EQ(MaxFreshPublishPeriod(6 + q, 10, 15, 20), 3);
+  EXPECT_EQ(MaxFreshPublishPeriod(3 + q, 10, 15, 20), 0);  // no kappa is fresh
+  // Fast links and generation: kappa = S - 1 - q.
+  EXPECT_EQ(MaxFreshPublishPeriod(5 + q, 10, 1, 9), 4);
+}
+
+TEST(LinkModel, StarGrowsLinearlyRelayStaysNearlyFlat) {
+  LinkSpec star{BroadcastMode::kStar, 1000, 2, 4};
+  LinkSpec relay{BroadcastMode::kRelay, 1000, 2, 4};
+  const double gb = 1e9;
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(star, gb, 1000, 1, 1000), 8);
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(star, gb, 1000, 64, 1000), 64 * 8);
+  const double r8 = SnapshotSeconds(relay, gb, 1000, 8, 1000);
+  const double r1024 = SnapshotSeconds(relay, gb, 1000, 1024, 1000);
+  EXPECT_NEAR(r8, 16, 0.5);  // half the uplink per child, plus a few chunk times
+  EXPECT_LT(r1024 / r8, 1.2);
+  EXPECT_EQ(SnapshotSeconds(relay, 0, 1000, 8, 1000), 0);
+}
+
+TEST(CapacityModel, AvailabilityDiscountsFailures) {
+  WorkerClass c = Class(1, 1, 36, 1.0);
+  EXPECT_DOUBLE_EQ(Availability(c, 10, 100), 1);
+  c.failures_per_hour = 1;  // per failure: half a group (18 s) lost, 110 s away
+  EXPECT_DOUBLE_EQ(Availability(c, 10, 100), (1 - 18.0 / 3600) / (1 + 110.0 / 3600));
+}
+
+}  // namespace
+}  // namespace echelon::plan

@@ -1,0 +1,81 @@
+// PlanConfig: the input of `echelon plan` and `echelon simulate` (configs/plan*.yaml,
+// configs/simulate*.yaml): model, rollout demand, learner and baseline hardware, the
+// broadcast links, and the catalogue of workers that may be activated. Loading is strict:
+// an unknown key, a wrong type, a value out of range or an unknown GPU name is one error
+// naming file:line and the key. Relative paths (`prices:`) resolve against the config's
+// directory.
+//
+//   ECHELON_ASSIGN_OR_RETURN(PlanConfig cfg, LoadPlanConfig("configs/plan-qwen3-8b.yaml"));
+//
+// Thread contract: a value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "echelon/common/status.h"
+#include "echelon/plan/link_model.h"
+#include "echelon/plan/price_catalog.h"
+#include "echelon/plan/throughput_model.h"
+
+namespace echelon::plan {
+
+struct WorkerOfferConfig {
+  std::string name;
+  std::string gpu;
+  int64_t available = 0;
+  double price_per_hour = -1;     // -1: the catalogue's price
+  double tokens_per_second = 0;   // 0: derived from the GPU spec (throughput_model.h)
+  int64_t concurrent_groups = 0;  // with tokens_per_second: groups decoded at once
+  double downlink_mbps = 1000;
+  double uplink_mbps = 500;
+  double failures_per_hour = 0;
+};
+
+struct SimulateConfig {
+  uint64_t seed = 1;
+  double throughput_cv = 0.1;      // per-group lognormal spread of generation time
+  double restart_seconds = 600;    // a failed (preempted) worker is back after this
+  double startup_seconds = 60;     // a newly activated worker boots before downloading
+  double detect_seconds = 30;      // heartbeat timeout: its groups are re-issued after this
+  double lease_seconds = 3600;     // dispatcher lease (longer than any group)
+  int64_t workers = 0;             // 0: the plan's activation; N: run exactly N, no re-activation
+  int64_t warmup_steps = -1;       // steps left out of steady-state figures (-1: 20% of steps)
+  bool reactivate = true;          // re-run activation when workers fail or return
+};
+
+struct PlanConfig {
+  std::string path;
+  PriceCatalog prices;
+  std::string model_name;
+  ModelProfile model;
+  RolloutShape shape;
+  int64_t groups_per_step = 32;
+  int64_t steps = 1000;
+  // learner
+  std::string learner_gpu = "h200";
+  int64_t learner_count = 4;
+  double learner_step_seconds = 0;   // 0: derived from FLOPs
+  double learner_mfu = 0.35;
+  double learner_price_per_hour = -1;  // per GPU; -1: catalogue
+  // centralised baseline
+  std::string baseline_gpu = "a100";
+  int64_t baseline_count = 8;
+  double baseline_step_seconds = 0;      // training part; 0: derived
+  double baseline_generate_seconds = 0;  // rollout part; 0: derived
+  double baseline_mfu = 0.35;
+  double baseline_price_per_hour = -1;
+  // staleness and snapshots: -1 / 0 ask the planner to recommend
+  int64_t max_staleness = -1;
+  int64_t publish_period = 0;
+  double target_utilization = 0.95;
+  int64_t staleness_cap = 6;  // the published range where reward matches synchronous training
+  LinkSpec link;
+  std::vector<WorkerOfferConfig> workers;
+  SimulateConfig sim;
+};
+
+Result<PlanConfig> LoadPlanConfig(const std::string& path);
+
+}  // namespace echelon::plan

@@ -1,0 +1,86 @@
+#include "echelon/plan/plan_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "echelon/plan/planner.h"
+
+namespace echelon::plan {
+namespace {
+
+// ECHELON_TEST_DATA is <repo>/tests/data.
+std::string RepoPath(const std::string& rel) { return std::string(ECHELON_TEST_DATA) + "/../../" + rel; }
+
+TEST(PlanPrices, ShippedCatalogueHasTheGpusTheIssueNames) {
+  Result<PriceCatalog> cat = LoadPriceCatalog(RepoPath("data/prices.yaml"));
+  ASSERT_TRUE(cat.ok()) << cat.status().message();
+  for (const char* name : {"a100", "h100", "h200", "rtx4090", "rtx5090"}) {
+    const GpuSpec* g = cat->Find(name);
+    ASSERT_NE(g, nullptr) << name;
+    EXPECT_GT(g->price_per_hour, 0);
+    EXPECT_FALSE(g->price_source.empty());
+  }
+}
+
+TEST(PlanConfigLoad, ShippedConfigsLoadAndPlan) {
+  for (const char* name : {"configs/plan-qwen3-8b.yaml", "configs/plan-qwen3-4b.yaml", "configs/simulate-qwen3-8b.yaml",
+                           "configs/simulate-large.yaml"}) {
+    Result<PlanConfig> c = LoadPlanConfig(RepoPath(name));
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    Result<Plan> p = MakePlan(c.value());
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_GT(p->prediction.utilization, 0) << name;
+    EXPECT_GT(p->baseline.cost_per_step, 0) << name;
+  }
+}
+
+class PlanConfigErrors : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& text) {
+    const std::string dir = ::testing::TempDir() + "/plan_config_test";
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(RepoPath("data/prices.yaml"), dir + "/prices.yaml",
+                               std::filesystem::copy_options::overwrite_existing);
+    const std::string path = dir + "/plan.yaml";
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string Base() {
+    return "prices: prices.yaml\n"
+           "model: {params_billion: 1, kv_bytes_per_token: 1000}\n"
+           "rollout: {groups_per_step: 4, group_size: 4, completion_tokens: 100}\n";
+  }
+};
+
+TEST_F(PlanConfigErrors, UnknownKeyNamesFileLineAndKey) {
+  const std::string path = Write(Base() + "workers:\n  - gpu: rtx5090\n    available: 3\n    avialable: 4\n");
+  Result<PlanConfig> c = LoadPlanConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(path + ":7: unknown key 'workers[0].avialable'"), std::string::npos)
+      << c.status().message();
+}
+
+TEST_F(PlanConfigErrors, UnknownGpuListsTheCatalogue) {
+  Result<PlanConfig> c = LoadPlanConfig(Write(Base() + "workers:\n  - gpu: rtx9090\n    available: 3\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(":5: unknown GPU 'rtx9090'; the price catalogue has: h200"), std::string::npos)
+      << c.status().message();
+}
+
+TEST_F(PlanConfigErrors, OutOfRangeAndMissingValues) {
+  Result<PlanConfig> c = LoadPlanConfig(Write(Base() + "rl: {target_utilization: 1.5}\nworkers:\n  - gpu: a100\n    available: 1\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("rl.target_utilization = '1.5' is invalid"), std::string::npos) << c.status().message();
+  c = LoadPlanConfig(Write(Base() + "workers:\n  - gpu: a100\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("missing required key 'workers[0].available'"), std::string::npos)
+      << c.status().message();
+  c = LoadPlanConfig(Write(Base() + "rl: {max_staleness: 2, publish_period: 4}\nworkers:\n  - gpu: a100\n    available: 1\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("exceeds rl.max_staleness + 1"), std::string::npos) << c.status().message();
+}
+
+}  // namespace
+}  // namespace echelon::plan

@@ -1,0 +1,166 @@
+#include "echelon/plan/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace echelon::plan {
+namespace {
+
+// A controlled run: measured rates so T_gen is exact, a learner step given in seconds.
+PlanConfig TestConfig() {
+  PlanConfig c;
+  c.path = "test";
+  c.prices.Add(GpuSpec{"g", 80, 2000, 300, 1.0, "test", "test"});
+  c.model.params = 1e8;  // 200 MB snapshots
+  c.model.kv_bytes_per_token = 1e5;
+  c.shape = RolloutShape{4, 0, 1000};
+  c.groups_per_step = 8;
+  c.steps = 200;
+  c.learner_gpu = c.baseline_gpu = "g";
+  c.learner_count = 2;
+  c.learner_step_seconds = 10;
+  c.learner_price_per_hour = 3.0;
+  c.baseline_count = 2;
+  c.baseline_step_seconds = 12;
+  c.baseline_generate_seconds = 30;
+  c.target_utilization = 0.9;
+  c.link = LinkSpec{BroadcastMode::kRelay, 10000, 2, 4};
+  // slow-cheap: 1 slot, 20 s per group, $0.40/h; fast-dear: 2 slots, 8 s per group, $2.50/h.
+  c.workers.push_back({"slow", "g", 40, 0.40, 4 * 1000 / 20.0, 1, 1000, 1000, 0});
+  c.workers.push_back({"fast", "g", 10, 2.50, 2 * 4 * 1000 / 8.0, 2, 1000, 1000, 0});
+  c.sim.throughput_cv = 0;
+  c.sim.seed = 3;
+  return c;
+}
+
+Plan MustPlan(const PlanConfig& c) {
+  Result<Plan> p = MakePlan(c);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return p.value();
+}
+
+TEST(SimulatorLockStep, SZeroReproducesLockStepTimingExactly) {
+  PlanConfig c = TestConfig();
+  c.max_staleness = 0;
+  c.publish_period = 1;
+  c.workers = {{"w", "g", 8, 0.5, 4 * 1000 / 20.0, 1, 1000, 1000, 0}};  // 8 slots, T_gen = 20 s
+  c.groups_per_step = 12;  // two waves: ceil(12 / 8) * 20 s
+  c.target_utilization = 1.0;
+  Plan plan = MustPlan(c);
+  ASSERT_EQ(plan.classes[0].count, 8);
+  const double t_gen = 40, t_train = 10;
+  const double t_bcast = SnapshotSeconds(c.link, 2e8, 1000, 8, 1000);
+  EXPECT_DOUBLE_EQ(plan.prediction.step_seconds, t_train + t_bcast + t_gen);
+
+  std::vector<double> ends;
+  SimOptions opt;
+  opt.steps = 50;
+  opt.on_step = [&](const nlohmann::json& j) { ends.push_back(j["end"].get<double>()); };
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(ends.size(), 50u);
+  // Version 0 is on every worker at t = 0; every later batch waits for its snapshot.
+  for (size_t k = 0; k < ends.size(); ++k)
+    EXPECT_NEAR(ends[k], (k + 1) * (t_gen + t_train) + k * t_bcast, 1e-9 * ends[k]) << "step " << k + 1;
+  EXPECT_NEAR(r->steady_step_seconds, plan.prediction.step_seconds, 1e-9 * plan.prediction.step_seconds);
+  EXPECT_EQ(r->staleness_hist, (std::vector<int64_t>{50 * 12}));  // all on-policy
+  EXPECT_EQ(r->counts.dropped_stale, 0u);
+}
+
+void ExpectAgreement(const PlanConfig& c, double tolerance) {
+  Plan plan = MustPlan(c);
+  SimOptions opt;
+  opt.steps = c.steps;
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const CapacityPrediction& p = plan.prediction;
+  EXPECT_TRUE(p.fresh);
+  EXPECT_NEAR(r->steady_utilization / p.utilization, 1, tolerance)
+      << "sim " << r->steady_utilization << " plan " << p.utilization << " S=" << plan.inputs.max_staleness;
+  EXPECT_NEAR(r->steady_cost_per_step / p.cost_per_step, 1, tolerance)
+      << "sim " << r->steady_cost_per_step << " plan " << p.cost_per_step;
+  EXPECT_EQ(r->counts.dropped_stale, 0u);
+}
+
+TEST(SimulatorAgreement, PlannerMatchesSteadyStateWithinFivePercent) {
+  for (double target : {0.6, 0.8, 0.9}) {
+    for (double cv : {0.0, 0.2}) {
+      PlanConfig c = TestConfig();
+      c.target_utilization = target;
+      c.sim.throughput_cv = cv;
+      SCOPED_TRACE("target " + std::to_string(target) + " cv " + std::to_string(cv));
+      ExpectAgreement(c, 0.05);
+    }
+  }
+}
+
+TEST(SimulatorAgreement, HoldsAtLargerScaleWithHeterogeneousWorkers) {
+  PlanConfig c = TestConfig();
+  c.groups_per_step = 64;
+  c.workers[0].available = 400;
+  c.workers[1].available = 100;
+  c.sim.throughput_cv = 0.15;
+  ExpectAgreement(c, 0.05);
+}
+
+TEST(SimulatorFailures, RunCompletesCountsAddUpAndActivationReplacesWorkers) {
+  PlanConfig c = TestConfig();
+  c.workers[0].failures_per_hour = 2;  // a worker fails every 30 minutes on average
+  c.workers[1].failures_per_hour = 2;
+  c.sim.restart_seconds = 300;
+  c.sim.startup_seconds = 20;
+  c.sim.detect_seconds = 15;
+  c.sim.throughput_cv = 0.1;
+  c.steps = 400;
+  Plan plan = MustPlan(c);
+  SimOptions opt;
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const SimResult& s = r.value();
+  EXPECT_GT(s.failures, 10u);
+  EXPECT_GT(s.activations, 0u);  // spares were started
+  EXPECT_GT(s.counts.reissued, 0u);  // the failed workers' groups went out again
+  const sched::DispatchCounts& k = s.counts;
+  EXPECT_EQ(k.handed_out, k.consumed + k.dropped_stale + k.reissued + k.outstanding + k.pending);
+  EXPECT_EQ(k.consumed, static_cast<uint64_t>(400 * c.groups_per_step));
+  int64_t hist = 0;
+  for (int64_t v : s.staleness_hist) hist += v;
+  EXPECT_EQ(hist, 400 * c.groups_per_step);
+  // Replacements keep the learner near its target despite losing workers.
+  EXPECT_GT(s.steady_utilization, 0.8 * plan.prediction.utilization);
+}
+
+TEST(SimulatorFailures, FixedPoolRejoinsWithoutActivation) {
+  PlanConfig c = TestConfig();
+  c.workers[0].failures_per_hour = 4;
+  c.sim.restart_seconds = 100;
+  c.sim.startup_seconds = 10;
+  Plan plan = MustPlan(c);
+  SimOptions opt;
+  opt.workers = 30;
+  opt.steps = 100;
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->initial_workers, 30);
+  EXPECT_GT(r->failures, 0u);
+  EXPECT_LE(r->activations, r->failures);  // rejoins only, no spares
+  EXPECT_LE(r->peak_workers, 30);
+}
+
+TEST(SimulatorDeterminism, SameSeedSameRun) {
+  PlanConfig c = TestConfig();
+  c.sim.throughput_cv = 0.3;
+  c.workers[0].failures_per_hour = 1;
+  Plan plan = MustPlan(c);
+  SimOptions opt;
+  opt.steps = 100;
+  Result<SimResult> a = Simulate(plan, opt), b = Simulate(plan, opt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->sim_seconds, b->sim_seconds);
+  EXPECT_EQ(a->staleness_hist, b->staleness_hist);
+  EXPECT_EQ(a->cost_total, b->cost_total);
+}
+
+}  // namespace
+}  // namespace echelon::plan

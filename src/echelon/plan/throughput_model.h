@@ -1,0 +1,77 @@
+// Throughput model: token rates of a GPU for a given model, derived from public specs
+// (memory, DRAM bandwidth, dense bf16 FLOP/s) when no measurement is given.
+//
+// Decode (rollout generation). One decode iteration of a batch of b sequences reads the
+// weights once and each sequence's KV cache, and does 2*P FLOPs per sequence:
+//     t_iter(b) = max( (w*P + b*kv*c_avg) / (eta_bw * BW),  2*P*b / (eta_fl * F) )
+// with P parameters of w bytes, kv bytes of KV cache per token, c_avg the mean context over
+// a sequence's life (prompt + completion/2). The batch is what fits in memory with a paged
+// KV cache: b = floor((mem_frac*M - w*P) / (kv*c_avg)), capped at kMaxDecodeBatch, rounded
+// down to whole groups. A worker therefore runs b/G groups at once; each takes
+// T_gen = completion_tokens * t_iter(b) and the worker makes b / t_iter(b) tokens/s.
+// Prefill is ignored (prompt << completion for reasoning RL).
+//
+// Training. One update on tokens N = R*(prompt+completion) costs 8*P*N FLOPs (6 for forward
+// and backward, 2 for recomputing the log-probs under the current policy), at a model-FLOPs
+// utilisation `mfu` of the learner's dense bf16 peak.
+//
+// These are estimates with stated efficiencies; measured rates override them (plan config
+// `tokens_per_second`, `learner.step_seconds`).
+//
+//   DecodeEstimate d = EstimateDecode(gpu, model, shape);   // d.feasible, d.tokens_per_s ...
+//
+// Thread contract: pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "echelon/plan/price_catalog.h"
+
+namespace echelon::plan {
+
+// Tunables, with the reason for each default.
+// Fraction of peak DRAM bandwidth a decode kernel sustains: vLLM/SGLang-class engines reach
+// 60-80% on weight reads; 0.6 stays on the conservative side.
+inline constexpr double kDecodeBandwidthEfficiency = 0.6;
+// Fraction of peak FLOP/s when decode turns compute-bound at large batch (attention and
+// sampling overheads): 0.4.
+inline constexpr double kDecodeFlopsEfficiency = 0.4;
+// Device memory usable for weights + KV cache (vLLM's default gpu_memory_utilization 0.9).
+inline constexpr double kUsableMemoryFraction = 0.9;
+// Largest decode batch considered: beyond ~256 sequences engines gain little and latency grows.
+inline constexpr int64_t kMaxDecodeBatch = 256;
+// FLOPs per trained token per parameter: 6 (forward + backward) + 2 (log-prob recompute).
+inline constexpr double kTrainFlopsPerTokenPerParam = 8.0;
+
+struct ModelProfile {
+  double params = 0;              // P
+  double bytes_per_param = 2;     // w: 2 for bf16 weights
+  double kv_bytes_per_token = 0;  // kv: 2 * layers * kv_heads * head_dim * 2 bytes
+  double weight_bytes() const { return params * bytes_per_param; }
+};
+
+struct RolloutShape {
+  int64_t group_size = 8;          // G: samples per prompt
+  double prompt_tokens = 256;
+  double completion_tokens = 1024;  // mean generated tokens per rollout (L)
+};
+
+struct DecodeEstimate {
+  bool feasible = false;      // weights + one group's KV cache fit
+  int64_t batch = 0;          // sequences decoded at once (b)
+  int64_t slots = 0;          // groups at once: b / G
+  double iter_seconds = 0;    // t_iter(b)
+  double tokens_per_s = 0;    // b / t_iter
+  double group_seconds = 0;   // T_gen = L * t_iter
+};
+
+DecodeEstimate EstimateDecode(const GpuSpec& gpu, const ModelProfile& model, const RolloutShape& shape);
+// t_iter for a given batch (no memory check): the baseline's last, partial wave.
+double DecodeIterSeconds(const GpuSpec& gpu, const ModelProfile& model, const RolloutShape& shape, int64_t batch);
+// From a measured rate and concurrency instead of specs.
+DecodeEstimate MeasuredDecode(double tokens_per_s, int64_t slots, const RolloutShape& shape);
+
+// Seconds per learner update over `tokens` trained tokens on `count` GPUs.
+double EstimateTrainSeconds(const GpuSpec& gpu, int64_t count, double mfu, const ModelProfile& model, double tokens);
+
+}  // namespace echelon::plan
