@@ -6,7 +6,7 @@ CONFIG ?= configs/math-tiny.yaml
 # ccache keys on relative paths, so clones in other folders (CI) reuse the cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps configure build test run bench clean
+.PHONY: all deps configure build test run bench fuzz clean
 
 all: build
 
@@ -32,5 +32,8 @@ bench: configure
 	./$(BUILD)/generate_bench
 	./$(BUILD)/learner_step_bench
 
+fuzz:
+	bash scripts/fuzz.sh
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz

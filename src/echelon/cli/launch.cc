@@ -80,6 +80,7 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   NetworkOptions net;
   net.tls_cert_file = args.tls_cert;
   net.tls_key_file = args.tls_key;
+  net.metrics_port = args.metrics_port;
   ProcessGroup actors;
   const bool local_processes = mode == LaunchMode::kLocalCluster && cfg->String("rollout.transport") == "processes";
   if (mode == LaunchMode::kLearnerOnly) {

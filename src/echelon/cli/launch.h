@@ -16,6 +16,7 @@ struct LaunchArgs {
   std::string token_file;
   std::string tls_cert;
   std::string tls_key;
+  int metrics_port = -1;
 };
 
 enum class LaunchMode {

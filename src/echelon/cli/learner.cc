@@ -17,6 +17,8 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tls-cert", args->tls_cert, "PEM certificate chain (with --tls-key enables TLS)");
   cmd->add_option("--tls-key", args->tls_key, "PEM private key of --tls-cert");
   cmd->add_option("--out", args->out, "run directory (default runs/<config>-<date>-<time>); must not exist or be empty");
+  cmd->add_option("--metrics-port", args->metrics_port,
+                  "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0 picks a port; default off)");
   cmd->add_option("--set", args->overrides, "override a config key, e.g. --set rl.steps=50 (repeatable)")
       ->allow_extra_args(false);
   cmd->footer("Config keys: see `echelon train --help`.");

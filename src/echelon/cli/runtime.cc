@@ -19,6 +19,7 @@
 #include "echelon/model/checkpoint.h"
 #include "echelon/model/safetensors.h"
 #include "echelon/net/learner_server.h"
+#include "echelon/obs/metrics_http.h"
 #include "echelon/obs/metrics_log.h"
 #include "echelon/rollout/actor.h"
 #include "echelon/rollout/evaluate.h"
@@ -185,6 +186,19 @@ Status PrepareRunDir(const std::string& run_dir) {
   return Status::Ok();
 }
 
+// Every number of a metrics line as a Prometheus gauge "echelon_<key>"; a map of numbers
+// becomes one gauge with its keys as the `key` label.
+void PublishGauges(const nlohmann::json& line, obs::MetricsHttpServer& http) {
+  for (const auto& [key, value] : line.items()) {
+    if (value.is_number()) {
+      http.Set("echelon_" + key, value.get<double>());
+    } else if (value.is_object()) {
+      for (const auto& [k, v] : value.items())
+        if (v.is_number()) http.Set("echelon_" + key, v.get<double>(), {{"key", k}});
+    }
+  }
+}
+
 // Everything the learner loop tracks across steps.
 struct LoopState {
   std::deque<rollout::GroupRollout> buffer;
@@ -254,6 +268,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   hub.Publish(snap0);
 
   std::unique_ptr<net::LearnerServer> server;
+  std::unique_ptr<obs::MetricsHttpServer> http;
   if (network != nullptr) {
     net::LearnerServerOptions so;
     so.listen = network->listen;
@@ -266,6 +281,11 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     server = std::make_unique<net::LearnerServer>(so, &hub, &hub, &hub, &clock);
     ECHELON_RETURN_IF_ERROR(server->Start());
     progress << "learner serving actors on port " << server->port() << std::endl;
+    if (network->metrics_port >= 0) {
+      http = std::make_unique<obs::MetricsHttpServer>();
+      ECHELON_RETURN_IF_ERROR(http->Start("0.0.0.0", network->metrics_port));
+      progress << "metrics at http://0.0.0.0:" << http->port() << "/metrics" << std::endl;
+    }
     if (network->on_listening) network->on_listening(server->port());
   }
 
@@ -286,6 +306,14 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     stop_actors = true;
     for (auto& t : threads) t.join();
     threads.clear();
+  };
+
+  // Refusals by reason: the hub's (bad submissions) and the server's (auth, evictions, ...).
+  auto all_refusals = [&] {
+    std::map<std::string, int64_t> out = hub.refusals();
+    if (server)
+      for (const auto& [reason, n] : server->Counters()) out[reason] = n;
+    return out;
   };
 
   // --- the learner loop ------------------------------------------------------------------
@@ -366,10 +394,22 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     const int64_t generated_tokens = hub.accepted_tokens();
     double stale_sum = 0;
     int64_t stale_max = 0;
+    std::map<std::string, int64_t> stale_hist;
     for (int64_t s : staleness) {
       stale_sum += s;
       stale_max = std::max(stale_max, s);
+      ++stale_hist[std::to_string(s)];
     }
+    const std::map<std::string, int64_t> refused = all_refusals();
+    // Mean learner/actor log-prob gap per actor name: a bad or mismatched worker stands out.
+    std::map<std::string, double> actor_gap;
+    std::map<std::string, int> actor_gap_n;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::string name = batch[i].actor.substr(0, batch[i].actor.find('#'));
+      actor_gap[name] += stats->group_logprob_gap[i];
+      ++actor_gap_n[name];
+    }
+    for (auto& [name, gap] : actor_gap) gap /= actor_gap_n[name];
     const sched::DispatchCounts c = dispatcher.counts();
     nlohmann::json line = {{"step", t},
                            {"version", version},
@@ -380,6 +420,8 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                            {"staleness_mean", stale_sum / staleness.size()},
                            {"staleness_max", stale_max},
                            {"staleness_bound", options.staleness},
+                           {"staleness_hist", stale_hist},
+                           {"refused", refused},
                            {"groups_consumed", c.consumed},
                            {"groups_dropped_stale", c.dropped_stale},
                            {"groups_reissued", c.reissued},
@@ -394,6 +436,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                            {"kl", stats->kl},
                            {"behav_weight_mean", stats->behav_weight_mean},
                            {"logprob_gap", stats->logprob_gap},
+                           {"actor_logprob_gap", actor_gap},
                            {"zero_spread_groups", stats->zero_spread_groups},
                            {"tokens", stats->tokens},
                            {"tokens_per_s", generated_tokens / std::max(rl_wall, 1e-9)}};
@@ -402,6 +445,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
       rollout::EvalResult ev = EvaluateModel(learner.model(), tok, *task, options.max_new_tokens);
       line["heldout_accuracy"] = ev.accuracy;
     }
+    if (http) PublishGauges(line, *http);
     Status ws = metrics.Write(line);
     if (!ws.ok()) {
       failure = ws;
@@ -436,9 +480,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   summary.final_accuracy = after.accuracy;
   summary.wall_seconds = clock.Now() - t_start;
   const sched::DispatchCounts c = dispatcher.counts();
-  nlohmann::json refused = hub.refusals();
-  if (server)
-    for (const auto& [reason, n] : server->Counters()) refused[reason] = n;
+  const std::map<std::string, int64_t> refused = all_refusals();
   ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", summary.interrupted ? "interrupted" : "final"},
                                          {"version", learner.version()},
                                          {"heldout_accuracy", after.accuracy},

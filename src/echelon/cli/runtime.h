@@ -83,6 +83,7 @@ struct NetworkOptions {
   std::string tls_key_file;
   double heartbeat_seconds = 1.0;
   double evict_after_seconds = 3.0;
+  int metrics_port = -1;  // >= 0: serve Prometheus text at http://0.0.0.0:PORT/metrics (0 picks one)
   // Called once the server listens, with its port (e.g. to start actor processes).
   std::function<void(int port)> on_listening;
 };

@@ -13,12 +13,14 @@ namespace {
 // turn sit at target positions [prompt_len - 1, prompt_len - 1 + len).
 struct Batch {
   at::Tensor input, target, mask, behav, adv;
+  std::vector<size_t> row_group;  // which group each row came from
 };
 
 Batch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std::vector<double>>& advantages) {
   struct Row {
     const data::Turn* turn;
     double adv;
+    size_t group;
   };
   std::vector<Row> rows;
   int64_t max_len = 0;
@@ -26,7 +28,7 @@ Batch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std:
     for (size_t e = 0; e < groups[g].episodes.size(); ++e)
       for (const data::Turn& t : groups[g].episodes[e].turns) {
         if (t.tokens.empty()) continue;
-        rows.push_back({&t, advantages[g][e]});
+        rows.push_back({&t, advantages[g][e], g});
         max_len = std::max<int64_t>(max_len, t.prompt_ids.size() + t.tokens.size() - 1);
       }
   const int64_t n = rows.size();
@@ -55,6 +57,7 @@ Batch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std:
       bh[r][start + k] = t.logprobs[k];
     }
     ad[r] = static_cast<float>(rows[r].adv);
+    b.row_group.push_back(rows[r].group);
   }
   return b;
 }
@@ -110,7 +113,19 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   }
   PolicyLossOutput out = PolicyLoss(in, options_.loss);
   const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
-  stats.logprob_gap = ((in.logp.detach() - b.behav).abs() * b.mask).sum().div(denom).item<double>();
+  const at::Tensor gap = (in.logp.detach() - b.behav).abs() * b.mask;
+  stats.logprob_gap = gap.sum().div(denom).item<double>();
+  // Per group: a worker whose log-probs disagree with the learner's stands out here.
+  const at::Tensor row_gap_t = gap.sum(1), row_tokens_t = b.mask.sum(1);
+  auto row_gap = row_gap_t.accessor<float, 1>();
+  auto row_tokens = row_tokens_t.accessor<float, 1>();
+  std::vector<double> gap_sum(groups.size(), 0.0), token_sum(groups.size(), 0.0);
+  for (size_t r = 0; r < b.row_group.size(); ++r) {
+    gap_sum[b.row_group[r]] += row_gap[r];
+    token_sum[b.row_group[r]] += row_tokens[r];
+  }
+  for (size_t g = 0; g < groups.size(); ++g)
+    stats.group_logprob_gap.push_back(token_sum[g] > 0 ? gap_sum[g] / token_sum[g] : 0.0);
   stats.tokens = static_cast<int64_t>(b.mask.sum().item<double>());
 
   optimizer_->zero_grad();

@@ -51,6 +51,7 @@ struct StepStats {
   double kl = 0;
   double behav_weight_mean = 1;
   double logprob_gap = 0;        // mean |learner log-prob - actor log-prob| at the start of the update
+  std::vector<double> group_logprob_gap;  // the same per group, in the order given
   int64_t tokens = 0;            // completion tokens trained on
   int64_t zero_spread_groups = 0;  // groups whose rewards were all equal (no signal)
 };

@@ -62,10 +62,27 @@ TEST(LearnerTest, ActorLogprobsEqualLearnerRecomputationOnPolicy) {
     ASSERT_TRUE(s.ok()) << s.status().message();
     // The ratio is 1 at S = 0: nothing is clipped and the gap is float rounding only.
     EXPECT_LT(s->logprob_gap, 1e-5) << "temperature " << temperature;
+    ASSERT_EQ(s->group_logprob_gap.size(), groups.size());
+    for (double g : s->group_logprob_gap) EXPECT_LT(g, 1e-5);
     EXPECT_EQ(s->clip_frac, 0.0);
     EXPECT_EQ(learner.version(), 1);
     EXPECT_GT(s->tokens, 0);
   }
+}
+
+TEST(LearnerTest, PerGroupLogprobGapSinglesOutAMismatchedWorker) {
+  model::Qwen3Model m(TinyConfig());
+  m->InitWeights(4);
+  Learner learner(m, LearnerOptions{});
+  std::vector<LearnerGroup> groups = SampleGroups(learner.model(), 1.0, 4);
+  // Group 1 reports log-probs 0.5 nats off on every token (a worker with other weights).
+  for (data::Episode& e : groups[1].episodes)
+    for (float& lp : e.turns[0].logprobs) lp -= 0.5f;
+  Result<StepStats> s = learner.Step(groups);
+  ASSERT_TRUE(s.ok());
+  EXPECT_LT(s->group_logprob_gap[0], 1e-5);
+  EXPECT_NEAR(s->group_logprob_gap[1], 0.5, 1e-4);
+  EXPECT_LT(s->group_logprob_gap[2], 1e-5);
 }
 
 TEST(LearnerTest, UpdatesRaiseTheLikelihoodOfRewardedSamples) {
