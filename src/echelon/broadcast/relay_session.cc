@@ -94,6 +94,11 @@ std::optional<double> RelaySession::JoinedAt(NodeId peer) const {
   return it->second;
 }
 
+bool RelaySession::IsBanned(NodeId node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node >= 0 && node < planner_->num_nodes() && planner_->IsBanned(node);
+}
+
 uint64_t RelaySession::bytes_moved() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_moved_;

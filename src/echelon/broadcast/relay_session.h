@@ -45,6 +45,7 @@ class RelaySession {
   // Seconds (Clock time) at which `peer` first held every chunk; nullopt if it never did.
   std::optional<double> CompletedAt(NodeId peer) const;
   std::optional<double> JoinedAt(NodeId peer) const;
+  bool IsBanned(NodeId node) const;  // served a corrupt chunk (RelayOptions::ban_after_corrupt)
   uint64_t bytes_moved() const;  // payload bytes of verified transfers
   RelayPlanner::Stats planner_stats() const;
 

@@ -12,5 +12,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddSimulateCommand(CLI::App& app, int* exit_code);
 void AddLearnerCommand(CLI::App& app, int* exit_code);
 void AddActorCommand(CLI::App& app, int* exit_code);
+void AddBroadcastCommand(CLI::App& app, int* exit_code);
+void AddReportCommand(CLI::App& app, int* exit_code);
 
 }  // namespace echelon::cli

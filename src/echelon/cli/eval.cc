@@ -1,4 +1,6 @@
 // `echelon eval --checkpoint DIR --data FILE.jsonl`: greedy accuracy of a checkpoint.
+// `echelon eval --checkpoint DIR --task poker --opponent NAME --hands N --seed S`: greedy
+// duplicate-deal poker evaluation; last line {"mbb_per_hand", "ci95", "hands", ...}.
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -6,6 +8,8 @@
 
 #include "echelon/cli/commands.h"
 #include "echelon/data/adapter.h"
+#include "echelon/data/poker/duplicate_eval.h"
+#include "echelon/data/poker/poker_adapter.h"
 #include "echelon/model/checkpoint.h"
 #include "echelon/rollout/evaluate.h"
 #include "echelon/rollout/model_policy.h"
@@ -19,10 +23,50 @@ struct EvalArgs {
   std::string task = "math";
   int64_t max_new_tokens = 8;
   int64_t batch = 256;
+  std::string opponent = "calling-station";  // poker only
+  int64_t hands = 2000;                      // poker only
+  uint64_t seed = 0;                         // poker only
+  std::string illegal_action = "fold";       // poker only
+  double temperature = 0.0;                  // poker only: 0 = greedy, else sampled with --seed
 };
 
+// Greedy duplicate-deal poker evaluation (data/poker/duplicate_eval.h).
+int RunPokerEval(const EvalArgs& args, data::Policy& policy) {
+  Result<data::poker::OpponentKind> opponent = data::poker::ParseOpponent(args.opponent);
+  Result<data::poker::IllegalAction> illegal = data::poker::ParseIllegalAction(args.illegal_action);
+  if (!opponent.ok() || !illegal.ok()) {
+    spdlog::error("--opponent/--illegal-action: {}", (!opponent.ok() ? opponent.status() : illegal.status()).message());
+    return 2;
+  }
+  data::poker::DuplicateOptions o;
+  o.opponent = opponent.value();
+  o.hands = args.hands;
+  o.seed = args.seed;
+  o.illegal = illegal.value();
+  o.max_batch = static_cast<size_t>(args.batch);
+  Result<data::poker::DuplicateResult> r = data::poker::EvaluateDuplicate(policy, o);
+  if (!r.ok()) {
+    spdlog::error("{}", r.status().message());
+    return 2;
+  }
+  std::cout << nlohmann::json{{"mbb_per_hand", r->mbb_per_hand}, {"ci95", {r->ci95_lo, r->ci95_hi}},
+                              {"hands", r->hands},               {"deals", r->deals},
+                              {"opponent", args.opponent},       {"seed", args.seed},
+                              {"decisions", r->decisions},       {"illegal", r->illegal},
+                              {"temperature", args.temperature}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
 int RunEval(const EvalArgs& args) {
-  Result<std::unique_ptr<data::TaskAdapter>> task = data::CreateAdapter(args.task, {{"eval_file", args.data}});
+  const bool poker = args.task == "poker";
+  if (!poker && args.data.empty()) {
+    spdlog::error("--data is required for task {}", args.task);
+    return 2;
+  }
+  Result<std::unique_ptr<data::TaskAdapter>> task =
+      poker ? data::CreateAdapter(args.task, {}) : data::CreateAdapter(args.task, {{"eval_file", args.data}});
   if (!task.ok()) {
     spdlog::error("{}", task.status().message());
     return 2;
@@ -33,10 +77,18 @@ int RunEval(const EvalArgs& args) {
     return 2;
   }
   model::SamplingParams sp;
-  sp.temperature = 0.0;
+  sp.temperature = poker ? args.temperature : 0.0;
   sp.max_new_tokens = args.max_new_tokens;
   sp.eos_token_id = ck->config.eos_token_id >= 0 ? ck->config.eos_token_id : model::CharTokenizer::kEos;
   rollout::ModelPolicy policy(ck->model, ck->tokenizer, sp);
+  if (poker) {
+    try {
+      return RunPokerEval(args, policy);
+    } catch (const std::exception& e) {
+      spdlog::error("poker evaluation: {}", e.what());
+      return 2;
+    }
+  }
   rollout::EvalResult r;
   try {
     r = rollout::EvaluateGreedy(*task.value(), task.value()->HeldOut(), policy, args.batch);
@@ -55,8 +107,15 @@ void AddEvalCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("eval", "greedy accuracy of a checkpoint on a JSONL problem set");
   cmd->add_option("--checkpoint", args->checkpoint, "checkpoint directory (config.json, model.safetensors, tokenizer.json)")
       ->required();
-  cmd->add_option("--data", args->data, "JSONL, one {\"question\": \"37+48\", \"answer\": \"85\"} per line")->required();
+  cmd->add_option("--data", args->data, "JSONL, one {\"question\": \"37+48\", \"answer\": \"85\"} per line (math)");
   cmd->add_option("--task", args->task, "data-plane adapter that reads the file")->capture_default_str();
+  cmd->add_option("--opponent", args->opponent, "poker: random, calling-station or tag")->capture_default_str();
+  cmd->add_option("--hands", args->hands, "poker: hands played (even; each deal from both seats)")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "poker: evaluation deal seed")->capture_default_str();
+  cmd->add_option("--illegal-action", args->illegal_action, "poker: fold or call on an illegal answer")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "poker: 0 plays greedily; above 0 samples (seeded by --seed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10.0));
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "completion length limit")->capture_default_str();
   cmd->add_option("--batch", args->batch, "prompts per generation batch")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] { *exit_code = RunEval(*args); });

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   echelon::cli::AddSimulateCommand(app, &exit_code);
   echelon::cli::AddLearnerCommand(app, &exit_code);
   echelon::cli::AddActorCommand(app, &exit_code);
+  echelon::cli::AddBroadcastCommand(app, &exit_code);
+  echelon::cli::AddReportCommand(app, &exit_code);
   app.parse_complete_callback([&] {
     echelon::InitLogging(log_level);
     SetThreads();

@@ -495,6 +495,8 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                                          {"refused", refused},
                                          {"learner_busy_frac", st.busy_seconds / std::max(clock.Now() - t_rl, 1e-9)},
                                          {"wall_s", summary.wall_seconds}}));
+  // Let every actor hear that the run is over (they poll at least every heartbeat).
+  if (server) server->WaitUntilActorsTold(3 * network->heartbeat_seconds + 1.0);
   return summary;
 }
 

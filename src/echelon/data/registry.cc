@@ -4,6 +4,7 @@
 
 #include "echelon/data/adapter.h"
 #include "echelon/data/math_adapter.h"
+#include "echelon/data/poker/poker_adapter.h"
 
 namespace echelon::data {
 namespace {
@@ -17,6 +18,7 @@ struct Registration {
 
 const Registration kAdapters[] = {
     {"math", &CreateMathAdapter},
+    {"poker", &CreatePokerAdapter},
 };
 
 }  // namespace

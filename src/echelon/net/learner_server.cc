@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "echelon/common/fs.h"
 #include "echelon/net/auth.h"
@@ -50,6 +52,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_known(Touch(req->actor_id()));
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
     reply->set_done(Done());
+    if (reply->done()) MarkTold(req->actor_id());
     return grpc::Status::OK;
   }
 
@@ -58,7 +61,10 @@ class LearnerServer::Service final : public v1::Learner::Service {
     if (!Touch(req->actor_id())) return UnknownActor(req->actor_id());
     reply->set_done(Done());
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
-    if (Done()) return grpc::Status::OK;
+    if (reply->done()) {
+      MarkTold(req->actor_id());
+      return grpc::Status::OK;
+    }
     std::optional<rollout::Assignment> a = s_->work_->Acquire(req->actor_id());
     if (!a) return grpc::Status::OK;
     reply->set_has_work(true);
@@ -134,6 +140,13 @@ class LearnerServer::Service final : public v1::Learner::Service {
     return s_->done_;
   }
 
+  // Records that this actor has seen the end of the run.
+  void MarkTold(const std::string& id) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    auto it = s_->actors_.find(id);
+    if (it != s_->actors_.end() && s_->done_) it->second.told_done = true;
+  }
+
   void Count(const std::string& reason) {
     std::lock_guard<std::mutex> lock(s_->mu_);
     ++s_->counters_[reason];
@@ -181,6 +194,19 @@ void LearnerServer::Shutdown() {
 void LearnerServer::SetDone() {
   std::lock_guard<std::mutex> lock(mu_);
   done_ = true;
+}
+
+void LearnerServer::WaitUntilActorsTold(double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool all = true;
+      for (const auto& [id, info] : actors_) all = all && info.told_done;
+      if (all) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::vector<std::string> LearnerServer::EvictSilent() {

@@ -45,6 +45,7 @@ struct ActorInfo {
   double last_seen = 0;
   int64_t submitted = 0;
   int64_t refused = 0;
+  bool told_done = false;
 };
 
 class LearnerServer {
@@ -61,6 +62,9 @@ class LearnerServer {
   void Shutdown();
   // From now on every reply says the run is done, so actors exit.
   void SetDone();
+  // After SetDone: waits until every registered actor has been told (or `timeout_seconds`),
+  // so actors leave cleanly instead of retrying against a learner that is gone.
+  void WaitUntilActorsTold(double timeout_seconds);
 
   // Forgets actors silent for longer than evict_after_seconds and returns their ids (the
   // caller re-issues their work).

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Weight-broadcast benchmark on real links: one origin and up to 16 peers, each in its own
+# network namespace, joined by a bridge (itself in a namespace, so no traffic touches the
+# host's interfaces). Every sender's veth is shaped with
+#   tc qdisc add dev X root tbf rate 100mbit burst 1mbit latency 50ms
+# so each host uploads at ~100 Mbit/s and downloads freely. Times `echelon broadcast` in star
+# mode (the origin sends the whole file to every peer) and peer-assisted mode for N in
+# {1, 2, 4, 8, 16} with a 128 MiB file, as measured by the origin (publish -> last peer holds
+# every verified chunk); T1 = star with N = 1 (one origin -> peer transfer) in the same run.
+# Then kills 2 of 8 peers (SIGKILL) at about T1/2 and times the 6 survivors.
+# Prints a markdown table. Needs root. Everything it creates is named with a unique prefix
+# and deleted by name on exit.
+# Usage: sudo bench/broadcast_netns.sh [path/to/echelon]
+#   env: FILE_MIB (128), NS_LIST ("1 2 4 8 16"), RATE (100mbit), CHUNK_MIB (4),
+#        SKIP_STAR=1 (peer-assisted only, for quick iterations)
+set -euo pipefail
+ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
+FILE_MIB=${FILE_MIB:-128}
+NS_LIST=${NS_LIST:-"1 2 4 8 16"}
+RATE=${RATE:-100mbit}
+CHUNK_MIB=${CHUNK_MIB:-4}
+MAXN=16
+[ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, tc)" >&2; exit 2; }
+command -v ip > /dev/null && command -v tc > /dev/null || apt-get install -y -q iproute2 > /dev/null
+command -v python3 > /dev/null || { echo "needs python3 (parses the origin's JSON line)" >&2; exit 2; }
+
+P="eb$$"            # unique prefix: interface names stay under 15 characters
+BR_NS="${P}br"
+NSES=("$BR_NS")
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  set +e
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2> /dev/null; done
+  wait 2> /dev/null
+  for ns in "${NSES[@]}"; do ip netns del "$ns" 2> /dev/null; done  # deletes their veths too
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+host() {  # host NAME INDEX: a namespace with one veth into the bridge, shaped on egress
+  local ns="${P}$1" addr="10.77.0.$2"
+  ip netns add "$ns"
+  NSES+=("$ns")
+  ip link add "${P}v$2" netns "$ns" type veth peer name "${P}b$2" netns "$BR_NS"
+  ip -n "$ns" addr add "$addr/24" dev "${P}v$2"
+  ip -n "$ns" link set "${P}v$2" up
+  ip -n "$ns" link set lo up
+  ip -n "$BR_NS" link set "${P}b$2" master "${P}br0" up
+  ip netns exec "$ns" tc qdisc add dev "${P}v$2" root tbf rate "$RATE" burst 1mbit latency 50ms
+}
+ip netns add "$BR_NS"
+ip -n "$BR_NS" link add "${P}br0" type bridge
+ip -n "$BR_NS" link set "${P}br0" up
+host o 1
+for i in $(seq 1 $MAXN); do host "p$i" $((10 + i)); done
+
+head -c $((FILE_MIB << 20)) /dev/urandom > "$WORK/snap.bin"
+WANT=$(sha256sum "$WORK/snap.bin" | cut -d' ' -f1)
+
+# run MODE N [KILL_AT_SECONDS]: prints the origin's completion seconds; checks every survivor's file.
+run() {
+  local mode=$1 n=$2 kill_at=${3:-}
+  local dir="$WORK/$mode-$n${kill_at:+-kill}"
+  mkdir -p "$dir"
+  ip netns exec "${P}o" timeout 900 "$ECHELON" broadcast origin --file "$WORK/snap.bin" --listen 10.77.0.1:7800 \
+    --key "$WORK/origin.key" --mode "$mode" --chunk-mib "$CHUNK_MIB" --expect-peers "$n" --exit-when-done \
+    --timeout 880 > "$dir/origin.out" 2> "$dir/origin.err" &
+  local origin=$!
+  PIDS+=("$origin")
+  for _ in $(seq 1 100); do grep -q "listening on" "$dir/origin.err" 2> /dev/null && break; sleep 0.1; done
+  local peers=()
+  for i in $(seq 1 "$n"); do
+    # no `timeout` wrapper: `ip netns exec` execs, so $! is the peer itself (SIGKILL reaches it);
+    # --timeout bounds it instead.
+    ip netns exec "${P}p$i" "$ECHELON" broadcast peer --origin 10.77.0.1:7800 \
+      --listen "10.77.0.$((10 + i)):7801" --out "$dir/out$i.bin" --origin-key "$WORK/origin.key.pub" --name "p$i" \
+      --exit-when-done --timeout 880 > "$dir/peer$i.out" 2> "$dir/peer$i.err" &
+    peers+=($!)
+    PIDS+=($!)
+  done
+  local killed=()
+  if [ -n "$kill_at" ]; then
+    for _ in $(seq 1 600); do grep -q "published version" "$dir/origin.err" 2> /dev/null && break; sleep 0.05; done
+    sleep "$kill_at"
+    for i in 3 6; do kill -9 "${peers[$((i - 1))]}" 2> /dev/null; killed+=("$i"); done
+  fi
+  wait "$origin" || { echo "origin failed ($mode N=$n): $(tail -n3 "$dir/origin.err")" >&2; return 1; }
+  for i in $(seq 1 "$n"); do
+    wait "${peers[$((i - 1))]}" 2> /dev/null || true
+    [[ " ${killed[*]} " == *" $i "* ]] && continue
+    local got
+    got=$(sha256sum "$dir/out$i.bin" 2> /dev/null | cut -d' ' -f1)
+    [ "$got" = "$WANT" ] || { echo "peer $i of $mode N=$n has a wrong or missing file" >&2; return 1; }
+  done
+  python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print("%.2f %d %d %d" % (d["seconds"], d["peers"], d["dead"], d["origin_sends"]))' "$dir/origin.out"
+}
+
+declare -A STAR PEER
+read -r T1 _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
+STAR[1]=$T1
+for n in $NS_LIST; do
+  if [ "$n" != 1 ]; then
+    if [ -n "${SKIP_STAR:-}" ]; then STAR[$n]=-; else read -r s _ _ _ < <(run star "$n"); STAR[$n]=$s; fi
+  fi
+  read -r s _ _ _ < <(run peer "$n"); PEER[$n]=$s
+done
+KILL_AT=$(python3 -c "print(round($T1 / 2, 2))")
+read -r KILL_S KILL_LIVE KILL_DEAD _ < <(run peer 8 "$KILL_AT")
+
+ratio() { [ "$1" = - ] && echo - || python3 -c "print('%.2f' % ($1 / $T1))"; }
+echo
+echo "$FILE_MIB MiB file, ${CHUNK_MIB} MiB chunks, every sender shaped to $RATE (tc tbf); seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
+echo
+echo "| N | star (s) | star / T1 | peer-assisted (s) | peer-assisted / T1 |"
+echo "|---|---|---|---|---|"
+for n in $NS_LIST; do
+  echo "| $n | ${STAR[$n]} | $(ratio "${STAR[$n]}") | ${PEER[$n]} | $(ratio "${PEER[$n]}") |"
+done
+echo
+echo "Kill 2 of 8 peers (SIGKILL) ${KILL_AT} s after publishing: $KILL_LIVE survivors finished with the correct SHA-256 in $KILL_S s = $(ratio "$KILL_S") x T1 ($KILL_DEAD peers reported dead)."
+if [[ " $NS_LIST " == *" 4 "* && " $NS_LIST " == *" 16 "* ]]; then
+  echo "Peer-assisted growth from N = 4 to N = 16: $(python3 -c "print('%.1f%%' % (100 * (${PEER[16]} / ${PEER[4]} - 1)))")."
+fi

@@ -1,0 +1,285 @@
+// `echelon broadcast origin|peer`: the weight broadcast as standalone processes, one per host,
+// for external harnesses and bench/broadcast_netns.sh.
+//
+//   echelon broadcast origin --file F --listen HOST:PORT [--key KEYFILE] [--mode peer|star]
+//       [--chunk-mib N] [--expect-peers N] [--upload-slots K] [--version V] [--exit-when-done]
+//       [--timeout S]
+//   echelon broadcast peer --origin HOST:PORT --listen HOST:PORT --out F [--origin-key PUB.pem]
+//       [--advertise HOST:PORT] [--name NAME] [--exit-when-done] [--timeout S]
+//
+// The origin waits for --expect-peers peers (so every peer starts together), publishes F as
+// version V, and prints one JSON line each time every live peer holds it:
+//   {"event":"complete","version":V,"mode":"peer","bytes":B,"chunks":C,"peers":N,"dead":D,
+//    "seconds":T_last_peer,"per_peer":[{"peer":..,"seconds":..,"alive":..,"banned":..}],
+//    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..}
+// A peer prints {"bytes":B,"seconds":T,"sha256":"..","version":V,"peer":".."} once it has
+// verified and atomically written --out (T counts from its start). Both keep serving until
+// SIGINT/SIGTERM (the origin's Stop ends its peers); with --exit-when-done the origin leaves
+// once the version is complete everywhere, and a peer once the origin says so (or is gone),
+// so no peer stops relaying while others still need its chunks.
+//
+// Keys: the origin signs with --key KEYFILE (default ./echelon-origin.key); when that file does
+// not exist a new Ed25519 key is generated and saved there (mode 0600), its public key beside
+// it as KEYFILE.pub, and both paths are logged. A peer given --origin-key KEYFILE.pub refuses
+// any other origin key; without it the key the origin presents at join is trusted (trust on
+// first use, logged as a warning with its key id).
+#include <csignal>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "echelon/broadcast/ed25519.h"
+#include "echelon/broadcast/sha256.h"
+#include "echelon/cli/commands.h"
+#include "echelon/common/clock.h"
+#include "echelon/common/fs.h"
+#include "echelon/net/broadcast_origin.h"
+#include "echelon/net/broadcast_peer.h"
+
+namespace echelon::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+void InstallSignalHandlers() {
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+}
+
+// How long the wait loops sleep between checks of signals and deadlines.
+constexpr double kPollSeconds = 0.2;
+
+struct OriginArgs {
+  std::string file;
+  std::string listen;
+  std::string key = "echelon-origin.key";
+  std::string mode = "peer";
+  double chunk_mib = 4;
+  int expect_peers = 1;
+  int upload_slots = net::kNetUploadSlots;
+  uint64_t version = 1;
+  bool exit_when_done = false;
+  double timeout = 0;  // 0: none
+};
+
+struct PeerArgs {
+  std::string origin;
+  std::string listen;
+  std::string out;
+  std::string origin_key;
+  std::string advertise;
+  std::string name = "peer";
+  bool exit_when_done = false;
+  double timeout = 0;
+};
+
+Result<broadcast::SigningKey> LoadOrCreateKey(const std::string& path) {
+  if (std::filesystem::exists(path)) {
+    ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::LoadPem(path));
+    spdlog::info("signing manifests with key id {} from {}", key.public_key().key_id(), path);
+    return key;
+  }
+  ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
+  ECHELON_RETURN_IF_ERROR(key.SavePem(path));
+  ECHELON_RETURN_IF_ERROR(key.public_key().SavePem(path + ".pub"));
+  spdlog::info("generated signing key id {}: private key {}, public key {} (give it to peers as --origin-key)",
+               key.public_key().key_id(), path, path + ".pub");
+  return key;
+}
+
+bool TimedOut(double started, double timeout, const RealClock& clock) {
+  return timeout > 0 && clock.Now() - started > timeout;
+}
+
+nlohmann::json CompletionJson(net::BroadcastOrigin& origin, const broadcast::Manifest& m, const std::string& mode) {
+  nlohmann::json per_peer = nlohmann::json::array();
+  double last = 0;
+  int live = 0;
+  int dead = 0;
+  for (const net::BroadcastPeerReport& r : origin.Report(m.version)) {
+    nlohmann::json p = {{"peer", r.peer_id}, {"alive", r.alive}, {"banned", r.banned}, {"joined", r.joined_s}};
+    if (r.completed_s) p["seconds"] = *r.completed_s;
+    if (r.alive) {
+      ++live;
+      if (r.completed_s) last = std::max(last, *r.completed_s);
+    } else {
+      ++dead;
+    }
+    per_peer.push_back(p);
+  }
+  broadcast::RelayPlanner::Stats s = origin.Stats(m.version);
+  return {{"event", "complete"}, {"version", m.version},  {"mode", mode},           {"bytes", m.total_bytes},
+          {"chunks", m.num_chunks()}, {"peers", live},     {"dead", dead},           {"seconds", last},
+          {"per_peer", per_peer},  {"transfers", s.verified}, {"origin_sends", s.origin_sends},
+          {"corrupt", s.corrupt},  {"failed", s.failed},    {"sha256", m.file_sha256}};
+}
+
+int RunOrigin(const OriginArgs& args) {
+  InstallSignalHandlers();
+  RealClock clock;
+  const double started = clock.Now();
+  net::BroadcastOriginOptions opts;
+  opts.listen = args.listen;
+  if (args.mode == "star") {
+    opts.relay.mode = broadcast::RelayMode::kStar;
+  } else if (args.mode != "peer") {
+    spdlog::error("--mode {} is invalid; expected peer or star", args.mode);
+    return 2;
+  }
+  const double chunk_bytes = std::round(args.chunk_mib * (1 << 20));
+  if (!(chunk_bytes >= broadcast::kMinChunkBytes && chunk_bytes <= net::kMaxBroadcastChunkBytes)) {
+    spdlog::error("--chunk-mib {} is invalid; expected {} KiB to {} MiB", args.chunk_mib,
+                  broadcast::kMinChunkBytes >> 10, net::kMaxBroadcastChunkBytes >> 20);
+    return 2;
+  }
+  opts.chunk_bytes = static_cast<uint32_t>(chunk_bytes);
+  if (args.upload_slots < 1 || args.upload_slots > 16) {
+    spdlog::error("--upload-slots {} is invalid; expected 1 to 16", args.upload_slots);
+    return 2;
+  }
+  opts.relay.upload_slots = args.upload_slots;
+  Result<std::string> blob = ReadFile(args.file);
+  if (!blob.ok()) {
+    spdlog::error("{}", blob.status().message());
+    return 2;
+  }
+  Result<broadcast::SigningKey> key = LoadOrCreateKey(args.key);
+  if (!key.ok()) {
+    spdlog::error("--key {}: {}", args.key, key.status().message());
+    return 2;
+  }
+  net::BroadcastOrigin origin(opts, key.value(), &clock);
+  if (Status st = origin.Start(); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 1;
+  }
+  spdlog::info("waiting for {} peer(s)", args.expect_peers);
+  while (!origin.WaitForPeers(args.expect_peers, kPollSeconds)) {
+    if (g_stop) return 130;
+    if (TimedOut(started, args.timeout, clock)) {
+      spdlog::error("only {} of {} peers joined within --timeout {} s", origin.live_peers(), args.expect_peers,
+                    args.timeout);
+      return 3;
+    }
+  }
+  Result<broadcast::Manifest> m = origin.Publish(args.version, blob.value());
+  if (!m.ok()) {
+    spdlog::error("{}", m.status().message());
+    return 1;
+  }
+  bool reported = false;
+  while (!g_stop) {
+    const bool complete = origin.WaitComplete(args.version, kPollSeconds);
+    if (complete && !reported) {
+      std::cout << CompletionJson(origin, m.value(), args.mode).dump() << std::endl;
+      if (args.exit_when_done) break;
+    }
+    reported = complete;
+    if (TimedOut(started, args.timeout, clock) && !complete) {
+      spdlog::error("version {} not complete on every peer within --timeout {} s", args.version, args.timeout);
+      return 3;
+    }
+  }
+  origin.Shutdown();
+  return 0;
+}
+
+int RunPeer(const PeerArgs& args) {
+  InstallSignalHandlers();
+  RealClock clock;
+  const double started = clock.Now();
+  net::BroadcastPeerOptions opts;
+  opts.origin = args.origin;
+  opts.listen = args.listen;
+  opts.advertise = args.advertise;
+  opts.name = args.name;
+  if (!args.origin_key.empty()) {
+    Result<broadcast::VerifyKey> pinned = broadcast::VerifyKey::LoadPem(args.origin_key);
+    if (!pinned.ok()) {
+      spdlog::error("--origin-key {}: {}", args.origin_key, pinned.status().message());
+      return 2;
+    }
+    opts.origin_key = pinned.value();
+  }
+  net::BroadcastPeer peer(opts);
+  if (Status st = peer.Start(); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return st.code() == StatusCode::kUnavailable ? 1 : 2;
+  }
+  uint64_t next = 1;
+  uint64_t written = 0;
+  while (!g_stop) {
+    if (TimedOut(started, args.timeout, clock)) {
+      spdlog::error("no complete version within --timeout {} s", args.timeout);
+      return 3;
+    }
+    if (written > 0 && args.exit_when_done) {
+      if (peer.WaitForSwarmComplete(written, kPollSeconds) || peer.origin_gone()) break;
+      continue;
+    }
+    std::optional<uint64_t> v = peer.WaitForVersion(next, kPollSeconds);
+    if (!v) {
+      if (peer.origin_gone()) break;
+      continue;
+    }
+    Result<broadcast::Manifest> m = peer.store().GetManifest(*v);
+    Status st = m.ok() ? peer.store().WriteVersion(*v, args.out) : m.status();
+    if (!st.ok()) {
+      spdlog::error("writing version {} to {}: {}", *v, args.out, st.message());
+      return 1;
+    }
+    nlohmann::json line = {{"bytes", m->total_bytes}, {"seconds", clock.Now() - started},
+                           {"sha256", m->file_sha256}, {"version", *v}, {"peer", peer.peer_id()}};
+    std::cout << line.dump() << std::endl;
+    written = *v;
+    next = *v + 1;
+  }
+  peer.Shutdown();
+  if (written == 0) {
+    spdlog::error("left before receiving a complete version");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBroadcastCommand(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("broadcast", "move a file to many hosts: peer-assisted, pipelined, signed");
+  cmd->require_subcommand(1);
+
+  auto o = std::make_shared<OriginArgs>();
+  CLI::App* origin = cmd->add_subcommand("origin", "publish a file as a signed snapshot and coordinate its broadcast");
+  origin->add_option("--file", o->file, "the file to publish")->required();
+  origin->add_option("--listen", o->listen, "HOST:PORT to serve peers on")->required();
+  origin->add_option("--key", o->key, "Ed25519 private key (PEM); generated there if missing")->capture_default_str();
+  origin->add_option("--mode", o->mode, "peer (peer-assisted) or star (origin sends everything)")->capture_default_str();
+  origin->add_option("--chunk-mib", o->chunk_mib, "chunk size in MiB")->capture_default_str();
+  origin->add_option("--expect-peers", o->expect_peers, "publish once this many peers joined")->capture_default_str();
+  origin->add_option("--upload-slots", o->upload_slots, "concurrent uploads per node (peer mode)")->capture_default_str();
+  origin->add_option("--version", o->version, "snapshot version number")->capture_default_str();
+  origin->add_flag("--exit-when-done", o->exit_when_done, "exit once every live peer holds the file");
+  origin->add_option("--timeout", o->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
+  origin->callback([o, exit_code] { *exit_code = RunOrigin(*o); });
+
+  auto p = std::make_shared<PeerArgs>();
+  CLI::App* peer = cmd->add_subcommand("peer", "join an origin, receive and relay, write the verified file");
+  peer->add_option("--origin", p->origin, "origin HOST:PORT")->required();
+  peer->add_option("--listen", p->listen, "HOST:PORT to serve chunks to other peers on")->required();
+  peer->add_option("--out", p->out, "where to write the verified file (atomically)")->required();
+  peer->add_option("--origin-key", p->origin_key, "pin the origin's public key (PEM); default: trust on first use");
+  peer->add_option("--advertise", p->advertise, "HOST:PORT other peers dial (default: --listen's host and port)");
+  peer->add_option("--name", p->name, "name in the origin's logs and report")->capture_default_str();
+  peer->add_flag("--exit-when-done", p->exit_when_done, "exit once the origin says every peer holds the file");
+  peer->add_option("--timeout", p->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
+  peer->callback([p, exit_code] { *exit_code = RunPeer(*p); });
+}
+
+}  // namespace echelon::cli

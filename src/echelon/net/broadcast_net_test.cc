@@ -1,0 +1,259 @@
+// The gRPC broadcast end to end in one process: an origin and 5 peers on 127.0.0.1, real
+// sockets, real verification. Chunks are small (256 KiB) so a few-MiB file has many chunks
+// to pipeline; a ServeFilter that sleeps makes every upload take long enough that a peer can
+// be killed mid-transfer.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "echelon/broadcast/sha256.h"
+#include "echelon/net/broadcast_origin.h"
+#include "echelon/net/broadcast_peer.h"
+#include "echelon/v1/broadcast.grpc.pb.h"
+
+namespace echelon::net {
+namespace {
+
+using broadcast::SigningKey;
+
+constexpr uint32_t kChunk = 256 << 10;
+constexpr double kWait = 20.0;  // seconds; every scenario finishes far sooner
+
+std::string RandomBlob(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+ServeFilter Slow(double seconds) {
+  return [seconds](uint64_t, uint32_t, std::string*) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  };
+}
+
+struct Swarm {
+  RealClock clock;
+  std::unique_ptr<BroadcastOrigin> origin;
+  std::vector<std::unique_ptr<BroadcastPeer>> peers;
+
+  explicit Swarm(BroadcastOriginOptions opts) {
+    opts.listen = "127.0.0.1:0";
+    opts.chunk_bytes = kChunk;
+    origin = std::make_unique<BroadcastOrigin>(opts, SigningKey::Generate().value(), &clock);
+    EXPECT_TRUE(origin->Start().ok());
+  }
+  BroadcastPeerOptions PeerOptions(int i) const {
+    BroadcastPeerOptions p;
+    p.origin = "127.0.0.1:" + std::to_string(origin->port());
+    p.name = "p" + std::to_string(i);
+    return p;
+  }
+  void AddPeers(int n, const std::map<int, ServeFilter>& filters = {}, int fat_pipe = -1) {
+    for (int i = 0; i < n; ++i) {
+      BroadcastPeerOptions p = PeerOptions(i);
+      auto it = filters.find(i);
+      if (it != filters.end()) p.serve_filter = it->second;
+      if (i == fat_pipe) p.upload_bps = 1e12;  // claims a huge uplink, so it is asked to upload first
+      peers.push_back(std::make_unique<BroadcastPeer>(p));
+      ASSERT_TRUE(peers.back()->Start().ok());
+    }
+    ASSERT_TRUE(origin->WaitForPeers(n, kWait));
+  }
+  // The file as peer i assembled it.
+  std::string Received(int i, uint64_t version) {
+    Result<std::string> blob = peers[i]->store().Assemble(version);
+    return blob.ok() ? blob.value() : "";
+  }
+};
+
+TEST(BroadcastNetTest, PeerAssistedDeliversTheFileToEveryPeerOnceEach) {
+  BroadcastOriginOptions opts;
+  Swarm swarm(opts);
+  swarm.AddPeers(5);
+  const std::string blob = RandomBlob(6 * kChunk + 12345, 1);  // 7 chunks, the last one short
+  Result<broadcast::Manifest> m = swarm.origin->Publish(1, blob);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(swarm.peers[i]->WaitForVersion(1, kWait), std::optional<uint64_t>(1));
+    EXPECT_EQ(broadcast::Sha256Hex(swarm.Received(i, 1)), broadcast::Sha256Hex(blob)) << "peer " << i;
+    EXPECT_EQ(swarm.peers[i]->store().stats().verified_puts, 7u);
+    EXPECT_EQ(swarm.peers[i]->store().stats().duplicate_puts, 0u);
+    EXPECT_TRUE(swarm.peers[i]->WaitForSwarmComplete(1, kWait));
+  }
+  broadcast::RelayPlanner::Stats s = swarm.origin->Stats(1);
+  EXPECT_EQ(s.verified, 5u * 7u);  // each peer got each chunk exactly once
+  EXPECT_EQ(s.corrupt, 0u);
+  EXPECT_EQ(s.failed, 0u);
+  EXPECT_LT(s.origin_sends, 5u * 7u);  // peers relayed the rest
+  EXPECT_GE(s.origin_sends, 7u);       // every chunk left the origin at least once
+}
+
+TEST(BroadcastNetTest, StarModeSendsEverythingFromTheOrigin) {
+  BroadcastOriginOptions opts;
+  opts.relay.mode = broadcast::RelayMode::kStar;
+  Swarm swarm(opts);
+  swarm.AddPeers(4);
+  const std::string blob = RandomBlob(5 * kChunk, 2);
+  ASSERT_TRUE(swarm.origin->Publish(3, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(3, kWait));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(swarm.Received(i, 3), blob);
+  broadcast::RelayPlanner::Stats s = swarm.origin->Stats(3);
+  EXPECT_EQ(s.verified, 4u * 5u);
+  EXPECT_EQ(s.origin_sends, 4u * 5u);
+}
+
+TEST(BroadcastNetTest, KilledRelayCostsItsReceiversOnlyTheChunksInFlight) {
+  BroadcastOriginOptions opts;
+  opts.serve_filter = Slow(0.02);
+  Swarm swarm(opts);
+  std::atomic<int> victim_served{0};
+  ServeFilter victim = [&](uint64_t, uint32_t, std::string*) {
+    victim_served++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  std::map<int, ServeFilter> filters = {{0, victim}, {1, Slow(0.02)}, {2, Slow(0.02)}, {3, Slow(0.02)}, {4, Slow(0.02)}};
+  swarm.AddPeers(5, filters);
+  const std::string blob = RandomBlob(32 * kChunk, 3);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (victim_served.load() < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(victim_served.load(), 2);
+  const size_t victim_held = swarm.peers[0]->store().stats().verified_puts;
+  swarm.peers[0]->Shutdown();  // its server and control stream go down mid-transfer
+  EXPECT_LT(victim_held, 32u) << "the victim must die before it holds the whole file";
+
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  uint64_t duplicates = 0;
+  for (int i = 1; i < 5; ++i) {
+    EXPECT_EQ(swarm.Received(i, 1), blob) << "peer " << i;
+    // Resume, not restart: each survivor stored each chunk once.
+    EXPECT_EQ(swarm.peers[i]->store().stats().verified_puts, 32u);
+    duplicates += swarm.peers[i]->store().stats().duplicate_puts;
+  }
+  // The only bytes fetched twice: a chunk the victim was sending (2 upload slots) that still
+  // arrived after the origin had re-planned it from another holder.
+  EXPECT_LE(duplicates, 2u);
+  int alive = 0;
+  for (const BroadcastPeerReport& r : swarm.origin->Report(1)) {
+    if (r.peer_id.rfind("p0#", 0) == 0) {
+      EXPECT_FALSE(r.alive);
+      EXPECT_FALSE(r.completed_s.has_value());
+    } else {
+      EXPECT_TRUE(r.alive);
+      EXPECT_TRUE(r.completed_s.has_value());
+      ++alive;
+    }
+  }
+  EXPECT_EQ(alive, 4);
+}
+
+TEST(BroadcastNetTest, TamperedChunkIsRefusedRefetchedAndItsSenderBanned) {
+  BroadcastOriginOptions opts;
+  opts.serve_filter = Slow(0.01);  // a slow origin, so peers must relay
+  opts.relay.upload_slots = 1;     // so the liar has exactly one upload in flight when caught
+  Swarm swarm(opts);
+  ServeFilter evil = [](uint64_t, uint32_t, std::string* bytes) { (*bytes)[bytes->size() / 2] ^= 0x5a; };
+  swarm.AddPeers(5, {{2, evil}}, /*fat_pipe=*/2);
+  const std::string blob = RandomBlob(16 * kChunk, 4);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  uint64_t rejected = 0;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(swarm.Received(i, 1), blob) << "peer " << i;
+    rejected += swarm.peers[i]->store().stats().rejected_puts;
+  }
+  broadcast::RelayPlanner::Stats s = swarm.origin->Stats(1);
+  // One upload slot per node: the liar's first relay is caught, and it never uploads again.
+  EXPECT_EQ(s.corrupt, 1u);
+  EXPECT_EQ(rejected, 1u);
+  EXPECT_EQ(s.verified, 5u * 16u);
+  for (const BroadcastPeerReport& r : swarm.origin->Report(1)) {
+    EXPECT_EQ(r.banned, r.peer_id.rfind("p2#", 0) == 0) << r.peer_id;
+  }
+}
+
+TEST(BroadcastNetTest, NewVersionFetchesOnlyTheChangedChunks) {
+  BroadcastOriginOptions opts;
+  Swarm swarm(opts);
+  swarm.AddPeers(3);
+  std::string blob = RandomBlob(8 * kChunk, 5);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  blob[2 * kChunk + 7] ^= 1;  // chunks 2 and 5 change
+  blob[5 * kChunk + 9] ^= 1;
+  ASSERT_TRUE(swarm.origin->Publish(2, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(2, kWait));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(swarm.Received(i, 2), blob);
+  EXPECT_EQ(swarm.origin->Stats(2).verified, 3u * 2u);
+}
+
+TEST(BroadcastNetTest, LateJoinerGetsTheNewestVersion) {
+  BroadcastOriginOptions opts;
+  Swarm swarm(opts);
+  swarm.AddPeers(2);
+  const std::string blob = RandomBlob(4 * kChunk, 6);
+  ASSERT_TRUE(swarm.origin->Publish(7, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(7, kWait));
+  BroadcastPeer late(swarm.PeerOptions(9));
+  ASSERT_TRUE(late.Start().ok());
+  ASSERT_EQ(late.WaitForVersion(1, kWait), std::optional<uint64_t>(7));
+  EXPECT_EQ(late.store().Assemble(7).value(), blob);
+}
+
+TEST(BroadcastNetTest, PinnedKeyMismatchIsRefusedNamingBothKeys) {
+  BroadcastOriginOptions opts;
+  Swarm swarm(opts);
+  BroadcastPeerOptions p = swarm.PeerOptions(0);
+  broadcast::VerifyKey other = SigningKey::Generate().value().public_key();
+  p.origin_key = other;
+  BroadcastPeer peer(p);
+  Status st = peer.Start();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find(other.key_id()), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(swarm.origin->public_key().key_id()), std::string::npos) << st.message();
+}
+
+TEST(BroadcastNetTest, WrongProtocolVersionIsRefusedAtHello) {
+  BroadcastOriginOptions opts;
+  Swarm swarm(opts);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(swarm.origin->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::BroadcastOrigin::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->Control(&ctx);
+  v1::PeerToOrigin hello;
+  hello.mutable_hello()->set_protocol_version(kBroadcastProtocolVersion + 1);
+  hello.mutable_hello()->set_address("127.0.0.1:1");
+  stream->Write(hello);
+  stream->WritesDone();
+  v1::OriginToPeer reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("protocol version " + std::to_string(kBroadcastProtocolVersion + 1)),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(swarm.origin->live_peers(), 0u);
+}
+
+TEST(BroadcastNetTest, UnreachableOriginIsUnavailable) {
+  BroadcastPeerOptions p;
+  p.origin = "127.0.0.1:1";
+  p.join_timeout_seconds = 0.5;
+  BroadcastPeer peer(p);
+  Status st = peer.Start();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("127.0.0.1:1"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace echelon::net

@@ -1,0 +1,501 @@
+#include "echelon/net/broadcast_origin.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "echelon/broadcast/relay_session.h"
+#include "echelon/net/broadcast_chunk_source.h"
+#include "echelon/v1/broadcast.grpc.pb.h"
+
+namespace echelon::net {
+
+using broadcast::NodeId;
+using broadcast::Transfer;
+using broadcast::TransferOutcome;
+using DoneFn = std::function<void(const Transfer&, TransferOutcome)>;
+using Stream = grpc::ServerReaderWriter<v1::OriginToPeer, v1::PeerToOrigin>;
+
+// One peer's control stream. The stream pointer is valid only while its handler runs:
+// writers take write_mu and check `closed`, which the handler sets before it returns.
+struct BroadcastOrigin::Conn {
+  std::string id;
+  std::string address;
+  double upload_bps = kDefaultUploadBps;
+  grpc::ServerContext* ctx = nullptr;
+  Stream* stream = nullptr;
+
+  std::mutex write_mu;  // guards stream writes, ctx cancellation and `closed`
+  bool closed = false;
+
+  // Guarded by BroadcastOrigin::mu_.
+  bool alive = true;
+  double last_seen = 0;
+  std::map<uint64_t, NodeId> nodes;  // version -> this peer's node in that version's session
+  std::map<uint64_t, bool> offered;  // versions announced and not yet answered with a Have
+  int fetch_failures_in_a_row = 0;   // as a sender
+
+  bool Write(const v1::OriginToPeer& m) {
+    std::lock_guard<std::mutex> lock(write_mu);
+    return !closed && stream->Write(m);
+  }
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(write_mu);
+    if (!closed) ctx->TryCancel();
+  }
+};
+
+// One published version: its manifest, and the planner + session whose Link is the origin.
+struct BroadcastOrigin::Version : public broadcast::Link {
+  BroadcastOrigin* origin = nullptr;
+  broadcast::Manifest manifest;
+  std::string envelope;  // signed manifest
+  double published_at = 0;
+  std::unique_ptr<broadcast::RelayPlanner> planner;
+  std::unique_ptr<broadcast::RelaySession> session;
+  // Guarded by BroadcastOrigin::mu_.
+  std::map<NodeId, std::shared_ptr<Conn>> conns;  // every node ever added, dead ones too
+  std::map<NodeId, std::vector<std::pair<Transfer, DoneFn>>> parked;  // endpoint not yet registered
+  bool complete = false;
+
+  void Start(const Transfer& t, DoneFn done) override { origin->StartTransfer(this, t, std::move(done)); }
+};
+
+struct BroadcastOrigin::Pending {
+  std::shared_ptr<Version> version;
+  Transfer transfer;
+  DoneFn done;
+  std::shared_ptr<Conn> receiver;
+  std::shared_ptr<Conn> sender;  // null for the origin
+};
+
+class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
+ public:
+  explicit Service(BroadcastOrigin* o) : o_(o) {}
+
+  grpc::Status Control(grpc::ServerContext* ctx, Stream* stream) override {
+    v1::PeerToOrigin first;
+    if (!stream->Read(&first) || !first.has_hello()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message on the control stream must be a Hello");
+    }
+    const v1::BroadcastHello& hello = first.hello();
+    if (hello.protocol_version() != kBroadcastProtocolVersion) {
+      const std::string msg = "peer speaks broadcast protocol version " + std::to_string(hello.protocol_version()) +
+                              ", this origin speaks " + std::to_string(kBroadcastProtocolVersion) +
+                              "; run the same echelon release on both";
+      spdlog::warn("refused peer {}: {}", ctx->peer(), msg);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
+    }
+    if (hello.address().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Hello carries no address for the peer's ChunkSource");
+    }
+    auto conn = std::make_shared<Conn>();
+    conn->address = hello.address();
+    conn->upload_bps = hello.upload_bps() > 0 ? hello.upload_bps() : kDefaultUploadBps;
+    conn->ctx = ctx;
+    conn->stream = stream;
+    std::string name = hello.name().substr(0, 64);
+    if (name.empty()) name = "peer";
+    {
+      std::lock_guard<std::mutex> lock(o_->mu_);
+      if (o_->shutting_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "origin is shutting down");
+      conn->id = name + "#" + std::to_string(++o_->next_conn_);
+      conn->last_seen = o_->clock_->Now();
+    }
+    o_->RunControl(conn);
+    {
+      std::lock_guard<std::mutex> lock(conn->write_mu);
+      conn->closed = true;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  BroadcastOrigin* const o_;
+};
+
+BroadcastOrigin::BroadcastOrigin(BroadcastOriginOptions options, broadcast::SigningKey key, const Clock* clock)
+    : options_(std::move(options)),
+      key_(std::move(key)),
+      public_key_(key_.public_key()),
+      clock_(clock),
+      store_(options_.keep_versions) {}
+
+BroadcastOrigin::~BroadcastOrigin() { Shutdown(); }
+
+Status BroadcastOrigin::Start() {
+  service_ = std::make_unique<Service>(this);
+  // Star is the baseline of parallel sends from the origin, so only swarm mode serialises.
+  chunk_source_ = std::make_unique<ChunkSourceService>(&store_, options_.relay.mode == broadcast::RelayMode::kSwarm,
+                                                       options_.serve_filter);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+  ApplyBroadcastLimits(&builder);
+  builder.RegisterService(service_.get());
+  builder.RegisterService(chunk_source_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    server_.reset();
+    return Status(StatusCode::kUnavailable, "broadcast origin cannot listen on " + options_.listen +
+                                                " (address in use or not local?)");
+  }
+  watchdog_ = std::thread([this] { WatchdogLoop(); });
+  spdlog::info("broadcast origin listening on {} (port {}), manifest key id {}", options_.listen, port_,
+               public_key_.key_id());
+  return Status::Ok();
+}
+
+void BroadcastOrigin::Shutdown() {
+  std::vector<std::shared_ptr<Conn>> conns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    conns = conns_;
+  }
+  cv_.notify_all();
+  v1::OriginToPeer stop;
+  stop.mutable_stop()->set_reason("origin shutting down");
+  for (auto& c : conns) c->Write(stop);
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std::string& blob) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!versions_.empty() && version <= versions_.rbegin()->first) {
+      return InvalidArgument("publishing version " + std::to_string(version) + ": version " +
+                             std::to_string(versions_.rbegin()->first) + " is already published; versions must grow");
+    }
+  }
+  ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m, broadcast::BuildManifest(version, blob, options_.chunk_bytes));
+  ECHELON_ASSIGN_OR_RETURN(std::string envelope, broadcast::SignManifest(m, key_));
+  ECHELON_RETURN_IF_ERROR(store_.AddVersion(m).WithContext("publishing version " + std::to_string(version)));
+  for (size_t i = 0; i < m.num_chunks(); ++i) {
+    ECHELON_RETURN_IF_ERROR(store_.PutChunk(version, i, std::string(broadcast::ChunkView(m, blob, i))));
+  }
+  auto v = std::make_shared<Version>();
+  v->origin = this;
+  v->manifest = m;
+  v->envelope = std::move(envelope);
+  v->planner = std::make_unique<broadcast::RelayPlanner>(options_.relay, static_cast<int>(m.num_chunks()),
+                                                         options_.origin_upload_bps);
+  v->session = std::make_unique<broadcast::RelaySession>(v->planner.get(), v.get(), clock_, broadcast::ChunkSizes(m));
+  v->published_at = clock_->Now();
+  std::vector<std::shared_ptr<Conn>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    versions_[version] = v;
+    while (static_cast<int>(versions_.size()) > std::max(1, options_.keep_versions)) {
+      const uint64_t old = versions_.begin()->first;
+      versions_.erase(versions_.begin());
+      for (auto& c : conns_) {
+        c->nodes.erase(old);
+        c->offered.erase(old);
+      }
+    }
+    targets = conns_;
+  }
+  spdlog::info("published version {}: {} bytes in {} chunks, file sha256 {}", version, m.total_bytes, m.num_chunks(),
+               m.file_sha256);
+  for (auto& c : targets) Announce(c, v);
+  return m;
+}
+
+void BroadcastOrigin::Announce(const std::shared_ptr<Conn>& conn, const std::shared_ptr<Version>& v) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!conn->alive) return;
+    conn->offered[v->manifest.version] = true;
+    v->complete = false;
+  }
+  v1::OriginToPeer msg;
+  msg.mutable_announce()->set_version(v->manifest.version);
+  msg.mutable_announce()->set_signed_manifest(v->envelope);
+  conn->Write(msg);
+}
+
+void BroadcastOrigin::RunControl(const std::shared_ptr<Conn>& conn) {
+  v1::OriginToPeer welcome;
+  welcome.mutable_welcome()->set_peer_id(conn->id);
+  welcome.mutable_welcome()->set_origin_key_pem(public_key_.ToPem());
+  welcome.mutable_welcome()->set_heartbeat_seconds(options_.heartbeat_seconds);
+  if (!conn->Write(welcome)) return;
+  std::shared_ptr<Version> newest;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    conns_.push_back(conn);
+    if (!versions_.empty()) newest = versions_.rbegin()->second;
+  }
+  cv_.notify_all();
+  spdlog::info("peer {} joined from {} (serves chunks at {})", conn->id, conn->ctx->peer(), conn->address);
+  if (newest) Announce(conn, newest);
+  v1::PeerToOrigin msg;
+  while (conn->stream->Read(&msg)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      conn->last_seen = clock_->Now();
+    }
+    if (msg.has_have()) {
+      OnHave(conn, msg.have().version(), msg.have().held());
+    } else if (msg.has_outcome()) {
+      OnOutcome(conn, msg.outcome().transfer_id(), msg.outcome().result(), msg.outcome().detail());
+    }
+  }
+  DeclareDead(conn, "control stream closed");
+}
+
+void BroadcastOrigin::OnHave(const std::shared_ptr<Conn>& conn, uint64_t version, const std::string& held_bytes) {
+  std::shared_ptr<Version> v;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end() || !conn->offered.count(version) || !conn->alive) return;
+    conn->offered.erase(version);
+    v = it->second;
+  }
+  std::vector<bool> held(v->manifest.num_chunks(), false);
+  if (held_bytes.size() == held.size()) {
+    for (size_t i = 0; i < held.size(); ++i) held[i] = held_bytes[i] != 0;
+  } else {
+    spdlog::warn("peer {}: Have for version {} has {} entries, manifest has {} chunks; treating as nothing held",
+                 conn->id, version, held_bytes.size(), held.size());
+  }
+  const NodeId node = v->session->AddPeer(conn->upload_bps, held);  // may plan transfers at once (parked)
+  std::vector<std::pair<Transfer, DoneFn>> parked;
+  bool alive;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    v->conns[node] = conn;
+    alive = conn->alive;
+    if (alive) conn->nodes[version] = node;
+    auto it = v->parked.find(node);
+    if (it != v->parked.end()) {
+      parked = std::move(it->second);
+      v->parked.erase(it);
+    }
+  }
+  const size_t held_count = std::count(held.begin(), held.end(), true);
+  spdlog::info("peer {} is node {} of version {} (holds {}/{} chunks already)", conn->id, node, version, held_count,
+               held.size());
+  for (auto& [t, done] : parked) StartTransfer(v.get(), t, std::move(done));
+  if (!alive) v->session->PeerDied(node);
+  CheckComplete(v);
+}
+
+void BroadcastOrigin::StartTransfer(Version* v, const Transfer& t, DoneFn done) {
+  std::shared_ptr<Pending> p;
+  uint64_t wire_id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto to = v->conns.find(t.to);
+    auto from = v->conns.find(t.from);
+    // An endpoint added but not yet registered (its AddPeer is still returning): park.
+    if (to == v->conns.end()) {
+      v->parked[t.to].emplace_back(t, std::move(done));
+      return;
+    }
+    if (t.from != broadcast::kOrigin && from == v->conns.end()) {
+      v->parked[t.from].emplace_back(t, std::move(done));
+      return;
+    }
+    // A dead endpoint: the session has been (or is being) told, and drops the transfer.
+    if (!to->second->alive || (t.from != broadcast::kOrigin && !from->second->alive)) return;
+    auto version = versions_.find(v->manifest.version);
+    if (version == versions_.end()) return;  // dropped as too old; nothing more is fetched
+    p = std::make_shared<Pending>();
+    p->version = version->second;
+    p->transfer = t;
+    p->done = std::move(done);
+    p->receiver = to->second;
+    if (t.from != broadcast::kOrigin) p->sender = from->second;
+    wire_id = next_wire_id_++;
+    pending_[wire_id] = p;
+  }
+  v1::OriginToPeer msg;
+  v1::BroadcastOrder* order = msg.mutable_order();
+  order->set_transfer_id(wire_id);
+  order->set_version(v->manifest.version);
+  order->set_chunk(static_cast<uint32_t>(t.chunk));
+  if (p->sender) order->set_from_address(p->sender->address);
+  // A failed write means a broken stream: its handler notices and declares the peer dead.
+  p->receiver->Write(msg);
+}
+
+void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire_id, int result,
+                                const std::string& detail) {
+  std::shared_ptr<Pending> p;
+  std::shared_ptr<Conn> failing_sender;
+  TransferOutcome outcome = TransferOutcome::kFailed;
+  if (result == v1::BROADCAST_RESULT_VERIFIED) outcome = TransferOutcome::kVerified;
+  if (result == v1::BROADCAST_RESULT_CORRUPT) outcome = TransferOutcome::kCorrupt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(wire_id);
+    if (it == pending_.end() || it->second->receiver != conn) return;
+    p = it->second;
+    pending_.erase(it);
+    if (p->sender) {
+      if (outcome == TransferOutcome::kFailed) {
+        if (++p->sender->fetch_failures_in_a_row >= kMaxFetchFailuresInARow && p->sender->alive) failing_sender = p->sender;
+      } else {
+        p->sender->fetch_failures_in_a_row = 0;
+      }
+    }
+  }
+  const std::string from = p->sender ? p->sender->id : "origin";
+  if (outcome == TransferOutcome::kCorrupt) {
+    spdlog::warn("version {} chunk {} from {} to {} failed verification ({}); {} is banned from uploading",
+                 p->version->manifest.version, p->transfer.chunk, from, conn->id, detail, from);
+  } else if (outcome == TransferOutcome::kFailed) {
+    spdlog::warn("version {} chunk {} from {} to {} failed: {}", p->version->manifest.version, p->transfer.chunk, from,
+                 conn->id, detail);
+  }
+  p->done(p->transfer, outcome);
+  if (failing_sender) {
+    DeclareDead(failing_sender, std::to_string(kMaxFetchFailuresInARow) + " fetches from its ChunkSource at " +
+                                    failing_sender->address + " failed in a row");
+  }
+  CheckComplete(p->version);
+}
+
+void BroadcastOrigin::DeclareDead(const std::shared_ptr<Conn>& conn, const std::string& why) {
+  std::vector<std::pair<std::shared_ptr<Version>, NodeId>> nodes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!conn->alive) return;
+    conn->alive = false;
+    conns_.erase(std::remove(conns_.begin(), conns_.end(), conn), conns_.end());
+    for (auto& [version, node] : conn->nodes) {
+      auto it = versions_.find(version);
+      if (it != versions_.end()) nodes.emplace_back(it->second, node);
+    }
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second->receiver == conn) it = pending_.erase(it);
+      else ++it;
+    }
+    if (shutting_down_) return;
+  }
+  spdlog::warn("peer {} is dead ({}); re-planning its transfers", conn->id, why);
+  conn->Cancel();
+  for (auto& [v, node] : nodes) {
+    v->session->PeerDied(node);
+    CheckComplete(v);
+  }
+  cv_.notify_all();
+}
+
+void BroadcastOrigin::CheckComplete(const std::shared_ptr<Version>& v) {
+  const uint64_t version = v->manifest.version;
+  bool awaiting = false;
+  int live = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : conns_) awaiting = awaiting || c->offered.count(version);
+    for (auto& [node, c] : v->conns) live += c->alive ? 1 : 0;
+  }
+  const bool complete = !awaiting && live > 0 && v->session->AllComplete();
+  std::vector<std::shared_ptr<Conn>> tell;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (complete == v->complete) return;
+    v->complete = complete;
+    if (!complete) return;
+    for (auto& [node, c] : v->conns) {
+      if (c->alive) tell.push_back(c);
+    }
+  }
+  spdlog::info("version {} is complete on all {} live peers ({:.2f} s after publishing)", version, live,
+               clock_->Now() - v->published_at);
+  v1::OriginToPeer msg;
+  msg.mutable_complete()->set_version(version);
+  for (auto& c : tell) c->Write(msg);
+  cv_.notify_all();
+}
+
+void BroadcastOrigin::WatchdogLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutting_down_) {
+    cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.05, options_.heartbeat_seconds / 2)));
+    if (shutting_down_) break;
+    const double now = clock_->Now();
+    std::vector<std::shared_ptr<Conn>> silent;
+    for (auto& c : conns_) {
+      if (now - c->last_seen > options_.dead_after_seconds) silent.push_back(c);
+    }
+    if (silent.empty()) continue;
+    lock.unlock();
+    for (auto& c : silent) DeclareDead(c, "no heartbeat for " + std::to_string(options_.dead_after_seconds) + " s");
+    lock.lock();
+  }
+}
+
+size_t BroadcastOrigin::live_peers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return conns_.size();
+}
+
+bool BroadcastOrigin::WaitForPeers(size_t n, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                      [&] { return shutting_down_ || conns_.size() >= n; }) &&
+         conns_.size() >= n;
+}
+
+bool BroadcastOrigin::IsComplete(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  return it != versions_.end() && it->second->complete;
+}
+
+bool BroadcastOrigin::WaitComplete(uint64_t version, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto done = [&] {
+    auto it = versions_.find(version);
+    return shutting_down_ || it == versions_.end() || it->second->complete;
+  };
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
+  auto it = versions_.find(version);
+  return it != versions_.end() && it->second->complete;
+}
+
+std::vector<BroadcastPeerReport> BroadcastOrigin::Report(uint64_t version) const {
+  std::shared_ptr<Version> v;
+  std::vector<BroadcastPeerReport> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end()) return out;
+    v = it->second;
+    for (auto& [node, c] : v->conns) {
+      BroadcastPeerReport r;
+      r.peer_id = c->id;
+      r.address = c->address;
+      r.node = node;
+      r.alive = c->alive;
+      out.push_back(r);
+    }
+  }
+  for (BroadcastPeerReport& r : out) {
+    r.banned = v->session->IsBanned(r.node);
+    if (auto j = v->session->JoinedAt(r.node)) r.joined_s = *j - v->published_at;
+    if (auto c = v->session->CompletedAt(r.node)) r.completed_s = *c - v->published_at;
+  }
+  return out;
+}
+
+broadcast::RelayPlanner::Stats BroadcastOrigin::Stats(uint64_t version) const {
+  std::shared_ptr<Version> v;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end()) return {};
+    v = it->second;
+  }
+  return v->session->planner_stats();
+}
+
+}  // namespace echelon::net

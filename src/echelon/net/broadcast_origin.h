@@ -1,0 +1,149 @@
+// BroadcastOrigin: the origin of the weight broadcast over gRPC. It publishes versioned blobs
+// (split, hashed, signed: broadcast/manifest.h), accepts peers on a control stream (protocol
+// version checked at Hello), announces the signed manifest, and runs one RelaySession per
+// version whose Link is this origin: each planned Transfer becomes an Order to the receiving
+// peer, which pulls the chunk straight from the sender's ChunkSource (peer to peer, or from
+// the origin's own), verifies it, and reports the outcome, which goes back to the planner.
+// Dead peers (broken stream, heartbeats silent for dead_after_seconds, or a ChunkSource that
+// failed kMaxFetchFailuresInARow fetches) are reported to every session (PeerDied): their
+// in-flight chunks are re-planned from other holders and their receivers keep what they
+// verified.
+//
+//   BroadcastOrigin origin(opts, std::move(signing_key), &clock);
+//   ECHELON_RETURN_IF_ERROR(origin.Start());            // opts.listen "0.0.0.0:7800" or ":0"
+//   origin.WaitForPeers(8, /*timeout_s=*/60);
+//   ECHELON_ASSIGN_OR_RETURN(Manifest m, origin.Publish(/*version=*/1, blob));
+//   origin.WaitComplete(1, /*timeout_s=*/600);          // every live peer holds version 1
+//   for (const BroadcastPeerReport& r : origin.Report(1)) ...
+//
+// Thread contract: every public method is safe from any thread. gRPC runs one handler thread
+// per peer stream plus a watchdog thread. mu_ guards the peer and version tables and the
+// pending transfers; it is never held while calling into a RelaySession (which calls back
+// into Start), nor while writing to a stream (each peer has its own write mutex).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "echelon/broadcast/chunk_store.h"
+#include "echelon/broadcast/ed25519.h"
+#include "echelon/broadcast/manifest.h"
+#include "echelon/broadcast/relay_planner.h"
+#include "echelon/broadcast/tunables.h"
+#include "echelon/common/clock.h"
+#include "echelon/common/status.h"
+#include "echelon/net/broadcast_protocol.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace echelon::net {
+
+class ChunkSourceService;
+
+// RelayOptions defaults with kNetUploadSlots.
+inline broadcast::RelayOptions NetRelayOptions() {
+  broadcast::RelayOptions o;
+  o.upload_slots = kNetUploadSlots;
+  return o;
+}
+
+struct BroadcastOriginOptions {
+  std::string listen = "127.0.0.1:0";  // port 0: the system picks one (see port())
+  broadcast::RelayOptions relay = NetRelayOptions();  // kStar = the baseline (origin sends all)
+  uint32_t chunk_bytes = broadcast::kDefaultChunkBytes;
+  int keep_versions = broadcast::kDefaultKeepVersions;
+  double origin_upload_bps = kDefaultUploadBps;  // initial estimate; measured afterwards
+  double heartbeat_seconds = kBroadcastHeartbeatSeconds;
+  double dead_after_seconds = kBroadcastDeadAfterSeconds;
+  ServeFilter serve_filter;  // tests only: applied to every chunk the origin serves
+};
+
+struct BroadcastPeerReport {
+  std::string peer_id;  // "name#k", unique per connection
+  std::string address;  // where its ChunkSource listens
+  broadcast::NodeId node = 0;
+  bool alive = false;
+  bool banned = false;                // served a corrupt chunk: never asked to upload again
+  double joined_s = 0;                // seconds after Publish (may be > 0 for late joiners)
+  std::optional<double> completed_s;  // seconds after Publish when it held every chunk
+};
+
+class BroadcastOrigin {
+ public:
+  BroadcastOrigin(BroadcastOriginOptions options, broadcast::SigningKey key, const Clock* clock);
+  ~BroadcastOrigin();
+  BroadcastOrigin(const BroadcastOrigin&) = delete;
+  BroadcastOrigin& operator=(const BroadcastOrigin&) = delete;
+
+  // Binds and serves; Unavailable naming the address when it cannot be bound.
+  Status Start();
+  int port() const { return port_; }
+  const broadcast::VerifyKey& public_key() const { return public_key_; }
+
+  // Splits, hashes, signs and announces `blob` as `version`, which must be newer than every
+  // version published before. Connected peers get it at once, later ones when they join.
+  Result<broadcast::Manifest> Publish(uint64_t version, const std::string& blob);
+
+  // Peers whose control stream is up.
+  size_t live_peers() const;
+  bool WaitForPeers(size_t n, double timeout_s);
+  // True once every live peer that was offered `version` holds all of it (and at least one
+  // peer took part); false on timeout or an unknown version.
+  bool WaitComplete(uint64_t version, double timeout_s);
+  bool IsComplete(uint64_t version) const;
+
+  std::vector<BroadcastPeerReport> Report(uint64_t version) const;
+  broadcast::RelayPlanner::Stats Stats(uint64_t version) const;
+
+  // Tells every peer to stop (Stop message), then closes streams and the server.
+  void Shutdown();
+
+  class Service;  // the gRPC service (broadcast_origin.cc)
+  struct Conn;
+  struct Version;
+
+ private:
+  friend class Service;
+  friend struct Version;
+  void RunControl(const std::shared_ptr<Conn>& conn);
+  void Announce(const std::shared_ptr<Conn>& conn, const std::shared_ptr<Version>& v);
+  void OnHave(const std::shared_ptr<Conn>& conn, uint64_t version, const std::string& held);
+  void OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire_id, int result, const std::string& detail);
+  void StartTransfer(Version* v, const broadcast::Transfer& t, std::function<void(const broadcast::Transfer&, broadcast::TransferOutcome)> done);
+  void DeclareDead(const std::shared_ptr<Conn>& conn, const std::string& why);
+  void CheckComplete(const std::shared_ptr<Version>& v);
+  void WatchdogLoop();
+
+  const BroadcastOriginOptions options_;
+  const broadcast::SigningKey key_;
+  const broadcast::VerifyKey public_key_;
+  const Clock* const clock_;
+  broadcast::ChunkStore store_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<ChunkSourceService> chunk_source_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread watchdog_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;  // peers joined, a version completed, shutdown
+  bool shutting_down_ = false;
+  uint64_t next_conn_ = 0;
+  uint64_t next_wire_id_ = 1;
+  std::vector<std::shared_ptr<Conn>> conns_;             // live connections
+  std::map<uint64_t, std::shared_ptr<Version>> versions_;  // the newest keep_versions
+  struct Pending;
+  std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // by wire transfer id
+};
+
+}  // namespace echelon::net

@@ -1,0 +1,341 @@
+#include "echelon/net/broadcast_peer.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "echelon/broadcast/manifest.h"
+
+namespace echelon::net {
+namespace {
+
+std::chrono::system_clock::time_point DeadlineIn(double seconds) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds));
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  ApplyBroadcastLimits(&args);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// "HOST:PORT" -> HOST (IPv6 in brackets kept as is).
+std::string HostOf(const std::string& hostport) {
+  size_t colon = hostport.rfind(':');
+  return colon == std::string::npos ? hostport : hostport.substr(0, colon);
+}
+
+}  // namespace
+
+struct BroadcastPeer::Control {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::BroadcastOrigin::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::PeerToOrigin, v1::OriginToPeer>> stream;
+};
+
+BroadcastPeer::BroadcastPeer(BroadcastPeerOptions options)
+    : options_(std::move(options)), store_(options_.keep_versions) {}
+
+BroadcastPeer::~BroadcastPeer() { Shutdown(); }
+
+std::string BroadcastPeer::origin_key_id() const { return origin_key_ ? origin_key_->key_id() : ""; }
+
+Status BroadcastPeer::Start() {
+  source_ = std::make_unique<ChunkSourceService>(&store_, /*serialize_uploads=*/true, options_.serve_filter);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  ApplyBroadcastLimits(&builder);
+  builder.RegisterService(source_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
+    server_.reset();
+    return Status(StatusCode::kUnavailable,
+                  "broadcast peer cannot listen on " + options_.listen + " (address in use or not local?)");
+  }
+  if (!options_.advertise.empty()) {
+    address_ = options_.advertise;
+  } else {
+    const std::string host = HostOf(options_.listen);
+    if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+      return InvalidArgument("--listen " + options_.listen +
+                             " binds every interface; say which address other peers should dial (--advertise HOST:PORT)");
+    }
+    address_ = host + ":" + std::to_string(port);
+  }
+
+  control_ = std::make_unique<Control>();
+  control_->channel = MakeChannel(options_.origin);
+  if (!control_->channel->WaitForConnected(DeadlineIn(options_.join_timeout_seconds))) {
+    return Status(StatusCode::kUnavailable, "cannot reach broadcast origin " + options_.origin + " within " +
+                                                std::to_string(options_.join_timeout_seconds) + " s");
+  }
+  control_->stub = v1::BroadcastOrigin::NewStub(control_->channel);
+  control_->stream = control_->stub->Control(&control_->ctx);
+  v1::PeerToOrigin hello;
+  hello.mutable_hello()->set_protocol_version(kBroadcastProtocolVersion);
+  hello.mutable_hello()->set_address(address_);
+  hello.mutable_hello()->set_name(options_.name);
+  hello.mutable_hello()->set_upload_bps(options_.upload_bps);
+  v1::OriginToPeer welcome;
+  if (!control_->stream->Write(hello) || !control_->stream->Read(&welcome) || !welcome.has_welcome()) {
+    control_->ctx.TryCancel();
+    grpc::Status st = control_->stream->Finish();
+    return FailedPrecondition("joining broadcast origin " + options_.origin + ": " +
+                              (st.ok() ? std::string("no Welcome") : st.error_message()));
+  }
+  Result<broadcast::VerifyKey> key =
+      broadcast::VerifyKey::FromPem(welcome.welcome().origin_key_pem(), "the origin's Welcome");
+  Status key_ok = key.status();
+  if (key.ok() && options_.origin_key && key->raw() != options_.origin_key->raw()) {
+    key_ok = FailedPrecondition("origin " + options_.origin + " presented key id " + key->key_id() +
+                                ", but the pinned --origin-key is key id " + options_.origin_key->key_id());
+  }
+  if (!key_ok.ok()) {
+    control_->ctx.TryCancel();
+    control_->stream->Finish();
+    return key_ok;
+  }
+  if (options_.origin_key) {
+    origin_key_ = options_.origin_key;
+  } else {
+    origin_key_ = key.value();
+    spdlog::warn("trusting origin key id {} on first use; pin it with --origin-key PUB.pem", key->key_id());
+  }
+  peer_id_ = welcome.welcome().peer_id();
+  if (welcome.welcome().heartbeat_seconds() > 0) heartbeat_seconds_ = welcome.welcome().heartbeat_seconds();
+  spdlog::info("joined broadcast origin {} as {}; serving chunks at {}", options_.origin, peer_id_, address_);
+
+  reader_ = std::thread([this] { ReadLoop(); });
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  for (int i = 0; i < kFetchWorkers; ++i) fetchers_.emplace_back([this] { FetchLoop(); });
+  return Status::Ok();
+}
+
+void BroadcastPeer::Shutdown() {
+  if (closing_.exchange(true)) return;
+  // Cancel first, without write_mu_: it unblocks a Write stuck on flow control.
+  if (control_) control_->ctx.TryCancel();
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    link_down_ = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // no waiter can miss closing_
+    cv_.notify_all();
+    orders_cv_.notify_all();
+  }
+  if (server_) server_->Shutdown(DeadlineIn(0));
+  if (reader_.joinable()) reader_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  for (auto& t : fetchers_) t.join();
+  fetchers_.clear();
+}
+
+bool BroadcastPeer::Send(const v1::PeerToOrigin& message) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return !link_down_ && control_->stream->Write(message);
+}
+
+void BroadcastPeer::ReadLoop() {
+  v1::OriginToPeer msg;
+  std::string why = "control stream closed";
+  while (control_->stream->Read(&msg)) {
+    if (msg.has_announce()) {
+      HandleAnnounce(msg.announce().version(), msg.announce().signed_manifest());
+    } else if (msg.has_order()) {
+      Order o{msg.order().transfer_id(), msg.order().version(), msg.order().chunk(), msg.order().from_address()};
+      std::lock_guard<std::mutex> lock(mu_);
+      orders_.push_back(std::move(o));
+      orders_cv_.notify_one();  // its own cv: a notify_one on cv_ could wake a non-fetcher
+    } else if (msg.has_complete()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      swarm_complete_ = std::max(swarm_complete_, msg.complete().version());
+      cv_.notify_all();
+    } else if (msg.has_stop()) {
+      why = "origin said stop: " + msg.stop().reason();
+      break;
+    }
+  }
+  control_->ctx.TryCancel();  // also ends the stream when we left on Stop
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    link_down_ = true;
+  }
+  grpc::Status st = control_->stream->Finish();
+  if (!closing_.load()) {
+    spdlog::warn("broadcast origin {} is gone ({}{})", options_.origin, why,
+                 st.ok() || st.error_code() == grpc::StatusCode::CANCELLED ? "" : ": " + st.error_message());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  origin_gone_ = true;
+  cv_.notify_all();
+}
+
+void BroadcastPeer::HandleAnnounce(uint64_t version, const std::string& envelope) {
+  Result<broadcast::Manifest> m = broadcast::VerifySignedManifest(envelope, *origin_key_);
+  if (!m.ok()) {
+    spdlog::error("refusing manifest of version {} from origin {}: {}", version, options_.origin, m.status().message());
+    return;
+  }
+  if (m->version != version) {
+    spdlog::error("refusing manifest announced as version {}: it is signed as version {}", version, m->version);
+    return;
+  }
+  if (Status st = store_.AddVersion(m.value()); !st.ok()) {
+    spdlog::error("cannot take version {}: {}", version, st.message());
+    return;
+  }
+  Result<std::vector<bool>> held = store_.HeldMask(version);
+  if (!held.ok()) return;  // collected meanwhile by a newer version
+  std::string mask(held->size(), '\0');
+  size_t have = 0;
+  for (size_t i = 0; i < held->size(); ++i) {
+    mask[i] = held.value()[i] ? 1 : 0;
+    have += held.value()[i] ? 1 : 0;
+  }
+  spdlog::info("version {} announced: {} bytes, {} chunks, {} held already", version, m->total_bytes,
+               m->num_chunks(), have);
+  v1::PeerToOrigin reply;
+  reply.mutable_have()->set_version(version);
+  reply.mutable_have()->set_held(mask);
+  Send(reply);
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();  // a fully held (delta) version is complete at once
+}
+
+void BroadcastPeer::HeartbeatLoop() {
+  v1::PeerToOrigin beat;
+  beat.mutable_heartbeat();
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(heartbeat_seconds_));
+  auto next = std::chrono::steady_clock::now() + period;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!closing_.load() && !origin_gone_) {
+    // cv_ also wakes for orders and completions: beat only when the period is up.
+    if (cv_.wait_until(lock, next) != std::cv_status::timeout) continue;
+    lock.unlock();
+    Send(beat);
+    lock.lock();
+    next = std::chrono::steady_clock::now() + period;
+  }
+}
+
+void BroadcastPeer::FetchLoop() {
+  while (true) {
+    Order order;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      orders_cv_.wait(lock, [&] { return closing_.load() || !orders_.empty(); });
+      if (closing_.load()) return;
+      order = std::move(orders_.front());
+      orders_.pop_front();
+    }
+    Fetch(order);
+  }
+}
+
+Result<std::string> BroadcastPeer::FetchBytes(const Order& order) {
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string& key = order.from_address;
+    auto it = channels_.find(key);
+    if (it == channels_.end()) {
+      channel = key.empty() ? control_->channel : MakeChannel(key);
+      channels_[key] = channel;
+    } else {
+      channel = it->second;
+    }
+  }
+  auto stub = v1::ChunkSource::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(options_.fetch_deadline_seconds));
+  v1::FetchChunkRequest req;
+  req.set_version(order.version);
+  req.set_chunk(order.chunk);
+  std::unique_ptr<grpc::ClientReader<v1::FetchChunkReply>> reader = stub->FetchChunk(&ctx, req);
+  std::string bytes;
+  v1::FetchChunkReply piece;
+  bool too_big = false;
+  while (reader->Read(&piece)) {
+    if (bytes.size() + piece.data().size() > kMaxBroadcastChunkBytes) {
+      too_big = true;  // a hostile sender: stop reading; verification would refuse it anyway
+      ctx.TryCancel();
+      break;
+    }
+    bytes += piece.data();
+  }
+  grpc::Status st = reader->Finish();
+  if (too_big) return DataLoss("sender " + order.from_address + " sent more than any chunk can hold");
+  if (!st.ok()) {
+    return Status(StatusCode::kUnavailable, "fetching chunk " + std::to_string(order.chunk) + " of version " +
+                                                std::to_string(order.version) + " from " +
+                                                (order.from_address.empty() ? options_.origin : order.from_address) +
+                                                ": " + st.error_message());
+  }
+  return bytes;
+}
+
+void BroadcastPeer::Fetch(const Order& order) {
+  v1::PeerToOrigin msg;
+  v1::BroadcastOutcome* out = msg.mutable_outcome();
+  out->set_transfer_id(order.transfer_id);
+  Result<broadcast::ChunkState> state = store_.State(order.version, order.chunk);
+  if (state.ok() && state.value() == broadcast::ChunkState::kVerified) {
+    // Already here (a transfer the origin cancelled still arrived): no need to fetch again.
+    out->set_result(v1::BROADCAST_RESULT_VERIFIED);
+  } else if (Result<std::string> bytes = FetchBytes(order); !bytes.ok()) {
+    out->set_result(bytes.status().code() == StatusCode::kDataLoss ? v1::BROADCAST_RESULT_CORRUPT
+                                                                   : v1::BROADCAST_RESULT_FAILED);
+    out->set_detail(bytes.status().message());
+  } else {
+    // PutChunk hashes the bytes against the signed manifest before anything is stored.
+    Status st = store_.PutChunk(order.version, order.chunk, std::move(bytes).value());
+    if (st.ok()) {
+      out->set_result(v1::BROADCAST_RESULT_VERIFIED);
+    } else {
+      out->set_result(st.code() == StatusCode::kDataLoss ? v1::BROADCAST_RESULT_CORRUPT : v1::BROADCAST_RESULT_FAILED);
+      out->set_detail(st.message());
+      spdlog::warn("chunk {} of version {} from {}: {}", order.chunk, order.version,
+                   order.from_address.empty() ? "origin" : order.from_address, st.message());
+    }
+  }
+  Send(msg);
+  if (out->result() == v1::BROADCAST_RESULT_VERIFIED && store_.IsComplete(order.version)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+}
+
+std::optional<uint64_t> BroadcastPeer::WaitForVersion(uint64_t min_version, double timeout_s) {
+  auto ready = [&]() -> std::optional<uint64_t> {
+    std::optional<uint64_t> v = store_.NewestComplete();
+    if (v && *v >= min_version) return v;
+    return std::nullopt;
+  };
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    if (std::optional<uint64_t> v = ready()) return v;
+    if (origin_gone_ || closing_.load()) return std::nullopt;
+    if (cv_.wait_until(lock, until) == std::cv_status::timeout) return ready();
+  }
+}
+
+bool BroadcastPeer::WaitForSwarmComplete(uint64_t version, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+               [&] { return swarm_complete_ >= version || origin_gone_ || closing_.load(); });
+  return swarm_complete_ >= version;
+}
+
+bool BroadcastPeer::origin_gone() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return origin_gone_;
+}
+
+}  // namespace echelon::net

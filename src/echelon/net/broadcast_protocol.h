@@ -1,0 +1,83 @@
+// Constants and tunables of the broadcast transport (proto/echelon/v1/broadcast.proto), each
+// with the reason for its default. The policy's tunables live in broadcast/tunables.h.
+//
+//   grpc::ChannelArguments args = BroadcastChannelArgs();   // message limits, no SO_REUSEPORT
+//
+// Thread contract: constants and a pure function.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace grpc {
+class ChannelArguments;
+class ServerBuilder;
+}  // namespace grpc
+
+namespace echelon::net {
+
+// Bumped on any incompatible change to broadcast.proto; checked at Hello.
+inline constexpr uint32_t kBroadcastProtocolVersion = 1;
+
+// Largest chunk the CLI accepts (--chunk-mib). Bigger chunks lengthen the relay tail
+// (~log2(N) chunk times) for no gain once per-chunk overhead is already < 1%.
+inline constexpr uint32_t kMaxBroadcastChunkBytes = 64u << 20;
+// Message limit on both server and channel: a chunk plus framing. gRPC's 4 MiB default is
+// below one default chunk, so it must be raised on both sides.
+inline constexpr int kMaxBroadcastMessageBytes = static_cast<int>(kMaxBroadcastChunkBytes + (1u << 20));
+
+// Peers heartbeat this often on their control stream; the origin declares a peer dead after
+// kBroadcastDeadAfterSeconds of silence. A killed process is usually noticed sooner, from
+// the broken stream; the timeout covers a hung host or a silently dropped link. 3 s is
+// several beats, so one slow scheduling slice on a loaded 2-core machine is not a death.
+inline constexpr double kBroadcastHeartbeatSeconds = 0.5;
+inline constexpr double kBroadcastDeadAfterSeconds = 3.0;
+
+// A sender whose chunks could not be fetched this many times in a row (unreachable,
+// refused) is declared dead even while its control stream lives: its server is gone.
+inline constexpr int kMaxFetchFailuresInARow = 3;
+
+// One chunk fetch may take this long. Star mode at 16 peers shares 100 Mbit/s 16 ways, so a
+// 4 MiB chunk takes ~5.4 s; 60 s is far beyond any healthy transfer yet bounds a stall.
+inline constexpr double kFetchDeadlineSeconds = 60.0;
+
+// Fetch threads per peer: above RelayOptions::max_inbound (4), so every ordered download
+// starts at once and no sender's slot waits behind a queue.
+inline constexpr int kFetchWorkers = 8;
+
+// Uploads planned per node over the network (RelayOptions::upload_slots; the simulator uses
+// 1). Every control message (an outcome, the next order, the fetch request) queues behind
+// the data in a saturated sender's or receiver's shaper (`tbf latency 50ms`: up to 50 ms each
+// way), so with one slot the uplink idles ~0.1 s between 4 MiB chunks (~30% at 100 Mbit/s).
+// With two, the next request is already waiting at the sender when a chunk ends; the sender
+// still transmits one chunk at a time (ChunkSourceService serialises), so a chunk still
+// crosses each hop in one chunk time.
+inline constexpr int kNetUploadSlots = 2;
+
+// A chunk streams in pieces of this size. A node sends one chunk at a time (the others wait
+// their turn), so a chunk reaches its receiver after one chunk time instead of sharing the
+// uplink; pieces let the sender hold its uplink only while its bytes are being written.
+// 256 KiB keeps per-message overhead negligible at 100 Mbit/s (~20 ms per piece).
+inline constexpr uint32_t kChunkPieceBytes = 256u << 10;
+
+// HTTP/2 flow-control window a receiver offers per stream (grpc.http2.lookahead_bytes).
+// Each chunk is a new stream; with gRPC's 64 KiB start the sender stalls on WINDOW_UPDATEs,
+// which in a swarm queue behind the receiver's own uploads in its shaper (up to 50 ms).
+// 8 MiB lets a whole default chunk flow without waiting for the receiver.
+inline constexpr int kStreamWindowBytes = 8 << 20;
+
+// Initial upload estimate a peer advertises (100 Mbit/s); the origin replaces it with
+// measured rates within a few chunks (RelayOptions::bandwidth_ewma_alpha).
+inline constexpr double kDefaultUploadBps = 12.5e6;
+
+// Rewrites the bytes of chunk (version, index) before a node serves them. Test fault
+// injection only (a corrupting or slow host); production code passes none.
+using ServeFilter = std::function<void(uint64_t version, uint32_t index, std::string* bytes)>;
+
+// Applies the message limits and GRPC_ARG_ALLOW_REUSEPORT=0 (two servers on one port must
+// fail loudly, not split traffic) to a channel or a server.
+void ApplyBroadcastLimits(grpc::ChannelArguments* args);
+void ApplyBroadcastLimits(grpc::ServerBuilder* builder);
+
+}  // namespace echelon::net

@@ -1,0 +1,351 @@
+#include "echelon/obs/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "echelon/common/fs.h"
+
+namespace echelon::obs {
+namespace {
+
+// Learner-update index of a step line: its version when logged, else step + 1 (the version
+// the update produced).
+double UpdateIndex(const StepRecord& r) { return std::isfinite(r.version) ? r.version : r.step + 1.0; }
+
+std::string Fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "&ndash;";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+template <typename F>
+Series StepSeries(const RunData& run, F value, bool wall_x) {
+  Series s{run.label, {}, {}};
+  for (const StepRecord& r : run.steps) {
+    s.x.push_back(wall_x ? RlSeconds(run, r.wall_s) : UpdateIndex(r));
+    s.y.push_back(value(r));
+  }
+  return s;
+}
+
+Series RewardSeries(const RunData& run, size_t window, bool wall_x) {
+  Series s = StepSeries(run, [](const StepRecord& r) { return r.reward_mean; }, wall_x);
+  s.y = TrailingMean(s.y, window);
+  return s;
+}
+
+// Held-out accuracy: warm-start (update 0, RL second 0), periodic evaluations, final policy
+// (at the last step: the evaluation itself is measurement, not training time).
+Series HeldoutSeries(const RunData& run, bool wall_x) {
+  Series s{run.label, {}, {}};
+  if (run.warmstart.present && std::isfinite(run.warmstart.heldout_accuracy)) {
+    s.x.push_back(0);
+    s.y.push_back(run.warmstart.heldout_accuracy);
+  }
+  for (const StepRecord& r : run.steps) {
+    if (!std::isfinite(r.heldout_accuracy)) continue;
+    s.x.push_back(wall_x ? RlSeconds(run, r.wall_s) : UpdateIndex(r));
+    s.y.push_back(r.heldout_accuracy);
+  }
+  if (run.end.present && std::isfinite(run.end.heldout_accuracy)) {
+    const StepRecord& last = run.steps.back();
+    const double updates = std::isfinite(run.end.version) ? run.end.version : UpdateIndex(last);
+    s.x.push_back(wall_x ? RlSeconds(run, last.wall_s) : updates);
+    s.y.push_back(run.end.heldout_accuracy);
+  }
+  return s;
+}
+
+std::vector<std::string> ActorNames(const RunData& run) {
+  std::set<std::string> names;
+  for (const StepRecord& r : run.steps)
+    for (const auto& [name, n] : r.actor_groups) names.insert(name);
+  return {names.begin(), names.end()};
+}
+
+// Accepted groups per second of one actor over a trailing window of steps.
+Series ActorRateSeries(const RunData& run, const std::string& actor, size_t window) {
+  Series s{run.label + ": " + actor, {}, {}};
+  auto count = [&](const StepRecord& r) {
+    if (r.actor_groups.empty()) return kMissing;
+    auto it = r.actor_groups.find(actor);
+    return it == r.actor_groups.end() ? 0.0 : static_cast<double>(it->second);
+  };
+  for (size_t k = window; k < run.steps.size(); ++k) {
+    const StepRecord &a = run.steps[k - window], &b = run.steps[k];
+    const double dt = b.wall_s - a.wall_s;
+    s.x.push_back(RlSeconds(run, b.wall_s));
+    s.y.push_back(dt > 0 ? (count(b) - count(a)) / dt : kMissing);
+  }
+  return s;
+}
+
+ChartOptions Opts(std::string title, std::string x, std::string y, bool from_zero) {
+  ChartOptions o;
+  o.title = std::move(title);
+  o.x_label = std::move(x);
+  o.y_label = std::move(y);
+  o.y_from_zero = from_zero;
+  return o;
+}
+
+const char* kUpdates = "learner updates (policy version)";
+const char* kRlSeconds = "seconds since RL start";
+
+std::string Css() {
+  return "body{font-family:sans-serif;margin:24px;color:#222;background:#fafafa}"
+         "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccc}"
+         ".charts{display:flex;flex-wrap:wrap;gap:16px}"
+         ".chart-box{background:#fff;border:1px solid #ddd;padding:6px}"
+         ".note{color:#555;font-size:13px;max-width:560px}"
+         "table{border-collapse:collapse;font-size:13px;background:#fff}"
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+         "tr.diff td{background:#fff3c4}td.num{text-align:right}";
+}
+
+void ChartBox(std::ostringstream& out, const std::string& id, const std::string& svg, const std::string& note) {
+  out << "<div class=\"chart-box\" id=\"" << id << "\">" << svg;
+  if (!note.empty()) out << "<p class=\"note\">" << XmlEscape(note) << "</p>";
+  out << "</div>";
+}
+
+void MissingBox(std::ostringstream& out, const std::string& id, const std::string& title, const std::string& note) {
+  out << "<div class=\"chart-box missing\" id=\"" << id << "\"><p><b>" << XmlEscape(title) << "</b></p><p class=\"note\">"
+      << XmlEscape(note) << "</p></div>";
+}
+
+std::string ConfigValue(const RunData& run, const std::string& key) {
+  for (const auto& [k, v] : run.config)
+    if (k == key) return v;
+  return "";
+}
+
+void SummaryTable(std::ostringstream& out, const std::vector<RunData>& runs) {
+  out << "<table id=\"summary\"><tr><th>run</th><th>directory</th><th>S</th><th>correction</th><th>actors</th>"
+         "<th>updates</th><th>warm-start held-out</th><th>final held-out</th><th>RL seconds</th>"
+         "<th>learner busy</th><th>staleness mean / max</th><th>consumed</th><th>dropped stale</th>"
+         "<th>re-issued</th></tr>";
+  for (const RunData& run : runs) {
+    const StepRecord& last = run.steps.back();
+    double smean = 0, smax = kMissing;
+    size_t n = 0;
+    for (const StepRecord& r : run.steps) {
+      if (std::isfinite(r.staleness_mean)) smean += r.staleness_mean, ++n;
+      if (std::isfinite(r.staleness_max)) smax = std::isfinite(smax) ? std::max(smax, r.staleness_max) : r.staleness_max;
+    }
+    const double busy = std::isfinite(run.end.learner_busy_frac) ? run.end.learner_busy_frac : last.learner_busy_frac;
+    out << "<tr><td>" << XmlEscape(run.label) << "</td><td>" << XmlEscape(run.dir) << "</td><td>"
+        << XmlEscape(ConfigValue(run, "rl.staleness")) << "</td><td>" << XmlEscape(ConfigValue(run, "rl.correction"))
+        << "</td><td>" << XmlEscape(ConfigValue(run, "rollout.actors")) << "</td><td class=\"num\">"
+        << Fixed(UpdateIndex(last), 0) << "</td><td class=\"num\">" << Fixed(run.warmstart.heldout_accuracy, 3)
+        << "</td><td class=\"num\">" << Fixed(run.end.heldout_accuracy, 3) << (run.end.kind == "interrupted" ? " (interrupted)" : "")
+        << "</td><td class=\"num\">" << Fixed(RlSeconds(run, last.wall_s), 1) << "</td><td class=\"num\">"
+        << Fixed(busy, 3) << "</td><td class=\"num\">" << Fixed(n ? smean / n : kMissing, 2) << " / " << Fixed(smax, 0)
+        << "</td><td class=\"num\">" << Fixed(last.groups_consumed, 0) << "</td><td class=\"num\">"
+        << Fixed(last.groups_dropped_stale, 0) << "</td><td class=\"num\">" << Fixed(last.groups_reissued, 0)
+        << "</td></tr>";
+  }
+  out << "</table>";
+}
+
+void ConfigTable(std::ostringstream& out, const std::vector<RunData>& runs) {
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (const RunData& run : runs)
+    for (const auto& [k, v] : run.config)
+      if (seen.insert(k).second) keys.push_back(k);
+  for (const RunData& run : runs)
+    if (!run.config_note.empty()) out << "<p class=\"note\">" << XmlEscape(run.label + ": " + run.config_note) << "</p>";
+  if (keys.empty()) return;
+  out << "<table id=\"config\"><tr><th>key</th>";
+  for (const RunData& run : runs) out << "<th>" << XmlEscape(run.label) << "</th>";
+  out << "</tr>";
+  for (const std::string& key : keys) {
+    std::set<std::string> values;
+    for (const RunData& run : runs) values.insert(ConfigValue(run, key));
+    out << "<tr" << (values.size() > 1 ? " class=\"diff\"" : "") << "><td>" << XmlEscape(key) << "</td>";
+    for (const RunData& run : runs) out << "<td>" << XmlEscape(ConfigValue(run, key)) << "</td>";
+    out << "</tr>";
+  }
+  out << "</table>";
+  if (runs.size() > 1) out << "<p class=\"note\">Highlighted rows differ between runs.</p>";
+}
+
+}  // namespace
+
+std::vector<double> TrailingMean(const std::vector<double>& v, size_t window) {
+  window = std::max<size_t>(1, window);
+  std::vector<double> out(v.size(), kMissing);
+  double sum = 0;
+  size_t finite = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isfinite(v[i])) sum += v[i], ++finite;
+    if (i >= window && std::isfinite(v[i - window])) sum -= v[i - window], --finite;
+    if (finite > 0) out[i] = sum / finite;
+  }
+  return out;
+}
+
+size_t RewardWindow(const std::vector<RunData>& runs) {
+  size_t longest = 0;
+  for (const RunData& run : runs) longest = std::max(longest, run.steps.size());
+  return std::max<size_t>(1, longest / 50);
+}
+
+double RlSeconds(const RunData& run, double wall_s) {
+  const double start = run.warmstart.present && std::isfinite(run.warmstart.wall_s) ? run.warmstart.wall_s : 0.0;
+  return wall_s - start;
+}
+
+StalenessHistogram BuildStalenessHistogram(const std::vector<RunData>& runs) {
+  StalenessHistogram h;
+  for (const RunData& run : runs)
+    for (const StepRecord& r : run.steps)
+      if (r.staleness_hist.empty()) h.exact = false;
+  std::vector<std::map<int64_t, double>> counts(runs.size());
+  int64_t max_s = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (const StepRecord& r : runs[i].steps) {
+      if (h.exact) {
+        for (const auto& [s, n] : r.staleness_hist) counts[i][s] += n;
+      } else if (std::isfinite(r.staleness_mean)) {
+        counts[i][std::llround(r.staleness_mean)] += 1;
+      }
+    }
+    if (!counts[i].empty()) max_s = std::max(max_s, counts[i].rbegin()->first);
+  }
+  for (int64_t s = 0; s <= max_s; ++s) h.categories.push_back(std::to_string(s));
+  for (const auto& c : counts) {
+    double total = 0;
+    for (const auto& [s, n] : c) total += n;
+    std::vector<double> f(h.categories.size(), total > 0 ? 0.0 : kMissing);
+    for (const auto& [s, n] : c)
+      if (s >= 0) f[s] = n / total;
+    h.fractions.push_back(std::move(f));
+  }
+  return h;
+}
+
+std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
+  const size_t w = RewardWindow(runs);
+  const std::string smooth = w > 1 ? " (trailing mean of " + std::to_string(w) + " steps)" : "";
+  std::vector<NamedLineChart> charts;
+  charts.reserve(16);  // add() hands out pointers into the vector
+  auto add = [&](std::string id, ChartOptions o, std::string missing) {
+    charts.push_back({std::move(id), LineChart(std::move(o)), std::move(missing)});
+    return &charts.back().chart;
+  };
+  LineChart* c = add("reward-step", Opts("Reward against learner updates" + smooth, kUpdates, "reward", false),
+                     "No step line carries reward_mean.");
+  for (const RunData& r : runs) c->AddSeries(RewardSeries(r, w, false));
+  c = add("reward-wall", Opts("Reward against wall time" + smooth, kRlSeconds, "reward", false),
+          "No step line carries reward_mean.");
+  for (const RunData& r : runs) c->AddSeries(RewardSeries(r, w, true));
+  c = add("heldout-step", Opts("Held-out accuracy against learner updates", kUpdates, "held-out greedy accuracy", true),
+          "No held-out evaluation in these metrics (warm-start, eval.every or final).");
+  for (const RunData& r : runs) c->AddSeries(HeldoutSeries(r, false));
+  c = add("heldout-wall", Opts("Held-out accuracy against wall time", kRlSeconds, "held-out greedy accuracy", true),
+          "No held-out evaluation in these metrics (warm-start, eval.every or final).");
+  for (const RunData& r : runs) c->AddSeries(HeldoutSeries(r, true));
+  c = add("busy", Opts("Learner busy fraction (cumulative since RL start)", kRlSeconds, "busy fraction", true),
+          "No step line carries learner_busy_frac.");
+  for (const RunData& r : runs)
+    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return s.learner_busy_frac; }, true));
+  c = add("dropped", Opts("Groups dropped as stale (cumulative)", kRlSeconds, "groups", true),
+          "No step line carries groups_dropped_stale.");
+  for (const RunData& r : runs)
+    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return s.groups_dropped_stale; }, true));
+  c = add("reissued", Opts("Groups re-issued after a lease expired (cumulative)", kRlSeconds, "groups", true),
+          "No step line carries groups_reissued.");
+  for (const RunData& r : runs)
+    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return s.groups_reissued; }, true));
+  c = add("actor-rate",
+          Opts("Per-actor throughput (accepted groups/s over " + std::to_string(w) + (w == 1 ? " step)" : " steps)"),
+               kRlSeconds,
+               "groups per second", true),
+          "No step line carries actor_groups (per-actor accepted groups); older runs do not log it.");
+  for (const RunData& r : runs)
+    for (const std::string& a : ActorNames(r)) c->AddSeries(ActorRateSeries(r, a, w));
+  c = add("broadcast", Opts("Snapshot broadcast time", kUpdates, "seconds", true),
+          "No snapshot broadcast times in these metrics (no broadcast_s field): in-process and "
+          "single-host runs hand snapshots over without a timed broadcast.");
+  for (const RunData& r : runs) c->AddSeries(StepSeries(r, [](const StepRecord& s) { return s.broadcast_s; }, false));
+  return charts;
+}
+
+std::string RenderReport(const std::vector<RunData>& runs) {
+  std::ostringstream out;
+  out << "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>echelon report</title><style>" << Css()
+      << "</style></head><body><h1>echelon run report</h1><p class=\"note\">" << runs.size() << " run"
+      << (runs.size() == 1 ? "" : "s") << ": ";
+  for (size_t i = 0; i < runs.size(); ++i) out << (i ? ", " : "") << XmlEscape(runs[i].label);
+  out << "</p><h2>Summary</h2>";
+  SummaryTable(out, runs);
+
+  std::vector<NamedLineChart> charts = BuildLineCharts(runs);
+  auto emit = [&](const std::string& id) {
+    for (const NamedLineChart& c : charts) {
+      if (c.id != id) continue;
+      if (c.chart.FinitePoints() == 0)
+        MissingBox(out, c.id, c.chart.options().title, c.missing_note);
+      else
+        ChartBox(out, c.id, c.chart.Render(), "");
+    }
+  };
+  out << "<h2>Reward and held-out accuracy</h2><div class=\"charts\">";
+  for (const char* id : {"reward-step", "reward-wall", "heldout-step", "heldout-wall"}) emit(id);
+  out << "</div><h2>Learner utilisation and staleness</h2><div class=\"charts\">";
+  emit("busy");
+  StalenessHistogram h = BuildStalenessHistogram(runs);
+  BarChart bars(Opts(h.exact ? "Consumed staleness (share of consumed groups)" : "Staleness per step (share of steps)",
+                     "staleness (learner version - behaviour version)", "share", true),
+                h.categories);
+  for (size_t i = 0; i < runs.size(); ++i) bars.AddSeries(runs[i].label, h.fractions[i]);
+  if (bars.DataBars() == 0)
+    MissingBox(out, "staleness-hist", bars.options().title, "No step line carries staleness_mean or staleness_hist.");
+  else
+    ChartBox(out, "staleness-hist", bars.Render(),
+             h.exact ? "" : "These metrics carry no per-group staleness_hist; each step counts once, at its mean "
+                            "staleness rounded to an integer.");
+  emit("dropped");
+  emit("reissued");
+  out << "</div><h2>Rollout workers</h2><div class=\"charts\">";
+  emit("actor-rate");
+  // Average throughput per actor over the whole RL phase.
+  std::vector<std::string> actors;
+  std::set<std::string> seen;
+  for (const RunData& r : runs)
+    for (const std::string& a : ActorNames(r))
+      if (seen.insert(a).second) actors.push_back(a);
+  if (!actors.empty()) {
+    BarChart mean(Opts("Per-actor throughput, whole run (accepted groups/s)", "actor", "groups per second", true), actors);
+    for (const RunData& r : runs) {
+      const StepRecord& last = r.steps.back();
+      const double secs = RlSeconds(r, last.wall_s);
+      std::vector<double> v;
+      for (const std::string& a : actors) {
+        auto it = last.actor_groups.find(a);
+        v.push_back(it != last.actor_groups.end() && secs > 0 ? it->second / secs : kMissing);
+      }
+      mean.AddSeries(r.label, v);
+    }
+    if (mean.DataBars() > 0) ChartBox(out, "actor-mean", mean.Render(), "");
+  }
+  emit("broadcast");
+  out << "</div><h2>Configuration</h2>";
+  ConfigTable(out, runs);
+  out << "</body></html>\n";
+  return out.str();
+}
+
+Status WriteReport(const std::vector<RunData>& runs, const std::string& out_path) {
+  if (runs.empty()) return InvalidArgument("report: no run directories given");
+  return WriteFileAtomic(out_path, RenderReport(runs)).WithContext("writing report " + out_path);
+}
+
+}  // namespace echelon::obs

@@ -1,0 +1,225 @@
+#include "echelon/obs/report_data.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace echelon::obs {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Reads an optional number field: absent or null -> kMissing; anything else not a number ->
+// an error naming the field.
+Status ReadNumber(const json& o, const char* key, const std::string& where, double* out) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number())
+    return InvalidArgument(where + ": field '" + key + "' is " + it->dump() + "; expected a number");
+  *out = it->get<double>();
+  return Status::Ok();
+}
+
+Status ReadCountMap(const json& o, const char* key, const std::string& where, std::map<std::string, int64_t>* out) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return Status::Ok();
+  if (!it->is_object())
+    return InvalidArgument(where + ": field '" + key + "' is " + it->dump() + "; expected an object of counts");
+  for (const auto& [name, v] : it->items()) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      return InvalidArgument(where + ": " + key + "[\"" + name + "\"] is " + v.dump() +
+                             "; expected a non-negative integer");
+    (*out)[name] = v.get<int64_t>();
+  }
+  return Status::Ok();
+}
+
+Status ReadEvent(const json& o, const std::string& where, RunEvent* e) {
+  e->present = true;
+  e->kind = o["event"].get<std::string>();
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "wall_s", where, &e->wall_s));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "heldout_accuracy", where, &e->heldout_accuracy));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "version", where, &e->version));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "learner_busy_frac", where, &e->learner_busy_frac));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "groups_consumed", where, &e->groups_consumed));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "groups_dropped_stale", where, &e->groups_dropped_stale));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "groups_reissued", where, &e->groups_reissued));
+  return Status::Ok();
+}
+
+Status ReadStep(const json& o, const std::string& where, StepRecord* r) {
+  auto step = o.find("step");
+  if (step == o.end() || !step->is_number_integer())
+    return InvalidArgument(where + ": a training line needs an integer 'step' (or an \"event\" field)");
+  r->step = step->get<int64_t>();
+  auto wall = o.find("wall_s");
+  if (wall == o.end() || !wall->is_number())
+    return InvalidArgument(where + ": a training line needs a number 'wall_s'");
+  r->wall_s = wall->get<double>();
+  const std::pair<const char*, double*> fields[] = {
+      {"version", &r->version},
+      {"step_s", &r->step_s},
+      {"reward_mean", &r->reward_mean},
+      {"accuracy", &r->accuracy},
+      {"heldout_accuracy", &r->heldout_accuracy},
+      {"staleness_mean", &r->staleness_mean},
+      {"staleness_max", &r->staleness_max},
+      {"staleness_bound", &r->staleness_bound},
+      {"groups_consumed", &r->groups_consumed},
+      {"groups_dropped_stale", &r->groups_dropped_stale},
+      {"groups_reissued", &r->groups_reissued},
+      {"learner_busy_frac", &r->learner_busy_frac},
+      {"tokens_per_s", &r->tokens_per_s},
+      {"snapshot_broadcast_s", &r->broadcast_s},
+      {"broadcast_s", &r->broadcast_s}};
+  for (const auto& [key, dst] : fields) ECHELON_RETURN_IF_ERROR(ReadNumber(o, key, where, dst));
+  ECHELON_RETURN_IF_ERROR(ReadCountMap(o, "actor_groups", where, &r->actor_groups));
+  std::map<std::string, int64_t> hist;
+  ECHELON_RETURN_IF_ERROR(ReadCountMap(o, "staleness_hist", where, &hist));
+  for (const auto& [k, n] : hist) {
+    size_t used = 0;
+    long long s = -1;
+    try {
+      s = std::stoll(k, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != k.size() || s < 0)
+      return InvalidArgument(where + ": staleness_hist key \"" + k + "\" is not a non-negative integer");
+    r->staleness_hist[s] = n;
+  }
+  return Status::Ok();
+}
+
+void Flatten(const YAML::Node& node, const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      Flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+  } else if (node.IsSequence()) {
+    std::string joined;
+    for (size_t i = 0; i < node.size(); ++i) {
+      YAML::Emitter e;
+      e << YAML::Flow << node[i];
+      joined += (i ? ", " : "") + std::string(e.c_str());
+    }
+    out->emplace_back(prefix, "[" + joined + "]");
+  } else if (node.IsScalar()) {
+    out->emplace_back(prefix, node.Scalar());
+  } else {
+    out->emplace_back(prefix, "");
+  }
+}
+
+}  // namespace
+
+Result<RunData> ParseMetrics(std::istream& in, const std::string& path) {
+  RunData run;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    json o;
+    try {
+      o = json::parse(line);
+    } catch (const json::parse_error& e) {
+      return InvalidArgument(where + ": not a JSON object (" + std::string(e.what()) + ")");
+    }
+    if (!o.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + o.dump().substr(0, 60));
+    auto ev = o.find("event");
+    if (ev != o.end()) {
+      if (!ev->is_string()) return InvalidArgument(where + ": field 'event' must be a string");
+      const std::string kind = ev->get<std::string>();
+      if (kind == "warmstart") ECHELON_RETURN_IF_ERROR(ReadEvent(o, where, &run.warmstart));
+      if (kind == "final" || kind == "interrupted") ECHELON_RETURN_IF_ERROR(ReadEvent(o, where, &run.end));
+      continue;
+    }
+    StepRecord r;
+    ECHELON_RETURN_IF_ERROR(ReadStep(o, where, &r));
+    run.steps.push_back(std::move(r));
+  }
+  if (in.bad()) return DataLoss(path + ": read error after line " + std::to_string(line_no));
+  return run;
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> ParseConfigYaml(const std::string& text,
+                                                                          const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> out;
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (root.IsNull()) return out;
+    if (!root.IsMap()) return InvalidArgument(path + ":1: expected a YAML map of settings");
+    Flatten(root, "", &out);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML (" + e.msg + ")");
+  }
+  return out;
+}
+
+Result<RunData> LoadRun(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return NotFound(dir + ": no such run directory (expected a directory written by `echelon train`)");
+  const std::string metrics_path = (fs::path(dir) / "metrics.jsonl").string();
+  std::ifstream in(metrics_path);
+  if (!in) return NotFound(metrics_path + ": cannot open (is " + dir + " a run directory?)");
+  ECHELON_ASSIGN_OR_RETURN(RunData run, ParseMetrics(in, metrics_path));
+  if (run.steps.empty()) return InvalidArgument(metrics_path + ": no training step lines; nothing to report");
+  run.dir = dir;
+  run.label = fs::path(dir).lexically_normal().filename().string();
+  if (run.label.empty()) run.label = fs::path(dir).lexically_normal().parent_path().filename().string();
+  const std::string config_path = (fs::path(dir) / "config.yaml").string();
+  if (!fs::exists(config_path, ec)) {
+    run.config_note = "no config.yaml in " + dir;
+    return run;
+  }
+  std::ifstream config_in(config_path);
+  std::stringstream text;
+  text << config_in.rdbuf();
+  if (!config_in) return DataLoss(config_path + ": cannot read");
+  ECHELON_ASSIGN_OR_RETURN(run.config, ParseConfigYaml(text.str(), config_path));
+  return run;
+}
+
+void AssignLabels(std::vector<RunData>* runs) {
+  // Lengthen each clashing label by one more parent directory until all differ (or paths run out).
+  std::vector<fs::path> paths;
+  std::vector<int> depth(runs->size(), 1);
+  for (const RunData& r : *runs) paths.push_back(fs::absolute(r.dir).lexically_normal());
+  auto suffix = [&](size_t i) {
+    std::vector<std::string> parts;
+    for (const auto& p : paths[i])
+      if (!p.empty() && p != "/") parts.push_back(p.string());
+    while (!parts.empty() && parts.back().empty()) parts.pop_back();
+    const int n = std::min<int>(depth[i], static_cast<int>(parts.size()));
+    std::string s;
+    for (int k = static_cast<int>(parts.size()) - n; k < static_cast<int>(parts.size()); ++k)
+      s += (s.empty() ? "" : "/") + parts[k];
+    return s;
+  };
+  for (int round = 0; round < 64; ++round) {
+    bool changed = false;
+    std::map<std::string, std::vector<size_t>> by_label;
+    for (size_t i = 0; i < runs->size(); ++i) by_label[suffix(i)].push_back(i);
+    for (auto& [label, idx] : by_label) {
+      if (idx.size() < 2) continue;
+      for (size_t i : idx) {
+        const std::string before = suffix(i);
+        ++depth[i];
+        changed |= suffix(i) != before;
+      }
+    }
+    if (!changed) break;
+  }
+  for (size_t i = 0; i < runs->size(); ++i) (*runs)[i].label = suffix(i);
+}
+
+}  // namespace echelon::obs

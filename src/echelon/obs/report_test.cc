@@ -1,0 +1,174 @@
+#include "echelon/obs/report.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+
+namespace echelon::obs {
+namespace {
+
+const double kNaN = std::nan("");
+
+size_t Count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + needle.size())) ++n;
+  return n;
+}
+
+// A run of n steps, 1 s apart after a warm-start ending at 10 s; held-out at the middle step.
+RunData MakeRun(const std::string& label, int n, bool with_actors, bool with_hist) {
+  RunData r;
+  r.dir = "/runs/" + label;
+  r.label = label;
+  r.warmstart.present = true;
+  r.warmstart.wall_s = 10;
+  r.warmstart.heldout_accuracy = 0.1;
+  r.end.present = true;
+  r.end.kind = "final";
+  r.end.version = n;
+  r.end.heldout_accuracy = 0.4;
+  for (int i = 0; i < n; ++i) {
+    StepRecord s;
+    s.step = i;
+    s.version = i + 1;
+    s.wall_s = 11 + i;
+    s.reward_mean = 0.1 * i;
+    s.learner_busy_frac = 0.5;
+    s.staleness_mean = i % 2;
+    s.staleness_max = i % 2;
+    s.groups_dropped_stale = i;
+    s.groups_reissued = 0;
+    if (i == n / 2) s.heldout_accuracy = 0.25;
+    if (with_actors) s.actor_groups = {{"actor-0", 2 * (i + 1)}, {"actor-1", i + 1}};
+    if (with_hist) s.staleness_hist = {{0, 3}, {2, 1}};
+    r.steps.push_back(s);
+  }
+  r.config = {{"rl.staleness", label}, {"seed", "1"}};
+  return r;
+}
+
+const NamedLineChart& Chart(const std::vector<NamedLineChart>& charts, const std::string& id) {
+  for (const NamedLineChart& c : charts)
+    if (c.id == id) return c;
+  throw std::runtime_error("no chart " + id);
+}
+
+TEST(TrailingMeanTest, SkipsNaNInsideTheWindow) {
+  std::vector<double> m = TrailingMean({1, 2, 3, kNaN, 5}, 2);
+  ASSERT_EQ(m.size(), 5u);
+  EXPECT_EQ(m[0], 1);
+  EXPECT_EQ(m[1], 1.5);
+  EXPECT_EQ(m[2], 2.5);
+  EXPECT_EQ(m[3], 3);
+  EXPECT_EQ(m[4], 5);
+  m = TrailingMean({kNaN, kNaN}, 3);
+  EXPECT_TRUE(std::isnan(m[0]) && std::isnan(m[1]));
+}
+
+TEST(RewardWindowTest, AboutFiftyPointsAcrossTheLongestRun) {
+  EXPECT_EQ(RewardWindow({MakeRun("a", 10, false, false)}), 1u);
+  EXPECT_EQ(RewardWindow({MakeRun("a", 10, false, false), MakeRun("b", 300, false, false)}), 6u);
+}
+
+TEST(StalenessHistogramTest, ExactFromPerStepHistograms) {
+  StalenessHistogram h = BuildStalenessHistogram({MakeRun("a", 4, false, true)});
+  EXPECT_TRUE(h.exact);
+  EXPECT_EQ(h.categories, (std::vector<std::string>{"0", "1", "2"}));
+  ASSERT_EQ(h.fractions.size(), 1u);
+  EXPECT_EQ(h.fractions[0], (std::vector<double>{0.75, 0, 0.25}));
+}
+
+TEST(StalenessHistogramTest, DerivedFromRoundedMeansWhenAnyRunLacksHistograms) {
+  RunData a = MakeRun("a", 3, false, false);
+  a.steps[0].staleness_mean = 0.4;  // -> 0
+  a.steps[1].staleness_mean = 1.5;  // -> 2
+  a.steps[2].staleness_mean = kNaN;  // skipped
+  RunData b = MakeRun("b", 2, false, true);
+  StalenessHistogram h = BuildStalenessHistogram({a, b});
+  EXPECT_FALSE(h.exact);
+  EXPECT_EQ(h.categories, (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(h.fractions[0], (std::vector<double>{0.5, 0, 0.5}));
+  EXPECT_EQ(h.fractions[1], (std::vector<double>{0.5, 0.5, 0}));  // b's means 0, 1
+}
+
+TEST(BuildLineChartsTest, PointCountsAndRanges) {
+  std::vector<RunData> runs = {MakeRun("S0", 6, true, false), MakeRun("S4", 4, false, false)};
+  std::vector<NamedLineChart> charts = BuildLineCharts(runs);
+  ASSERT_EQ(charts.size(), 9u);
+
+  const LineChart& reward = Chart(charts, "reward-step").chart;
+  ASSERT_EQ(reward.series().size(), 2u);
+  EXPECT_EQ(reward.series()[0].label, "S0");
+  EXPECT_EQ(reward.FinitePoints(), 10u);
+  EXPECT_EQ(reward.XRange().lo, 1);  // versions 1..6
+  EXPECT_EQ(reward.XRange().hi, 6);
+
+  const LineChart& wall = Chart(charts, "reward-wall").chart;
+  EXPECT_EQ(wall.XRange().lo, 1);  // seconds since the warm-start ended
+  EXPECT_EQ(wall.XRange().hi, 6);
+
+  // Held-out: warm-start at 0, the middle evaluation, final at the last version.
+  const LineChart& held = Chart(charts, "heldout-step").chart;
+  EXPECT_EQ(held.series()[0].x, (std::vector<double>{0, 4, 6}));
+  EXPECT_EQ(held.series()[0].y, (std::vector<double>{0.1, 0.25, 0.4}));
+  EXPECT_EQ(held.YRange().lo, 0);
+  EXPECT_EQ(held.YRange().hi, 0.4);
+  const LineChart& held_wall = Chart(charts, "heldout-wall").chart;
+  EXPECT_EQ(held_wall.series()[0].x, (std::vector<double>{0, 4, 6}));  // final at the last step's time
+
+  // Per-actor rate: only S0 logs actors; one series per actor, n - window points each.
+  const LineChart& rate = Chart(charts, "actor-rate").chart;
+  ASSERT_EQ(rate.series().size(), 2u);
+  EXPECT_EQ(rate.series()[0].label, "S0: actor-0");
+  EXPECT_EQ(rate.series()[0].y, (std::vector<double>{2, 2, 2, 2, 2}));
+  EXPECT_EQ(rate.series()[1].y, (std::vector<double>{1, 1, 1, 1, 1}));
+
+  EXPECT_EQ(Chart(charts, "broadcast").chart.FinitePoints(), 0u);
+  EXPECT_EQ(Chart(charts, "dropped").chart.YRange().hi, 5);
+}
+
+TEST(RenderReportTest, EveryChartHasFiniteDataAndALegend) {
+  std::vector<RunData> runs = {MakeRun("S0", 6, true, true), MakeRun("S<4>", 4, true, true)};
+  const std::string html = RenderReport(runs);
+  // 8 line charts with data (broadcast has none) + staleness histogram + per-actor mean bars.
+  EXPECT_EQ(Count(html, "<svg class=\"chart\""), 10u);
+  std::regex svg_re("<svg class=\"chart\"[\\s\\S]*?</svg>");
+  size_t charts = 0;
+  for (std::sregex_iterator it(html.begin(), html.end(), svg_re), end; it != end; ++it) {
+    const std::string svg = it->str();
+    EXPECT_GE(Count(svg, "class=\"data"), 1u) << svg.substr(0, 200);
+    EXPECT_GE(Count(svg, "class=\"legend-entry\""), 2u);
+    ++charts;
+  }
+  EXPECT_EQ(charts, 10u);
+  EXPECT_EQ(Count(html, "nan"), 0u);
+  EXPECT_EQ(Count(html, "inf\""), 0u);
+  EXPECT_EQ(Count(html, ">S&lt;4&gt;</text>"), 9u);  // escaped in every legend
+  // Self-contained: no scripts, no external resources.
+  EXPECT_EQ(Count(html, "<script"), 0u);
+  EXPECT_EQ(Count(html, "src="), 0u);
+  EXPECT_EQ(Count(html, "href="), 0u);
+  EXPECT_EQ(Count(html, "http"), Count(html, "xmlns=\"http://www.w3.org/2000/svg\""));
+}
+
+TEST(RenderReportTest, AbsentDataBecomesANote) {
+  std::vector<RunData> runs = {MakeRun("a", 5, false, false)};
+  const std::string html = RenderReport(runs);
+  EXPECT_EQ(Count(html, "<div class=\"chart-box missing\" id=\"broadcast\">"), 1u);
+  EXPECT_EQ(Count(html, "<div class=\"chart-box missing\" id=\"actor-rate\">"), 1u);
+  EXPECT_EQ(Count(html, "id=\"actor-mean\""), 0u);
+  EXPECT_EQ(Count(html, "each step counts once, at its mean staleness rounded"), 1u);
+  // reward x2, held-out x2, busy, dropped, re-issued, staleness histogram.
+  EXPECT_EQ(Count(html, "<svg class=\"chart\""), 8u);
+}
+
+TEST(RenderReportTest, ConfigTableMarksDifferingKeys) {
+  std::vector<RunData> runs = {MakeRun("S0", 3, false, false), MakeRun("S4", 3, false, false)};
+  const std::string html = RenderReport(runs);
+  EXPECT_EQ(Count(html, "<tr class=\"diff\"><td>rl.staleness</td><td>S0</td><td>S4</td></tr>"), 1u);
+  EXPECT_EQ(Count(html, "<tr><td>seed</td><td>1</td><td>1</td></tr>"), 1u);
+}
+
+}  // namespace
+}  // namespace echelon::obs
