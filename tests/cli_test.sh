@@ -3,16 +3,11 @@
 # one-line errors a user gets for bad configs, files and checkpoints.
 # Usage: tests/cli_test.sh path/to/echelon
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 ECHELON=$(realpath "$1")
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
-fails=0
-pass=0
-check() {  # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
 contains() { grep -q -- "$2" "$1"; }
 
 TINY=(--set model.hidden_size=32 --set model.num_hidden_layers=1 --set model.num_attention_heads=2
@@ -72,5 +67,4 @@ check "truncated checkpoint names the file" contains broken.err "broken/model.sa
 check "missing checkpoint exits non-zero" test $? -ne 0
 check "missing checkpoint names it" contains missing.err "nowhere"
 
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

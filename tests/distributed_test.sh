@@ -7,6 +7,7 @@
 set -uo pipefail
 ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+source "$(dirname "$0")/lib.sh"
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -16,12 +17,6 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$WORK"
-fails=0
-pass=0
-check() {
-  local name=$1; shift
-  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
 
 S=2
 STEPS=300
@@ -32,12 +27,7 @@ timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file token
   --set task.eval_size=50 --set eval.every=0 --set model.num_hidden_layers=1 > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's/^learner serving actors on port \([0-9]*\)$/\1/p' learner.out)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
+port=$(learner_port learner.out)
 check "learner listens" test -n "$port"
 start_actor() {  # name token slowdown; sets LAST
   "$ECHELON" actor --learner "127.0.0.1:$port" --name "$1" --token-file "$2" --slowdown "$3" \
@@ -57,11 +47,7 @@ for _ in $(seq 1 600); do [ "$(step_reached)" -ge 60 ] && break; sleep 0.1; done
 start_actor a3 token 1.0; A3=$LAST
 wait "$LEARNER"
 LEARNER_RC=$?
-# Actors leave on their own once the learner says the run is over; bounded wait, then kill.
-wait_exit() {
-  for _ in $(seq 1 200); do kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }; sleep 0.1; done
-  kill -9 "$1"; wait "$1"; return 124
-}
+# Actors leave on their own once the learner says the run is over (bounded wait).
 for p in "$A0" "$A2" "$A3"; do
   wait_exit "$p"
   check "actor $p exits 0 when the run ends" test $? -eq 0
@@ -98,6 +84,9 @@ need(set(final["actor_groups"]) >= {"a0", "a2", "a3"}, "surviving and late actor
 print("ok" if ok else "not ok")
 PY
 check "metrics invariants ($(tail -1 check.out))" grep -qx ok check.out
-[ "$fails" -eq 0 ] || { cat check.out; tail -20 learner.err; }
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+if [ "$fails" -ne 0 ]; then
+  cat check.out
+  for f in learner.err a0.err a2.err a3.err intruder.err; do echo "--- $f"; tail -8 "$f"; done
+  tail -3 learner.out
+fi
+finish

@@ -8,6 +8,7 @@
 set -uo pipefail
 ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+source "$(dirname "$0")/lib.sh"
 P="ech$$"
 NS_BR=${P}br NS_L=${P}l NS_A1=${P}a1 NS_A2=${P}a2
 WORK=$(mktemp -d)
@@ -58,16 +59,9 @@ for ns in "$NS_A1" "$NS_A2"; do
 done
 wait "$LEARNER"
 RC=$?
-fails=0
-pass=0
-check() {
-  local name=$1; shift
-  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
 check "learner in its namespace completes" test "$RC" -eq 0
 check "all $STEPS steps ran" test "$(grep -c '^step ' learner.out)" -eq "$STEPS"
 check "both actors, each in its own namespace, contributed" \
   python3 -c "import json,sys; f=[json.loads(l) for l in open('run/metrics.jsonl')][-1]; sys.exit(0 if len(f['actor_groups'])==2 and min(f['actor_groups'].values())>0 else 1)"
 [ "$fails" -eq 0 ] || { tail -20 learner.err; tail -5 ./*a1.err ./*a2.err; }
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

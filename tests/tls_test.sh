@@ -5,6 +5,7 @@
 set -uo pipefail
 ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+source "$(dirname "$0")/lib.sh"
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -14,12 +15,6 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$WORK"
-fails=0
-pass=0
-check() {
-  local name=$1; shift
-  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
 command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl >/dev/null; }
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
   -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout learner.key -out learner.crt 2>/dev/null
@@ -30,12 +25,7 @@ timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file token
   --set task.eval_size=20 --set eval.every=0 --set model.num_hidden_layers=1 > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's/^learner serving actors on port \([0-9]*\)$/\1/p' learner.out)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
+port=$(learner_port learner.out)
 check "learner listens" test -n "$port"
 # A plaintext actor cannot register with a TLS learner (it keeps retrying; bounded here).
 timeout 5 "$ECHELON" actor --learner "localhost:$port" --token-file token --name plain > plain.out 2> plain.err
@@ -50,5 +40,4 @@ check "all steps ran" test "$(grep -c '^step ' learner.out)" -eq 10
 for _ in $(seq 1 100); do kill -0 "$ACTOR" 2>/dev/null || break; sleep 0.1; done
 check "TLS actor registered" grep -q "registered with learner" secure.err
 [ "$fails" -eq 0 ] || { tail -5 learner.err secure.err plain.err; }
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

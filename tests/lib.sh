@@ -1,0 +1,34 @@
+# Shared helpers of the system tests (sourced, not run).
+#   check NAME COMMAND...   counts a pass when COMMAND succeeds, else prints FAIL: NAME
+#   finish                  prints "N passed, M failed" and returns non-zero on any failure
+#   learner_port FILE       waits up to 60 s for "learner serving actors on port P" in FILE; prints P
+#   wait_exit PID           waits up to 20 s for PID to exit (then kills it); returns its status
+fails=0
+pass=0
+check() {
+  local name=$1
+  shift
+  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+finish() {
+  echo "$pass passed, $fails failed"
+  [ "$fails" -eq 0 ]
+}
+learner_port() {
+  local port=""
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/^learner serving actors on port \([0-9]*\)$/\1/p' "$1" 2>/dev/null)
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  echo "$port"
+}
+wait_exit() {
+  for _ in $(seq 1 200); do
+    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
+    sleep 0.1
+  done
+  kill -9 "$1"
+  wait "$1"
+  return 124
+}
