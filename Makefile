@@ -28,9 +28,10 @@ run: build
 	./$(BUILD)/echelon train $(CONFIG)
 
 bench: configure
-	cmake --build $(BUILD) -j $(JOBS) --target generate_bench learner_step_bench
+	cmake --build $(BUILD) -j $(JOBS) --target generate_bench learner_step_bench simulate_bench
 	./$(BUILD)/generate_bench
 	./$(BUILD)/learner_step_bench
+	./$(BUILD)/simulate_bench
 
 fuzz:
 	bash scripts/fuzz.sh
