@@ -8,15 +8,7 @@ set -uo pipefail
 ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 source "$(dirname "$0")/lib.sh"
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
+enter_workdir
 
 S=2
 STEPS=300

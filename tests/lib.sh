@@ -3,6 +3,8 @@
 #   finish                  prints "N passed, M failed" and returns non-zero on any failure
 #   learner_port FILE       waits up to 60 s for "learner serving actors on port P" in FILE; prints P
 #   wait_exit PID           waits up to 20 s for PID to exit (then kills it); returns its status
+#   enter_workdir           makes a temporary WORK dir and cd's into it; on exit every pid in
+#                           PIDS is killed and WORK removed (after `extra_cleanup`, if defined)
 fails=0
 pass=0
 check() {
@@ -31,4 +33,16 @@ wait_exit() {
   kill -9 "$1"
   wait "$1"
   return 124
+}
+enter_workdir() {
+  WORK=$(mktemp -d)
+  PIDS=()
+  trap _cleanup EXIT
+  cd "$WORK" || exit 1
+}
+_cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  if declare -F extra_cleanup >/dev/null; then extra_cleanup; fi
+  rm -rf "$WORK"
 }

@@ -11,15 +11,10 @@ CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 source "$(dirname "$0")/lib.sh"
 P="ech$$"
 NS_BR=${P}br NS_L=${P}l NS_A1=${P}a1 NS_A2=${P}a2
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
+extra_cleanup() {
   for ns in "$NS_L" "$NS_A1" "$NS_A2" "$NS_BR"; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+enter_workdir
 
 if ! command -v ip >/dev/null || ! ip netns add "$NS_BR" 2>/dev/null; then
   echo "SKIPPED: cannot create network namespaces here (needs root and iproute2)"
@@ -44,7 +39,6 @@ for ns in "$NS_L" "$NS_A1" "$NS_A2"; do
 done
 set +e
 LEARNER_IP=$(ip netns exec "$NS_L" ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)
-cd "$WORK"
 echo "netns-token" > token
 STEPS=120
 ip netns exec "$NS_L" timeout 300 "$ECHELON" learner "$CONFIG" --listen "$LEARNER_IP:7700" --token-file token \

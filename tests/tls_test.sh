@@ -6,15 +6,7 @@ set -uo pipefail
 ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 source "$(dirname "$0")/lib.sh"
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
+enter_workdir
 command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl >/dev/null; }
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
   -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout learner.key -out learner.crt 2>/dev/null

@@ -17,12 +17,7 @@ struct PlanArgs {
 };
 
 int RunPlan(const PlanArgs& args) {
-  Result<plan::PlanConfig> config = plan::LoadPlanConfig(args.config);
-  if (!config.ok()) {
-    spdlog::error("{}", config.status().message());
-    return 2;
-  }
-  Result<plan::Plan> p = plan::MakePlan(config.value());
+  Result<plan::Plan> p = plan::MakePlanFromFile(args.config);
   if (!p.ok()) {
     spdlog::error("{}", p.status().message());
     return 2;

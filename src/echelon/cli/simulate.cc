@@ -22,12 +22,7 @@ struct SimulateArgs {
 };
 
 int RunSimulate(const SimulateArgs& args) {
-  Result<plan::PlanConfig> config = plan::LoadPlanConfig(args.config);
-  if (!config.ok()) {
-    spdlog::error("{}", config.status().message());
-    return 2;
-  }
-  Result<plan::Plan> p = plan::MakePlan(config.value());
+  Result<plan::Plan> p = plan::MakePlanFromFile(args.config);
   if (!p.ok()) {
     spdlog::error("{}", p.status().message());
     return 2;

@@ -4,6 +4,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "echelon/data/adapter_options.h"
 #include "echelon/data/math_jsonl.h"
 
 namespace echelon::data {
@@ -42,26 +43,9 @@ constexpr uint64_t kEvalStream = 1;
 constexpr uint64_t kTrainStream = 2;
 constexpr uint64_t kShuffleStream = 3;
 
-std::string OptionOr(const AdapterOptions& options, const std::string& key, const char* dflt) {
-  auto it = options.find(key);
-  return it == options.end() ? dflt : it->second;
-}
-
 Result<uint64_t> ParseUnsigned(const std::string& key, const std::string& value, uint64_t lo,
                                uint64_t hi) {
-  const std::string expected = "math task option " + key + ": expected an integer in " +
-                               std::to_string(lo) + ".." + std::to_string(hi) + ", got \"" +
-                               value + "\"";
-  if (value.empty() || value.size() > 20) return InvalidArgument(expected);
-  uint64_t v = 0;
-  for (char c : value) {
-    if (c < '0' || c > '9') return InvalidArgument(expected);
-    const uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - digit) / 10) return InvalidArgument(expected);
-    v = v * 10 + digit;
-  }
-  if (v < lo || v > hi) return InvalidArgument(expected);
-  return v;
+  return ParseUnsignedOption("math", key, value, lo, hi);
 }
 
 // Problems in the generated space: 2 operators x (M+1)^2 operand pairs.
@@ -75,16 +59,6 @@ MathProblem ProblemAt(uint64_t index, int64_t max_operand) {
   const uint64_t pair = index / 2;
   return MathProblem{static_cast<int64_t>(pair % n), index % 2 == 0 ? '+' : '-',
                      static_cast<int64_t>(pair / n)};
-}
-
-Status CheckOptionNames(const AdapterOptions& options) {
-  for (const auto& [key, value] : options) {
-    if (kKnownOptions.count(key)) continue;
-    std::string known;
-    for (const std::string& k : kKnownOptions) known += (known.empty() ? "" : ", ") + k;
-    return InvalidArgument("math task: unknown option \"" + key + "\"; known options: " + known);
-  }
-  return Status::Ok();
 }
 
 // train_file needs eval_file; eval_file replaces eval_size.
@@ -117,7 +91,7 @@ Result<int64_t> ParseEvalSize(const AdapterOptions& options, int64_t max_operand
 }
 
 Result<MathOptions> ParseOptions(const AdapterOptions& options) {
-  ECHELON_RETURN_IF_ERROR(CheckOptionNames(options));
+  ECHELON_RETURN_IF_ERROR(CheckOptionNames("math", options, kKnownOptions));
   MathOptions o;
   ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsigned("seed", OptionOr(options, "seed", kDefaultSeed),
                                                  0, UINT64_MAX));

@@ -226,4 +226,9 @@ std::string PlanTable(const Plan& plan) {
   return o.str();
 }
 
+Result<Plan> MakePlanFromFile(const std::string& path) {
+  ECHELON_ASSIGN_OR_RETURN(PlanConfig config, LoadPlanConfig(path));
+  return MakePlan(config);
+}
+
 }  // namespace echelon::plan

@@ -43,6 +43,8 @@ struct Plan {
 };
 
 Result<Plan> MakePlan(const PlanConfig& config);
+// LoadPlanConfig then MakePlan: what `echelon plan` and `echelon simulate` both start with.
+Result<Plan> MakePlanFromFile(const std::string& path);
 
 // Activation offers per class given how many instances are available now (for re-activation
 // in the simulator); rates are effective groups/s per instance.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "echelon/common/fs.h"
+#include "echelon/data/adapter_options.h"
 #include "echelon/data/poker/observation.h"
 
 namespace echelon::data {
@@ -30,24 +31,8 @@ struct PokerOptions {
   int64_t eval_hands = kDefaultEvalHands;
 };
 
-std::string OptionOr(const AdapterOptions& options, const std::string& key, const std::string& dflt) {
-  auto it = options.find(key);
-  return it == options.end() ? dflt : it->second;
-}
-
 Result<uint64_t> ParseUnsigned(const std::string& key, const std::string& value, uint64_t lo, uint64_t hi) {
-  const std::string expected = "poker task option " + key + ": expected an integer in " + std::to_string(lo) +
-                               ".." + std::to_string(hi) + ", got \"" + value + "\"";
-  if (value.empty() || value.size() > 20) return InvalidArgument(expected);
-  uint64_t v = 0;
-  for (char c : value) {
-    if (c < '0' || c > '9') return InvalidArgument(expected);
-    const uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - digit) / 10) return InvalidArgument(expected);
-    v = v * 10 + digit;
-  }
-  if (v < lo || v > hi) return InvalidArgument(expected);
-  return v;
+  return ParseUnsignedOption("poker", key, value, lo, hi);
 }
 
 Result<std::vector<OpponentKind>> ParseOpponentList(const std::string& list) {
@@ -64,11 +49,7 @@ Result<std::vector<OpponentKind>> ParseOpponentList(const std::string& list) {
 }
 
 Result<PokerOptions> ParseOptions(const AdapterOptions& options) {
-  for (const auto& [key, value] : options) {
-    if (kKnownOptions.count(key)) continue;
-    return InvalidArgument("poker task: unknown option \"" + key +
-                           "\"; known options: eval_hands, illegal_action, opponent, seed");
-  }
+  ECHELON_RETURN_IF_ERROR(CheckOptionNames("poker", options, kKnownOptions));
   PokerOptions o;
   ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsigned("seed", OptionOr(options, "seed", "0"), 0, UINT64_MAX));
   ECHELON_ASSIGN_OR_RETURN(o.opponents, ParseOpponentList(OptionOr(options, "opponent", kDefaultOpponents)));
