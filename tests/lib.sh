@@ -2,7 +2,8 @@
 #   check NAME COMMAND...   counts a pass when COMMAND succeeds, else prints FAIL: NAME
 #   finish                  prints "N passed, M failed" and returns non-zero on any failure
 #   learner_port FILE       waits up to 60 s for "learner serving actors on port P" in FILE; prints P
-#   wait_exit PID           waits up to 20 s for PID to exit (then kills it); returns its status
+#   wait_exit PID [SECONDS] waits up to SECONDS (default 20) for PID to exit (then kills it);
+#                           returns its status
 #   enter_workdir           makes a temporary WORK dir and cd's into it; on exit every pid in
 #                           PIDS is killed and WORK removed (after `extra_cleanup`, if defined)
 fails=0
@@ -26,7 +27,7 @@ learner_port() {
   echo "$port"
 }
 wait_exit() {
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 $((${2:-20} * 10))); do
     kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
     sleep 0.1
   done

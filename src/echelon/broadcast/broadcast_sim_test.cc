@@ -12,7 +12,7 @@
 #include "echelon/broadcast/link_simulator.h"
 #include "echelon/broadcast/manifest.h"
 #include "echelon/broadcast/relay_session.h"
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 
 namespace echelon::broadcast {
 namespace {

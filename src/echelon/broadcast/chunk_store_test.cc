@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 #include "echelon/common/fs.h"
 
 namespace echelon::broadcast {

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 #include "echelon/common/fs.h"
 
 namespace echelon::broadcast {

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 
 namespace echelon::broadcast {
 namespace {

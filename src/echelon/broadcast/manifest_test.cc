@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "echelon/broadcast/ed25519.h"
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 #include "echelon/common/fs.h"
 
 namespace echelon::broadcast {

@@ -35,7 +35,7 @@
 #include <spdlog/spdlog.h>
 
 #include "echelon/broadcast/ed25519.h"
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 #include "echelon/cli/commands.h"
 #include "echelon/common/clock.h"
 #include "echelon/common/fs.h"

@@ -10,6 +10,7 @@
 #include <iomanip>
 #include <iostream>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -60,10 +61,66 @@ void PrintSummary(const RunSummary& s) {
   std::cout << j.dump() << std::endl;
 }
 
+// Keys a resumed run may change (with --set or an edited CONFIG); anything else would make
+// the checkpoint describe a different run.
+bool ChangeableOnResume(const std::string& key) {
+  static const std::set<std::string> kKeys = {"rl.steps",         "checkpoint.every",        "checkpoint.keep",
+                                              "eval.every",       "rollout.lease_seconds",   "rollout.stall_timeout_seconds"};
+  return kKeys.count(key) > 0;
+}
+
+// The config of a resumed run: its own config.yaml plus `--set`; a CONFIG given as well must
+// agree with it except on keys a resume may change.
+Result<Config> ResumeConfig(const LaunchArgs& args, const std::string& run_dir) {
+  const std::string saved_path = (std::filesystem::path(run_dir) / "config.yaml").string();
+  if (!std::filesystem::exists(saved_path))
+    return NotFound("cannot resume " + run_dir + ": " + saved_path + " does not exist (not a run directory?)");
+  ECHELON_ASSIGN_OR_RETURN(Config saved, Config::Load(TrainSchema(), saved_path, {}));
+  ECHELON_ASSIGN_OR_RETURN(Config wanted,
+                           Config::Load(TrainSchema(), args.config.empty() ? saved_path : args.config, args.overrides));
+  std::vector<std::string> refused;
+  for (const auto& [key, value] : wanted.values()) {
+    auto it = saved.values().find(key);
+    const bool same = it != saved.values().end() && it->second == value;
+    if (!same && !ChangeableOnResume(key)) refused.push_back(key);
+  }
+  if (!refused.empty()) {
+    std::string keys;
+    for (const std::string& k : refused) keys += (keys.empty() ? "" : ", ") + k;
+    return InvalidArgument("resuming " + run_dir + ": the config differs from the run's config.yaml in " + keys +
+                           "; a resumed run may change only rl.steps, checkpoint.*, eval.every, "
+                           "rollout.lease_seconds and rollout.stall_timeout_seconds");
+  }
+  if (wanted.ToYaml() != saved.ToYaml()) ECHELON_RETURN_IF_ERROR(WriteFileAtomic(saved_path, wanted.ToYaml()));
+  return wanted;
+}
+
 }  // namespace
 
+void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
+  cmd->add_option("config", args->config, "YAML config, e.g. configs/math-tiny.yaml (optional with --resume)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", args->out, "run directory (default runs/<config>-<date>-<time>); must not exist or be empty");
+  CLI::Option* resume =
+      cmd->add_option("--resume", args->resume_dir,
+                      "continue the run in RUN_DIR (default: --out) from its newest whole checkpoint")
+          ->expected(0, 1);
+  cmd->add_option("--metrics-port", args->metrics_port,
+                  "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0 picks a port; default off)");
+  cmd->add_option("--set", args->overrides, "override a config key, e.g. --set rl.steps=50 (repeatable)")
+      ->allow_extra_args(false);
+  cmd->parse_complete_callback([args, resume] {
+    args->resume = resume->count() > 0;
+    if (args->config.empty() && !args->resume) throw CLI::RequiredError("config (or --resume RUN_DIR)");
+    if (args->resume && args->resume_dir.empty() && args->out.empty())
+      throw CLI::ValidationError("--resume", "name the run directory: --resume RUN_DIR (or --out RUN_DIR)");
+  });
+}
+
 int Launch(const LaunchArgs& args, LaunchMode mode) {
-  Result<Config> cfg = Config::Load(TrainSchema(), args.config, args.overrides);
+  const std::string run_dir = args.resume ? (args.resume_dir.empty() ? args.out : args.resume_dir)
+                                          : (args.out.empty() ? DefaultRunDir(args.config) : args.out);
+  Result<Config> cfg = args.resume ? ResumeConfig(args, run_dir) : Config::Load(TrainSchema(), args.config, args.overrides);
   if (!cfg.ok()) {
     spdlog::error("{}", cfg.status().message());
     return 2;
@@ -73,7 +130,6 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
     spdlog::error("{}", options.status().message());
     return 2;
   }
-  const std::string run_dir = args.out.empty() ? DefaultRunDir(args.config) : args.out;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
@@ -121,8 +177,8 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
     };
   }
   const bool serve = mode == LaunchMode::kLearnerOnly || local_processes;
-  Result<RunSummary> s =
-      RunTraining(options.value(), run_dir, cfg->ToYaml(), &g_interrupted, std::cout, serve ? &net : nullptr);
+  Result<RunSummary> s = RunTraining(options.value(), run_dir, cfg->ToYaml(), &g_interrupted, std::cout,
+                                    serve ? &net : nullptr, args.resume);
   actors.StopAll(5.0);
   if (!s.ok()) {
     spdlog::error("{}", s.status().message());

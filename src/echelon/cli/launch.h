@@ -5,12 +5,16 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace echelon::cli {
 
 struct LaunchArgs {
-  std::string config;
+  std::string config;  // may be empty with `resume`: the run's own config.yaml is used
   std::string out;
   std::vector<std::string> overrides;
+  bool resume = false;     // continue the run in resume_dir (or `out`) from its newest checkpoint
+  std::string resume_dir;
   // Learner service (echelon learner; echelon train with rollout.transport=processes).
   std::string listen = "0.0.0.0:7700";
   std::string token_file;
@@ -26,5 +30,9 @@ enum class LaunchMode {
 
 // Returns the process exit code (0 done, 1 run failed, 2 bad input, 130 interrupted).
 int Launch(const LaunchArgs& args, LaunchMode mode);
+
+// Registers the options `echelon train` and `echelon learner` share: CONFIG, --out, --resume,
+// --metrics-port, --set. The callback checks that CONFIG is given unless --resume is.
+void AddRunOptions(CLI::App* cmd, LaunchArgs* args);
 
 }  // namespace echelon::cli

@@ -9,18 +9,11 @@ namespace echelon::cli {
 void AddLearnerCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<LaunchArgs>();
   CLI::App* cmd = app.add_subcommand("learner", "learning plane: serves remote actors over gRPC and trains");
-  cmd->add_option("config", args->config, "YAML config (the same file `echelon train` takes)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  AddRunOptions(cmd, args.get());
   cmd->add_option("--listen", args->listen, "address to serve actors on, HOST:PORT")->capture_default_str();
   cmd->add_option("--token-file", args->token_file, "file holding the bearer token actors must present");
   cmd->add_option("--tls-cert", args->tls_cert, "PEM certificate chain (with --tls-key enables TLS)");
   cmd->add_option("--tls-key", args->tls_key, "PEM private key of --tls-cert");
-  cmd->add_option("--out", args->out, "run directory (default runs/<config>-<date>-<time>); must not exist or be empty");
-  cmd->add_option("--metrics-port", args->metrics_port,
-                  "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0 picks a port; default off)");
-  cmd->add_option("--set", args->overrides, "override a config key, e.g. --set rl.steps=50 (repeatable)")
-      ->allow_extra_args(false);
   cmd->footer("Config keys: see `echelon train --help`.");
   cmd->callback([args, exit_code] { *exit_code = Launch(*args, LaunchMode::kLearnerOnly); });
 }

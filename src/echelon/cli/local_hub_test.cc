@@ -16,7 +16,9 @@ struct HubFixture {
       : dispatcher({/*max_staleness=*/1, /*batch_groups=*/2, /*lease_seconds=*/10}, &clock),
         task(data::CreateAdapter("math", {{"seed", "1"}, {"eval_size", "10"}}).value()),
         tok(model::CharTokenizer::ForAlphabet(task->Alphabet())),
-        hub(&dispatcher, task.get(), &tok, /*group_size=*/2) {}
+        hub(&dispatcher, task.get(), &tok, /*group_size=*/2) {
+    hub.Publish({0, std::make_shared<const std::string>()});  // the learner publishes v0 first
+  }
 
   // A well-formed group for the next hand-out: both samples answer correctly.
   rollout::GroupRollout Valid() {

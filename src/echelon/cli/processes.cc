@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +21,7 @@ Result<pid_t> ProcessGroup::Spawn(const Child& c) {
   std::vector<char*> args;
   for (const std::string& a : c.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log);
@@ -29,6 +31,10 @@ Result<pid_t> ProcessGroup::Spawn(const Child& c) {
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
     ::setpgid(0, 0);  // a Ctrl-C in the terminal reaches the parent, which stops us in order
+    // A parent killed outright (SIGKILL, OOM) cannot stop us: the kernel does, so no actor
+    // outlives its run. (The signal follows the forking thread, which lives as long as we do.)
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) _exit(0);  // the parent died before prctl took effect
     ::execv(args[0], args.data());
     _exit(127);
   }

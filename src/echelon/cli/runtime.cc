@@ -3,14 +3,17 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <thread>
 
+#include "echelon/cli/run_checkpoint.h"
 #include "echelon/cli/run_spec.h"
 #include "echelon/common/clock.h"
 #include "echelon/common/fs.h"
@@ -45,7 +48,13 @@ std::optional<rollout::Assignment> LocalHub::Acquire(const std::string& actor) {
 
 std::string LocalHub::Validate(const rollout::GroupRollout& g) const {
   if (static_cast<int>(g.episodes.size()) != group_size_) return "wrong_group_size";
-  if (g.behavior_version < 0 || g.behavior_version > dispatcher_->version()) return "bad_version";
+  int64_t published;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    published = snapshot_.version;
+  }
+  // No actor can hold a newer policy than the newest one published.
+  if (g.behavior_version < 0 || g.behavior_version > published) return "bad_version";
   for (const data::Episode& e : g.episodes) {
     if (!std::isfinite(e.reward)) return "nonfinite_reward";
     for (const data::Turn& t : e.turns) {
@@ -123,6 +132,14 @@ int64_t LocalHub::accepted_tokens() const {
 std::map<std::string, int64_t> LocalHub::actor_groups() const {
   std::lock_guard<std::mutex> lock(mu_);
   return actor_groups_;
+}
+
+void LocalHub::RestoreCounters(std::map<std::string, int64_t> refusals, int64_t accepted_tokens,
+                               std::map<std::string, int64_t> actor_groups) {
+  std::lock_guard<std::mutex> lock(mu_);
+  refusals_ = std::move(refusals);
+  accepted_tokens_ = accepted_tokens;
+  actor_groups_ = std::move(actor_groups);
 }
 
 rollout::Snapshot LocalHub::Latest() {
@@ -208,9 +225,94 @@ struct LoopState {
 
 }  // namespace
 
+namespace {
+
+// Where a run starts from: a fresh run dir (after warm-start) or a resumable checkpoint.
+struct Start {
+  model::Qwen3Model model{nullptr};
+  RunState state;
+  std::string resumed_from;  // checkpoint directory; empty for a fresh run
+  std::map<std::string, at::Tensor> optimizer;
+  int64_t discarded_lines = 0;
+  std::vector<std::string> skipped;
+};
+
+// Fresh run: run directory, config, held-out set, warm-start and its evaluation.
+Result<Start> StartFresh(const RunOptions& options, const model::ModelConfig& mcfg, const model::CharTokenizer& tok,
+                         const data::TaskAdapter& task, const std::string& run_dir, const std::string& resolved_yaml,
+                         obs::MetricsLog& metrics, std::ostream& progress, const RealClock& clock, double t_start) {
+  ECHELON_RETURN_IF_ERROR(PrepareRunDir(run_dir));
+  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((fs::path(run_dir) / "config.yaml").string(), resolved_yaml));
+  ECHELON_RETURN_IF_ERROR(task.ExportHeldOut((fs::path(run_dir) / "heldout.jsonl").string()));
+  ECHELON_RETURN_IF_ERROR(metrics.Open((fs::path(run_dir) / "metrics.jsonl").string()));
+  Start start;
+  start.model = model::Qwen3Model(mcfg);
+  start.model->InitWeights(options.seed);
+  if (options.warmstart.steps > 0) {
+    progress << "warm-start: " << options.warmstart.steps << " supervised steps" << std::endl;
+    const int64_t every = std::max<int64_t>(1, options.warmstart.steps / 5);
+    ECHELON_ASSIGN_OR_RETURN(
+        double loss, learn::Warmstart(start.model, tok, task, options.warmstart, [&](int64_t step, double l) {
+          if ((step + 1) % every == 0)
+            progress << "  warm-start step " << step + 1 << "/" << options.warmstart.steps << " loss " << std::fixed
+                     << std::setprecision(3) << l << std::endl;
+        }));
+    (void)loss;
+  }
+  ECHELON_RETURN_IF_ERROR(
+      model::SaveCheckpoint((fs::path(run_dir) / "checkpoints" / "warmstart").string(), start.model, tok));
+  rollout::EvalResult before = EvaluateModel(start.model, tok, task, options.max_new_tokens);
+  start.state.warmstart_accuracy = before.accuracy;
+  start.state.heldout_n = before.n;
+  progress << "warm-start held-out accuracy " << std::fixed << std::setprecision(3) << before.accuracy << " (n="
+           << before.n << ")" << std::endl;
+  ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", "warmstart"},
+                                         {"steps", options.warmstart.steps},
+                                         {"heldout_accuracy", before.accuracy},
+                                         {"heldout_n", before.n},
+                                         {"wall_s", clock.Now() - t_start}}));
+  start.state.wall_seconds = clock.Now() - t_start;
+  return start;
+}
+
+// Resumed run: the newest whole checkpoint; metrics.jsonl cut back to where it was then.
+Result<Start> StartFromCheckpoint(const model::ModelConfig& mcfg, const std::string& run_dir,
+                                  obs::MetricsLog& metrics, std::ostream& progress) {
+  const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
+  Start start;
+  Result<ResumePoint> point = LoadNewestRunCheckpoint(ckpt_dir.string(), &start.skipped);
+  for (const std::string& why : start.skipped) progress << "skipping checkpoint " << why << std::endl;
+  if (!point.ok())
+    return NotFound("cannot resume " + run_dir + ": " + point.status().message() +
+                    "; the run died before its first checkpoint, so start it again with another --out");
+  if (point->checkpoint.config.ToJson() != mcfg.ToJson())
+    return FailedPrecondition(point->dir + "/config.json describes another model than the run's config.yaml");
+  start.model = point->checkpoint.model;
+  start.state = point->state;
+  start.resumed_from = point->dir;
+  start.optimizer = std::move(point->optimizer);
+  const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  ECHELON_ASSIGN_OR_RETURN(start.discarded_lines,
+                           obs::MetricsLog::RollBack(metrics_path, start.state.metrics_bytes,
+                                                     (fs::path(run_dir) / "metrics.discarded.jsonl").string()));
+  ECHELON_RETURN_IF_ERROR(metrics.Open(metrics_path));
+  progress << "resuming from " << point->dir << " (version " << start.state.version << "); "
+           << start.discarded_lines << " metrics lines after it moved to metrics.discarded.jsonl" << std::endl;
+  return start;
+}
+
+// A lease id base above every lease an earlier process of this run can have handed out.
+uint64_t FreshLeaseBase(uint64_t saved_next_lease) {
+  std::random_device rd;
+  const uint64_t salt = (static_cast<uint64_t>(rd()) & 0x7fffu) + 1;
+  return saved_next_lease + (salt << 40);
+}
+
+}  // namespace
+
 Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run_dir, const std::string& resolved_yaml,
                                const std::atomic<bool>* interrupt, std::ostream& progress,
-                               const NetworkOptions* network) {
+                               const NetworkOptions* network, bool resume) {
   RunSummary summary;
   summary.run_dir = run_dir;
   RealClock clock;
@@ -225,47 +327,73 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   mcfg.eos_token_id = model::CharTokenizer::kEos;
   mcfg.pad_token_id = model::CharTokenizer::kPad;
   ECHELON_RETURN_IF_ERROR(mcfg.Validate().WithContext("model config"));
-
-  ECHELON_RETURN_IF_ERROR(PrepareRunDir(run_dir));
-  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((fs::path(run_dir) / "config.yaml").string(), resolved_yaml));
-  ECHELON_RETURN_IF_ERROR(task->ExportHeldOut((fs::path(run_dir) / "heldout.jsonl").string()));
-  obs::MetricsLog metrics;
-  ECHELON_RETURN_IF_ERROR(metrics.Open((fs::path(run_dir) / "metrics.jsonl").string()));
   const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
 
-  // --- warm-start -------------------------------------------------------------------
-  model::Qwen3Model policy_model(mcfg);
-  policy_model->InitWeights(options.seed);
-  if (options.warmstart.steps > 0) {
-    progress << "warm-start: " << options.warmstart.steps << " supervised steps" << std::endl;
-    const int64_t every = std::max<int64_t>(1, options.warmstart.steps / 5);
-    ECHELON_ASSIGN_OR_RETURN(
-        double loss, learn::Warmstart(policy_model, tok, *task, options.warmstart, [&](int64_t step, double l) {
-          if ((step + 1) % every == 0)
-            progress << "  warm-start step " << step + 1 << "/" << options.warmstart.steps << " loss " << std::fixed
-                     << std::setprecision(3) << l << std::endl;
-        }));
-    (void)loss;
-  }
-  ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir / "warmstart").string(), policy_model, tok));
-  rollout::EvalResult before = EvaluateModel(policy_model, tok, *task, options.max_new_tokens);
-  summary.warmstart_accuracy = before.accuracy;
-  summary.heldout_n = before.n;
-  progress << "warm-start held-out accuracy " << std::fixed << std::setprecision(3) << before.accuracy << " (n="
-           << before.n << ")" << std::endl;
-  ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", "warmstart"},
-                                         {"steps", options.warmstart.steps},
-                                         {"heldout_accuracy", before.accuracy},
-                                         {"heldout_n", before.n},
-                                         {"wall_s", clock.Now() - t_start}}));
+  obs::MetricsLog metrics;
+  ECHELON_ASSIGN_OR_RETURN(Start start, resume ? StartFromCheckpoint(mcfg, run_dir, metrics, progress)
+                                               : StartFresh(options, mcfg, tok, *task, run_dir, resolved_yaml,
+                                                            metrics, progress, clock, t_start));
+  RunState& rs = start.state;
+  summary.warmstart_accuracy = rs.warmstart_accuracy;
+  summary.heldout_n = rs.heldout_n;
+  // Run time before this process (a resumed run continues its clocks).
+  const double wall_base = rs.wall_seconds - (clock.Now() - t_start);
+  auto wall_now = [&] { return wall_base + clock.Now() - t_start; };
 
   // --- learner, hub, actors ------------------------------------------------------------
-  learn::Learner learner(policy_model, options.learner);
+  learn::Learner learner(start.model, options.learner);
   sched::Dispatcher dispatcher({options.staleness, options.groups_per_step, options.lease_seconds}, &clock);
   const sched::StalenessGate gate(options.staleness);
   LocalHub hub(&dispatcher, task.get(), &tok, static_cast<int>(options.group_size));
-  ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap0, MakeSnapshot(learner.model(), 0));
+  if (resume) {
+    std::map<std::string, at::Tensor> reference;
+    if (options.learner.loss.kl_coef > 0) {
+      ECHELON_ASSIGN_OR_RETURN(model::LoadedCheckpoint ws, model::LoadCheckpoint((ckpt_dir / "warmstart").string()));
+      reference = ws.model->StateDict();
+    }
+    const std::string where = "resuming from " + start.resumed_from;
+    ECHELON_RETURN_IF_ERROR(learner.Restore(rs.version, start.optimizer, reference).WithContext(where));
+    ECHELON_RETURN_IF_ERROR(dispatcher.Restore(rs.dispatcher, FreshLeaseBase(rs.dispatcher.next_lease)).WithContext(where));
+    ECHELON_RETURN_IF_ERROR(RestoreRngState(rs.rng_state_hex).WithContext(where));
+    hub.RestoreCounters(rs.refusals, rs.accepted_tokens, rs.actor_groups);
+    ++rs.resumes;
+    const sched::DispatchCounts c = dispatcher.counts();
+    ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", "resume"},
+                                           {"version", rs.version},
+                                           {"from", start.resumed_from},
+                                           {"skipped", start.skipped},
+                                           {"discarded_metrics_lines", start.discarded_lines},
+                                           {"groups_reissued", c.reissued},
+                                           {"groups_awaiting_reissue", c.awaiting_reissue},
+                                           {"resumes", rs.resumes},
+                                           {"wall_s", wall_now()}}));
+  }
+  ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap0, MakeSnapshot(learner.model(), learner.version()));
   hub.Publish(snap0);
+
+  LoopState st;
+  st.busy_seconds = rs.busy_seconds;
+  st.consumed_tokens = rs.consumed_tokens;
+  const double rl_base = rs.rl_wall_seconds;
+  double t_rl = clock.Now();
+  // Everything a resumed run needs, as of now (call between learner updates).
+  auto save_state = [&]() -> Status {
+    rs.version = learner.version();
+    rs.wall_seconds = wall_now();
+    rs.rl_wall_seconds = rl_base + clock.Now() - t_rl;
+    rs.busy_seconds = st.busy_seconds;
+    rs.consumed_tokens = st.consumed_tokens;
+    rs.metrics_bytes = metrics.bytes();
+    rs.dispatcher = dispatcher.Export();
+    rs.refusals = hub.refusals();
+    rs.accepted_tokens = hub.accepted_tokens();
+    rs.actor_groups = hub.actor_groups();
+    rs.rng_state_hex = CaptureRngState();
+    return SaveRunCheckpoint(ckpt_dir.string(), learner, tok, rs, options.checkpoint_keep)
+        .WithContext("checkpoint at version " + std::to_string(rs.version));
+  };
+  // A fresh run is resumable from the first update on.
+  if (!resume) ECHELON_RETURN_IF_ERROR(save_state());
 
   std::unique_ptr<net::LearnerServer> server;
   std::unique_ptr<obs::MetricsHttpServer> http;
@@ -312,17 +440,16 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   auto all_refusals = [&] {
     std::map<std::string, int64_t> out = hub.refusals();
     if (server)
-      for (const auto& [reason, n] : server->Counters()) out[reason] = n;
+      for (const auto& [reason, n] : server->Counters()) out[reason] += n;
     return out;
   };
 
   // --- the learner loop ------------------------------------------------------------------
-  LoopState st;
-  const double t_rl = clock.Now();
+  t_rl = clock.Now();
+  auto rl_wall_now = [&] { return rl_base + clock.Now() - t_rl; };
   double last_arrival = t_rl;
   Status failure;
-  int64_t t = 0;
-  for (; t < options.steps; ++t) {
+  for (int64_t t = learner.version(); t < options.steps; ++t) {
     const double step_start = clock.Now();
     std::vector<rollout::GroupRollout> batch;
     std::vector<int64_t> staleness;
@@ -355,12 +482,16 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
       // Interrupted or failed: groups taken for this batch were not consumed; let them expire.
       break;
     }
+    // One order whatever the arrival order: the update is then a function of the groups alone.
+    std::sort(batch.begin(), batch.end(), [](const auto& a, const auto& b) { return a.group_id < b.group_id; });
 
     std::vector<learn::LearnerGroup> groups;
+    std::vector<uint64_t> group_ids;
     double reward_sum = 0, success_sum = 0;
     int64_t episodes = 0;
     for (const rollout::GroupRollout& g : batch) {
       groups.push_back({g.behavior_version, g.episodes});
+      group_ids.push_back(g.group_id);
       for (const data::Episode& e : g.episodes) {
         reward_sum += e.reward;
         success_sum += e.success ? 1 : 0;
@@ -386,11 +517,11 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
       }
       hub.Publish(std::move(snap).value());
     }
-    dispatcher.SetVersion(version);
+    // After the last update nothing more is consumed: admit no new work for it.
+    if (version < options.steps) dispatcher.SetVersion(version);
 
     // --- metrics and progress ---
-    const double now = clock.Now();
-    const double rl_wall = now - t_rl;
+    const double rl_wall = rl_wall_now();
     const int64_t generated_tokens = hub.accepted_tokens();
     double stale_sum = 0;
     int64_t stale_max = 0;
@@ -413,14 +544,15 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     const sched::DispatchCounts c = dispatcher.counts();
     nlohmann::json line = {{"step", t},
                            {"version", version},
-                           {"wall_s", now - t_start},
-                           {"step_s", now - step_start},
+                           {"wall_s", wall_now()},
+                           {"step_s", clock.Now() - step_start},
                            {"reward_mean", reward_sum / episodes},
                            {"accuracy", success_sum / episodes},
                            {"staleness_mean", stale_sum / staleness.size()},
                            {"staleness_max", stale_max},
                            {"staleness_bound", options.staleness},
                            {"staleness_hist", stale_hist},
+                           {"consumed_groups", group_ids},
                            {"refused", refused},
                            {"groups_consumed", c.consumed},
                            {"groups_dropped_stale", c.dropped_stale},
@@ -460,32 +592,37 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
              << st.busy_seconds / std::max(rl_wall, 1e-9) << " eta " << FormatDuration(eta);
     if (eval_now) progress << std::setprecision(3) << " heldout " << line["heldout_accuracy"].get<double>();
     progress << std::endl;
-    if (options.checkpoint_every > 0 && version % options.checkpoint_every == 0) {
-      Status cs = model::SaveCheckpoint((ckpt_dir / ("step-" + std::to_string(version))).string(), learner.model(), tok);
-      if (!cs.ok()) {
-        failure = cs;
-        break;
-      }
+    if (options.checkpoint_every > 0 && version % options.checkpoint_every == 0 && version != options.steps) {
+      failure = save_state();
+      if (!failure.ok()) break;
     }
   }
   join_actors();
-  if (server) server->SetDone();
+  if (server) server->SetDone();  // before the version moves on: no hand-outs after the run
+  dispatcher.SetVersion(learner.version());
   summary.steps_done = learner.version();
+  // Whatever ended the loop, the run can continue from here (a failed write is reported).
+  if (learner.version() != rs.version || learner.version() == options.steps) {
+    Status saved = save_state();
+    if (!saved.ok() && failure.ok()) failure = saved;
+    if (saved.ok()) progress << "resumable checkpoint " << (ckpt_dir / ("step-" + std::to_string(learner.version()))).string()
+                             << std::endl;
+  }
   if (!failure.ok()) return failure;
   summary.interrupted = learner.version() < options.steps;
 
-  const std::string final_name = summary.interrupted ? "step-" + std::to_string(learner.version()) : "final";
-  ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir / final_name).string(), learner.model(), tok));
+  if (!summary.interrupted)
+    ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir / "final").string(), learner.model(), tok));
   rollout::EvalResult after = EvaluateModel(learner.model(), tok, *task, options.max_new_tokens);
   summary.final_accuracy = after.accuracy;
-  summary.wall_seconds = clock.Now() - t_start;
+  summary.wall_seconds = wall_now();
   const sched::DispatchCounts c = dispatcher.counts();
   const std::map<std::string, int64_t> refused = all_refusals();
   ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", summary.interrupted ? "interrupted" : "final"},
                                          {"version", learner.version()},
                                          {"heldout_accuracy", after.accuracy},
                                          {"heldout_n", after.n},
-                                         {"warmstart_heldout_accuracy", before.accuracy},
+                                         {"warmstart_heldout_accuracy", rs.warmstart_accuracy},
                                          {"groups_issued", c.handed_out},
                                          {"groups_consumed", c.consumed},
                                          {"groups_dropped_stale", c.dropped_stale},
@@ -493,7 +630,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                                          {"groups_in_flight", c.outstanding + c.pending},
                                          {"actor_groups", hub.actor_groups()},
                                          {"refused", refused},
-                                         {"learner_busy_frac", st.busy_seconds / std::max(clock.Now() - t_rl, 1e-9)},
+                                         {"learner_busy_frac", st.busy_seconds / std::max(rl_wall_now(), 1e-9)},
                                          {"wall_s", summary.wall_seconds}}));
   // Let every actor hear that the run is over (they poll at least every heartbeat).
   if (server) server->WaitUntilActorsTold(3 * network->heartbeat_seconds + 1.0);

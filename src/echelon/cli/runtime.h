@@ -43,6 +43,9 @@ class LocalHub : public rollout::WorkSource, public rollout::TrajectorySink, pub
   // Completion tokens in accepted groups, and accepted groups per actor name.
   int64_t accepted_tokens() const;
   std::map<std::string, int64_t> actor_groups() const;
+  // Continues the counters above from a checkpoint.
+  void RestoreCounters(std::map<std::string, int64_t> refusals, int64_t accepted_tokens,
+                       std::map<std::string, int64_t> actor_groups);
 
  private:
   // Empty when well-formed, else the reason it is refused.
@@ -90,11 +93,15 @@ struct NetworkOptions {
 
 // Runs warm-start then asynchronous GRPO into `run_dir` (created; must not exist or be
 // empty). Progress lines go to `progress`. `interrupt` (set by a signal handler) stops the
-// run early and cleanly: threads joined, a checkpoint of the last version saved.
+// run early and cleanly: threads joined, a resumable checkpoint of the last version saved.
+// Resumable checkpoints (cli/run_checkpoint.h) are also written after warm-start and every
+// `checkpoint_every` updates. With `resume` the run continues in `run_dir` from its newest
+// whole checkpoint instead (same version numbering, dispatcher state restored, groups that
+// were in flight re-issued, metrics.jsonl cut back to the checkpoint and continued).
 // Without `network` the `rollout.actors` actors are threads of this process; with it the
 // learner serves remote actors (any number, joining and leaving at any time).
 Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run_dir, const std::string& resolved_yaml,
                                const std::atomic<bool>* interrupt, std::ostream& progress,
-                               const NetworkOptions* network = nullptr);
+                               const NetworkOptions* network = nullptr, bool resume = false);
 
 }  // namespace echelon::cli

@@ -54,7 +54,9 @@ const ConfigSchema& TrainSchema() {
     s.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)");
     s.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group");
     s.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)");
-    s.Int("checkpoint.every", 0, 0, 100000000, "save checkpoints/step-N every N steps (0: warmstart and final only)");
+    s.Int("checkpoint.every", 50, 0, 100000000,
+          "save a resumable checkpoints/step-N every N steps, and on SIGINT/SIGTERM (0: only then and at the end)");
+    s.Int("checkpoint.keep", 3, 1, 1000000, "resumable step-N checkpoints kept (older ones are deleted)");
     return s;
   }();
   return schema;
@@ -127,6 +129,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   for (int64_t i = 0; i < slow; ++i) o.actor_slowdowns[o.actors - 1 - i] = cfg.Float("rollout.slowdown");
   o.eval_every = cfg.Int("eval.every");
   o.checkpoint_every = cfg.Int("checkpoint.every");
+  o.checkpoint_keep = cfg.Int("checkpoint.keep");
   return o;
 }
 

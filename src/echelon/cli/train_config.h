@@ -36,7 +36,8 @@ struct RunOptions {
   double stall_timeout_seconds = 300;
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
-  int64_t checkpoint_every = 0;
+  int64_t checkpoint_every = 50;
+  int64_t checkpoint_keep = 3;
 };
 
 Result<RunOptions> RunOptionsFromConfig(const Config& cfg);

@@ -70,6 +70,8 @@ class Config {
   // The resolved config as YAML (every declared key, nested), for the run directory.
   std::string ToYaml() const;
   const std::string& source() const { return source_; }
+  // Every resolved key and its canonical text form.
+  const std::map<std::string, std::string>& values() const { return values_; }
 
  private:
   Status Set(const std::string& key, const std::string& text, const std::string& where);

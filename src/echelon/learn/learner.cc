@@ -84,6 +84,59 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options)
 
 Learner::~Learner() = default;
 
+std::map<std::string, at::Tensor> Learner::OptimizerState() const {
+  std::map<std::string, at::Tensor> out;
+  const auto& state = optimizer_->state();
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    auto it = state.find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
+    if (it == state.end()) continue;
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    out[item.key() + ".exp_avg"] = s.exp_avg().detach();
+    out[item.key() + ".exp_avg_sq"] = s.exp_avg_sq().detach();
+    out[item.key() + ".step"] = at::full({1}, s.step(), at::kLong);
+  }
+  return out;
+}
+
+Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>& optimizer_state,
+                        const std::map<std::string, at::Tensor>& reference_weights) {
+  if (version < 0) return InvalidArgument("restoring a negative policy version " + std::to_string(version));
+  // Check everything before changing anything.
+  std::vector<std::pair<at::Tensor, std::unique_ptr<torch::optim::AdamWParamState>>> restored;
+  size_t used = 0;
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    auto step = optimizer_state.find(name + ".step");
+    if (step == optimizer_state.end()) continue;
+    auto m = optimizer_state.find(name + ".exp_avg");
+    auto v = optimizer_state.find(name + ".exp_avg_sq");
+    if (m == optimizer_state.end() || v == optimizer_state.end())
+      return DataLoss("optimizer state of " + name + " is incomplete (exp_avg and exp_avg_sq are both needed)");
+    if (!m->second.sizes().equals(item.value().sizes()) || !v->second.sizes().equals(item.value().sizes()))
+      return DataLoss("optimizer state of " + name + " has the wrong shape");
+    if (step->second.numel() != 1 || step->second.scalar_type() != at::kLong)
+      return DataLoss("optimizer step count of " + name + " must be one int64");
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(step->second.item<int64_t>());
+    s->exp_avg(m->second.to(at::kFloat).clone());
+    s->exp_avg_sq(v->second.to(at::kFloat).clone());
+    restored.emplace_back(item.value(), std::move(s));
+    used += 3;
+  }
+  if (used != optimizer_state.size())
+    return DataLoss("optimizer state holds " + std::to_string(optimizer_state.size() - used) +
+                    " tensors that name no parameter of this model");
+  if (!restored.empty() && restored.size() != model_->parameters().size())
+    return DataLoss("optimizer state covers " + std::to_string(restored.size()) + " of " +
+                    std::to_string(model_->parameters().size()) + " parameters");
+  if (reference_) ECHELON_RETURN_IF_ERROR(reference_->LoadStateDict(reference_weights, "reference policy"));
+  auto& state = optimizer_->state();
+  state.clear();
+  for (auto& [param, s] : restored) state[c10::guts::to_string(param.unsafeGetTensorImpl())] = std::move(s);
+  version_ = version;
+  return Status::Ok();
+}
+
 Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   StepStats stats;
   std::vector<std::vector<double>> advantages;

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "echelon/common/status.h"
@@ -67,6 +69,15 @@ class Learner {
   Result<StepStats> Step(const std::vector<LearnerGroup>& groups);
   int64_t version() const { return version_; }
   model::Qwen3Model& model() { return model_; }
+
+  // AdamW's per-parameter state for a checkpoint: "<param>.exp_avg", "<param>.exp_avg_sq"
+  // and "<param>.step" (int64, one element). Empty before the first update.
+  std::map<std::string, at::Tensor> OptimizerState() const;
+  // Continues from a checkpoint: the model's weights are already loaded; this sets the
+  // version, the optimizer state (as OptimizerState() gave it) and, when the KL term is on,
+  // the frozen reference weights. On error (naming the tensor) nothing is changed.
+  Status Restore(int64_t version, const std::map<std::string, at::Tensor>& optimizer_state,
+                 const std::map<std::string, at::Tensor>& reference_weights);
 
  private:
   model::Qwen3Model model_;

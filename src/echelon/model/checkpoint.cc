@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "echelon/common/fs.h"
+#include "echelon/common/sha256.h"
 #include "echelon/model/safetensors.h"
 
 namespace echelon::model {
@@ -28,14 +31,31 @@ Status CheckVocab(const ModelConfig& cfg, const CharTokenizer& tok, const std::s
                          " tokens but config.json vocab_size is " + std::to_string(cfg.vocab_size));
 }
 
-Status WriteFiles(const fs::path& tmp, const Qwen3Model& model, const CharTokenizer& tokenizer) {
+constexpr const char* kChecksums = "checksums.json";
+
+Status WriteFiles(const fs::path& tmp, const Qwen3Model& model, const CharTokenizer& tokenizer,
+                  const CheckpointFiles& extra) {
   std::error_code ec;
   fs::remove_all(tmp, ec);  // a leftover from a crashed save by a process with our pid
   if (!fs::create_directories(tmp, ec)) return Internal("cannot create " + tmp.string() + ": " + ec.message());
-  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / "config.json").string(), model->config().ToJson().dump(2) + "\n"));
-  ECHELON_RETURN_IF_ERROR(
-      WriteSafetensors((tmp / "model.safetensors").string(), model->StateDict(), {{"format", "pt"}}));
-  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / "tokenizer.json").string(), tokenizer.ToJson().dump(2) + "\n"));
+  CheckpointFiles files = extra;
+  files["config.json"] = model->config().ToJson().dump(2) + "\n";
+  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
+  files["tokenizer.json"] = tokenizer.ToJson().dump(2) + "\n";
+  // Crash tests: ECHELON_FAULT_KILL_IN_CHECKPOINT=TEXT kills this process half-way through
+  // writing a checkpoint whose temporary path contains TEXT (as a power cut would).
+  const char* fault = std::getenv("ECHELON_FAULT_KILL_IN_CHECKPOINT");
+  const bool die_half_way = fault != nullptr && *fault != '\0' && tmp.string().find(fault) != std::string::npos;
+  nlohmann::json sums = nlohmann::json::object();
+  for (const auto& [name, bytes] : files) {
+    if (die_half_way && sums.size() == files.size() / 2) ::kill(::getpid(), SIGKILL);
+    if (name == kChecksums || name.empty() || name.find('/') != std::string::npos)
+      return InvalidArgument("checkpoint file name '" + name + "' is reserved or not a plain name");
+    ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / name).string(), bytes));
+    sums[name] = {{"bytes", bytes.size()}, {"sha256", Sha256Hex(bytes)}};
+  }
+  // Written last: a directory whose checksums.json is whole has every other file whole.
+  ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / kChecksums).string(), nlohmann::json{{"files", sums}}.dump(1) + "\n"));
   return SyncDir(tmp.string());
 }
 
@@ -72,13 +92,14 @@ Result<nlohmann::json> ReadJson(const std::string& path) {
 
 }  // namespace
 
-Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer) {
+Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer,
+                      const CheckpointFiles& extra) {
   const fs::path final_dir = CleanDir(dir);
   ECHELON_RETURN_IF_ERROR(CheckVocab(model->config(), tokenizer, "saving " + final_dir.string()));
   std::error_code ec;
   if (final_dir.has_parent_path()) fs::create_directories(final_dir.parent_path(), ec);
   const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
-  Status st = WriteFiles(tmp, model, tokenizer);
+  Status st = WriteFiles(tmp, model, tokenizer, extra);
   if (st.ok()) st = Publish(tmp, final_dir);
   if (!st.ok()) {
     fs::remove_all(tmp, ec);
@@ -87,10 +108,37 @@ Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Cha
   return SyncDir(final_dir.has_parent_path() ? final_dir.parent_path().string() : ".");
 }
 
-Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
+Status VerifyCheckpoint(const std::string& dir, bool required) {
   const fs::path d = CleanDir(dir);
   std::error_code ec;
   if (!fs::is_directory(d, ec)) return NotFound("checkpoint directory " + d.string() + " does not exist");
+  const fs::path sums_path = d / kChecksums;
+  if (!fs::exists(sums_path, ec)) {
+    if (!required) return Status::Ok();
+    return DataLoss(sums_path.string() + " is missing (the checkpoint was not finished)");
+  }
+  ECHELON_ASSIGN_OR_RETURN(nlohmann::json sums, ReadJson(sums_path.string()));
+  if (!sums.is_object() || !sums.contains("files") || !sums["files"].is_object() || sums["files"].empty())
+    return DataLoss(sums_path.string() + ": expected {\"files\": {name: {bytes, sha256}}}");
+  for (const auto& [name, entry] : sums["files"].items()) {
+    const fs::path file = d / name;
+    if (name.find('/') != std::string::npos || !entry.is_object() || !entry.contains("bytes") ||
+        !entry["bytes"].is_number_unsigned() || !entry.contains("sha256") || !entry["sha256"].is_string())
+      return DataLoss(sums_path.string() + ": malformed entry for '" + name + "'");
+    Result<std::string> bytes = ReadFile(file.string());
+    if (!bytes.ok()) return DataLoss(file.string() + " is listed in checksums.json but cannot be read");
+    if (bytes->size() != entry["bytes"].get<uint64_t>())
+      return DataLoss(file.string() + " has " + std::to_string(bytes->size()) + " bytes, checksums.json says " +
+                      std::to_string(entry["bytes"].get<uint64_t>()) + " (truncated or overwritten)");
+    if (Sha256Hex(bytes.value()) != entry["sha256"].get<std::string>())
+      return DataLoss(file.string() + ": SHA-256 differs from checksums.json (corrupt)");
+  }
+  return Status::Ok();
+}
+
+Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
+  const fs::path d = CleanDir(dir);
+  ECHELON_RETURN_IF_ERROR(VerifyCheckpoint(d.string(), /*required=*/false));
   LoadedCheckpoint ck;
   const std::string config_path = (d / "config.json").string();
   ECHELON_ASSIGN_OR_RETURN(nlohmann::json config_json, ReadJson(config_path));

@@ -1,6 +1,8 @@
-// A checkpoint is a directory: `config.json` (HF fields), `model.safetensors`, `tokenizer.json`.
-// It is written whole or not at all: files go to "<dir>.tmp-<pid>", then the directory is
-// renamed into place (an older one at the same path is replaced).
+// A checkpoint is a directory: `config.json` (HF fields), `model.safetensors`, `tokenizer.json`,
+// any extra files the caller adds (the trainer's state), and `checksums.json` (size and
+// SHA-256 of every other file). It is written whole or not at all: files go to
+// "<dir>.tmp-<pid>" and are fsync'd, checksums.json last, then the directory is renamed into
+// place (an older one at the same path is replaced).
 //
 //   ECHELON_RETURN_IF_ERROR(SaveCheckpoint(dir, model, tokenizer));
 //   ECHELON_ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(dir));
@@ -8,6 +10,7 @@
 // Thread contract: free functions; the model must not be written by another thread meanwhile.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "echelon/common/status.h"
@@ -22,9 +25,18 @@ struct LoadedCheckpoint {
   Qwen3Model model{nullptr};
 };
 
-Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer);
-// Errors name the directory and file: missing files, bad JSON, safetensors problems, missing
-// or mismatched tensors, a tokenizer whose vocabulary disagrees with config.json.
+// File name -> bytes, stored beside the weights and covered by checksums.json.
+using CheckpointFiles = std::map<std::string, std::string>;
+
+Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer,
+                      const CheckpointFiles& extra = {});
+// Checks every file listed in `dir`/checksums.json (present, same size, same SHA-256); the
+// error names the file. With `required` false a directory without checksums.json passes
+// (checkpoints from elsewhere); with it true that is an error too.
+Status VerifyCheckpoint(const std::string& dir, bool required);
+// Errors name the directory and file: checksum mismatches (when checksums.json exists),
+// missing files, bad JSON, safetensors problems, missing or mismatched tensors, a tokenizer
+// whose vocabulary disagrees with config.json.
 Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir);
 
 }  // namespace echelon::model

@@ -72,12 +72,12 @@ TEST_F(CheckpointTest, SaveThenLoadGivesIdenticalLogits) {
   EXPECT_TRUE(at::equal(Logits(ck->model), Logits(model_)));
   EXPECT_EQ(ck->config.ToJson(), model_->config().ToJson());
   EXPECT_EQ(ck->tokenizer.ToJson(), tok_.ToJson());
-  // Only the three files, and no temporary directory beside the checkpoint.
+  // Only the three files and their checksums, and no temporary directory beside the checkpoint.
   std::vector<std::string> files, siblings;
   for (const auto& e : fs::directory_iterator(dir_)) files.push_back(e.path().filename().string());
   for (const auto& e : fs::directory_iterator(root_)) siblings.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json"}));
+  EXPECT_EQ(files, (std::vector<std::string>{"checksums.json", "config.json", "model.safetensors", "tokenizer.json"}));
   EXPECT_EQ(siblings, std::vector<std::string>{"ckpt"});
 }
 
@@ -127,8 +127,10 @@ TEST_F(CheckpointTest, TruncatedWeightsAreRejected) {
   EXPECT_NE(err.find("truncated"), std::string::npos) << err;
 }
 
+// Checkpoints from elsewhere have no checksums.json; their contents are still checked.
 TEST_F(CheckpointTest, WrongShapeAndMissingTensorAreNamed) {
   ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  fs::remove(fs::path(dir_) / "checksums.json");
   EditWeights([](auto& t) { t["model.layers.1.self_attn.v_proj.weight"] = at::zeros({8, 32}); });
   std::string err = LoadError();
   EXPECT_NE(err.find("model.safetensors"), std::string::npos) << err;
@@ -136,6 +138,7 @@ TEST_F(CheckpointTest, WrongShapeAndMissingTensorAreNamed) {
   EXPECT_NE(err.find("[8, 32]"), std::string::npos) << err;
 
   ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  fs::remove(fs::path(dir_) / "checksums.json");
   EditWeights([](auto& t) { t.erase("model.layers.0.mlp.down_proj.weight"); });
   err = LoadError();
   EXPECT_NE(err.find("model.safetensors"), std::string::npos) << err;
@@ -144,6 +147,7 @@ TEST_F(CheckpointTest, WrongShapeAndMissingTensorAreNamed) {
 
 TEST_F(CheckpointTest, BadConfigAndTokenizerAreNamed) {
   ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_).ok());
+  fs::remove(fs::path(dir_) / "checksums.json");
   ASSERT_TRUE(
       WriteFileAtomic(dir_ + "/tokenizer.json", CharTokenizer::ForAlphabet("0123456789+-= abc").ToJson().dump()).ok());
   std::string err = LoadError();
@@ -154,6 +158,47 @@ TEST_F(CheckpointTest, BadConfigAndTokenizerAreNamed) {
   err = LoadError();
   EXPECT_NE(err.find(dir_ + "/config.json"), std::string::npos) << err;
   EXPECT_NE(err.find("JSON"), std::string::npos) << err;
+}
+
+TEST_F(CheckpointTest, ChecksumsCoverEveryFileAndRefuseAnyChange) {
+  const CheckpointFiles extra = {{"trainer_state.json", "{\"version\": 3}\n"}, {"optimizer.safetensors", "0123"}};
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json", "trainer_state.json",
+                           "optimizer.safetensors"}) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_, extra).ok());
+    ASSERT_TRUE(VerifyCheckpoint(dir_, /*required=*/true).ok());
+    const fs::path path = fs::path(dir_) / name;
+    // One flipped bit: same size, different hash.
+    std::string bytes = ReadFile(path.string()).value();
+    bytes[bytes.size() / 2] ^= 0x10;
+    ASSERT_TRUE(WriteFileAtomic(path.string(), bytes).ok());
+    Status st = VerifyCheckpoint(dir_, true);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(path.string()), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("corrupt"), std::string::npos) << st.message();
+    EXPECT_NE(LoadError().find(path.string()), std::string::npos);
+    // Truncated: named with both sizes.
+    ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_, extra).ok());
+    fs::resize_file(path, fs::file_size(path) - 1);
+    st = VerifyCheckpoint(dir_, true);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(path.string()), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("truncated"), std::string::npos) << st.message();
+  }
+  // Unfinished (no checksums.json) or damaged checksums.json.
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, tok_, extra).ok());
+  const fs::path sums = fs::path(dir_) / "checksums.json";
+  const std::string text = ReadFile(sums.string()).value();
+  ASSERT_TRUE(WriteFileAtomic(sums.string(), text.substr(0, text.size() / 2)).ok());
+  Status st = VerifyCheckpoint(dir_, false);
+  EXPECT_NE(st.message().find("checksums.json"), std::string::npos) << st.message();
+  fs::remove(sums);
+  EXPECT_TRUE(VerifyCheckpoint(dir_, false).ok());
+  st = VerifyCheckpoint(dir_, true);
+  EXPECT_NE(st.message().find("checksums.json is missing"), std::string::npos) << st.message();
+  // Reserved or path-like extra names are refused.
+  EXPECT_FALSE(SaveCheckpoint(dir_, model_, tok_, {{"checksums.json", "x"}}).ok());
+  EXPECT_FALSE(SaveCheckpoint(dir_, model_, tok_, {{"../escape", "x"}}).ok());
 }
 
 TEST_F(CheckpointTest, FailedSaveLeavesNothingBehind) {

@@ -11,7 +11,7 @@
 #include <random>
 #include <thread>
 
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 #include "echelon/net/broadcast_origin.h"
 #include "echelon/net/broadcast_peer.h"
 #include "echelon/v1/broadcast.grpc.pb.h"
@@ -82,7 +82,7 @@ TEST(BroadcastNetTest, PeerAssistedDeliversTheFileToEveryPeerOnceEach) {
   ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
   for (int i = 0; i < 5; ++i) {
     ASSERT_EQ(swarm.peers[i]->WaitForVersion(1, kWait), std::optional<uint64_t>(1));
-    EXPECT_EQ(broadcast::Sha256Hex(swarm.Received(i, 1)), broadcast::Sha256Hex(blob)) << "peer " << i;
+    EXPECT_EQ(Sha256Hex(swarm.Received(i, 1)), Sha256Hex(blob)) << "peer " << i;
     EXPECT_EQ(swarm.peers[i]->store().stats().verified_puts, 7u);
     EXPECT_EQ(swarm.peers[i]->store().stats().duplicate_puts, 0u);
     EXPECT_TRUE(swarm.peers[i]->WaitForSwarmComplete(1, kWait));

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <thread>
 
 #include "echelon/common/fs.h"
@@ -33,7 +35,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
     if (name.empty()) name = "actor";
     std::lock_guard<std::mutex> lock(s_->mu_);
     ActorInfo info;
-    info.id = name + "#" + std::to_string(++s_->next_actor_);
+    // Ids are unique across learner restarts, so an id from before a restart is unknown after it.
+    info.id = name + "#" + s_->incarnation_ + "-" + std::to_string(++s_->next_actor_);
     info.name = name;
     info.peer = ctx->peer();
     info.registered_at = info.last_seen = s_->clock_->Now();
@@ -43,6 +46,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_run_spec_json(s_->options_.run_spec_json);
     reply->set_heartbeat_seconds(s_->options_.heartbeat_seconds);
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
+    reply->set_learner_incarnation(s_->incarnation_);
     return grpc::Status::OK;
   }
 
@@ -157,7 +161,17 @@ class LearnerServer::Service final : public v1::Learner::Service {
 
 LearnerServer::LearnerServer(LearnerServerOptions options, rollout::WorkSource* work, rollout::TrajectorySink* sink,
                              rollout::SnapshotSource* snapshots, const Clock* clock)
-    : options_(std::move(options)), work_(work), sink_(sink), snapshots_(snapshots), clock_(clock) {}
+    : options_(std::move(options)),
+      work_(work),
+      sink_(sink),
+      snapshots_(snapshots),
+      clock_(clock),
+      incarnation_([] {
+        std::random_device rd;
+        char buf[9];
+        std::snprintf(buf, sizeof buf, "%08x", rd());
+        return std::string(buf);
+      }()) {}
 
 LearnerServer::~LearnerServer() { Shutdown(); }
 

@@ -92,6 +92,7 @@ class LearnerServer {
   std::map<std::string, int64_t> counters_;
   uint64_t next_actor_ = 0;
   bool done_ = false;
+  const std::string incarnation_;  // random, per process; part of every actor id
 };
 
 }  // namespace echelon::net

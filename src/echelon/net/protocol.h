@@ -24,7 +24,9 @@ inline constexpr uint64_t kSnapshotPieceBytes = 1 << 20;
 inline constexpr double kDefaultHeartbeatSeconds = 1.0;
 inline constexpr double kEvictAfterHeartbeats = 3.0;
 
-// An actor that cannot reach the learner retries with exponential backoff up to this cap.
-inline constexpr double kMaxBackoffSeconds = 5.0;
+// An actor that cannot reach the learner retries with exponential backoff up to this cap, and
+// its channel redials at least this often, so a restarted learner has its actors back within
+// about two seconds.
+inline constexpr double kMaxBackoffSeconds = 2.0;
 
 }  // namespace echelon::net

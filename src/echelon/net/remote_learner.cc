@@ -31,6 +31,11 @@ RemoteLearner::RemoteLearner(RemoteLearnerOptions options) : options_(std::move(
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // gRPC's own redial backoff grows to two minutes by default; a learner back from a restart
+  // must not wait that long for its actors.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(kMaxBackoffSeconds * 1000));
   channel_ = grpc::CreateCustomChannel(options_.address, creds, args);
   stub_ = v1::Learner::NewStub(channel_);
 }
@@ -68,6 +73,14 @@ Status RemoteLearner::Register() {
     actor_id_ = reply.actor_id();
     heartbeat_seconds_ = std::max(0.05, reply.heartbeat_seconds());
   }
+  if (!incarnation_.empty() && reply.learner_incarnation() != incarnation_) {
+    // A restarted learner: its versions continue from its last checkpoint, so a snapshot
+    // from before may not exist in its history. Fetch its newest instead.
+    spdlog::warn("learner restarted (now at version {}); dropping snapshot v{}", reply.snapshot_version(),
+                 cached_.version);
+    cached_ = rollout::Snapshot{};
+  }
+  incarnation_ = reply.learner_incarnation();
   known_version_ = reply.snapshot_version();
   cached_run_spec_ = reply.run_spec_json();
   spdlog::info("registered with learner {} as {}", options_.address, reply.actor_id());
@@ -106,7 +119,7 @@ void RemoteLearner::HeartbeatLoop() {
     v1::HeartbeatRequest req;
     req.set_actor_id(actor_id());
     v1::HeartbeatReply reply;
-    if (stub_->Heartbeat(&ctx, req, &reply).ok()) {
+    if (stub_->Heartbeat(&ctx, req, &reply).ok() && reply.known()) {
       known_version_ = std::max<int64_t>(known_version_.load(), reply.snapshot_version());
       if (reply.done()) done_ = true;
     }

@@ -69,6 +69,7 @@ class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink
   double backoff_ = 0.1;
   rollout::Snapshot cached_;
   std::string cached_run_spec_;
+  std::string incarnation_;  // of the learner process last registered with
   std::thread heartbeat_;
 };
 

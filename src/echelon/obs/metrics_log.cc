@@ -1,7 +1,12 @@
 #include "echelon/obs/metrics_log.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "echelon/common/fs.h"
 
 namespace echelon::obs {
 
@@ -24,6 +29,31 @@ Status MetricsLog::Write(const nlohmann::json& line) {
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0)
     return Internal("write to " + path_ + " failed: " + std::strerror(errno));
   return Status::Ok();
+}
+
+uint64_t MetricsLog::bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr || std::fseek(file_, 0, SEEK_END) != 0) return 0;
+  const long pos = std::ftell(file_);
+  return pos < 0 ? 0 : static_cast<uint64_t>(pos);
+}
+
+Result<int64_t> MetricsLog::RollBack(const std::string& path, uint64_t length, const std::string& discarded_path) {
+  ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  if (text.size() < length)
+    return DataLoss(path + " has " + std::to_string(text.size()) + " bytes but the checkpoint recorded " +
+                    std::to_string(length) + "; it was truncated or replaced since");
+  if (text.size() == length) return 0;
+  const std::string tail = text.substr(length);
+  std::FILE* out = std::fopen(discarded_path.c_str(), "a");
+  if (out == nullptr) return Internal("cannot open " + discarded_path + ": " + std::strerror(errno));
+  const bool wrote = std::fwrite(tail.data(), 1, tail.size(), out) == tail.size() &&
+                     (tail.back() == '\n' || std::fputc('\n', out) != EOF) && std::fflush(out) == 0 &&
+                     ::fsync(::fileno(out)) == 0;
+  if (std::fclose(out) != 0 || !wrote) return Internal("write to " + discarded_path + " failed");
+  if (::truncate(path.c_str(), static_cast<off_t>(length)) != 0)
+    return Internal("cannot truncate " + path + ": " + std::strerror(errno));
+  return static_cast<int64_t>(std::count(tail.begin(), tail.end(), '\n') + (tail.back() == '\n' ? 0 : 1));
 }
 
 }  // namespace echelon::obs

@@ -4,6 +4,7 @@
 // Thread contract: Write() is safe to call from several threads (one mutex).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -23,6 +24,12 @@ class MetricsLog {
 
   Status Open(const std::string& path);
   Status Write(const nlohmann::json& line);
+  // Bytes in the file so far (a line boundary: lines are written whole and flushed).
+  uint64_t bytes();
+
+  // Cuts `path` back to its first `length` bytes (a resumed run redoes the steps after it);
+  // the cut lines are appended to `discarded_path`, never lost. Returns how many lines moved.
+  static Result<int64_t> RollBack(const std::string& path, uint64_t length, const std::string& discarded_path);
 
  private:
   std::mutex mu_;  // guards file_

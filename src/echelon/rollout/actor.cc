@@ -27,7 +27,10 @@ Actor::Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, Snaps
 
 bool Actor::RefreshSnapshot() {
   Snapshot snap = snapshots_->Latest();
-  if (snap.version <= policy_->version()) return policy_->version() >= 0;
+  // Any other version replaces ours, older ones too: a learner resumed from a checkpoint
+  // publishes versions again from there.
+  if (snap.version < 0 || !snap.weights) return false;
+  if (snap.version == policy_->version()) return true;
   Status st = policy_->LoadSnapshot(*snap.weights, snap.version);
   if (!st.ok()) {
     spdlog::error("{}: cannot load snapshot v{}: {}", options_.name, snap.version, st.message());

@@ -104,6 +104,54 @@ DispatchCounts Dispatcher::counts() const {
   return c;
 }
 
+DispatcherState Dispatcher::Export() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  DispatcherState s;
+  s.version = version_;
+  s.next_group = next_group_;
+  s.next_lease = next_lease_;
+  s.counts = counts_;
+  s.unsettled.assign(reissue_queue_.begin(), reissue_queue_.end());
+  std::vector<uint64_t> live;
+  for (const auto& [group, lease] : running_) live.push_back(group);
+  for (const auto& [group, lease] : pending_) live.push_back(group);
+  std::sort(live.begin(), live.end());
+  s.unsettled.insert(s.unsettled.end(), live.begin(), live.end());
+  s.counts.outstanding = running_.size();
+  s.counts.pending = pending_.size();
+  s.counts.awaiting_reissue = reissue_queue_.size();
+  return s;
+}
+
+Status Dispatcher::Restore(const DispatcherState& state, uint64_t lease_base) {
+  std::vector<uint64_t> seen = state.unsettled;
+  std::sort(seen.begin(), seen.end());
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+    return DataLoss("dispatcher state lists a group twice among unsettled groups");
+  if (!seen.empty() && seen.back() >= state.next_group)
+    return DataLoss("dispatcher state lists group " + std::to_string(seen.back()) +
+                    " as unsettled but only " + std::to_string(state.next_group) + " were ever handed out");
+  if (state.version < 0) return DataLoss("dispatcher state has a negative version");
+  const DispatchCounts& c = state.counts;
+  // Every hand-out ended (consumed, dropped, re-issued) or is one of the unsettled ones, which
+  // were outstanding or pending when saved.
+  if (c.handed_out != c.consumed + c.dropped_stale + c.reissued + c.outstanding + c.pending ||
+      c.outstanding + c.pending + c.awaiting_reissue != state.unsettled.size())
+    return DataLoss("dispatcher counts do not add up (handed_out " + std::to_string(c.handed_out) + ")");
+  std::lock_guard<std::mutex> lock(mu_);
+  version_ = state.version;
+  next_group_ = state.next_group;
+  next_lease_ = std::max(state.next_lease, lease_base);
+  counts_ = state.counts;
+  counts_.reissued += c.outstanding + c.pending;
+  counts_.outstanding = counts_.pending = counts_.awaiting_reissue = 0;
+  running_.clear();
+  pending_.clear();
+  settled_.clear();
+  reissue_queue_.assign(state.unsettled.begin(), state.unsettled.end());
+  return Status::Ok();
+}
+
 int Dispatcher::ExpireLeasesLocked() {
   const double now = clock_->Now();
   int expired = 0;

@@ -31,8 +31,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "echelon/common/clock.h"
+#include "echelon/common/status.h"
 
 namespace echelon::sched {
 
@@ -63,6 +65,17 @@ struct DispatchCounts {
   uint64_t awaiting_reissue = 0;  // groups whose hand-out ended, queued for the next Acquire
 };
 
+// What a checkpoint keeps of a dispatcher. Hand-outs not yet settled (running, submitted
+// and waiting for the learner, or queued for re-issue) are listed in `unsettled`; restoring
+// queues them all for re-issue, because the rollouts they stood for died with the process.
+struct DispatcherState {
+  int64_t version = 0;
+  uint64_t next_group = 0;
+  uint64_t next_lease = 1;
+  DispatchCounts counts;            // outstanding/pending/awaiting_reissue are ignored on restore
+  std::vector<uint64_t> unsettled;  // re-issue order
+};
+
 class Dispatcher {
  public:
   Dispatcher(const DispatcherOptions& options, const Clock* clock);
@@ -90,6 +103,14 @@ class Dispatcher {
   // How many new groups admission would allow right now.
   int64_t Capacity() const;
   DispatchCounts counts() const;
+
+  DispatcherState Export() const;
+  // Replaces all state with `state` (a fresh dispatcher, before any actor calls it). Every
+  // unsettled group is queued for re-issue and counted as re-issued, so the counts still add
+  // up and the group is later consumed or dropped exactly once. Lease ids continue from
+  // `lease_base` (larger than any lease a previous process may have handed out), so an old
+  // lease can never match a new one. Errors on inconsistent state (ids out of range, repeats).
+  Status Restore(const DispatcherState& state, uint64_t lease_base);
 
  private:
   struct Lease {

@@ -202,3 +202,76 @@ TEST(Dispatcher, ConcurrentActorsGetDistinctGroups) {
 
 }  // namespace
 }  // namespace echelon::sched
+
+namespace echelon::sched {
+namespace {
+
+TEST(DispatcherRestore, UnsettledGroupsAreReissuedOnceAndCountsStillAddUp) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/2, /*b=*/2, /*lease=*/5), &clock);
+  std::vector<WorkItem> items;
+  for (int i = 0; i < 6; ++i) items.push_back(*d.Acquire("a"));
+  ASSERT_EQ(d.Submit(items[0].group_id, items[0].lease_id), SubmitResult::kAccepted);
+  ASSERT_EQ(d.Submit(items[1].group_id, items[1].lease_id), SubmitResult::kAccepted);
+  ASSERT_EQ(d.Submit(items[2].group_id, items[2].lease_id), SubmitResult::kAccepted);
+  d.Settle(items[0].group_id, Outcome::kConsumed);
+  d.Settle(items[1].group_id, Outcome::kConsumed);
+  d.SetVersion(1);
+  clock.Advance(6);  // groups 3, 4, 5 expire -> awaiting re-issue
+  d.ExpireLeases();
+  ASSERT_TRUE(d.Acquire("b").has_value());  // group 3 again, running
+  const DispatcherState saved = d.Export();
+  EXPECT_EQ(saved.version, 1);
+  EXPECT_EQ(saved.next_group, 6u);
+  // Awaiting re-issue first (4, 5), then running and pending by id (2 pending, 3 running).
+  EXPECT_EQ(saved.unsettled, (std::vector<uint64_t>{4, 5, 2, 3}));
+
+  SimulatedClock clock2;
+  Dispatcher r(Options(2, 2, 5), &clock2);
+  ASSERT_TRUE(r.Restore(saved, /*lease_base=*/1000).ok());
+  ExpectCountsAddUp(r);
+  EXPECT_EQ(r.version(), 1);
+  EXPECT_EQ(r.counts().consumed, 2u);
+  EXPECT_EQ(r.counts().awaiting_reissue, 4u);
+  // The old leases are dead: their holders are refused, whatever they held.
+  EXPECT_EQ(r.Submit(items[2].group_id, items[2].lease_id), SubmitResult::kNotLeaseHolder);
+  // Re-issued in the saved order, with fresh lease ids, before any new group.
+  std::vector<uint64_t> order;
+  for (int i = 0; i < 4; ++i) {
+    std::optional<WorkItem> w = r.Acquire("c");
+    ASSERT_TRUE(w.has_value());
+    EXPECT_TRUE(w->reissue);
+    EXPECT_GE(w->lease_id, 1000u);
+    order.push_back(w->group_id);
+    EXPECT_EQ(r.Submit(w->group_id, w->lease_id), SubmitResult::kAccepted);
+    r.Settle(w->group_id, Outcome::kConsumed);
+  }
+  EXPECT_EQ(order, saved.unsettled);
+  // Admission continues where it was: (S + v + 1) * B = 8 live slots, 6 consumed.
+  EXPECT_EQ(r.Capacity(), 2);
+  EXPECT_EQ(r.Acquire("c")->group_id, 6u);
+  ExpectCountsAddUp(r);
+  // Each group settled exactly once overall: 2 before, 4 after the restore.
+  EXPECT_EQ(r.counts().consumed, 6u);
+}
+
+TEST(DispatcherRestore, InconsistentStateIsRefused) {
+  SimulatedClock clock;
+  Dispatcher d(Options(1, 1), &clock);
+  d.Acquire("a");
+  DispatcherState good = d.Export();
+  DispatcherState s = good;
+  s.unsettled = {0, 0};
+  s.counts.outstanding = 2;
+  EXPECT_FALSE(Dispatcher(Options(1, 1), &clock).Restore(s, 1).ok());
+  s = good;
+  s.unsettled = {7};
+  EXPECT_NE(Dispatcher(Options(1, 1), &clock).Restore(s, 1).message().find("group 7"), std::string::npos);
+  s = good;
+  s.counts.handed_out = 5;
+  EXPECT_NE(Dispatcher(Options(1, 1), &clock).Restore(s, 1).message().find("add up"), std::string::npos);
+  EXPECT_TRUE(Dispatcher(Options(1, 1), &clock).Restore(good, 1).ok());
+}
+
+}  // namespace
+}  // namespace echelon::sched

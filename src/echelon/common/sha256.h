@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace echelon::broadcast {
+namespace echelon {
 
 std::string Sha256(std::string_view bytes);     // 32 raw bytes
 std::string Sha256Hex(std::string_view bytes);  // 64 lowercase hex characters
@@ -16,4 +16,4 @@ std::string ToHex(std::string_view bytes);
 // Returns false on odd length or a non-hex character.
 bool FromHex(std::string_view hex, std::string* out);
 
-}  // namespace echelon::broadcast
+}  // namespace echelon

@@ -1,8 +1,8 @@
-#include "echelon/broadcast/sha256.h"
+#include "echelon/common/sha256.h"
 
 #include <openssl/sha.h>
 
-namespace echelon::broadcast {
+namespace echelon {
 
 std::string Sha256(std::string_view bytes) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
@@ -42,4 +42,4 @@ bool FromHex(std::string_view hex, std::string* out) {
   return true;
 }
 
-}  // namespace echelon::broadcast
+}  // namespace echelon

@@ -1,0 +1,244 @@
+#include "echelon/cli/run_checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+
+#include "echelon/common/fs.h"
+#include "echelon/common/sha256.h"
+#include "echelon/model/safetensors.h"
+
+namespace echelon::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+
+nlohmann::json CountsToJson(const sched::DispatchCounts& c) {
+  return {{"handed_out", c.handed_out}, {"consumed", c.consumed},       {"dropped_stale", c.dropped_stale},
+          {"reissued", c.reissued},     {"outstanding", c.outstanding}, {"pending", c.pending},
+          {"refused", c.refused},       {"awaiting_reissue", c.awaiting_reissue}};
+}
+
+// Reads typed fields of one JSON object, remembering the first problem.
+class Reader {
+ public:
+  Reader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {
+    if (!j_.is_object()) Fail("", "an object");
+  }
+  template <typename T>
+  T Get(const std::string& key) {
+    if (!status_.ok()) return T{};
+    auto it = j_.find(key);
+    if (it == j_.end()) {
+      status_ = DataLoss(where_ + ": missing field \"" + key + "\"");
+      return T{};
+    }
+    try {
+      return it->template get<T>();
+    } catch (const nlohmann::json::exception&) {
+      Fail(key, "a value of the right type");
+      return T{};
+    }
+  }
+  const nlohmann::json& Sub(const std::string& key) {
+    static const nlohmann::json kEmpty = nlohmann::json::object();
+    auto it = j_.find(key);
+    if (it == j_.end() || !it->is_object()) {
+      if (status_.ok()) Fail(key, "an object");
+      return kEmpty;
+    }
+    return *it;
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  void Fail(const std::string& key, const std::string& what) {
+    if (status_.ok()) status_ = DataLoss(where_ + ": field \"" + key + "\" must be " + what);
+  }
+  const nlohmann::json& j_;
+  std::string where_;
+  Status status_;
+};
+
+// "step-<digits>" -> digits, else -1.
+int64_t StepNumber(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 24) return -1;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return -1;
+  return std::stoll(name.substr(5));
+}
+
+// Resumable checkpoints under `ckpt_dir`, newest first.
+std::vector<std::pair<int64_t, fs::path>> ListRunCheckpoints(const fs::path& ckpt_dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(ckpt_dir, ec)) {
+    const int64_t n = StepNumber(entry.path().filename().string());
+    if (n >= 0 && entry.is_directory(ec) && fs::exists(entry.path() / kStateFile, ec)) out.emplace_back(n, entry.path());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+void Prune(const fs::path& ckpt_dir, int64_t keep) {
+  std::error_code ec;
+  const std::vector<std::pair<int64_t, fs::path>> all = ListRunCheckpoints(ckpt_dir);
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < all.size(); ++i) fs::remove_all(all[i].second, ec);
+  // Temporaries of writes that a crash interrupted (never of a write in progress here).
+  const std::string own = ".tmp-" + std::to_string(::getpid());
+  for (const auto& entry : fs::directory_iterator(ckpt_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp-") != std::string::npos && name.find(own) == std::string::npos) fs::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
+nlohmann::json RunStateToJson(const RunState& s) {
+  return {{"format", "echelon-run-state-1"},
+          {"version", s.version},
+          {"wall_seconds", s.wall_seconds},
+          {"rl_wall_seconds", s.rl_wall_seconds},
+          {"busy_seconds", s.busy_seconds},
+          {"consumed_tokens", s.consumed_tokens},
+          {"metrics_bytes", s.metrics_bytes},
+          {"warmstart_accuracy", s.warmstart_accuracy},
+          {"heldout_n", s.heldout_n},
+          {"resumes", s.resumes},
+          {"dispatcher",
+           {{"version", s.dispatcher.version},
+            {"next_group", s.dispatcher.next_group},
+            {"next_lease", s.dispatcher.next_lease},
+            {"counts", CountsToJson(s.dispatcher.counts)},
+            {"unsettled", s.dispatcher.unsettled}}},
+          {"refusals", s.refusals},
+          {"accepted_tokens", s.accepted_tokens},
+          {"actor_groups", s.actor_groups},
+          {"rng_state", s.rng_state_hex}};
+}
+
+Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& where) {
+  RunState s;
+  Reader r(j, where);
+  if (r.Get<std::string>("format") != "echelon-run-state-1" && r.status().ok())
+    return DataLoss(where + ": unknown format " + j["format"].dump() + " (expected \"echelon-run-state-1\")");
+  s.version = r.Get<int64_t>("version");
+  s.wall_seconds = r.Get<double>("wall_seconds");
+  s.rl_wall_seconds = r.Get<double>("rl_wall_seconds");
+  s.busy_seconds = r.Get<double>("busy_seconds");
+  s.consumed_tokens = r.Get<int64_t>("consumed_tokens");
+  s.metrics_bytes = r.Get<uint64_t>("metrics_bytes");
+  s.warmstart_accuracy = r.Get<double>("warmstart_accuracy");
+  s.heldout_n = r.Get<int64_t>("heldout_n");
+  s.resumes = r.Get<int64_t>("resumes");
+  s.refusals = r.Get<std::map<std::string, int64_t>>("refusals");
+  s.accepted_tokens = r.Get<int64_t>("accepted_tokens");
+  s.actor_groups = r.Get<std::map<std::string, int64_t>>("actor_groups");
+  s.rng_state_hex = r.Get<std::string>("rng_state");
+  Reader d(r.Sub("dispatcher"), where + " dispatcher");
+  s.dispatcher.version = d.Get<int64_t>("version");
+  s.dispatcher.next_group = d.Get<uint64_t>("next_group");
+  s.dispatcher.next_lease = d.Get<uint64_t>("next_lease");
+  s.dispatcher.unsettled = d.Get<std::vector<uint64_t>>("unsettled");
+  Reader c(d.Sub("counts"), where + " dispatcher.counts");
+  sched::DispatchCounts& k = s.dispatcher.counts;
+  k.handed_out = c.Get<uint64_t>("handed_out");
+  k.consumed = c.Get<uint64_t>("consumed");
+  k.dropped_stale = c.Get<uint64_t>("dropped_stale");
+  k.reissued = c.Get<uint64_t>("reissued");
+  k.outstanding = c.Get<uint64_t>("outstanding");
+  k.pending = c.Get<uint64_t>("pending");
+  k.refused = c.Get<uint64_t>("refused");
+  k.awaiting_reissue = c.Get<uint64_t>("awaiting_reissue");
+  for (const Reader* each : {&r, &d, &c}) ECHELON_RETURN_IF_ERROR(each->status());
+  if (s.version < 0 || s.dispatcher.version != s.version)
+    return DataLoss(where + ": learner version " + std::to_string(s.version) + " and dispatcher version " +
+                    std::to_string(s.dispatcher.version) + " disagree");
+  return s;
+}
+
+std::string CaptureRngState() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  const at::Tensor state = gen.get_state();
+  return ToHex(std::string_view(static_cast<const char*>(state.data_ptr()), state.numel()));
+}
+
+Status RestoreRngState(const std::string& hex) {
+  if (hex.empty() || hex.size() % 2 != 0) return DataLoss("RNG state is not a hex string of whole bytes");
+  at::Tensor state = at::empty({static_cast<int64_t>(hex.size() / 2)}, at::kByte);
+  uint8_t* out = state.data_ptr<uint8_t>();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const std::string byte = hex.substr(i, 2);
+    if (byte.find_first_not_of("0123456789abcdef") != std::string::npos) return DataLoss("RNG state is not hex");
+    out[i / 2] = static_cast<uint8_t>(std::stoi(byte, nullptr, 16));
+  }
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  try {
+    gen.set_state(state);
+  } catch (const c10::Error& e) {
+    return DataLoss(std::string("RNG state refused: ") + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::CharTokenizer& tok,
+                         const RunState& state, int64_t keep) {
+  model::CheckpointFiles extra;
+  ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile], model::SerializeSafetensors(learner.OptimizerState(), {}));
+  extra[kStateFile] = RunStateToJson(state).dump(1) + "\n";
+  const fs::path dir = fs::path(ckpt_dir) / ("step-" + std::to_string(state.version));
+  ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint(dir.string(), learner.model(), tok, extra));
+  Prune(ckpt_dir, keep);
+  return Status::Ok();
+}
+
+Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::vector<std::string>* skipped) {
+  for (const auto& [n, dir] : ListRunCheckpoints(ckpt_dir)) {
+    auto skip = [&, dir = dir](const Status& why) { skipped->push_back(dir.string() + ": " + why.message()); };
+    Status verified = model::VerifyCheckpoint(dir.string(), /*required=*/true);
+    if (!verified.ok()) {
+      skip(verified);
+      continue;
+    }
+    Result<model::LoadedCheckpoint> ck = model::LoadCheckpoint(dir.string());
+    if (!ck.ok()) {
+      skip(ck.status());
+      continue;
+    }
+    const std::string state_path = (dir / kStateFile).string();
+    Result<std::string> text = ReadFile(state_path);
+    nlohmann::json j = text.ok() ? nlohmann::json::parse(text.value(), nullptr, false) : nlohmann::json();
+    if (!text.ok() || j.is_discarded()) {
+      skip(DataLoss(state_path + " is not valid JSON"));
+      continue;
+    }
+    Result<RunState> st = RunStateFromJson(j, state_path);
+    if (!st.ok() || st->version != n) {
+      skip(st.ok() ? DataLoss(state_path + " says version " + std::to_string(st->version)) : st.status());
+      continue;
+    }
+    Result<model::SafetensorsFile> opt = model::ReadSafetensors((dir / kOptimizerFile).string());
+    if (!opt.ok()) {
+      skip(opt.status());
+      continue;
+    }
+    ResumePoint p;
+    p.dir = dir.string();
+    p.state = std::move(st).value();
+    p.checkpoint = std::move(ck).value();
+    p.optimizer = std::move(opt->tensors);
+    return p;
+  }
+  return NotFound("no whole resumable checkpoint (step-N with " + std::string(kStateFile) + ") under " + ckpt_dir);
+}
+
+}  // namespace echelon::cli
