@@ -9,6 +9,7 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libssl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libicu-dev
 )
 
 missing=()

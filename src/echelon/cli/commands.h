@@ -14,5 +14,6 @@ void AddLearnerCommand(CLI::App& app, int* exit_code);
 void AddActorCommand(CLI::App& app, int* exit_code);
 void AddBroadcastCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
+void AddTokenizeCommand(CLI::App& app, int* exit_code);
 
 }  // namespace echelon::cli

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   echelon::cli::AddActorCommand(app, &exit_code);
   echelon::cli::AddBroadcastCommand(app, &exit_code);
   echelon::cli::AddReportCommand(app, &exit_code);
+  echelon::cli::AddTokenizeCommand(app, &exit_code);
   app.parse_complete_callback([&] {
     echelon::InitLogging(log_level);
     SetThreads();
