@@ -85,7 +85,7 @@ std::vector<Completion> Collect(const at::Tensor& tokens, const at::Tensor& logp
 }  // namespace
 
 std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
-                                 const SamplingParams& params) {
+                                 const SamplingParams& params, const StepCallback& on_step) {
   if (prompts.empty() || params.max_new_tokens <= 0) return std::vector<Completion>(prompts.size());
   at::NoGradGuard no_grad;
   const int64_t rows = static_cast<int64_t>(prompts.size()), steps = params.max_new_tokens;
@@ -120,8 +120,25 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
     logprobs.select(1, step).copy_(logprob);
     // Rows that finished earlier keep running (one batch) but record nothing more.
     lengths.masked_fill_(~done, step + 1);
-    done.logical_or_(token == params.eos_token_id);
-    if (step + 1 == steps || done.all().item<bool>()) break;
+    bool keep_going = true;
+    if (on_step) {
+      std::vector<int64_t> live, drawn;
+      std::vector<float> lps;
+      const auto d = done.accessor<bool, 1>();
+      const auto tk = token.accessor<int64_t, 1>();
+      const auto lp = logprob.accessor<float, 1>();
+      for (int64_t r = 0; r < rows; ++r)
+        if (!d[r]) {
+          live.push_back(r);
+          drawn.push_back(tk[r]);
+          lps.push_back(lp[r]);
+        }
+      keep_going = on_step(live, drawn, lps);
+    }
+    at::Tensor stop = token == params.eos_token_id;
+    for (int64_t id : params.stop_token_ids) stop.logical_or_(token == id);
+    done.logical_or_(stop);
+    if (!keep_going || step + 1 == steps || done.all().item<bool>()) break;
     if (params.use_cache) {
       logits =
           model->Forward(token.unsqueeze(1), b.positions.narrow(1, p + step, 1), slots(valid, 0, p + step + 1), &cache)

@@ -1,0 +1,65 @@
+// A causal language model loaded from a directory, in either layout:
+//   Hugging Face: config.json (Qwen3ForCausalLM, Qwen2ForCausalLM or LlamaForCausalLM),
+//     model.safetensors or shards listed in model.safetensors.index.json (F32/BF16/F16,
+//     converted to F32), tokenizer.json (+ tokenizer_config.json with the chat template),
+//     generation_config.json (stop ids, sampling defaults), all optional but config.json,
+//     the weights and tokenizer.json;
+//   echelon checkpoint (model/checkpoint.h): config.json, model.safetensors and a character
+//     tokenizer.json.
+// SaveModelDir writes the Hugging Face layout, so the output loads in `transformers`, vLLM or
+// SGLang unchanged (tokenizer files are copied from the source directory).
+//
+//   ECHELON_ASSIGN_OR_RETURN(TextModel m, LoadModelDir("models/qwen3-0.6b"));
+//   ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, m.codec->Encode("Hello"));
+//
+// Thread contract: loading and saving are free functions; a TextModel's codec is immutable and
+// safe for concurrent use; its model must be used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "echelon/common/status.h"
+#include "echelon/model/qwen3.h"
+
+namespace echelon::model {
+
+// Text <-> token ids for any tokenizer a model directory may carry.
+class TextCodec {
+ public:
+  virtual ~TextCodec() = default;
+  // Nothing is added (no BOS/EOS); special tokens written in the text are matched.
+  virtual Result<std::vector<int64_t>> Encode(const std::string& text) const = 0;
+  // Special tokens decode to their text. Fails on an id outside the vocabulary.
+  virtual Result<std::string> Decode(const std::vector<int64_t>& ids) const = 0;
+  // The id of a special/added token spelled exactly `text`, or -1.
+  virtual int64_t SpecialTokenId(const std::string& text) const = 0;
+};
+
+struct TextModel {
+  std::string dir;
+  std::string format;       // "huggingface" or "echelon"
+  std::string architecture;  // "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM"
+  ModelConfig config;
+  Qwen3Model model{nullptr};
+  std::shared_ptr<const TextCodec> codec;
+  std::vector<int64_t> stop_ids;  // generation ends at any of these (eos ids)
+  double temperature = 1.0;       // generation_config.json defaults, else 1.0 / 1.0
+  double top_p = 1.0;
+  std::string chat_template;      // tokenizer_config.json "chat_template"; empty when none
+};
+
+// Errors name the directory and the file (and the tensor, for weights that are missing,
+// mis-shaped, truncated or of an unsupported dtype).
+Result<TextModel> LoadModelDir(const std::string& dir);
+
+// Writes `model` in the Hugging Face layout: config.json (with "architectures" and
+// "torch_dtype"), model.safetensors, generation_config.json, and the tokenizer files of
+// `tokenizer_source_dir` (tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+// vocab.json, merges.txt, whichever exist). Whole or not at all, like SaveCheckpoint.
+Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::string& architecture,
+                    const std::vector<int64_t>& stop_ids, const std::string& tokenizer_source_dir);
+
+}  // namespace echelon::model
