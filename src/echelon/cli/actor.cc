@@ -24,6 +24,9 @@ struct ActorArgs {
   std::string token_file;
   std::string tls_ca;
   double slowdown = 1.0;
+  std::string broadcast_listen = "0.0.0.0:0";
+  std::string broadcast_advertise;
+  bool no_broadcast = false;
 };
 
 int RunActor(const ActorArgs& args) {
@@ -33,6 +36,9 @@ int RunActor(const ActorArgs& args) {
   ro.address = args.learner;
   ro.name = args.name;
   ro.tls_ca_file = args.tls_ca;
+  ro.broadcast = !args.no_broadcast;
+  ro.broadcast_listen = args.broadcast_listen;
+  ro.broadcast_advertise = args.broadcast_advertise;
   if (!args.token_file.empty()) {
     Result<std::string> token = net::LoadToken(args.token_file);
     if (!token.ok()) {
@@ -83,6 +89,12 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--slowdown", args->slowdown, "take this many times longer per group (heterogeneity experiments)")
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
+  cmd->add_option("--broadcast-listen", args->broadcast_listen,
+                  "where this actor serves snapshot chunks to other actors (peer-assisted broadcast)")
+      ->capture_default_str();
+  cmd->add_option("--broadcast-advertise", args->broadcast_advertise,
+                  "HOST:PORT other actors dial for chunks (default: this host's address toward the learner)");
+  cmd->add_flag("--no-broadcast", args->no_broadcast, "pull every snapshot from the learner instead");
   cmd->callback([args, exit_code] { *exit_code = RunActor(*args); });
 }
 

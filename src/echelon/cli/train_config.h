@@ -38,6 +38,7 @@ struct RunOptions {
   int64_t eval_every = 0;
   int64_t checkpoint_every = 50;
   int64_t checkpoint_keep = 3;
+  bool snapshot_broadcast = true;  // remote actors get snapshots by peer-assisted broadcast
 };
 
 Result<RunOptions> RunOptionsFromConfig(const Config& cfg);
