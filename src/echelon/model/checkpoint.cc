@@ -33,15 +33,10 @@ Status CheckVocab(const ModelConfig& cfg, const CharTokenizer& tok, const std::s
 
 constexpr const char* kChecksums = "checksums.json";
 
-Status WriteFiles(const fs::path& tmp, const Qwen3Model& model, const CharTokenizer& tokenizer,
-                  const CheckpointFiles& extra) {
+Status WriteFiles(const fs::path& tmp, const CheckpointFiles& files) {
   std::error_code ec;
   fs::remove_all(tmp, ec);  // a leftover from a crashed save by a process with our pid
   if (!fs::create_directories(tmp, ec)) return Internal("cannot create " + tmp.string() + ": " + ec.message());
-  CheckpointFiles files = extra;
-  files["config.json"] = model->config().ToJson().dump(2) + "\n";
-  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
-  files["tokenizer.json"] = tokenizer.ToJson().dump(2) + "\n";
   // Crash tests: ECHELON_FAULT_KILL_IN_CHECKPOINT=TEXT kills this process half-way through
   // writing a checkpoint whose temporary path contains TEXT (as a power cut would).
   const char* fault = std::getenv("ECHELON_FAULT_KILL_IN_CHECKPOINT");
@@ -94,12 +89,20 @@ Result<nlohmann::json> ReadJson(const std::string& path) {
 
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer,
                       const CheckpointFiles& extra) {
+  ECHELON_RETURN_IF_ERROR(CheckVocab(model->config(), tokenizer, "saving " + CleanDir(dir).string()));
+  CheckpointFiles files = extra;
+  files["config.json"] = model->config().ToJson().dump(2) + "\n";
+  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
+  files["tokenizer.json"] = tokenizer.ToJson().dump(2) + "\n";
+  return WriteCheckpointDir(dir, files);
+}
+
+Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files) {
   const fs::path final_dir = CleanDir(dir);
-  ECHELON_RETURN_IF_ERROR(CheckVocab(model->config(), tokenizer, "saving " + final_dir.string()));
   std::error_code ec;
   if (final_dir.has_parent_path()) fs::create_directories(final_dir.parent_path(), ec);
   const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
-  Status st = WriteFiles(tmp, model, tokenizer, extra);
+  Status st = WriteFiles(tmp, files);
   if (st.ok()) st = Publish(tmp, final_dir);
   if (!st.ok()) {
     fs::remove_all(tmp, ec);

@@ -30,6 +30,8 @@ using CheckpointFiles = std::map<std::string, std::string>;
 
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer,
                       const CheckpointFiles& extra = {});
+// The writer underneath: `files` (plain names) plus checksums.json, whole or not at all.
+Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files);
 // Checks every file listed in `dir`/checksums.json (present, same size, same SHA-256); the
 // error names the file. With `required` false a directory without checksums.json passes
 // (checkpoints from elsewhere); with it true that is an error too.

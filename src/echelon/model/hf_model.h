@@ -2,8 +2,8 @@
 //   Hugging Face: config.json (Qwen3ForCausalLM, Qwen2ForCausalLM or LlamaForCausalLM),
 //     model.safetensors or shards listed in model.safetensors.index.json (F32/BF16/F16,
 //     converted to F32), tokenizer.json (+ tokenizer_config.json with the chat template),
-//     generation_config.json (stop ids, sampling defaults), all optional but config.json,
-//     the weights and tokenizer.json;
+//     generation_config.json (stop ids, sampling defaults); only config.json and the weights
+//     are required (without tokenizer.json the model has no codec: ids in, logits out);
 //   echelon checkpoint (model/checkpoint.h): config.json, model.safetensors and a character
 //     tokenizer.json.
 // SaveModelDir writes the Hugging Face layout, so the output loads in `transformers`, vLLM or
@@ -44,7 +44,7 @@ struct TextModel {
   std::string architecture;  // "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM"
   ModelConfig config;
   Qwen3Model model{nullptr};
-  std::shared_ptr<const TextCodec> codec;
+  std::shared_ptr<const TextCodec> codec;  // null when the directory has no tokenizer.json
   std::vector<int64_t> stop_ids;  // generation ends at any of these (eos ids)
   double temperature = 1.0;       // generation_config.json defaults, else 1.0 / 1.0
   double top_p = 1.0;

@@ -52,13 +52,16 @@ Status GetTokenId(const json& j, const std::string& where, const char* field, in
 // something different from the reference.
 Status RejectUnsupported(const json& j, const std::string& where) {
   auto is_true = [&](const char* f) { return j.contains(f) && j[f].is_boolean() && j[f].get<bool>(); };
-  if (is_true("attention_bias"))
-    return FieldError(where, "attention_bias", "is true; only bias-free attention is supported");
   if (is_true("use_sliding_window"))
     return FieldError(where, "use_sliding_window", "is true; sliding-window attention is not supported");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    return FieldError(where, "rope_scaling", "is set; only default RoPE is supported");
+    const json& rs = j["rope_scaling"];
+    const json type = rs.is_object() ? rs.value("rope_type", rs.value("type", json("default"))) : json();
+    if (type != "default")
+      return FieldError(where, "rope_scaling", "is " + rs.dump() + "; only default RoPE is supported");
   }
+  if (j.contains("partial_rotary_factor") && j["partial_rotary_factor"] != 1.0)
+    return FieldError(where, "partial_rotary_factor", "is not 1; only full rotary embedding is supported");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu" && j["hidden_act"] != "swish") {
     return FieldError(where, "hidden_act", "is " + j["hidden_act"].dump() + "; only \"silu\" is supported");
   }
@@ -79,7 +82,8 @@ Status ModelConfig::Validate() const {
   ECHELON_RETURN_IF_ERROR(positive(num_key_value_heads, "num_key_value_heads"));
   ECHELON_RETURN_IF_ERROR(positive(head_dim, "head_dim"));
   ECHELON_RETURN_IF_ERROR(positive(max_position_embeddings, "max_position_embeddings"));
-  if (model_type != "qwen3") return InvalidArgument("model_type must be \"qwen3\", got \"" + model_type + "\"");
+  if (model_type != "qwen3" && model_type != "qwen2" && model_type != "llama")
+    return InvalidArgument("model_type must be \"qwen3\", \"qwen2\" or \"llama\", got \"" + model_type + "\"");
   if (num_attention_heads % num_key_value_heads != 0) {
     return InvalidArgument("num_attention_heads (" + std::to_string(num_attention_heads) +
                            ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
@@ -100,7 +104,13 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::st
   if (j.contains("model_type")) {
     if (!j["model_type"].is_string()) return FieldError(where, "model_type", "must be a string");
     c.model_type = j["model_type"].get<std::string>();
+  } else if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+             j["architectures"][0].is_string()) {
+    const std::string arch = j["architectures"][0].get<std::string>();
+    c.model_type = arch == "Qwen2ForCausalLM" ? "qwen2" : arch == "LlamaForCausalLM" ? "llama" : "qwen3";
   }
+  if (c.model_type != "qwen3" && c.model_type != "qwen2" && c.model_type != "llama")
+    return FieldError(where, "model_type", "is \"" + c.model_type + "\"; supported: qwen3, qwen2, llama");
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "vocab_size", true, &c.vocab_size));
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "hidden_size", true, &c.hidden_size));
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "intermediate_size", true, &c.intermediate_size));
@@ -108,8 +118,11 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::st
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_attention_heads", true, &c.num_attention_heads));
   c.num_key_value_heads = c.num_attention_heads;  // HF: absent means multi-head attention
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_key_value_heads", false, &c.num_key_value_heads));
-  c.head_dim = 128;  // HF Qwen3Config default, not hidden/heads
+  // HF Qwen3Config's default is 128, not hidden/heads; Qwen2 and Llama derive it.
+  c.head_dim = c.model_type == "qwen3" ? 128 : c.hidden_size / c.num_attention_heads;
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "head_dim", false, &c.head_dim));
+  ECHELON_RETURN_IF_ERROR(GetBool(j, where, "attention_bias", &c.attention_bias));
+  ECHELON_RETURN_IF_ERROR(GetBool(j, where, "mlp_bias", &c.mlp_bias));
   ECHELON_RETURN_IF_ERROR(GetDouble(j, where, "rms_norm_eps", &c.rms_norm_eps));
   ECHELON_RETURN_IF_ERROR(GetDouble(j, where, "rope_theta", &c.rope_theta));
   ECHELON_RETURN_IF_ERROR(GetBool(j, where, "tie_word_embeddings", &c.tie_word_embeddings));
@@ -129,10 +142,14 @@ Result<ModelConfig> ModelConfig::FromJsonText(const std::string& text, const std
   return FromJson(j, where);
 }
 
+std::string ModelConfig::architecture() const {
+  return model_type == "qwen2" ? "Qwen2ForCausalLM" : model_type == "llama" ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
+}
+
 nlohmann::json ModelConfig::ToJson() const {
   auto id_or_null = [](int64_t id) { return id < 0 ? json(nullptr) : json(id); };
-  return json{
-      {"architectures", {"Qwen3ForCausalLM"}},
+  json j{
+      {"architectures", {architecture()}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
@@ -150,16 +167,19 @@ nlohmann::json ModelConfig::ToJson() const {
       {"eos_token_id", id_or_null(eos_token_id)},
       {"pad_token_id", id_or_null(pad_token_id)},
       {"hidden_act", "silu"},
-      {"attention_bias", false},
+      {"attention_bias", attention_bias},
       {"use_sliding_window", false},
       {"torch_dtype", "float32"},
   };
+  if (model_type == "llama") j["mlp_bias"] = mlp_bias;
+  return j;
 }
 
 int64_t ModelConfig::NumParameters() const {
   const int64_t e = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  const int64_t attn = e * q + 2 * e * kv + q * e + 2 * head_dim;
-  const int64_t mlp = 3 * e * intermediate_size;
+  const int64_t attn = e * q + 2 * e * kv + q * e + (qk_norm() ? 2 * head_dim : 0) +
+                       (qkv_bias() ? q + 2 * kv : 0) + (o_bias() ? e : 0);
+  const int64_t mlp = 3 * e * intermediate_size + (mlp_biased() ? 2 * intermediate_size + e : 0);
   const int64_t layer = attn + mlp + 2 * e;
   const int64_t embed = vocab_size * e;
   return embed + num_hidden_layers * layer + e + (tie_word_embeddings ? 0 : embed);

@@ -1,5 +1,11 @@
 // ModelConfig: the decoder's shape, read from and written to a Hugging Face `config.json`
-// with the same field names (Qwen3ForCausalLM layout).
+// with the same field names. Three dense families share the decoder and differ only in
+// these switches (as in transformers):
+//   qwen3 (Qwen3ForCausalLM): per-head RMSNorm of q and k; q/k/v/o biased iff attention_bias;
+//     a missing head_dim means 128.
+//   qwen2 (Qwen2ForCausalLM): q/k/v always biased, o never; head_dim = hidden/heads.
+//   llama (LlamaForCausalLM): q/k/v/o biased iff attention_bias, MLP iff mlp_bias;
+//     head_dim = hidden/heads when missing.
 //
 //   ECHELON_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::FromJsonText(text, "ckpt/config.json"));
 #pragma once
@@ -14,7 +20,7 @@
 namespace echelon::model {
 
 struct ModelConfig {
-  std::string model_type = "qwen3";
+  std::string model_type = "qwen3";  // qwen3, qwen2 or llama
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -29,6 +35,15 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+
+  bool qk_norm() const { return model_type == "qwen3"; }
+  bool qkv_bias() const { return model_type == "qwen2" || attention_bias; }
+  bool o_bias() const { return model_type != "qwen2" && attention_bias; }
+  bool mlp_biased() const { return model_type == "llama" && mlp_bias; }
+  // "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM".
+  std::string architecture() const;
 
   // Checks every field is in range and the shapes agree (heads divisible by kv heads...).
   Status Validate() const;

@@ -95,12 +95,25 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg) : cfg_(cfg) {
     l.k_proj = tree.Add(p + "self_attn.k_proj.weight", {kv, e});
     l.v_proj = tree.Add(p + "self_attn.v_proj.weight", {kv, e});
     l.o_proj = tree.Add(p + "self_attn.o_proj.weight", {e, q});
-    l.q_norm = tree.Add(p + "self_attn.q_norm.weight", {d});
-    l.k_norm = tree.Add(p + "self_attn.k_norm.weight", {d});
+    if (cfg.qkv_bias()) {
+      l.q_bias = tree.Add(p + "self_attn.q_proj.bias", {q});
+      l.k_bias = tree.Add(p + "self_attn.k_proj.bias", {kv});
+      l.v_bias = tree.Add(p + "self_attn.v_proj.bias", {kv});
+    }
+    if (cfg.o_bias()) l.o_bias = tree.Add(p + "self_attn.o_proj.bias", {e});
+    if (cfg.qk_norm()) {
+      l.q_norm = tree.Add(p + "self_attn.q_norm.weight", {d});
+      l.k_norm = tree.Add(p + "self_attn.k_norm.weight", {d});
+    }
     l.post_norm = tree.Add(p + "post_attention_layernorm.weight", {e});
     l.gate_proj = tree.Add(p + "mlp.gate_proj.weight", {inter, e});
     l.up_proj = tree.Add(p + "mlp.up_proj.weight", {inter, e});
     l.down_proj = tree.Add(p + "mlp.down_proj.weight", {e, inter});
+    if (cfg.mlp_biased()) {
+      l.gate_bias = tree.Add(p + "mlp.gate_proj.bias", {inter});
+      l.up_bias = tree.Add(p + "mlp.up_proj.bias", {inter});
+      l.down_bias = tree.Add(p + "mlp.down_proj.bias", {e});
+    }
     layers_.push_back(l);
   }
   final_norm_ = tree.Add("model.norm.weight", {e});
@@ -141,9 +154,15 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   const int64_t b = h.size(0), t = h.size(1), d = cfg_.head_dim;
   const int64_t heads = cfg_.num_attention_heads, kv = cfg_.num_key_value_heads, group = heads / kv;
   const double eps = cfg_.rms_norm_eps;
-  at::Tensor q = RmsNorm(at::linear(h, l.q_proj).view({b, t, heads, d}), l.q_norm, eps).transpose(1, 2);
-  at::Tensor k = RmsNorm(at::linear(h, l.k_proj).view({b, t, kv, d}), l.k_norm, eps).transpose(1, 2);
-  at::Tensor v = at::linear(h, l.v_proj).view({b, t, kv, d}).transpose(1, 2);
+  at::Tensor q = at::linear(h, l.q_proj, l.q_bias).view({b, t, heads, d});
+  at::Tensor k = at::linear(h, l.k_proj, l.k_bias).view({b, t, kv, d});
+  if (l.q_norm.defined()) {  // qwen3: per-head RMSNorm before RoPE
+    q = RmsNorm(q, l.q_norm, eps);
+    k = RmsNorm(k, l.k_norm, eps);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
+  at::Tensor v = at::linear(h, l.v_proj, l.v_bias).view({b, t, kv, d}).transpose(1, 2);
   q = ApplyRope(q, cos, sin);  // [B, H, T, D]
   k = ApplyRope(k, cos, sin);  // [B, KV, T, D]
   if (cache != nullptr) {
@@ -161,11 +180,12 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   if (mask.defined()) scores = scores + mask;
   at::Tensor probs = at::softmax(scores, -1).view({b, kv, group * t, s});
   at::Tensor out = at::matmul(probs, v).view({b, heads, t, d}).transpose(1, 2).reshape({b, t, heads * d});
-  return at::linear(out, l.o_proj);
+  return at::linear(out, l.o_proj, l.o_bias);
 }
 
 at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h) const {
-  return at::linear(at::silu(at::linear(h, l.gate_proj)) * at::linear(h, l.up_proj), l.down_proj);
+  return at::linear(at::silu(at::linear(h, l.gate_proj, l.gate_bias)) * at::linear(h, l.up_proj, l.up_bias),
+                   l.down_proj, l.down_bias);
 }
 
 KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {
@@ -217,8 +237,11 @@ void Qwen3ModelImpl::InitWeights(uint64_t seed) {
   for (const auto& item : named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     const bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     if (is_norm) {
       item.value().fill_(1.0);
+    } else if (is_bias) {
+      item.value().zero_();
     } else {
       item.value().normal_(0.0, 0.02, gen);
     }

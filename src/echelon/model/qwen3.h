@@ -62,6 +62,8 @@ class Qwen3ModelImpl : public torch::nn::Module {
   struct Layer {
     at::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
     at::Tensor post_norm, gate_proj, up_proj, down_proj;
+    // Undefined when the family has none (see ModelConfig).
+    at::Tensor q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias;
   };
 
   at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,

@@ -275,9 +275,10 @@ TEST(ModelConfigTest, RejectsInconsistentOrUnsupportedConfigs) {
   };
   bad("num_key_value_heads", 3);
   bad("head_dim", 15);
-  bad("attention_bias", true);
+  bad("attention_bias", "yes");
   bad("rope_scaling", {{"rope_type", "yarn"}});
-  bad("model_type", "llama");
+  bad("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}});
+  bad("model_type", "gpt2");
   bad("hidden_act", "gelu");
   bad("vocab_size", 0);
 }

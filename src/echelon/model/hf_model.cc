@@ -1,0 +1,231 @@
+#include "echelon/model/hf_model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "echelon/common/fs.h"
+#include "echelon/model/checkpoint.h"
+#include "echelon/model/safetensors.h"
+#include "echelon/tokenizer/tokenizer.h"
+
+namespace echelon::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class CharCodec final : public TextCodec {
+ public:
+  explicit CharCodec(CharTokenizer tok) : tok_(std::move(tok)) {}
+  Result<std::vector<int64_t>> Encode(const std::string& text) const override { return tok_.Encode(text); }
+  Result<std::string> Decode(const std::vector<int64_t>& ids) const override {
+    for (int64_t id : ids)
+      if (id < 0 || id >= tok_.vocab_size()) return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
+    return tok_.Decode(ids);
+  }
+  int64_t SpecialTokenId(const std::string& text) const override {
+    if (text == "<pad>") return CharTokenizer::kPad;
+    if (text == "<bos>") return CharTokenizer::kBos;
+    if (text == "<eos>") return CharTokenizer::kEos;
+    return -1;
+  }
+
+ private:
+  CharTokenizer tok_;
+};
+
+class BpeCodec final : public TextCodec {
+ public:
+  explicit BpeCodec(tokenizer::Tokenizer tok) : tok_(std::move(tok)) {}
+  Result<std::vector<int64_t>> Encode(const std::string& text) const override {
+    ECHELON_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok_.Encode(text));
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  }
+  Result<std::string> Decode(const std::vector<int64_t>& ids) const override {
+    std::vector<int32_t> narrow;
+    for (int64_t id : ids) {
+      if (id < 0 || id >= tok_.id_end()) return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
+      narrow.push_back(static_cast<int32_t>(id));
+    }
+    return tok_.Decode(narrow);
+  }
+  int64_t SpecialTokenId(const std::string& text) const override {
+    for (const tokenizer::AddedToken& t : tok_.added_tokens())
+      if (t.content == text) return t.id;
+    return -1;
+  }
+
+ private:
+  tokenizer::Tokenizer tok_;
+};
+
+Result<json> ReadJsonFile(const fs::path& path) {
+  ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path.string()));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path.string() + ": not valid JSON");
+  return j;
+}
+
+// eos ids as HF writes them: an integer, a list of integers, or null.
+Status AddTokenIds(const json& j, const char* field, const std::string& where, std::vector<int64_t>* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  const json list = it->is_array() ? *it : json::array({*it});
+  for (const json& v : list) {
+    if (!v.is_number_integer()) return InvalidArgument(where + ": \"" + field + "\" must be an integer or a list of them");
+    const int64_t id = v.get<int64_t>();
+    if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
+  }
+  return Status::Ok();
+}
+
+// Every tensor of the weights: model.safetensors, or the shards model.safetensors.index.json
+// lists (each tensor in exactly the shard the index names).
+Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir) {
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  std::error_code ec;
+  if (!fs::exists(index_path, ec)) {
+    const fs::path single = dir / "model.safetensors";
+    if (!fs::exists(single, ec))
+      return NotFound(dir.string() + ": no model.safetensors and no model.safetensors.index.json");
+    ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, ReadSafetensors(single.string()));
+    return std::move(f.tensors);
+  }
+  ECHELON_ASSIGN_OR_RETURN(json index, ReadJsonFile(index_path));
+  if (!index.contains("weight_map") || !index["weight_map"].is_object() || index["weight_map"].empty())
+    return InvalidArgument(index_path.string() + ": missing or empty \"weight_map\"");
+  std::map<std::string, std::set<std::string>> by_file;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+      return InvalidArgument(index_path.string() + ": tensor " + name + " maps to " + file.dump() +
+                             ", not a file name in the directory");
+    by_file[file.get<std::string>()].insert(name);
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [file, names] : by_file) {
+    const fs::path shard = dir / file;
+    ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, ReadSafetensors(shard.string()));
+    for (const std::string& name : names) {
+      auto it = f.tensors.find(name);
+      if (it == f.tensors.end())
+        return DataLoss(shard.string() + ": tensor " + name + " is missing (model.safetensors.index.json puts it here)");
+      out[name] = it->second;
+    }
+    for (const auto& [name, t] : f.tensors)
+      if (names.count(name) == 0)
+        return DataLoss(shard.string() + ": tensor " + name + " is not listed for this file in model.safetensors.index.json");
+  }
+  return out;
+}
+
+Result<TextModel> LoadEchelonCheckpoint(const fs::path& dir) {
+  ECHELON_ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(dir.string()));
+  TextModel m;
+  m.dir = dir.string();
+  m.format = "echelon";
+  m.config = ck.config;
+  m.architecture = ck.config.architecture();
+  m.model = ck.model;
+  m.codec = std::make_shared<CharCodec>(ck.tokenizer);
+  m.stop_ids = {CharTokenizer::kEos};
+  return m;
+}
+
+}  // namespace
+
+Result<TextModel> LoadModelDir(const std::string& dir_arg) {
+  const fs::path dir = fs::path(dir_arg).lexically_normal();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return NotFound("model directory " + dir.string() + " does not exist");
+  const fs::path tok_path = dir / "tokenizer.json";
+  if (fs::exists(tok_path, ec)) {
+    ECHELON_ASSIGN_OR_RETURN(json tok, ReadJsonFile(tok_path));
+    if (tok.is_object() && tok.value("type", "") == "char") return LoadEchelonCheckpoint(dir);
+  }
+  ECHELON_RETURN_IF_ERROR(VerifyCheckpoint(dir.string(), /*required=*/false));
+
+  TextModel m;
+  m.dir = dir.string();
+  m.format = "huggingface";
+  const fs::path config_path = dir / "config.json";
+  ECHELON_ASSIGN_OR_RETURN(json config_json, ReadJsonFile(config_path));
+  ECHELON_ASSIGN_OR_RETURN(m.config, ModelConfig::FromJson(config_json, config_path.string()));
+  m.architecture = m.config.architecture();
+  ECHELON_ASSIGN_OR_RETURN(auto weights, ReadWeights(dir));
+  try {
+    m.model = Qwen3Model(m.config);
+  } catch (const c10::Error& e) {
+    return InvalidArgument(config_path.string() + ": " + e.what_without_backtrace());
+  }
+  ECHELON_RETURN_IF_ERROR(m.model->LoadStateDict(weights, dir.string()));
+
+  ECHELON_RETURN_IF_ERROR(AddTokenIds(config_json, "eos_token_id", config_path.string(), &m.stop_ids));
+  const fs::path gen_path = dir / "generation_config.json";
+  if (fs::exists(gen_path, ec)) {
+    ECHELON_ASSIGN_OR_RETURN(json gen, ReadJsonFile(gen_path));
+    ECHELON_RETURN_IF_ERROR(AddTokenIds(gen, "eos_token_id", gen_path.string(), &m.stop_ids));
+    if (gen.contains("temperature") && gen["temperature"].is_number()) m.temperature = gen["temperature"].get<double>();
+    if (gen.contains("top_p") && gen["top_p"].is_number()) m.top_p = gen["top_p"].get<double>();
+  }
+  if (fs::exists(tok_path, ec)) {
+    Result<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(dir.string());
+    if (!tok.ok()) return tok.status();
+    if (tok->id_end() > m.config.vocab_size)
+      return InvalidArgument(tok_path.string() + " has ids up to " + std::to_string(tok->id_end() - 1) +
+                             " but config.json vocab_size is " + std::to_string(m.config.vocab_size));
+    m.codec = std::make_shared<BpeCodec>(std::move(tok).value());
+  }
+  const fs::path tc_path = dir / "tokenizer_config.json";
+  if (fs::exists(tc_path, ec)) {
+    ECHELON_ASSIGN_OR_RETURN(json tc, ReadJsonFile(tc_path));
+    const json t = tc.is_object() ? tc.value("chat_template", json()) : json();
+    if (t.is_string()) {
+      m.chat_template = t.get<std::string>();
+    } else if (t.is_array()) {  // [{"name": "default", "template": "..."}, ...]
+      for (const json& e : t)
+        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+          m.chat_template = e["template"].get<std::string>();
+    }
+  }
+  return m;
+}
+
+Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::string& architecture,
+                    const std::vector<int64_t>& stop_ids, const std::string& tokenizer_source_dir) {
+  const ModelConfig& cfg = model->config();
+  if (architecture != cfg.architecture())
+    return InvalidArgument("saving " + dir + ": the model is a " + cfg.architecture() + ", not a " + architecture);
+  CheckpointFiles files;
+  json config = cfg.ToJson();
+  if (!stop_ids.empty()) config["eos_token_id"] = stop_ids.size() == 1 ? json(stop_ids[0]) : json(stop_ids);
+  files["config.json"] = config.dump(2) + "\n";
+  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
+  json gen = {{"do_sample", true}};
+  if (cfg.bos_token_id >= 0) gen["bos_token_id"] = cfg.bos_token_id;
+  if (!stop_ids.empty()) gen["eos_token_id"] = stop_ids.size() == 1 ? json(stop_ids[0]) : json(stop_ids);
+  if (cfg.pad_token_id >= 0) gen["pad_token_id"] = cfg.pad_token_id;
+  // Keep the source's sampling defaults; our own fields above win.
+  std::error_code ec;
+  const fs::path source_gen = fs::path(tokenizer_source_dir) / "generation_config.json";
+  if (!tokenizer_source_dir.empty() && fs::exists(source_gen, ec)) {
+    ECHELON_ASSIGN_OR_RETURN(json src, ReadJsonFile(source_gen));
+    if (src.is_object())
+      for (const auto& [k, v] : src.items())
+        if (!gen.contains(k)) gen[k] = v;
+  }
+  files["generation_config.json"] = gen.dump(2) + "\n";
+  if (!tokenizer_source_dir.empty()) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                             "merges.txt", "added_tokens.json"}) {
+      const fs::path p = fs::path(tokenizer_source_dir) / name;
+      if (!fs::exists(p, ec)) continue;
+      ECHELON_ASSIGN_OR_RETURN(files[name], ReadFile(p.string()));
+    }
+    if (files.count("tokenizer.json") == 0)
+      return NotFound("saving " + dir + ": " + tokenizer_source_dir + " has no tokenizer.json to copy");
+  }
+  return WriteCheckpointDir(dir, files);
+}
+
+}  // namespace echelon::model
