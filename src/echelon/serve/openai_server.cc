@@ -224,11 +224,16 @@ void OpenAiServer::Wait() {
 }
 
 void OpenAiServer::HandleModels(httplib::Response& res) const {
+  std::string root;
+  {
+    std::lock_guard<std::mutex> lock(dir_mu_);
+    root = weights_dir_;
+  }
   json m = {{"id", name_},
             {"object", "model"},
             {"created", created_},
             {"owned_by", "echelon"},
-            {"root", model_.dir},
+            {"root", root},
             {"max_model_len", model_.config.max_position_embeddings}};
   ReplyJson(res, 200, {{"object", "list"}, {"data", json::array({m})}});
 }
@@ -501,6 +506,9 @@ void OpenAiServer::HandleUpdateWeights(const httplib::Request& http_req, httplib
   {
     std::lock_guard<std::mutex> lock(model_mu_);
     model_.model = loaded->model;
+  }
+  {
+    std::lock_guard<std::mutex> lock(dir_mu_);
     weights_dir_ = dir;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -95,8 +95,9 @@ class OpenAiServer {
   std::string DecodeIds(const std::vector<int64_t>& ids) const;
 
   model::TextModel model_;
-  std::mutex model_mu_;  // guards model_.model (generation and weight swaps) and weights_dir_
-  std::string weights_dir_;
+  std::mutex model_mu_;  // guards model_.model (generation and weight swaps)
+  mutable std::mutex dir_mu_;  // guards weights_dir_ (read by /v1/models while generation runs)
+  std::string weights_dir_;    // where the weights in use came from
   ServeOptions options_;
   std::string name_;
   tokenizer::ChatTemplate template_;

@@ -279,6 +279,9 @@ TEST_F(OpenAiServerTest, UpdateWeightsSwapsAndRefusesMismatches) {
   const std::vector<int64_t> want_a = Local(local_, {Prompt("3+4=")}, 0.0, 10)[0].tokens;
   ASSERT_NE(want_a, want_b) << "two seeds gave the same greedy output; the test cannot tell them apart";
   EXPECT_EQ(Post("/v1/completions", greedy).second["choices"][0]["token_ids"].get<std::vector<int64_t>>(), want_b);
+  httplib::Result models = client_->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["root"], other);
 
   const std::string wide = Save("wide", 48, 5);
   auto [s2, r2] = Post("/update_weights_from_disk", {{"model_path", wide}});
