@@ -495,6 +495,19 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     return out;
   };
 
+  if (server && options.wait_for_actors > 0) {
+    progress << "waiting for " << options.wait_for_actors << " actors to register" << std::endl;
+    const double since = clock.Now();
+    while (static_cast<int64_t>(server->Actors().size()) < options.wait_for_actors) {
+      if (interrupt != nullptr && interrupt->load()) break;
+      if (clock.Now() - since > options.stall_timeout_seconds)
+        return Aborted("only " + std::to_string(server->Actors().size()) + " of " +
+                       std::to_string(options.wait_for_actors) + " actors registered within " +
+                       FormatDuration(options.stall_timeout_seconds) + " (rollout.wait_for_actors)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
   // --- the learner loop ------------------------------------------------------------------
   t_rl = clock.Now();
   auto rl_wall_now = [&] { return rl_base + clock.Now() - t_rl; };

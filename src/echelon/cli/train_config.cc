@@ -46,6 +46,8 @@ const ConfigSchema& TrainSchema() {
     // Processes over loopback gRPC are what a multi-host run does, so `train` exercises it;
     // threads skip the network and are what the unit tests use.
     s.String("rollout.transport", "processes", "how `echelon train` runs its actors", {"processes", "threads"});
+    s.Int("rollout.wait_for_actors", 0, 0, 1000000,
+          "with remote actors: hold the first update until this many actors have registered (0: start at once)");
     s.String("rollout.snapshot_transport", "broadcast",
              "how remote actors get snapshots: peer-assisted broadcast (falls back to direct) or direct pulls",
              {"broadcast", "direct"});
@@ -134,6 +136,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.checkpoint_every = cfg.Int("checkpoint.every");
   o.checkpoint_keep = cfg.Int("checkpoint.keep");
   o.snapshot_broadcast = cfg.String("rollout.snapshot_transport") == "broadcast";
+  o.wait_for_actors = cfg.Int("rollout.wait_for_actors");
   return o;
 }
 
