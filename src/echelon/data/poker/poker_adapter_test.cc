@@ -75,13 +75,13 @@ TEST(PokerAdapter, PromptFormat) {
   d.board = {ParseCard("Ts").value(), ParseCard("9c").value(), ParseCard("2h").value(), ParseCard("3d").value(),
              ParseCard("4s").value()};
   HandState h(d);
-  EXPECT_EQ(PromptText(h, 0), "SQcJc - 3 199 198 ->");
+  EXPECT_EQ(PromptText(h, 0), "S6QcJc - 3 ->");
   ASSERT_TRUE(h.Apply(Action::kRaise).ok());
-  EXPECT_EQ(PromptText(h, 1), "BAhKd - 6 198 196 R>");
+  EXPECT_EQ(PromptText(h, 1), "B6AhKd - 6 R>");
   ASSERT_TRUE(h.Apply(Action::kCall).ok());
-  EXPECT_EQ(PromptText(h, 1), "BAhKd Ts9c2h 8 196 196 Rc/>");
+  EXPECT_EQ(PromptText(h, 1), "B4AhKd Ts9c2h 8 Rc/>");
   ASSERT_TRUE(h.Apply(Action::kRaise).ok());
-  EXPECT_EQ(PromptText(h, 0), "SQcJc Ts9c2h 10 196 194 rC/R>");
+  EXPECT_EQ(PromptText(h, 0), "S6QcJc Ts9c2h 10 rC/R>");
   EXPECT_EQ(ParseAnswer("r"), Action::kRaise);
   EXPECT_EQ(ParseAnswer("f"), Action::kFold);
   EXPECT_EQ(ParseAnswer("c"), Action::kCall);
@@ -89,6 +89,36 @@ TEST(PokerAdapter, PromptFormat) {
   EXPECT_FALSE(ParseAnswer("cc").has_value());
   EXPECT_FALSE(ParseAnswer("C").has_value());
   EXPECT_FALSE(ParseAnswer("call").has_value());
+}
+
+// The strength digit reads the player's own cards and the visible board, nothing hidden: the
+// opponent's cards and the board cards still to come do not change the prompt; it orders
+// hands the way equity does.
+TEST(PokerAdapter, StrengthDigitUsesVisibleCardsOnly) {
+  auto deal = [](const char* a, const char* b, const char* c, const char* d, std::array<const char*, 5> board) {
+    Deal out;
+    out.hole[0] = {ParseCard(a).value(), ParseCard(b).value()};
+    out.hole[1] = {ParseCard(c).value(), ParseCard(d).value()};
+    for (int i = 0; i < 5; ++i) out.board[i] = ParseCard(board[i]).value();
+    return out;
+  };
+  HandState x(deal("Qc", "Jc", "Ah", "Kd", {"Ts", "9c", "2h", "3d", "4s"}));
+  HandState y(deal("Qc", "Jc", "7s", "7h", {"Ts", "9c", "2h", "Ad", "Kh"}));  // other hidden cards
+  EXPECT_EQ(PromptText(x, 0), PromptText(y, 0));
+  for (HandState* h : {&x, &y}) {  // both players check preflop: the flop is the same
+    ASSERT_TRUE(h->Apply(Action::kCall).ok());
+    ASSERT_TRUE(h->Apply(Action::kCall).ok());
+  }
+  EXPECT_EQ(PromptText(x, 1).substr(0, 2), std::string("B") + static_cast<char>('0' + StrengthDigit(x, 1)));
+  EXPECT_EQ(StrengthDigit(x, 0), StrengthDigit(y, 0));  // open-ended straight draw on Ts9c2h
+
+  HandState aces(deal("Ah", "As", "7c", "2d", {"Kd", "8h", "3c", "5s", "Jd"}));
+  EXPECT_EQ(StrengthDigit(aces, 0), 8);  // pocket aces: ~0.85 against a random hand
+  EXPECT_EQ(StrengthDigit(aces, 1), 3);  // seven-deuce offsuit: ~0.35
+  HandState nuts(deal("Ah", "Kh", "2c", "3c", {"Qh", "Jh", "Th", "4s", "5d"}));
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(nuts.Apply(Action::kCall).ok());  // to the river
+  ASSERT_EQ(nuts.board_cards_visible(), 5);
+  EXPECT_EQ(StrengthDigit(nuts, 0), 9);  // royal flush
 }
 
 // Every prompt character is in the alphabet, and so is every answer letter; training prompts
