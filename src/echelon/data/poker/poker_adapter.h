@@ -2,6 +2,11 @@
 // (game_state.h for the rules, opponents.h for the bots, observation.h for the prompt and the
 // answer vocabulary "f"/"c"/"r").
 //
+// What the player sees (observation.h): its seat, its two hole cards, a hand-strength digit
+// (equity of those cards and the visible board against one random hand, Monte Carlo seeded
+// by the visible cards), the visible board, the pot and the action history of the hand.
+// Never the opponent's cards, the board cards still to come or the deal seed.
+//
 // Episodes, groups, rewards:
 // - An episode is one whole hand; every policy decision is one Turn.
 // - A group (TrainPrompt(group_id)) is one deal, one policy seat and one opponent, played
