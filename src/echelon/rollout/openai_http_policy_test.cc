@@ -10,6 +10,7 @@
 
 #include "echelon/model/checkpoint.h"
 #include "echelon/model/safetensors.h"
+#include "echelon/model/testing.h"
 #include "echelon/rollout/model_policy.h"
 #include "echelon/serve/openai_server.h"
 
@@ -18,22 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-model::ModelConfig TinyConfig(int64_t vocab, int64_t hidden) {
-  model::ModelConfig c;
-  c.vocab_size = vocab;
-  c.hidden_size = hidden;
-  c.intermediate_size = 2 * hidden;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = hidden / 4;
-  c.max_position_embeddings = 64;
-  c.bos_token_id = model::CharTokenizer::kBos;
-  c.eos_token_id = model::CharTokenizer::kEos;
-  c.pad_token_id = model::CharTokenizer::kPad;
-  c.tie_word_embeddings = true;
-  return c;
-}
+model::ModelConfig TinyConfig(int64_t vocab, int64_t hidden) { return model::TinyTestConfig(vocab, hidden, /*tied=*/true); }
 
 class OpenAiHttpPolicyTest : public ::testing::Test {
  protected:
