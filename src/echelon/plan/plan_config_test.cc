@@ -25,8 +25,7 @@ TEST(PlanPrices, ShippedCatalogueHasTheGpusTheIssueNames) {
 }
 
 TEST(PlanConfigLoad, ShippedConfigsLoadAndPlan) {
-  for (const char* name : {"configs/plan-qwen3-8b.yaml", "configs/plan-qwen3-4b.yaml", "configs/simulate-qwen3-8b.yaml",
-                           "configs/simulate-large.yaml"}) {
+  for (const char* name : {"configs/plan-qwen3-8b.yaml", "configs/simulate-qwen3-8b.yaml", "configs/simulate-large.yaml"}) {
     Result<PlanConfig> c = LoadPlanConfig(RepoPath(name));
     ASSERT_TRUE(c.ok()) << c.status().message();
     Result<Plan> p = MakePlan(c.value());
@@ -34,6 +33,23 @@ TEST(PlanConfigLoad, ShippedConfigsLoadAndPlan) {
     EXPECT_GT(p->prediction.utilization, 0) << name;
     EXPECT_GT(p->baseline.cost_per_step, 0) << name;
   }
+}
+
+TEST(PlanConfigLoad, FourBillionConfigHasNoWorkerFreshEnoughAtItsLinks) {
+  // A 8 GB snapshot over 200-500 Mbit/s relays takes longer than the learner's 28.7 s step
+  // several times over: at S <= 6 every group would arrive too stale, so nothing is
+  // activated and the plan says which S would be needed.
+  Result<PlanConfig> c = LoadPlanConfig(RepoPath("configs/plan-qwen3-4b.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Result<Plan> p = MakePlan(c.value());
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->prediction.utilization, 0);
+  for (const WorkerClass& k : p->classes) EXPECT_EQ(k.count, 0) << k.name;
+  bool said = false;
+  for (const std::string& n : p->notes)
+    said |= n.find("no worker class delivers usable groups at S = 6; the smallest S at which one does is 8") == 0;
+  EXPECT_TRUE(said);
+  EXPECT_GT(p->baseline.cost_per_step, 0);
 }
 
 class PlanConfigErrors : public ::testing::Test {
@@ -80,6 +96,44 @@ TEST_F(PlanConfigErrors, OutOfRangeAndMissingValues) {
   c = LoadPlanConfig(Write(Base() + "rl: {max_staleness: 2, publish_period: 4}\nworkers:\n  - gpu: a100\n    available: 1\n"));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("exceeds rl.max_staleness + 1"), std::string::npos) << c.status().message();
+}
+
+TEST_F(PlanConfigErrors, PriceChangesRunActorsAndOverheadAreRead) {
+  Result<PlanConfig> c = LoadPlanConfig(Write(
+      Base() + "learner: {overhead_seconds: 1.5}\n"
+               "workers:\n  - gpu: a100\n    available: 2\n    run_actors: [actor-0, actor-1]\n"
+               "  - gpu: rtx5090\n    available: 3\n"
+               "simulate:\n  price_changes:\n    - {at_step: 90, gpu: rtx5090, price_per_hour: 2.0}\n"
+               "    - {at_step: 40, gpu: a100, price_per_hour: 0.5}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_DOUBLE_EQ(c->learner_overhead_seconds, 1.5);
+  EXPECT_EQ(c->workers[0].run_actors, (std::vector<std::string>{"actor-0", "actor-1"}));
+  ASSERT_EQ(c->sim.price_changes.size(), 2u);
+  EXPECT_EQ(c->sim.price_changes[0].at_step, 40);  // sorted by step
+  EXPECT_EQ(c->sim.price_changes[1].gpu, "rtx5090");
+  EXPECT_DOUBLE_EQ(c->sim.price_changes[1].price_per_hour, 2.0);
+}
+
+TEST_F(PlanConfigErrors, BadPriceChangesNameFileLineAndKey) {
+  const std::string workers = "workers:\n  - gpu: a100\n    available: 2\n";
+  const std::string path = Write(Base() + workers + "simulate:\n  price_changes:\n    - {at_step: 5, gpu: h100, price_per_hour: 2}\n");
+  Result<PlanConfig> c = LoadPlanConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(path + ":9: simulate.price_changes[0].gpu = 'h100' is not the GPU of any worker "
+                                      "class (they use: a100)"),
+            std::string::npos)
+      << c.status().message();
+  c = LoadPlanConfig(Write(Base() + workers + "simulate:\n  price_changes:\n    - {gpu: a100, price_per_hour: 2}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("missing required key 'simulate.price_changes[0].at_step'"), std::string::npos)
+      << c.status().message();
+  c = LoadPlanConfig(Write(Base() + workers + "simulate:\n  price_changes:\n    - {at_step: 0, gpu: a100, price_per_hour: 2}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("simulate.price_changes[0].at_step = '0' is invalid"), std::string::npos)
+      << c.status().message();
+  c = LoadPlanConfig(Write(Base() + workers + "simulate:\n  price_changes: {at_step: 3}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("simulate.price_changes must be a list"), std::string::npos) << c.status().message();
 }
 
 }  // namespace
