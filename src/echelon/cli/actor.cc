@@ -1,6 +1,12 @@
 // `echelon actor --learner HOST:PORT`: a rollout worker. Everything about the run (task, model
 // shape, sampling) comes from the learner at registration; the actor brings only its compute.
+// With `--backend openai-http --backend-url URL` it generates through an OpenAI-compatible
+// server instead of its own LibTorch model, and hands each snapshot to that server's reload
+// hook (rollout/openai_http_policy.h).
+#include <unistd.h>
+
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -11,6 +17,8 @@
 #include "echelon/net/auth.h"
 #include "echelon/net/remote_learner.h"
 #include "echelon/rollout/actor.h"
+#include "echelon/rollout/model_policy.h"
+#include "echelon/rollout/openai_http_policy.h"
 
 namespace echelon::cli {
 namespace {
@@ -24,15 +32,59 @@ struct ActorArgs {
   std::string token_file;
   std::string tls_ca;
   double slowdown = 1.0;
+  std::string broadcast_listen = "0.0.0.0:0";
+  std::string broadcast_advertise;
+  bool no_broadcast = false;
+  std::string backend = "builtin";
+  std::string backend_url;
+  std::string backend_model;
+  std::string backend_api_key_file;
+  std::string backend_snapshot_dir;
+  std::string backend_reload_path = "/update_weights_from_disk";
 };
 
+// The openai-http backend, encoding prompts exactly as ModelPolicy does (BOS + characters).
+Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const ActorSetup& setup) {
+  rollout::OpenAiHttpOptions o;
+  o.url = args.backend_url;
+  o.model = args.backend_model;
+  o.reload_path = args.backend_reload_path;
+  if (!args.backend_api_key_file.empty()) {
+    ECHELON_ASSIGN_OR_RETURN(o.api_key, net::LoadToken(args.backend_api_key_file));
+  }
+  o.snapshot_dir = !args.backend_snapshot_dir.empty()
+                       ? args.backend_snapshot_dir
+                       : (std::filesystem::temp_directory_path() /
+                          ("echelon-" + args.name + "-" + std::to_string(::getpid()) + "-snapshots"))
+                             .string();
+  o.snapshot_files = {{"config.json", setup.model.ToJson().dump(2) + "\n"},
+                      {"tokenizer.json", setup.tokenizer.ToJson().dump() + "\n"}};
+  const model::CharTokenizer tok = setup.tokenizer;
+  rollout::PromptEncoder encode = [tok](const std::string& text) -> Result<std::vector<int64_t>> {
+    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tok.Encode(text));
+    ids.insert(ids.begin(), model::CharTokenizer::kBos);
+    return ids;
+  };
+  rollout::TokenDecoder decode = [tok](const std::vector<int64_t>& ids) { return tok.Decode(ids); };
+  spdlog::info("{}: generating through {} (snapshots written to {})", args.name, o.url, o.snapshot_dir);
+  return std::unique_ptr<rollout::SnapshotPolicy>(
+      std::make_unique<rollout::OpenAiHttpPolicy>(o, encode, decode, setup.sampling));
+}
+
 int RunActor(const ActorArgs& args) {
+  if (args.backend == "openai-http" && args.backend_url.empty()) {
+    spdlog::error("--backend openai-http needs --backend-url http://HOST:PORT");
+    return 2;
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   net::RemoteLearnerOptions ro;
   ro.address = args.learner;
   ro.name = args.name;
   ro.tls_ca_file = args.tls_ca;
+  ro.broadcast = !args.no_broadcast;
+  ro.broadcast_listen = args.broadcast_listen;
+  ro.broadcast_advertise = args.broadcast_advertise;
   if (!args.token_file.empty()) {
     Result<std::string> token = net::LoadToken(args.token_file);
     if (!token.ok()) {
@@ -52,8 +104,17 @@ int RunActor(const ActorArgs& args) {
     spdlog::error("{}", setup.status().message());
     return 1;
   }
-  auto policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup->model), setup->tokenizer,
-                                                       setup->sampling);
+  std::unique_ptr<rollout::SnapshotPolicy> policy;
+  if (args.backend == "openai-http") {
+    Result<std::unique_ptr<rollout::SnapshotPolicy>> http = HttpPolicy(args, setup.value());
+    if (!http.ok()) {
+      spdlog::error("{}", http.status().message());
+      return 2;
+    }
+    policy = std::move(http).value();
+  } else {
+    policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup->model), setup->tokenizer, setup->sampling);
+  }
   rollout::ActorOptions ao;
   ao.name = args.name;
   ao.seed = setup->seed;
@@ -82,6 +143,25 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tls-ca", args->tls_ca, "PEM of the CA that signed the learner's certificate (enables TLS)");
   cmd->add_option("--slowdown", args->slowdown, "take this many times longer per group (heterogeneity experiments)")
       ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--broadcast-listen", args->broadcast_listen,
+                  "where this actor serves snapshot chunks to other actors (peer-assisted broadcast)")
+      ->capture_default_str();
+  cmd->add_option("--broadcast-advertise", args->broadcast_advertise,
+                  "HOST:PORT other actors dial for chunks (default: this host's address toward the learner)");
+  cmd->add_flag("--no-broadcast", args->no_broadcast, "pull every snapshot from the learner instead");
+  cmd->add_option("--backend", args->backend,
+                  "inference backend: builtin (LibTorch in this process) or openai-http (an OpenAI-compatible server)")
+      ->check(CLI::IsMember({"builtin", "openai-http"}))
+      ->capture_default_str();
+  cmd->add_option("--backend-url", args->backend_url,
+                              "openai-http: the server, http://HOST:PORT (vLLM, SGLang, echelon serve...)");
+  cmd->add_option("--backend-model", args->backend_model, "openai-http: the model name in requests (default: the server's first)");
+  cmd->add_option("--backend-api-key-file", args->backend_api_key_file, "openai-http: file holding the server's API key");
+  cmd->add_option("--backend-snapshot-dir", args->backend_snapshot_dir,
+                  "openai-http: where snapshots are written for the server to load (it must read this path)");
+  cmd->add_option("--backend-reload-path", args->backend_reload_path,
+                  "openai-http: the server's load-weights-from-directory route")
       ->capture_default_str();
   cmd->callback([args, exit_code] { *exit_code = RunActor(*args); });
 }

@@ -39,6 +39,7 @@
 #include "echelon/cli/commands.h"
 #include "echelon/common/clock.h"
 #include "echelon/common/fs.h"
+#include "echelon/net/auth.h"
 #include "echelon/net/broadcast_origin.h"
 #include "echelon/net/broadcast_peer.h"
 
@@ -67,6 +68,7 @@ struct OriginArgs {
   uint64_t version = 1;
   bool exit_when_done = false;
   double timeout = 0;  // 0: none
+  std::string token_file;
 };
 
 struct PeerArgs {
@@ -78,7 +80,20 @@ struct PeerArgs {
   std::string name = "peer";
   bool exit_when_done = false;
   double timeout = 0;
+  std::string token_file;
 };
+
+// The bearer token of --token-file ("" without one); false after printing why it is unusable.
+bool ReadTokenFile(const std::string& path, std::string* token) {
+  if (path.empty()) return true;
+  Result<std::string> t = net::LoadToken(path);
+  if (!t.ok()) {
+    spdlog::error("--token-file: {}", t.status().message());
+    return false;
+  }
+  *token = t.value();
+  return true;
+}
 
 Result<broadcast::SigningKey> LoadOrCreateKey(const std::string& path) {
   if (std::filesystem::exists(path)) {
@@ -127,6 +142,7 @@ int RunOrigin(const OriginArgs& args) {
   const double started = clock.Now();
   net::BroadcastOriginOptions opts;
   opts.listen = args.listen;
+  if (!ReadTokenFile(args.token_file, &opts.token)) return 2;
   if (args.mode == "star") {
     opts.relay.mode = broadcast::RelayMode::kStar;
   } else if (args.mode != "peer") {
@@ -198,6 +214,7 @@ int RunPeer(const PeerArgs& args) {
   net::BroadcastPeerOptions opts;
   opts.origin = args.origin;
   opts.listen = args.listen;
+  if (!ReadTokenFile(args.token_file, &opts.token)) return 2;
   opts.advertise = args.advertise;
   opts.name = args.name;
   if (!args.origin_key.empty()) {
@@ -265,6 +282,7 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   origin->add_option("--expect-peers", o->expect_peers, "publish once this many peers joined")->capture_default_str();
   origin->add_option("--upload-slots", o->upload_slots, "concurrent uploads per node (peer mode)")->capture_default_str();
   origin->add_option("--version", o->version, "snapshot version number")->capture_default_str();
+  origin->add_option("--token-file", o->token_file, "bearer token peers must present (default: none)");
   origin->add_flag("--exit-when-done", o->exit_when_done, "exit once every live peer holds the file");
   origin->add_option("--timeout", o->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   origin->callback([o, exit_code] { *exit_code = RunOrigin(*o); });
@@ -277,6 +295,7 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   peer->add_option("--origin-key", p->origin_key, "pin the origin's public key (PEM); default: trust on first use");
   peer->add_option("--advertise", p->advertise, "HOST:PORT other peers dial (default: --listen's host and port)");
   peer->add_option("--name", p->name, "name in the origin's logs and report")->capture_default_str();
+  peer->add_option("--token-file", p->token_file, "bearer token for the origin and other peers");
   peer->add_flag("--exit-when-done", p->exit_when_done, "exit once the origin says every peer holds the file");
   peer->add_option("--timeout", p->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   peer->callback([p, exit_code] { *exit_code = RunPeer(*p); });

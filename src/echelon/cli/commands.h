@@ -15,5 +15,6 @@ void AddActorCommand(CLI::App& app, int* exit_code);
 void AddBroadcastCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
+void AddServeCommand(CLI::App& app, int* exit_code);
 
 }  // namespace echelon::cli

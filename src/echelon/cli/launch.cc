@@ -141,6 +141,7 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   const bool local_processes = mode == LaunchMode::kLocalCluster && cfg->String("rollout.transport") == "processes";
   if (mode == LaunchMode::kLearnerOnly) {
     net.listen = args.listen;
+    net.broadcast_listen = args.broadcast_listen;
     if (!args.token_file.empty()) {
       Result<std::string> token = net::LoadToken(args.token_file);
       if (!token.ok()) {
@@ -165,7 +166,8 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
       for (int64_t i = 0; i < options->actors; ++i) {
         const std::string name = "actor-" + std::to_string(i);
         std::vector<std::string> argv = {exe,      "actor",      "--learner",  "127.0.0.1:" + std::to_string(port),
-                                         "--name", name,         "--token-file", token_path};
+                                         "--name", name,         "--token-file", token_path,
+                                         "--broadcast-listen", "127.0.0.1:0"};
         const double slowdown = options->actor_slowdowns[i];
         if (slowdown > 1.0) {
           argv.push_back("--slowdown");

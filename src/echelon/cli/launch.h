@@ -17,6 +17,7 @@ struct LaunchArgs {
   std::string resume_dir;
   // Learner service (echelon learner; echelon train with rollout.transport=processes).
   std::string listen = "0.0.0.0:7700";
+  std::string broadcast_listen;  // snapshot broadcast origin; empty: listen's host, any port
   std::string token_file;
   std::string tls_cert;
   std::string tls_key;

@@ -21,6 +21,9 @@
 #include "echelon/learn/warmstart.h"
 #include "echelon/model/checkpoint.h"
 #include "echelon/model/safetensors.h"
+#include "echelon/broadcast/ed25519.h"
+#include "echelon/net/address.h"
+#include "echelon/net/broadcast_origin.h"
 #include "echelon/net/learner_server.h"
 #include "echelon/obs/metrics_http.h"
 #include "echelon/obs/metrics_log.h"
@@ -370,6 +373,49 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   }
   ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap0, MakeSnapshot(learner.model(), learner.version()));
   hub.Publish(snap0);
+  // Snapshots to remote actors by peer-assisted broadcast (net/broadcast_origin.h); actors
+  // that cannot join pull them from the hub directly.
+  std::unique_ptr<net::BroadcastOrigin> origin;
+  std::deque<int64_t> broadcasting;  // published versions not yet held by every peer
+  if (network != nullptr && options.snapshot_broadcast) {
+    ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
+    net::BroadcastOriginOptions bo;
+    bo.listen = network->broadcast_listen.empty() ? net::HostOf(network->listen) + ":0" : network->broadcast_listen;
+    bo.token = network->token;
+    origin = std::make_unique<net::BroadcastOrigin>(bo, std::move(key), &clock);
+    ECHELON_RETURN_IF_ERROR(origin->Start().WithContext("snapshot broadcast origin"));
+  }
+  auto publish = [&](rollout::Snapshot snap) {
+    if (origin) {
+      Result<broadcast::Manifest> m = origin->Publish(static_cast<uint64_t>(snap.version), *snap.weights);
+      if (m.ok()) {
+        broadcasting.push_back(snap.version);
+        if (broadcasting.size() > 8) broadcasting.pop_front();
+      } else {
+        spdlog::warn("broadcast of snapshot v{} failed: {}; actors will pull it directly", snap.version,
+                     m.status().message());
+      }
+    }
+    hub.Publish(std::move(snap));
+  };
+  if (origin) publish(snap0);
+  // Seconds from publishing until the last peer held it, for the newest version completed
+  // since the last call (nullopt: none).
+  auto broadcast_done = [&]() -> std::optional<std::pair<int64_t, double>> {
+    std::optional<std::pair<int64_t, double>> newest;
+    for (auto it = broadcasting.begin(); it != broadcasting.end();) {
+      if (!origin->IsComplete(static_cast<uint64_t>(*it))) {
+        ++it;
+        continue;
+      }
+      std::optional<double> last;
+      for (const net::BroadcastPeerReport& r : origin->Report(static_cast<uint64_t>(*it)))
+        if (r.completed_s) last = std::max(last.value_or(0.0), *r.completed_s);
+      if (last) newest = std::make_pair(*it, *last);
+      it = broadcasting.erase(it);
+    }
+    return newest;
+  };
 
   LoopState st;
   st.busy_seconds = rs.busy_seconds;
@@ -406,9 +452,14 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     so.heartbeat_seconds = network->heartbeat_seconds;
     so.evict_after_seconds = network->evict_after_seconds;
     so.run_spec_json = MakeRunSpec(options, mcfg, tok).dump();
+    if (origin) {
+      so.broadcast_port = origin->port();
+      so.broadcast_key_pem = origin->public_key().ToPem();
+    }
     server = std::make_unique<net::LearnerServer>(so, &hub, &hub, &hub, &clock);
     ECHELON_RETURN_IF_ERROR(server->Start());
     progress << "learner serving actors on port " << server->port() << std::endl;
+    if (origin) progress << "snapshot broadcast origin on port " << origin->port() << std::endl;
     if (network->metrics_port >= 0) {
       http = std::make_unique<obs::MetricsHttpServer>();
       ECHELON_RETURN_IF_ERROR(http->Start("0.0.0.0", network->metrics_port));
@@ -443,6 +494,19 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
       for (const auto& [reason, n] : server->Counters()) out[reason] += n;
     return out;
   };
+
+  if (server && options.wait_for_actors > 0) {
+    progress << "waiting for " << options.wait_for_actors << " actors to register" << std::endl;
+    const double since = clock.Now();
+    while (static_cast<int64_t>(server->Actors().size()) < options.wait_for_actors) {
+      if (interrupt != nullptr && interrupt->load()) break;
+      if (clock.Now() - since > options.stall_timeout_seconds)
+        return Aborted("only " + std::to_string(server->Actors().size()) + " of " +
+                       std::to_string(options.wait_for_actors) + " actors registered within " +
+                       FormatDuration(options.stall_timeout_seconds) + " (rollout.wait_for_actors)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 
   // --- the learner loop ------------------------------------------------------------------
   t_rl = clock.Now();
@@ -515,7 +579,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
         failure = snap.status();
         break;
       }
-      hub.Publish(std::move(snap).value());
+      publish(std::move(snap).value());
     }
     // After the last update nothing more is consumed: admit no new work for it.
     if (version < options.steps) dispatcher.SetVersion(version);
@@ -572,6 +636,11 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                            {"zero_spread_groups", stats->zero_spread_groups},
                            {"tokens", stats->tokens},
                            {"tokens_per_s", generated_tokens / std::max(rl_wall, 1e-9)}};
+    if (origin)
+      if (std::optional<std::pair<int64_t, double>> b = broadcast_done()) {
+        line["broadcast_version"] = b->first;
+        line["broadcast_s"] = b->second;
+      }
     const bool eval_now = options.eval_every > 0 && version % options.eval_every == 0 && version != options.steps;
     if (eval_now) {
       rollout::EvalResult ev = EvaluateModel(learner.model(), tok, *task, options.max_new_tokens);
@@ -634,6 +703,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                                          {"wall_s", summary.wall_seconds}}));
   // Let every actor hear that the run is over (they poll at least every heartbeat).
   if (server) server->WaitUntilActorsTold(3 * network->heartbeat_seconds + 1.0);
+  if (origin) origin->Shutdown();
   return summary;
 }
 

@@ -87,6 +87,9 @@ struct NetworkOptions {
   double heartbeat_seconds = 1.0;
   double evict_after_seconds = 3.0;
   int metrics_port = -1;  // >= 0: serve Prometheus text at http://0.0.0.0:PORT/metrics (0 picks one)
+  // Where the snapshot broadcast origin listens (with rollout.snapshot_transport: broadcast);
+  // empty: the host of `listen`, a port the system picks.
+  std::string broadcast_listen;
   // Called once the server listens, with its port (e.g. to start actor processes).
   std::function<void(int port)> on_listening;
 };

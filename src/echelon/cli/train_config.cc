@@ -46,6 +46,11 @@ const ConfigSchema& TrainSchema() {
     // Processes over loopback gRPC are what a multi-host run does, so `train` exercises it;
     // threads skip the network and are what the unit tests use.
     s.String("rollout.transport", "processes", "how `echelon train` runs its actors", {"processes", "threads"});
+    s.Int("rollout.wait_for_actors", 0, 0, 1000000,
+          "with remote actors: hold the first update until this many actors have registered (0: start at once)");
+    s.String("rollout.snapshot_transport", "broadcast",
+             "how remote actors get snapshots: peer-assisted broadcast (falls back to direct) or direct pulls",
+             {"broadcast", "direct"});
     s.Float("rollout.temperature", 1.0, 0.0, 10.0, "sampling temperature (the learner uses the same)");
     s.Float("rollout.top_p", 1.0, 0.0, 1.0, "nucleus sampling mass");
     s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit");
@@ -130,6 +135,8 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.eval_every = cfg.Int("eval.every");
   o.checkpoint_every = cfg.Int("checkpoint.every");
   o.checkpoint_keep = cfg.Int("checkpoint.keep");
+  o.snapshot_broadcast = cfg.String("rollout.snapshot_transport") == "broadcast";
+  o.wait_for_actors = cfg.Int("rollout.wait_for_actors");
   return o;
 }
 

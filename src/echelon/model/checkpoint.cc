@@ -94,6 +94,22 @@ Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Cha
   files["config.json"] = model->config().ToJson().dump(2) + "\n";
   ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
   files["tokenizer.json"] = tokenizer.ToJson().dump(2) + "\n";
+  // What Hugging Face loaders read besides: the tokenizer's class and special tokens, and the
+  // ids generation stops at.
+  files["tokenizer_config.json"] = nlohmann::json{{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                                  {"pad_token", "<pad>"},
+                                                  {"bos_token", "<bos>"},
+                                                  {"eos_token", "<eos>"},
+                                                  {"add_bos_token", false},
+                                                  {"add_eos_token", false},
+                                                  {"model_max_length", model->config().max_position_embeddings}}
+                                       .dump(2) +
+                                   "\n";
+  files["generation_config.json"] = nlohmann::json{{"bos_token_id", CharTokenizer::kBos},
+                                                   {"eos_token_id", CharTokenizer::kEos},
+                                                   {"pad_token_id", CharTokenizer::kPad}}
+                                        .dump(2) +
+                                    "\n";
   return WriteCheckpointDir(dir, files);
 }
 

@@ -1,4 +1,5 @@
-// A checkpoint is a directory: `config.json` (HF fields), `model.safetensors`, `tokenizer.json`,
+// A checkpoint is a directory in the Hugging Face layout: `config.json`, `model.safetensors`,
+// `tokenizer.json` + `tokenizer_config.json` (model/tokenizer.h), `generation_config.json`,
 // any extra files the caller adds (the trainer's state), and `checksums.json` (size and
 // SHA-256 of every other file). It is written whole or not at all: files go to
 // "<dir>.tmp-<pid>" and are fsync'd, checksums.json last, then the directory is renamed into

@@ -72,12 +72,13 @@ TEST_F(CheckpointTest, SaveThenLoadGivesIdenticalLogits) {
   EXPECT_TRUE(at::equal(Logits(ck->model), Logits(model_)));
   EXPECT_EQ(ck->config.ToJson(), model_->config().ToJson());
   EXPECT_EQ(ck->tokenizer.ToJson(), tok_.ToJson());
-  // Only the three files and their checksums, and no temporary directory beside the checkpoint.
+  // The Hugging Face files and their checksums, and no temporary directory beside the checkpoint.
   std::vector<std::string> files, siblings;
   for (const auto& e : fs::directory_iterator(dir_)) files.push_back(e.path().filename().string());
   for (const auto& e : fs::directory_iterator(root_)) siblings.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"checksums.json", "config.json", "model.safetensors", "tokenizer.json"}));
+  EXPECT_EQ(files, (std::vector<std::string>{"checksums.json", "config.json", "generation_config.json",
+                                             "model.safetensors", "tokenizer.json", "tokenizer_config.json"}));
   EXPECT_EQ(siblings, std::vector<std::string>{"ckpt"});
 }
 

@@ -141,7 +141,7 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
   const fs::path tok_path = dir / "tokenizer.json";
   if (fs::exists(tok_path, ec)) {
     ECHELON_ASSIGN_OR_RETURN(json tok, ReadJsonFile(tok_path));
-    if (tok.is_object() && tok.value("type", "") == "char") return LoadEchelonCheckpoint(dir);
+    if (CharTokenizer::FromJson(tok, tok_path.string()).ok()) return LoadEchelonCheckpoint(dir);
   }
   ECHELON_RETURN_IF_ERROR(VerifyCheckpoint(dir.string(), /*required=*/false));
 

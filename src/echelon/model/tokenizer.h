@@ -1,6 +1,9 @@
 // CharTokenizer: one token per character (bytes of the text, ASCII in practice), with three
-// special tokens in front: <pad>=0, <bos>=1, <eos>=2. Stored in a checkpoint as
-// `tokenizer.json`: {"type": "char", "specials": ["<pad>","<bos>","<eos>"], "chars": "..."}.
+// special tokens in front: <pad>=0, <bos>=1, <eos>=2. Stored in a checkpoint as a Hugging Face
+// `tokenizer.json` that encodes to the same ids: a byte-level BPE without merges whose
+// vocabulary is the characters (ids 3, 4, ...) and whose added special tokens are the three
+// above, so `transformers`, vLLM and SGLang load a run's checkpoints with their tokenizer.
+// FromJson also reads the older {"type": "char", "specials": [...], "chars": "..."}.
 //
 //   CharTokenizer tok = CharTokenizer::ForAlphabet("0123456789+-= ");
 //   std::vector<int64_t> ids = tok.Encode("37+48=");   // no specials added

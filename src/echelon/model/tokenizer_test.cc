@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "echelon/tokenizer/tokenizer.h"
+
 namespace echelon::model {
 namespace {
 
@@ -42,33 +44,75 @@ TEST(CharTokenizerTest, RepeatedCharactersKeepTheirFirstId) {
 TEST(CharTokenizerTest, JsonRoundTrip) {
   const CharTokenizer tok = CharTokenizer::ForAlphabet("xyz ");
   const nlohmann::json j = tok.ToJson();
-  EXPECT_EQ(j["type"], "char");
-  EXPECT_EQ(j["chars"], "xyz ");
-  EXPECT_EQ(j["specials"], nlohmann::json({"<pad>", "<bos>", "<eos>"}));
+  EXPECT_EQ(j["model"]["type"], "BPE");
+  EXPECT_EQ(j["model"]["vocab"].size(), 4u);
+  EXPECT_EQ(j["model"]["vocab"]["\u0120"], 6) << "the space is byte-level U+0120, id 3 + 3";
   Result<CharTokenizer> back = CharTokenizer::FromJson(j, "tok.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->vocab_size(), tok.vocab_size());
   EXPECT_EQ(back->Encode("z y").value(), tok.Encode("z y").value());
 }
 
+// The stored form is a real Hugging Face tokenizer.json: the byte-level BPE of tokenizer/
+// encodes and decodes it exactly as CharTokenizer does, specials included.
+TEST(CharTokenizerTest, StoredFormIsAHuggingFaceTokenizerWithTheSameIds) {
+  std::string printable;
+  for (int c = 32; c < 127; ++c) printable.push_back(static_cast<char>(c));
+  for (const std::string& alphabet : {std::string("0123456789+-= "), printable}) {
+    const CharTokenizer tok = CharTokenizer::ForAlphabet(alphabet);
+    Result<tokenizer::Tokenizer> hf = tokenizer::Tokenizer::FromJsonText(tok.ToJson().dump(), "tokenizer.json");
+    ASSERT_TRUE(hf.ok()) << hf.status().message();
+    EXPECT_EQ(hf->id_end(), tok.vocab_size());
+    for (const std::string& text : {std::string("37+48=85"), std::string(" 1 - 2 "), alphabet}) {
+      const std::vector<int64_t> want = tok.Encode(text).value();
+      const std::vector<int32_t> got = hf->Encode(text).value();
+      EXPECT_EQ(std::vector<int64_t>(got.begin(), got.end()), want) << text;
+      EXPECT_EQ(hf->Decode(got).value(), text);
+    }
+    EXPECT_EQ(hf->Encode("<eos>").value(), std::vector<int32_t>{2});
+    EXPECT_EQ(hf->Decode({1, 5, 2}, /*skip_special_tokens=*/true).value(), tok.Decode({1, 5, 2}));
+  }
+}
+
+TEST(CharTokenizerTest, ReadsTheOlderCharFormat) {
+  const nlohmann::json old = {{"type", "char"}, {"specials", {"<pad>", "<bos>", "<eos>"}}, {"chars", "ab "}};
+  Result<CharTokenizer> t = CharTokenizer::FromJson(old, "old.json");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->Encode("b a").value(), (std::vector<int64_t>{4, 5, 3}));
+}
+
 TEST(CharTokenizerTest, FromJsonRejectsMalformedInput) {
-  nlohmann::json good = CharTokenizer::ForAlphabet("ab").ToJson();
   auto expect_bad = [](const nlohmann::json& j, const std::string& part) {
     Result<CharTokenizer> r = CharTokenizer::FromJson(j, "ck/tokenizer.json");
     ASSERT_FALSE(r.ok()) << j.dump();
     EXPECT_NE(r.status().message().find("ck/tokenizer.json"), std::string::npos);
     EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
   };
+  const nlohmann::json good = CharTokenizer::ForAlphabet("ab").ToJson();
   nlohmann::json j = good;
+  j["model"]["merges"] = {"a b"};
+  expect_bad(j, "merges");
+  j = good;
+  j["added_tokens"][0]["content"] = "<s>";
+  expect_bad(j, "added_tokens");
+  j = good;
+  j["model"]["vocab"]["ab"] = 5;
+  expect_bad(j, "not one byte");
+  j = good;
+  j["model"]["vocab"]["b"] = 3;
+  expect_bad(j, "3, 4");
+  // The older form.
+  const nlohmann::json old = {{"type", "char"}, {"specials", {"<pad>", "<bos>", "<eos>"}}, {"chars", "ab"}};
+  j = old;
   j["type"] = "bpe";
   expect_bad(j, "type");
-  j = good;
+  j = old;
   j["specials"] = {"<bos>", "<pad>", "<eos>"};
   expect_bad(j, "specials");
-  j = good;
+  j = old;
   j["chars"] = "aba";
   expect_bad(j, "repeated");
-  j = good;
+  j = old;
   j.erase("chars");
   expect_bad(j, "chars");
   expect_bad(nlohmann::json::array(), "object");

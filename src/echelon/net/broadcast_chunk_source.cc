@@ -1,5 +1,7 @@
 #include "echelon/net/broadcast_chunk_source.h"
 
+#include "echelon/net/auth.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -24,6 +26,8 @@ void ApplyBroadcastLimits(grpc::ServerBuilder* builder) {
 
 grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::FetchChunkRequest* req,
                                             grpc::ServerWriter<v1::FetchChunkReply>* writer) {
+  if (!token_.empty() && !TokenMatches(*ctx, token_))
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token for chunk fetches");
   Result<std::shared_ptr<const std::string>> chunk = store_->GetChunk(req->version(), req->chunk());
   if (!chunk.ok()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "chunk " + std::to_string(req->chunk()) + " of version " +

@@ -28,8 +28,10 @@ namespace echelon::net {
 
 class ChunkSourceService final : public v1::ChunkSource::Service {
  public:
-  ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter = nullptr)
-      : store_(store), serialize_uploads_(serialize_uploads), filter_(std::move(filter)) {}
+  // A non-empty `token` must be presented as "authorization: Bearer <token>" by every fetcher.
+  ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter = nullptr,
+                     std::string token = "")
+      : store_(store), serialize_uploads_(serialize_uploads), filter_(std::move(filter)), token_(std::move(token)) {}
 
   grpc::Status FetchChunk(grpc::ServerContext* ctx, const v1::FetchChunkRequest* req,
                           grpc::ServerWriter<v1::FetchChunkReply>* writer) override;
@@ -38,6 +40,7 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
   const broadcast::ChunkStore* const store_;
   const bool serialize_uploads_;
   const ServeFilter filter_;
+  const std::string token_;
   std::mutex upload_mu_;  // held while one chunk's pieces are written (serialize_uploads_)
 };
 

@@ -209,6 +209,39 @@ TEST(BroadcastNetTest, LateJoinerGetsTheNewestVersion) {
   EXPECT_EQ(late.store().Assemble(7).value(), blob);
 }
 
+TEST(BroadcastNetTest, WithATokenOnlyPeersThatPresentItJoinOrFetch) {
+  BroadcastOriginOptions opts;
+  opts.token = "s3cret";
+  Swarm swarm(opts);
+  BroadcastPeerOptions good = swarm.PeerOptions(0);
+  good.token = "s3cret";
+  BroadcastPeer peer(good);
+  ASSERT_TRUE(peer.Start().ok());
+  const std::string blob = RandomBlob(2 * kChunk, 8);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_EQ(peer.WaitForVersion(1, kWait), std::optional<uint64_t>(1));
+  EXPECT_EQ(peer.store().Assemble(1).value(), blob);
+  // Without the token: refused at the control stream...
+  BroadcastPeerOptions bad = swarm.PeerOptions(1);
+  bad.token = "guess";
+  BroadcastPeer intruder(bad);
+  Status st = intruder.Start();
+  EXPECT_FALSE(st.ok() && intruder.WaitForVersion(1, 2.0).has_value()) << "an intruder received the snapshot";
+  EXPECT_EQ(swarm.origin->live_peers(), 1u);
+  // ... and at every chunk source, the origin's and the peers'.
+  for (const std::string& address : {"127.0.0.1:" + std::to_string(swarm.origin->port()), peer.address()}) {
+    auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::FetchChunkRequest req;
+    req.set_version(1);
+    req.set_chunk(0);
+    auto reader = stub->FetchChunk(&ctx, req);
+    v1::FetchChunkReply piece;
+    EXPECT_FALSE(reader->Read(&piece)) << address;
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << address;
+  }
+}
+
 TEST(BroadcastNetTest, PinnedKeyMismatchIsRefusedNamingBothKeys) {
   BroadcastOriginOptions opts;
   Swarm swarm(opts);

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "echelon/broadcast/relay_session.h"
+#include "echelon/net/auth.h"
 #include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/v1/broadcast.grpc.pb.h"
 
@@ -76,6 +77,10 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
   explicit Service(BroadcastOrigin* o) : o_(o) {}
 
   grpc::Status Control(grpc::ServerContext* ctx, Stream* stream) override {
+    if (!o_->options_.token.empty() && !TokenMatches(*ctx, o_->options_.token)) {
+      spdlog::warn("refused broadcast peer {}: missing or wrong bearer token", ctx->peer());
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token");
+    }
     v1::PeerToOrigin first;
     if (!stream->Read(&first) || !first.has_hello()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message on the control stream must be a Hello");
@@ -129,7 +134,7 @@ Status BroadcastOrigin::Start() {
   service_ = std::make_unique<Service>(this);
   // Star is the baseline of parallel sends from the origin, so only swarm mode serialises.
   chunk_source_ = std::make_unique<ChunkSourceService>(&store_, options_.relay.mode == broadcast::RelayMode::kSwarm,
-                                                       options_.serve_filter);
+                                                       options_.serve_filter, options_.token);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
   ApplyBroadcastLimits(&builder);

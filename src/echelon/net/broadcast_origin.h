@@ -66,6 +66,7 @@ struct BroadcastOriginOptions {
   double heartbeat_seconds = kBroadcastHeartbeatSeconds;
   double dead_after_seconds = kBroadcastDeadAfterSeconds;
   ServeFilter serve_filter;  // tests only: applied to every chunk the origin serves
+  std::string token;         // non-empty: peers must present it (control stream and chunk fetches)
 };
 
 struct BroadcastPeerReport {

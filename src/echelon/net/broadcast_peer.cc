@@ -6,6 +6,8 @@
 #include <chrono>
 
 #include "echelon/broadcast/manifest.h"
+#include "echelon/net/address.h"
+#include "echelon/net/auth.h"
 
 namespace echelon::net {
 namespace {
@@ -22,11 +24,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 }
 
 // "HOST:PORT" -> HOST (IPv6 in brackets kept as is).
-std::string HostOf(const std::string& hostport) {
-  size_t colon = hostport.rfind(':');
-  return colon == std::string::npos ? hostport : hostport.substr(0, colon);
-}
-
 }  // namespace
 
 struct BroadcastPeer::Control {
@@ -44,7 +41,8 @@ BroadcastPeer::~BroadcastPeer() { Shutdown(); }
 std::string BroadcastPeer::origin_key_id() const { return origin_key_ ? origin_key_->key_id() : ""; }
 
 Status BroadcastPeer::Start() {
-  source_ = std::make_unique<ChunkSourceService>(&store_, /*serialize_uploads=*/true, options_.serve_filter);
+  source_ = std::make_unique<ChunkSourceService>(&store_, /*serialize_uploads=*/true, options_.serve_filter,
+                                                 options_.token);
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
@@ -58,9 +56,12 @@ Status BroadcastPeer::Start() {
   }
   if (!options_.advertise.empty()) {
     address_ = options_.advertise;
+    // "HOST:0": the host given, the port this peer was bound to.
+    if (address_.size() > 2 && address_.compare(address_.size() - 2, 2, ":0") == 0)
+      address_ = HostOf(address_) + ":" + std::to_string(port);
   } else {
     const std::string host = HostOf(options_.listen);
-    if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+    if (IsWildcardHost(host)) {
       return InvalidArgument("--listen " + options_.listen +
                              " binds every interface; say which address other peers should dial (--advertise HOST:PORT)");
     }
@@ -74,6 +75,7 @@ Status BroadcastPeer::Start() {
                                                 std::to_string(options_.join_timeout_seconds) + " s");
   }
   control_->stub = v1::BroadcastOrigin::NewStub(control_->channel);
+  AttachToken(control_->ctx, options_.token);
   control_->stream = control_->stub->Control(&control_->ctx);
   v1::PeerToOrigin hello;
   hello.mutable_hello()->set_protocol_version(kBroadcastProtocolVersion);
@@ -253,6 +255,7 @@ Result<std::string> BroadcastPeer::FetchBytes(const Order& order) {
   }
   auto stub = v1::ChunkSource::NewStub(channel);
   grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
   ctx.set_deadline(DeadlineIn(options_.fetch_deadline_seconds));
   v1::FetchChunkRequest req;
   req.set_version(order.version);

@@ -58,7 +58,7 @@ namespace echelon::net {
 struct BroadcastPeerOptions {
   std::string origin;                  // HOST:PORT of the origin
   std::string listen = "127.0.0.1:0";  // where this peer's ChunkSource listens; port 0 = any
-  std::string advertise;               // HOST:PORT others dial; default: listen's host + bound port
+  std::string advertise;               // HOST:PORT others dial ("HOST:0": the bound port); default: listen's host + bound port
   std::string name = "peer";
   std::optional<broadcast::VerifyKey> origin_key;  // pinned; none = trust on first use
   int keep_versions = broadcast::kDefaultKeepVersions;
@@ -66,6 +66,7 @@ struct BroadcastPeerOptions {
   double join_timeout_seconds = 10.0;  // to reach the origin at Start
   double fetch_deadline_seconds = kFetchDeadlineSeconds;
   ServeFilter serve_filter;  // tests only: corrupts what this peer serves
+  std::string token;         // presented to the origin and other peers, and required of fetchers
 };
 
 class BroadcastPeer {

@@ -47,6 +47,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_heartbeat_seconds(s_->options_.heartbeat_seconds);
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
     reply->set_learner_incarnation(s_->incarnation_);
+    reply->set_broadcast_port(static_cast<uint32_t>(s_->options_.broadcast_port));
+    reply->set_broadcast_key_pem(s_->options_.broadcast_key_pem);
     return grpc::Status::OK;
   }
 

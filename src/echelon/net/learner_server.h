@@ -35,6 +35,8 @@ struct LearnerServerOptions {
   double evict_after_seconds = 3.0;
   std::string tls_cert_file;  // PEM; with tls_key_file enables TLS
   std::string tls_key_file;
+  int broadcast_port = 0;          // > 0: actors are told to join the snapshot broadcast here
+  std::string broadcast_key_pem;   // the broadcast origin's public key, for actors to pin
 };
 
 struct ActorInfo {

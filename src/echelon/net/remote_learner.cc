@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "echelon/common/fs.h"
+#include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
@@ -73,7 +74,8 @@ Status RemoteLearner::Register() {
     actor_id_ = reply.actor_id();
     heartbeat_seconds_ = std::max(0.05, reply.heartbeat_seconds());
   }
-  if (!incarnation_.empty() && reply.learner_incarnation() != incarnation_) {
+  const bool restarted = !incarnation_.empty() && reply.learner_incarnation() != incarnation_;
+  if (restarted) {
     // A restarted learner: its versions continue from its last checkpoint, so a snapshot
     // from before may not exist in its history. Fetch its newest instead.
     spdlog::warn("learner restarted (now at version {}); dropping snapshot v{}", reply.snapshot_version(),
@@ -83,6 +85,7 @@ Status RemoteLearner::Register() {
   incarnation_ = reply.learner_incarnation();
   known_version_ = reply.snapshot_version();
   cached_run_spec_ = reply.run_spec_json();
+  if (restarted || !peer_) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem());
   spdlog::info("registered with learner {} as {}", options_.address, reply.actor_id());
   return Status::Ok();
 }
@@ -187,8 +190,62 @@ rollout::SubmitOutcome RemoteLearner::Submit(rollout::GroupRollout rollout) {
   return {false, "learner_unreachable"};
 }
 
+void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem) {
+  peer_.reset();
+  if (!options_.broadcast || port == 0) return;
+  Result<broadcast::VerifyKey> key = broadcast::VerifyKey::FromPem(key_pem, "the learner's broadcast key");
+  if (!key.ok()) {
+    spdlog::warn("{}; fetching snapshots directly", key.status().message());
+    return;
+  }
+  BroadcastPeerOptions o;
+  o.origin = HostOf(options_.address) + ":" + std::to_string(port);
+  o.listen = options_.broadcast_listen;
+  o.name = options_.name;
+  o.origin_key = std::move(key).value();
+  o.token = options_.token;
+  o.join_timeout_seconds = 5;
+  o.advertise = options_.broadcast_advertise;
+  if (o.advertise.empty() && IsWildcardHost(HostOf(o.listen))) {
+    Result<std::string> ip = LocalAddressToward(options_.address);
+    if (!ip.ok()) {
+      spdlog::warn("{}; fetching snapshots directly (or give --broadcast-advertise)", ip.status().message());
+      return;
+    }
+    o.advertise = ip.value() + ":0";  // the port is filled in once bound
+  }
+  auto peer = std::make_unique<BroadcastPeer>(o);
+  Status st = peer->Start();
+  if (!st.ok()) {
+    spdlog::warn("cannot join the snapshot broadcast at {}: {}; fetching snapshots directly", o.origin, st.message());
+    return;
+  }
+  spdlog::info("joined the snapshot broadcast at {} as {} (serving chunks at {})", o.origin, peer->peer_id(),
+               peer->address());
+  peer_ = std::move(peer);
+}
+
+std::optional<rollout::Snapshot> RemoteLearner::FromBroadcast(int64_t version) {
+  if (!peer_ || peer_->origin_gone()) return std::nullopt;
+  std::optional<uint64_t> got =
+      peer_->WaitForVersion(static_cast<uint64_t>(std::max<int64_t>(version, 0)), options_.broadcast_wait_seconds);
+  if (!got) {
+    spdlog::warn("the broadcast did not deliver snapshot v{} within {:.0f} s; pulling it directly", version,
+                 options_.broadcast_wait_seconds);
+    return std::nullopt;
+  }
+  Result<std::string> bytes = peer_->store().Assemble(*got);
+  if (!bytes.ok()) return std::nullopt;  // garbage-collected meanwhile: the next call gets a newer one
+  return rollout::Snapshot{static_cast<int64_t>(*got), std::make_shared<const std::string>(std::move(bytes).value())};
+}
+
 rollout::Snapshot RemoteLearner::Latest() {
   if (cached_.version >= known_version_.load() && cached_.version >= 0) return cached_;
+  if (std::optional<rollout::Snapshot> snap = FromBroadcast(known_version_.load())) {
+    cached_ = std::move(*snap);
+    known_version_ = std::max<int64_t>(known_version_.load(), cached_.version);
+    return cached_;
+  }
   grpc::ClientContext ctx;
   AttachToken(ctx, options_.token);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));

@@ -4,6 +4,13 @@
 // through learner outages and evictions: calls that fail with UNAVAILABLE back off
 // exponentially; a NOT_FOUND ("not registered") re-registers and carries on.
 //
+// Snapshots: when the learner runs a broadcast origin (its registration reply names the port
+// and the signing key), the actor joins the broadcast as a peer: it receives each snapshot's
+// verified chunks from the origin or from other actors and relays what it holds. Latest()
+// waits up to broadcast_wait_seconds for the version the learner last announced, then falls
+// back to pulling the snapshot directly (GetSnapshot), so a blocked broadcast port costs
+// time, never the run. A learner restart (new incarnation) replaces the peer.
+//
 //   RemoteLearner learner({.address = "10.0.0.1:7700", .token = token, .name = "gpu-7"});
 //   ECHELON_ASSIGN_OR_RETURN(std::string spec, learner.Connect(stop));
 //   Actor actor(..., &learner, &learner, &learner, ...);
@@ -19,6 +26,7 @@
 #include <thread>
 
 #include "echelon/common/status.h"
+#include "echelon/net/broadcast_peer.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
@@ -30,6 +38,10 @@ struct RemoteLearnerOptions {
   std::string name = "actor";
   std::string tls_ca_file;    // PEM of the CA that signed the learner's certificate; enables TLS
   double rpc_timeout_seconds = 30;
+  bool broadcast = true;                     // join the learner's snapshot broadcast if it has one
+  std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors
+  std::string broadcast_advertise;           // HOST:PORT others dial; default: our address toward the learner
+  double broadcast_wait_seconds = 20;        // then pull the snapshot directly
 };
 
 class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
@@ -51,6 +63,10 @@ class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink
 
  private:
   Status Register();
+  // (Re)joins the broadcast the registration reply names; on failure snapshots come directly.
+  void JoinBroadcast(uint32_t port, const std::string& key_pem);
+  // The snapshot of at least `version` by broadcast, or nullopt (none, or it timed out).
+  std::optional<rollout::Snapshot> FromBroadcast(int64_t version);
   void HeartbeatLoop();
   // Handles a failed call: re-registers on NOT_FOUND, sleeps with backoff on UNAVAILABLE.
   void Recover(int code, const std::string& what);
@@ -70,6 +86,7 @@ class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink
   rollout::Snapshot cached_;
   std::string cached_run_spec_;
   std::string incarnation_;  // of the learner process last registered with
+  std::unique_ptr<BroadcastPeer> peer_;  // joined to the learner's broadcast (actor thread only)
   std::thread heartbeat_;
 };
 

@@ -17,7 +17,7 @@ uint64_t GroupSeed(uint64_t run_seed, uint64_t group_id) {
 }
 
 Actor::Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
-             const data::TaskAdapter* task, std::unique_ptr<ModelPolicy> policy)
+             const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy)
     : options_(std::move(options)),
       work_(work),
       sink_(sink),

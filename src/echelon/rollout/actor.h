@@ -14,7 +14,7 @@
 #include <string>
 
 #include "echelon/data/adapter.h"
-#include "echelon/rollout/model_policy.h"
+#include "echelon/rollout/snapshot_policy.h"
 #include "echelon/rollout/transport.h"
 
 namespace echelon::rollout {
@@ -36,7 +36,7 @@ struct ActorStats {
 class Actor {
  public:
   Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
-        const data::TaskAdapter* task, std::unique_ptr<ModelPolicy> policy);
+        const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy);
 
   // Loops until `stop` becomes true.
   void Run(const std::atomic<bool>& stop);
@@ -50,7 +50,7 @@ class Actor {
   TrajectorySink* sink_;
   SnapshotSource* snapshots_;
   const data::TaskAdapter* task_;
-  std::unique_ptr<ModelPolicy> policy_;
+  std::unique_ptr<SnapshotPolicy> policy_;
   ActorStats stats_;
 };
 

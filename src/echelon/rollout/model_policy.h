@@ -12,18 +12,19 @@
 #include "echelon/model/generate.h"
 #include "echelon/model/qwen3.h"
 #include "echelon/model/tokenizer.h"
+#include "echelon/rollout/snapshot_policy.h"
 
 namespace echelon::rollout {
 
-class ModelPolicy : public data::Policy {
+class ModelPolicy : public SnapshotPolicy {
  public:
   ModelPolicy(model::Qwen3Model model, model::CharTokenizer tokenizer, model::SamplingParams params);
 
   // Throws std::invalid_argument when a prompt has characters outside the tokenizer.
   std::vector<data::Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) override;
   // Replaces the weights with a snapshot's safetensors bytes.
-  Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version);
-  int64_t version() const { return version_; }
+  Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
+  int64_t version() const override { return version_; }
   model::Qwen3Model& model() { return model_; }
 
  private:

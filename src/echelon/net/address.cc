@@ -1,0 +1,57 @@
+#include "echelon/net/address.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace echelon::net {
+
+std::string HostOf(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return host_port;
+  const size_t bracket = host_port.rfind(']');
+  if (bracket != std::string::npos && bracket > colon) return host_port;  // "[::1]": no port
+  return host_port.substr(0, colon);
+}
+
+bool IsWildcardHost(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
+}
+
+Result<std::string> LocalAddressToward(const std::string& host_port) {
+  std::string host = HostOf(host_port);
+  const std::string port = host_port.size() > host.size() + 1 ? host_port.substr(host.size() + 1) : "9";
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return Status(StatusCode::kUnavailable, "cannot resolve " + host + ": " + ::gai_strerror(rc));
+  std::string out;
+  for (addrinfo* a = found; a != nullptr && out.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {0};
+      if (local.ss_family == AF_INET) {
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buf, sizeof buf);
+        out = buf;
+      } else if (local.ss_family == AF_INET6) {
+        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buf, sizeof buf);
+        out = std::string("[") + buf + "]";
+      }
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (out.empty()) return Status(StatusCode::kUnavailable, "no local address reaches " + host_port);
+  return out;
+}
+
+}  // namespace echelon::net

@@ -1,0 +1,21 @@
+// HOST:PORT helpers shared by the learner service and the broadcast.
+//
+//   HostOf("10.0.0.2:7700") == "10.0.0.2";   HostOf("[::1]:7700") == "[::1]"
+//   ECHELON_ASSIGN_OR_RETURN(std::string ip, LocalAddressToward("learner.example.org:7700"));
+#pragma once
+
+#include <string>
+
+#include "echelon/common/status.h"
+
+namespace echelon::net {
+
+// The host part of HOST:PORT (the whole string when there is no port).
+std::string HostOf(const std::string& host_port);
+// True for 0.0.0.0, [::], :: and an empty host: addresses that bind every interface.
+bool IsWildcardHost(const std::string& host);
+// The local IP address this machine uses to reach `host_port` (a UDP socket is connected,
+// nothing is sent): what a peer on the same network should dial to reach us.
+Result<std::string> LocalAddressToward(const std::string& host_port);
+
+}  // namespace echelon::net

@@ -1,0 +1,23 @@
+# npm_install_or_skip DIR PURPOSE PACKAGE@VERSION...   (sourced, not run)
+# Installs the pinned npm packages into DIR/node_modules unless each is there already (never
+# into the source tree). Exits the test with 77 (CTest "skipped"), saying why, only when Node
+# or npm is missing or npm cannot install (offline); PURPOSE completes "node and npm are
+# needed to ...".
+npm_install_or_skip() {
+  local dir=$1 purpose=$2
+  shift 2
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "SKIPPED: node and npm are needed to $purpose"
+    exit 77
+  fi
+  mkdir -p "$dir"
+  local pkg missing=0
+  for pkg in "$@"; do
+    [ -f "$dir/node_modules/${pkg%@*}/package.json" ] || missing=1
+  done
+  [ "$missing" -eq 0 ] && return 0
+  if ! (cd "$dir" && timeout 300 npm install --no-save --no-audit --no-fund --loglevel=error "$@"); then
+    echo "SKIPPED: npm could not install $* (offline?)"
+    exit 77
+  fi
+}
