@@ -133,16 +133,13 @@ std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<in
     up += available[j] * plan.classes[j].uplink_mbps;
   }
   const double relay_up = receivers > 0 ? up / receivers : 0;
-  const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, available);
   for (size_t j = 0; j < plan.classes.size(); ++j) {
     const WorkerClass& k = plan.classes[j];
     WorkerOffer o;
     o.name = k.name;
     o.available = available[j];
     o.price_per_hour = k.price_per_hour;
-    // A class whose every group is more than S versions old when it arrives is of no use: not counted.
-    const bool fresh = plan.inputs.max_staleness == 0 || arrival[j] <= plan.inputs.max_staleness;
-    if (k.decode.feasible && fresh && (excluded.empty() || !excluded[j])) {
+    if (k.decode.feasible && (excluded.empty() || !excluded[j])) {
       const double bcast = ClassSnapshotSeconds(plan.inputs, k, receivers, relay_up);
       o.rate = Availability(k, bcast, plan.inputs.rejoin_seconds) * k.decode.slots / k.decode.group_seconds;
     }
@@ -154,27 +151,45 @@ std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<in
 FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& available) {
   const size_t n = plan.classes.size();
   const int64_t s = plan.inputs.max_staleness;
-  std::vector<bool> excluded(n, false);
+  const double step = FreshnessStepSeconds(plan);
   FreshActivation out;
-  out.arrival = ClassMinArrivalStalenesses(plan, available);
+  std::vector<bool> excluded(n, false);
+  std::vector<int64_t> excluded_at(n, -1);
+  // Generation alone longer than S steps: no broadcast can make the class's groups usable.
+  for (size_t j = 0; j < n && s > 0; ++j) {
+    const WorkerClass& k = plan.classes[j];
+    if (!k.decode.feasible) continue;
+    const int64_t a = ClassMinArrivalStaleness(step, 0, k.decode.group_seconds);
+    if (a > s) {
+      excluded[j] = true;
+      excluded_at[j] = a;
+    }
+  }
   while (true) {
     out.offers = ActivationOffers(plan, available, excluded);
     out.activation = Activate(out.offers, plan.demand_groups_per_s);
     if (s == 0) break;
-    // The broadcast the chosen workers will have (relay uplinks are theirs, not the pool's).
+    // With the broadcast the chosen workers will have (relays forward at their own uplinks).
     const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, out.activation.counts);
     bool again = false;
     for (size_t j = 0; j < n; ++j) {
-      if (out.activation.counts[j] > 0) out.arrival[j] = arrival[j];
       if (out.activation.counts[j] > 0 && arrival[j] > s) {
         excluded[j] = true;
+        excluded_at[j] = arrival[j];
         again = true;
       }
     }
     if (!again) break;
   }
+  int64_t chosen = 0;
+  for (int64_t c : out.activation.counts) chosen += c;
+  const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, chosen > 0 ? out.activation.counts : available);
   out.fresh.resize(n);
-  for (size_t j = 0; j < n; ++j) out.fresh[j] = plan.classes[j].decode.feasible && (s == 0 || out.offers[j].rate > 0);
+  out.arrival.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    out.arrival[j] = excluded[j] ? excluded_at[j] : arrival[j];
+    out.fresh[j] = plan.classes[j].decode.feasible && (s == 0 || (!excluded[j] && arrival[j] <= s));
+  }
   return out;
 }
 

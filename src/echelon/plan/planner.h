@@ -57,20 +57,20 @@ Result<Plan> MakePlan(const PlanConfig& config);
 // LoadPlanConfig then MakePlan: what `echelon plan` and `echelon simulate` both start with.
 Result<Plan> MakePlanFromFile(const std::string& path);
 
-// Activation offers per class given how many instances are available now (for re-activation
-// in the simulator); rates are effective groups/s per instance, 0 for a class that is not
-// fresh at the plan's S and kappa (judged with the available workers' broadcast) or that
-// `excluded` names.
+// Activation offers per class given how many instances are available now; rates are
+// effective groups/s per instance, 0 for a class `excluded` names (freshness: ActivateFresh).
 std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<int64_t>& available,
                                           const std::vector<bool>& excluded = {});
-// Freshness-respecting activation: ActivationOffers, Activate, then, because the broadcast
-// time depends on who is activated (relays forward at their own uplinks), any activated class
-// that is not fresh with the chosen workers' broadcast is excluded and activation re-run,
-// until every activated class is fresh. What `MakePlan` and the simulator's re-activation use.
+// Freshness-respecting activation: classes whose generation alone spans more than S steps
+// are excluded; then Activate, and, because the broadcast time depends on who is activated
+// (relays forward at their own uplinks), any activated class whose groups would all arrive
+// more than S versions old with the chosen workers' broadcast is excluded and activation
+// re-run, until every activated class is usable. What `MakePlan` and the simulator's
+// re-activation use.
 struct FreshActivation {
   Activation activation;
   std::vector<WorkerOffer> offers;  // the last round's
-  std::vector<bool> fresh;          // per class: counted (S = 0: every class that can run)
+  std::vector<bool> fresh;          // per class: not excluded and usable with the chosen broadcast (S = 0: can run)
   std::vector<int64_t> arrival;     // per class: least arrival staleness (the chosen workers' broadcast when activated)
 };
 FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& available);

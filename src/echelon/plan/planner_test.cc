@@ -64,9 +64,10 @@ TEST(PlannerFreshness, ClassWhoseGroupsArriveTooStaleIsNeitherCountedNorPicked) 
   EXPECT_TRUE(plan.prediction.fresh);
   EXPECT_TRUE(NoteMentions(plan, "worker class slow: a group takes 60.0 s")) << plan.notes.size();
   EXPECT_TRUE(NoteMentions(plan, "every group would be at least 5 versions old when it arrives (S = 4)"));
-  const std::vector<WorkerOffer> offers = ActivationOffers(plan, {40, 10});
-  EXPECT_EQ(offers[0].rate, 0);  // not counted towards the demand
-  EXPECT_GT(offers[1].rate, 0);
+  const FreshActivation fa = ActivateFresh(plan, {40, 10});
+  EXPECT_EQ(fa.offers[0].rate, 0);  // not counted towards the demand
+  EXPECT_GT(fa.offers[1].rate, 0);
+  EXPECT_GT(ActivationOffers(plan, {40, 10})[0].rate, 0);  // only freshness removes it
   const nlohmann::json j = PlanJson(plan);
   EXPECT_FALSE(j["workers"][0]["fresh"].get<bool>());
   EXPECT_TRUE(j["workers"][1]["fresh"].get<bool>());
