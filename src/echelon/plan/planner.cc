@@ -148,7 +148,8 @@ std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<in
   return offers;
 }
 
-FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& available) {
+FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& available,
+                              const std::vector<int64_t>* incumbent) {
   const size_t n = plan.classes.size();
   const int64_t s = plan.inputs.max_staleness;
   const double step = FreshnessStepSeconds(plan);
@@ -180,6 +181,33 @@ FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& avai
       }
     }
     if (!again) break;
+  }
+  // Leaving classes out is greedy (a class stale among the workers chosen with it is not
+  // tried again beside better relays), so a set already known to work may be cheaper: keep
+  // it when it still meets the demand, every class in it is usable, and it costs less.
+  if (incumbent != nullptr && incumbent->size() == n) {
+    const std::vector<WorkerOffer> all = ActivationOffers(plan, available);
+    const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, *incumbent);
+    double supply = 0, cost = 0;
+    bool usable = true;
+    for (size_t j = 0; j < n; ++j) {
+      const int64_t c = (*incumbent)[j];
+      if (c == 0) continue;
+      usable &= c <= available[j] && all[j].rate > 0 && (s == 0 || arrival[j] <= s);
+      supply += c * all[j].rate;
+      cost += c * all[j].price_per_hour;
+    }
+    const double eps = 1e-9 * std::max(1.0, cost);
+    if (usable && supply >= plan.demand_groups_per_s * (1 - 1e-9) &&
+        (!out.activation.feasible || cost < out.activation.cost_per_hour - eps)) {
+      out.activation.counts = *incumbent;
+      out.activation.cost_per_hour = cost;
+      out.activation.supply = supply;
+      out.activation.feasible = true;
+      out.activation.method = "kept";
+      for (size_t j = 0; j < n; ++j)
+        if ((*incumbent)[j] > 0) excluded[j] = false;
+    }
   }
   int64_t chosen = 0;
   for (int64_t c : out.activation.counts) chosen += c;

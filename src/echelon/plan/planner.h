@@ -73,7 +73,12 @@ struct FreshActivation {
   std::vector<bool> fresh;          // per class: not excluded and usable with the chosen broadcast (S = 0: can run)
   std::vector<int64_t> arrival;     // per class: least arrival staleness (the chosen workers' broadcast when activated)
 };
-FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& available);
+// Leaving classes out is greedy: a class found stale among the workers chosen with it is not
+// tried again beside better relays, so the result can cost more than the cheapest usable
+// set. `incumbent` (counts per class, e.g. the workers running now) is kept instead when it
+// still meets the demand with usable classes only and costs less (method "kept").
+FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& available,
+                              const std::vector<int64_t>* incumbent = nullptr);
 // Per class: ClassMinArrivalStaleness at FreshnessStepSeconds when the snapshot goes to
 // `receivers[j]` workers of each class j (-1: the class cannot run).
 std::vector<int64_t> ClassMinArrivalStalenesses(const Plan& plan, const std::vector<int64_t>& receivers);

@@ -448,8 +448,8 @@ class Simulation {
   }
 
   // The learner's activation loop: the cheapest set over the workers available now (at the
-  // current prices, fresh classes only); start what is missing (a draining worker of a wanted
-  // class first), then retire surplus.
+  // current prices, usable classes only; the running set if that is cheaper); start what is
+  // missing (a draining worker of a wanted class first), then retire surplus.
   Activation Reactivate() {
     const size_t n = plan_.classes.size();
     std::vector<int64_t> available(n, 0), running(n, 0);
@@ -457,8 +457,9 @@ class Simulation {
       if (w.state != WorkerState::kDown) ++available[w.cls];
       if (Billed(w) && !w.draining) ++running[w.cls];
     }
-    const FreshActivation fresh = ActivateFresh(plan_, available);
-    for (size_t j = 0; j < n; ++j) rate_[j] = fresh.offers[j].rate;
+    const FreshActivation fresh = ActivateFresh(plan_, available, &running);
+    const std::vector<WorkerOffer> offers = ActivationOffers(plan_, available);
+    for (size_t j = 0; j < n; ++j) rate_[j] = offers[j].rate;
     const Activation& target = fresh.activation;
     target_ = target.counts;
     for (size_t id = 0; id < workers_.size(); ++id) {

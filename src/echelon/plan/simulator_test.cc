@@ -222,6 +222,26 @@ TEST(SimulatorPriceChanges, PriceRiseOfTheActiveTypeSwitchesToTheCheaperFeasible
   EXPECT_LT(switched_cost, 0.9 * kept_cost);
 }
 
+TEST(SimulatorPriceChanges, KeepsTheRunningSetWhenItIsTheCheapestUsableOne) {
+  // The 8B catalogue: 1 RTX 5090, 2 RTX 4090 and 3 A100s run (the A100s relay the snapshot
+  // at 10 Gbit/s). A100s rise to $5/h: the cheapest throughput is then consumer cards, but
+  // among themselves they relay too slowly for S = 6, and A100s alone cost $20/h; the running
+  // set still works and costs $16.57/h, so it stays.
+  Result<PlanConfig> c = LoadPlanConfig(std::string(ECHELON_TEST_DATA) + "/../../configs/simulate-qwen3-8b.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  c->sim.price_changes.push_back({100, "a100", 5.0});
+  Plan plan = MustPlan(c.value());
+  SimOptions opt;
+  opt.steps = 150;
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->price_changes.size(), 1u);
+  const PriceChangeRecord& pc = r->price_changes[0];
+  EXPECT_EQ(pc.method, "kept");
+  EXPECT_EQ(pc.target, pc.billed_before);
+  EXPECT_NEAR(pc.target_cost_per_hour, 1 * 0.89 + 2 * 0.34 + 3 * 5.0, 1e-9);
+}
+
 TEST(SimulatorOverhead, LearnerOverheadMatchesTheCapacityModel) {
   PlanConfig c = TestConfig();
   c.learner_overhead_seconds = 3;
