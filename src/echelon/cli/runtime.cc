@@ -382,6 +382,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     net::BroadcastOriginOptions bo;
     bo.listen = network->broadcast_listen.empty() ? net::HostOf(network->listen) + ":0" : network->broadcast_listen;
     bo.token = network->token;
+    bo.log_each_version = false;  // one snapshot per update: the metrics carry broadcast_s
     origin = std::make_unique<net::BroadcastOrigin>(bo, std::move(key), &clock);
     ECHELON_RETURN_IF_ERROR(origin->Start().WithContext("snapshot broadcast origin"));
   }

@@ -39,6 +39,9 @@ const ConfigSchema& TrainSchema() {
     s.Float("rl.kl_coef", 0.0, 0.0, 100.0, "KL-to-reference (the warm-start policy) coefficient; 0 = off");
     s.String("rl.correction", "none", "off-policy correction for stale rollouts", {"none", "tis", "decoupled"});
     s.Float("rl.tis_cap", 2.0, 1.0, 1000.0, "C: cap of the truncated importance weight");
+    s.Int("rl.minibatches", 1, 1, 1024,
+          "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
+          "region around the update's starting policy (pi_prox of the tis / decoupled corrections)");
     s.Bool("rl.scale_by_std", true, "divide group advantages by the group's reward std (GRPO)");
     s.Int("rl.staleness", 2, 0, 1000, "S: a rollout from version x is used at step t only if t - x <= S");
     s.Int("rl.publish_period", 0, 0, 1000, "kappa: publish a snapshot every kappa steps (0: max(1, S - 1))");
@@ -105,6 +108,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   ECHELON_ASSIGN_OR_RETURN(l.loss.correction, learn::ParseCorrection(cfg.String("rl.correction")));
   l.loss.tis_cap = cfg.Float("rl.tis_cap");
   l.scale_by_std = cfg.Bool("rl.scale_by_std");
+  l.minibatches = cfg.Int("rl.minibatches");
   l.temperature = cfg.Float("rollout.temperature");
   if (l.temperature == 0.0)
     return InvalidArgument(cfg.source() + ": rollout.temperature = 0 (greedy) gives every group the same samples; "

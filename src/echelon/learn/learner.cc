@@ -137,6 +137,39 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
   return Status::Ok();
 }
 
+namespace {
+
+// Per-group mean |learner log-prob - actor log-prob| at the start of the update, and overall.
+void LogprobGaps(const at::Tensor& start_logp, const Batch& b, size_t num_groups, StepStats* stats) {
+  const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
+  const at::Tensor gap = (start_logp - b.behav).abs() * b.mask;
+  stats->logprob_gap = gap.sum().div(denom).item<double>();
+  // Per group: a worker whose log-probs disagree with the learner's stands out here.
+  const at::Tensor row_gap_t = gap.sum(1), row_tokens_t = b.mask.sum(1);
+  auto row_gap = row_gap_t.accessor<float, 1>();
+  auto row_tokens = row_tokens_t.accessor<float, 1>();
+  std::vector<double> gap_sum(num_groups, 0.0), token_sum(num_groups, 0.0);
+  for (size_t r = 0; r < b.row_group.size(); ++r) {
+    gap_sum[b.row_group[r]] += row_gap[r];
+    token_sum[b.row_group[r]] += row_tokens[r];
+  }
+  for (size_t g = 0; g < num_groups; ++g)
+    stats->group_logprob_gap.push_back(token_sum[g] > 0 ? gap_sum[g] / token_sum[g] : 0.0);
+}
+
+// Rows of the batch split into `parts` runs of whole groups (rows of a group are adjacent).
+std::vector<at::Tensor> MinibatchRows(const Batch& b, size_t num_groups, int64_t parts) {
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(parts));
+  for (size_t r = 0; r < b.row_group.size(); ++r)
+    rows[b.row_group[r] * static_cast<size_t>(parts) / num_groups].push_back(static_cast<int64_t>(r));
+  std::vector<at::Tensor> out;
+  for (const auto& part : rows)
+    if (!part.empty()) out.push_back(at::tensor(part, at::kLong));
+  return out;
+}
+
+}  // namespace
+
 Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   StepStats stats;
   std::vector<std::vector<double>> advantages;
@@ -150,47 +183,77 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   }
   Batch b = BuildBatch(groups, advantages);
   if (b.input.size(0) == 0) return InvalidArgument("learner step with no completion tokens");
+  stats.tokens = static_cast<int64_t>(b.mask.sum().item<double>());
 
   model_->train();
   const at::Tensor positions = at::arange(b.input.size(1), at::kLong).unsqueeze(0).expand_as(b.input);
-  const at::Tensor logits = model_->Forward(b.input, positions, at::Tensor(), nullptr);
-  PolicyLossInputs in;
-  in.logp = TokenLogProbs(logits, b.target, options_.temperature);
-  in.behav_logp = b.behav;
-  in.advantages = b.adv;
-  in.mask = b.mask;
+  auto log_probs = [&](model::Qwen3Model& m, const at::Tensor& rows) {
+    const at::Tensor input = rows.defined() ? b.input.index_select(0, rows) : b.input;
+    const at::Tensor target = rows.defined() ? b.target.index_select(0, rows) : b.target;
+    return TokenLogProbs(m->Forward(input, positions.narrow(0, 0, input.size(0)), at::Tensor(), nullptr), target,
+                         options_.temperature);
+  };
+  at::Tensor ref_logp;
   if (reference_) {
     at::NoGradGuard no_grad;
-    in.ref_logp = TokenLogProbs(reference_->Forward(b.input, positions, at::Tensor(), nullptr), b.target,
-                                options_.temperature);
+    ref_logp = log_probs(reference_, at::Tensor());
   }
-  PolicyLossOutput out = PolicyLoss(in, options_.loss);
-  const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
-  const at::Tensor gap = (in.logp.detach() - b.behav).abs() * b.mask;
-  stats.logprob_gap = gap.sum().div(denom).item<double>();
-  // Per group: a worker whose log-probs disagree with the learner's stands out here.
-  const at::Tensor row_gap_t = gap.sum(1), row_tokens_t = b.mask.sum(1);
-  auto row_gap = row_gap_t.accessor<float, 1>();
-  auto row_tokens = row_tokens_t.accessor<float, 1>();
-  std::vector<double> gap_sum(groups.size(), 0.0), token_sum(groups.size(), 0.0);
-  for (size_t r = 0; r < b.row_group.size(); ++r) {
-    gap_sum[b.row_group[r]] += row_gap[r];
-    token_sum[b.row_group[r]] += row_tokens[r];
+  const int64_t parts = std::min<int64_t>(options_.minibatches, static_cast<int64_t>(groups.size()));
+  if (parts <= 1) {
+    // One optimizer step: pi_prox is the forward pass itself (PolicyLossInputs.prox_logp unset).
+    PolicyLossInputs in;
+    in.logp = log_probs(model_, at::Tensor());
+    in.behav_logp = b.behav;
+    in.advantages = b.adv;
+    in.mask = b.mask;
+    in.ref_logp = ref_logp;
+    PolicyLossOutput out = PolicyLoss(in, options_.loss);
+    LogprobGaps(in.logp.detach(), b, groups.size(), &stats);
+    optimizer_->zero_grad();
+    out.loss.backward();
+    stats.grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
+    optimizer_->step();
+    stats.loss = out.loss.item<double>();
+    stats.clip_frac = out.clip_frac;
+    stats.kl = out.kl;
+    stats.behav_weight_mean = out.behav_weight_mean;
+  } else {
+    // Several optimizer steps over minibatches of whole groups: pi_prox is the policy at the
+    // start of the update, so from the second minibatch on the clipped ratio against it is a
+    // trust region (and decoupled / tis weigh by pi_prox / pi_behav as AReaL does).
+    at::Tensor prox;
+    {
+      at::NoGradGuard no_grad;
+      prox = log_probs(model_, at::Tensor());
+    }
+    LogprobGaps(prox, b, groups.size(), &stats);
+    const std::vector<at::Tensor> minibatches = MinibatchRows(b, groups.size(), parts);
+    for (const at::Tensor& rows : minibatches) {
+      PolicyLossInputs in;
+      in.logp = log_probs(model_, rows);
+      in.behav_logp = b.behav.index_select(0, rows);
+      in.prox_logp = prox.index_select(0, rows);
+      in.advantages = b.adv.index_select(0, rows);
+      in.mask = b.mask.index_select(0, rows);
+      if (ref_logp.defined()) in.ref_logp = ref_logp.index_select(0, rows);
+      PolicyLossOutput out = PolicyLoss(in, options_.loss);
+      optimizer_->zero_grad();
+      out.loss.backward();
+      stats.grad_norm += torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
+      optimizer_->step();
+      stats.loss += out.loss.item<double>();
+      stats.clip_frac += out.clip_frac;
+      stats.kl += out.kl;
+      stats.behav_weight_mean += out.behav_weight_mean;
+    }
+    const double n = static_cast<double>(minibatches.size());
+    stats.grad_norm /= n;
+    stats.loss /= n;
+    stats.clip_frac /= n;
+    stats.kl /= n;
+    stats.behav_weight_mean /= n;
   }
-  for (size_t g = 0; g < groups.size(); ++g)
-    stats.group_logprob_gap.push_back(token_sum[g] > 0 ? gap_sum[g] / token_sum[g] : 0.0);
-  stats.tokens = static_cast<int64_t>(b.mask.sum().item<double>());
-
-  optimizer_->zero_grad();
-  out.loss.backward();
-  stats.grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
-  optimizer_->step();
   ++version_;
-
-  stats.loss = out.loss.item<double>();
-  stats.clip_frac = out.clip_frac;
-  stats.kl = out.kl;
-  stats.behav_weight_mean = out.behav_weight_mean;
   return stats;
 }
 

@@ -5,9 +5,10 @@
 //   Learner learner(model, options);
 //   ECHELON_ASSIGN_OR_RETURN(StepStats s, learner.Step(groups));   // version() is now +1
 //
-// With one optimizer step per update the proximal policy of decoupled PPO is the learner's
-// weights at the start of the update, so pi_prox = pi_theta.detach() from the same forward
-// pass, and no extra forward is needed.
+// The proximal policy of decoupled PPO is the learner's weights at the start of the update.
+// With one optimizer step per update (minibatches = 1) that is pi_theta.detach() from the same
+// forward pass, no extra forward is needed, and the ratio against it is 1 (no clipping); with
+// several, one no-grad forward gives pi_prox and each minibatch takes an optimizer step.
 //
 // Thread contract: owned and called by the learner thread only.
 #pragma once
@@ -38,6 +39,10 @@ struct LearnerOptions {
   double max_grad_norm = 1.0;
   double temperature = 1.0;  // the actors' sampling temperature (log-probs must match)
   bool scale_by_std = true;  // GRPO advantage normalisation
+  // Optimizer steps per update: the batch is split into this many minibatches of whole groups
+  // (at most one per group). Above 1, pi_prox is the policy at the start of the update and the
+  // PPO clip against it acts from the second minibatch on (a trust region).
+  int64_t minibatches = 1;
 };
 
 // One prompt group as it reaches the learner.

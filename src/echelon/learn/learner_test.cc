@@ -202,3 +202,40 @@ TEST(LearnerRestore, BadOptimizerStateIsNamedAndChangesNothing) {
 
 }  // namespace
 }  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+TEST(LearnerMinibatches, SeveralOptimizerStepsPerUpdateAndATrustRegionAroundTheStart) {
+  for (Correction c : {Correction::kNone, Correction::kDecoupled}) {
+    SCOPED_TRACE(static_cast<int>(c));
+    auto run = [&](int64_t minibatches) {
+      model::Qwen3Model m(TinyConfig());
+      m->InitWeights(6);
+      LearnerOptions o;
+      o.lr = 5e-2;  // large, so that later minibatches move far from the starting policy
+      o.minibatches = minibatches;
+      o.loss.correction = c;
+      Learner learner(m, o);
+      const std::vector<LearnerGroup> groups = SampleGroups(learner.model(), 1.0, 8);
+      Result<StepStats> s = learner.Step(groups);
+      EXPECT_TRUE(s.ok());
+      EXPECT_EQ(learner.version(), 1) << "one update whatever the minibatches";
+      // AdamW counted one optimizer step per minibatch (at most one per group: 3 groups).
+      EXPECT_EQ(learner.OptimizerState().at("model.norm.weight.step").item<int64_t>(), std::min<int64_t>(minibatches, 3));
+      return std::make_pair(s.value(), learner.model()->StateDict().at("model.norm.weight").clone());
+    };
+    const auto [one, w1] = run(1);
+    const auto [three, w3] = run(3);
+    const auto [many, wmany] = run(50);
+    if (c == Correction::kDecoupled) EXPECT_EQ(one.clip_frac, 0.0) << "one step: the ratio to pi_prox is 1";
+    EXPECT_GT(three.clip_frac, 0.0) << "later minibatches are clipped against the starting policy";
+    EXPECT_FALSE(at::equal(w1, w3));
+    EXPECT_TRUE(at::equal(w3, wmany)) << "more minibatches than groups is one per group";
+    // The log-prob gap is measured at the start of the update either way.
+    EXPECT_NEAR(one.logprob_gap, three.logprob_gap, 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace echelon::learn

@@ -204,8 +204,9 @@ Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std
     }
     targets = conns_;
   }
-  spdlog::info("published version {}: {} bytes in {} chunks, file sha256 {}", version, m.total_bytes, m.num_chunks(),
-               m.file_sha256);
+  spdlog::log(VersionLogLevel(options_.log_each_version),
+              "published version {}: {} bytes in {} chunks, file sha256 {}", version, m.total_bytes, m.num_chunks(),
+              m.file_sha256);
   for (auto& c : targets) Announce(c, v);
   return m;
 }
@@ -284,8 +285,9 @@ void BroadcastOrigin::OnHave(const std::shared_ptr<Conn>& conn, uint64_t version
     }
   }
   const size_t held_count = std::count(held.begin(), held.end(), true);
-  spdlog::info("peer {} is node {} of version {} (holds {}/{} chunks already)", conn->id, node, version, held_count,
-               held.size());
+  spdlog::log(VersionLogLevel(options_.log_each_version),
+              "peer {} is node {} of version {} (holds {}/{} chunks already)", conn->id, node, version, held_count,
+              held.size());
   for (auto& [t, done] : parked) StartTransfer(v.get(), t, std::move(done));
   if (!alive) v->session->PeerDied(node);
   CheckComplete(v);
@@ -413,8 +415,9 @@ void BroadcastOrigin::CheckComplete(const std::shared_ptr<Version>& v) {
       if (c->alive) tell.push_back(c);
     }
   }
-  spdlog::info("version {} is complete on all {} live peers ({:.2f} s after publishing)", version, live,
-               clock_->Now() - v->published_at);
+  spdlog::log(VersionLogLevel(options_.log_each_version),
+              "version {} is complete on all {} live peers ({:.2f} s after publishing)", version, live,
+              clock_->Now() - v->published_at);
   v1::OriginToPeer msg;
   msg.mutable_complete()->set_version(version);
   for (auto& c : tell) c->Write(msg);

@@ -67,6 +67,7 @@ struct BroadcastOriginOptions {
   double dead_after_seconds = kBroadcastDeadAfterSeconds;
   ServeFilter serve_filter;  // tests only: applied to every chunk the origin serves
   std::string token;         // non-empty: peers must present it (control stream and chunk fetches)
+  bool log_each_version = true;  // info lines per version (publish, nodes, completion); else debug
 };
 
 struct BroadcastPeerReport {

@@ -199,8 +199,9 @@ void BroadcastPeer::HandleAnnounce(uint64_t version, const std::string& envelope
     mask[i] = held.value()[i] ? 1 : 0;
     have += held.value()[i] ? 1 : 0;
   }
-  spdlog::info("version {} announced: {} bytes, {} chunks, {} held already", version, m->total_bytes,
-               m->num_chunks(), have);
+  spdlog::log(VersionLogLevel(options_.log_each_version),
+              "version {} announced: {} bytes, {} chunks, {} held already", version, m->total_bytes,
+              m->num_chunks(), have);
   v1::PeerToOrigin reply;
   reply.mutable_have()->set_version(version);
   reply.mutable_have()->set_held(mask);

@@ -67,6 +67,7 @@ struct BroadcastPeerOptions {
   double fetch_deadline_seconds = kFetchDeadlineSeconds;
   ServeFilter serve_filter;  // tests only: corrupts what this peer serves
   std::string token;         // presented to the origin and other peers, and required of fetchers
+  bool log_each_version = true;  // an info line per announced version; else debug
 };
 
 class BroadcastPeer {

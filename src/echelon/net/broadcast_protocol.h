@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 
+#include <spdlog/common.h>
+
 namespace grpc {
 class ChannelArguments;
 class ServerBuilder;
@@ -79,5 +81,11 @@ using ServeFilter = std::function<void(uint64_t version, uint32_t index, std::st
 // fail loudly, not split traffic) to a channel or a server.
 void ApplyBroadcastLimits(grpc::ChannelArguments* args);
 void ApplyBroadcastLimits(grpc::ServerBuilder* builder);
+
+// Per-version progress lines: info for the standalone tool, debug inside a training run
+// (log_each_version in the origin's and peer's options).
+inline spdlog::level::level_enum VersionLogLevel(bool log_each_version) {
+  return log_each_version ? spdlog::level::info : spdlog::level::debug;
+}
 
 }  // namespace echelon::net

@@ -204,6 +204,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem) {
   o.name = options_.name;
   o.origin_key = std::move(key).value();
   o.token = options_.token;
+  o.log_each_version = false;
   o.join_timeout_seconds = 5;
   o.advertise = options_.broadcast_advertise;
   if (o.advertise.empty() && IsWildcardHost(HostOf(o.listen))) {
