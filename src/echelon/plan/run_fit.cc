@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "echelon/obs/metrics_log.h"
 #include "echelon/plan/yaml_reader.h"
 #include "echelon/sched/staleness_gate.h"
 
@@ -86,22 +87,9 @@ Result<ParsedMetrics> ParseMetricsFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound(path + ": cannot open (a run directory written by `echelon train` has metrics.jsonl)");
   ParsedMetrics m;
-  std::string text;
-  int64_t line_no = 0;
-  while (std::getline(in, text)) {
-    ++line_no;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    json o;
-    try {
-      o = json::parse(text);
-    } catch (const json::parse_error& e) {
-      return InvalidArgument(where + ": not a JSON object (" + std::string(e.what()) + ")");
-    }
-    if (!o.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + o.dump().substr(0, 60));
+  auto visit = [&](const json& o, const std::string& where, int64_t line_no) -> Status {
     auto ev = o.find("event");
     if (ev != o.end()) {
-      if (!ev->is_string()) return InvalidArgument(where + ": field 'event' must be a string");
       const std::string kind = ev->get<std::string>();
       if (kind == "resume") ++m.starts;
       if (kind == "final" || kind == "interrupted") {
@@ -111,7 +99,7 @@ Result<ParsedMetrics> ParseMetricsFile(const std::string& path) {
         m.end_busy = b->get<double>();
         m.end_event = kind;
       }
-      continue;
+      return Status::Ok();
     }
     UpdateLine u;
     u.line_no = line_no;
@@ -128,8 +116,9 @@ Result<ParsedMetrics> ParseMetricsFile(const std::string& path) {
                                std::to_string(prev.line_no) + "'s " + Fmt("%g", prev.wall_s));
     }
     m.updates.push_back(std::move(u));
-  }
-  if (in.bad()) return DataLoss(path + ": read error after line " + std::to_string(line_no));
+    return Status::Ok();
+  };
+  ECHELON_ASSIGN_OR_RETURN(const int64_t line_no, obs::ReadMetricsLines(in, path, visit));
   if (m.updates.empty())
     return InvalidArgument(path + (line_no == 0 ? ": empty" : ": no learner update lines") +
                            "; the run stopped before its first update");
