@@ -1,29 +1,72 @@
-// `echelon plan CONFIG [--json]`: cost-aware activation and the capacity model's prediction
-// for a run (docs/CAPACITY.md). Prints a table; with --json the last line is one JSON object
-// (predicted_utilization, cost_per_step, baseline_cost_per_step, workers, ...).
+// `echelon plan CONFIG [--json] [--from-run RUN_DIR]`: cost-aware activation and the capacity
+// model's prediction for a run (docs/CAPACITY.md). Prints a table; with --json the last line
+// is one JSON object (predicted_utilization, cost_per_step, baseline_cost_per_step, workers,
+// ...). With --from-run the model is fitted to a real run directory: its measured inputs and
+// its predicted against its measured learner utilisation are printed (JSON: "from_run"), and
+// the plan uses the run's step time, overhead, rollout shape and actor throughput instead of
+// the config's. `echelon plan --from-run RUN_DIR` without CONFIG prints only the fit.
 #include <iostream>
 
 #include <spdlog/spdlog.h>
 
 #include "echelon/cli/commands.h"
 #include "echelon/plan/planner.h"
+#include "echelon/plan/run_fit.h"
 
 namespace echelon::cli {
 namespace {
 
 struct PlanArgs {
   std::string config;
+  std::string from_run;
   bool json = false;
 };
 
 int RunPlan(const PlanArgs& args) {
-  Result<plan::Plan> p = plan::MakePlanFromFile(args.config);
+  if (args.config.empty() && args.from_run.empty()) {
+    spdlog::error("plan needs a CONFIG (configs/plan*.yaml), or --from-run RUN_DIR");
+    return 2;
+  }
+  std::optional<plan::RunFit> fit;
+  if (!args.from_run.empty()) {
+    Result<plan::RunFit> f = plan::FitRun(args.from_run);
+    if (!f.ok()) {
+      spdlog::error("--from-run {}", f.status().message());
+      return 2;
+    }
+    fit = std::move(f).value();
+    std::cout << plan::RunFitTable(*fit);
+  }
+  if (args.config.empty()) {
+    if (args.json) std::cout << nlohmann::json{{"from_run", plan::RunFitJson(*fit)}}.dump() << std::endl;
+    return 0;
+  }
+  Result<plan::PlanConfig> config = plan::LoadPlanConfig(args.config);
+  if (!config.ok()) {
+    spdlog::error("{}", config.status().message());
+    return 2;
+  }
+  std::vector<std::string> fit_notes;
+  if (fit) {
+    Status st = plan::ApplyRunFit(*fit, &config.value(), &fit_notes);
+    if (!st.ok()) {
+      spdlog::error("{}", st.message());
+      return 2;
+    }
+    std::cout << "\n";
+  }
+  Result<plan::Plan> p = plan::MakePlan(config.value());
   if (!p.ok()) {
     spdlog::error("{}", p.status().message());
     return 2;
   }
+  p->notes.insert(p->notes.begin(), fit_notes.begin(), fit_notes.end());
   std::cout << plan::PlanTable(p.value());
-  if (args.json) std::cout << plan::PlanJson(p.value()).dump() << std::endl;
+  if (args.json) {
+    nlohmann::json j = plan::PlanJson(p.value());
+    if (fit) j["from_run"] = plan::RunFitJson(*fit);
+    std::cout << j.dump() << std::endl;
+  }
   return 0;
 }
 
@@ -32,7 +75,10 @@ int RunPlan(const PlanArgs& args) {
 void AddPlanCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "choose the cheapest rollout workers for a run and predict its utilisation and cost");
-  cmd->add_option("config", args->config, "plan config (configs/plan*.yaml)")->required();
+  cmd->add_option("config", args->config, "plan config (configs/plan*.yaml); optional with --from-run");
+  cmd->add_option("--from-run", args->from_run,
+                  "fit the model to a run directory (echelon train/learner --out): measured step time and actor "
+                  "throughput; prints its predicted vs measured learner utilisation");
   cmd->add_flag("--json", args->json, "also print the plan as one JSON object on the last line");
   cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
 }

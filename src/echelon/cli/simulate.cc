@@ -1,7 +1,8 @@
 // `echelon simulate CONFIG [--workers N] [--steps N] [--out timeline.jsonl]`: discrete-event
 // simulation of a run with the plan's workers (or exactly N), the real dispatcher and
-// staleness gate, failures and re-activation. Prints a summary; the last line is one JSON
-// object; --out writes one JSON line per learner step.
+// staleness gate, failures, price changes and re-activation. Prints a summary (a line per
+// price change with the activation it caused); the last line is one JSON object; --out
+// writes one JSON line per learner step.
 #include <cstdio>
 #include <iostream>
 
@@ -59,6 +60,22 @@ int RunSimulate(const SimulateArgs& args) {
               s.utilization, s.cost_total, s.rollouts_per_second, static_cast<unsigned long long>(s.counts.dropped_stale),
               static_cast<unsigned long long>(s.counts.reissued), static_cast<unsigned long long>(s.failures),
               static_cast<unsigned long long>(s.activations));
+  for (const plan::PriceChangeRecord& c : s.price_changes) {
+    std::printf("price change after step %lld (%.0f s): %s -> $%.2f/h (classes:", static_cast<long long>(c.at_step),
+                c.time, c.gpu.c_str(), c.price_per_hour);
+    for (const std::string& k : c.classes) std::printf(" %s", k.c_str());
+    std::printf(");");
+    if (!c.reactivated) {
+      std::printf(" fixed pool, no re-activation\n");
+      continue;
+    }
+    std::printf(" activation (%s%s), workers $%.2f/h:", c.method.c_str(), c.feasible ? "" : ", target not reachable",
+                c.target_cost_per_hour);
+    for (const auto& [name, n] : c.target)
+      std::printf(" %s %lld -> %lld", name.c_str(), static_cast<long long>(c.billed_before.at(name)),
+                  static_cast<long long>(n));
+    std::printf("\n");
+  }
   std::printf("staleness of consumed groups:");
   for (size_t k = 0; k < s.staleness_hist.size(); ++k) std::printf(" %zu:%lld", k, static_cast<long long>(s.staleness_hist[k]));
   std::printf("\n");

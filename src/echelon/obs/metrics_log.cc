@@ -56,4 +56,26 @@ Result<int64_t> MetricsLog::RollBack(const std::string& path, uint64_t length, c
   return static_cast<int64_t>(std::count(tail.begin(), tail.end(), '\n') + (tail.back() == '\n' ? 0 : 1));
 }
 
+Result<int64_t> ReadMetricsLines(std::istream& in, const std::string& path, const MetricsLineVisitor& visit) {
+  std::string text;
+  int64_t line_no = 0;
+  while (std::getline(in, text)) {
+    ++line_no;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    nlohmann::json o;
+    try {
+      o = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      return InvalidArgument(where + ": not a JSON object (" + std::string(e.what()) + ")");
+    }
+    if (!o.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + o.dump().substr(0, 60));
+    auto ev = o.find("event");
+    if (ev != o.end() && !ev->is_string()) return InvalidArgument(where + ": field 'event' must be a string");
+    ECHELON_RETURN_IF_ERROR(visit(o, where, line_no));
+  }
+  if (in.bad()) return DataLoss(path + ": read error after line " + std::to_string(line_no));
+  return line_no;
+}
+
 }  // namespace echelon::obs

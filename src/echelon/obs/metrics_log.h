@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <istream>
 #include <mutex>
 #include <string>
 
@@ -36,5 +38,12 @@ class MetricsLog {
   std::FILE* file_ = nullptr;
   std::string path_;
 };
+
+// Reads metrics.jsonl: calls `visit(object, where, line_no)` for every non-blank line
+// (`where` is "path:N"), in order, and stops at the first error: a line that is not a JSON
+// object (named with its line), an "event" field that is not a string, an error `visit`
+// returns, or a read error. Returns the number of lines read.
+using MetricsLineVisitor = std::function<Status(const nlohmann::json& line, const std::string& where, int64_t line_no)>;
+Result<int64_t> ReadMetricsLines(std::istream& in, const std::string& path, const MetricsLineVisitor& visit);
 
 }  // namespace echelon::obs

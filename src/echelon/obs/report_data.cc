@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "echelon/obs/metrics_log.h"
+
 namespace echelon::obs {
 namespace {
 
@@ -121,32 +123,20 @@ void Flatten(const YAML::Node& node, const std::string& prefix, std::vector<std:
 
 Result<RunData> ParseMetrics(std::istream& in, const std::string& path) {
   RunData run;
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    json o;
-    try {
-      o = json::parse(line);
-    } catch (const json::parse_error& e) {
-      return InvalidArgument(where + ": not a JSON object (" + std::string(e.what()) + ")");
-    }
-    if (!o.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + o.dump().substr(0, 60));
+  Result<int64_t> read = ReadMetricsLines(in, path, [&](const json& o, const std::string& where, int64_t) -> Status {
     auto ev = o.find("event");
     if (ev != o.end()) {
-      if (!ev->is_string()) return InvalidArgument(where + ": field 'event' must be a string");
       const std::string kind = ev->get<std::string>();
-      if (kind == "warmstart") ECHELON_RETURN_IF_ERROR(ReadEvent(o, where, &run.warmstart));
-      if (kind == "final" || kind == "interrupted") ECHELON_RETURN_IF_ERROR(ReadEvent(o, where, &run.end));
-      continue;
+      if (kind == "warmstart") return ReadEvent(o, where, &run.warmstart);
+      if (kind == "final" || kind == "interrupted") return ReadEvent(o, where, &run.end);
+      return Status::Ok();
     }
     StepRecord r;
     ECHELON_RETURN_IF_ERROR(ReadStep(o, where, &r));
     run.steps.push_back(std::move(r));
-  }
-  if (in.bad()) return DataLoss(path + ": read error after line " + std::to_string(line_no));
+    return Status::Ok();
+  });
+  if (!read.ok()) return read.status();
   return run;
 }
 

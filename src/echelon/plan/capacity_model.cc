@@ -61,6 +61,10 @@ double ClassSnapshotSeconds(const CapacityInputs& in, const WorkerClass& c, int6
   return SnapshotSeconds(in.link, in.snapshot_bytes, c.downlink_mbps, receivers, relay_up);
 }
 
+int64_t ClassMinArrivalStaleness(double step_seconds, double bcast_seconds, double group_seconds) {
+  return static_cast<int64_t>(std::floor((bcast_seconds + group_seconds) / step_seconds + 1e-9));
+}
+
 int64_t MaxFreshPublishPeriod(int64_t max_staleness, double step_seconds, double bcast_seconds,
                               double max_group_seconds) {
   const int64_t kappa = max_staleness + 1 - CeilSteps(bcast_seconds / step_seconds) -
@@ -85,13 +89,14 @@ CapacityPrediction PredictCapacity(const CapacityInputs& in, const std::vector<W
   p.demand_groups_per_s = in.groups_per_step / in.train_seconds;
   if (in.max_staleness == 0) {
     p.supply_groups_per_s = supply;
-    p.step_seconds = in.train_seconds + LockStepGenerateSeconds(in, classes, receivers, relay_up);
+    p.step_seconds =
+        in.train_seconds + std::max(in.overhead_seconds, LockStepGenerateSeconds(in, classes, receivers, relay_up));
     p.fresh = true;
   } else {
     const double window = static_cast<double>(in.max_staleness * in.groups_per_step);
     p.window_limited = window < p.slots;
     p.supply_groups_per_s = supply * (p.window_limited ? window / p.slots : 1.0);
-    p.step_seconds = std::max(in.train_seconds, in.groups_per_step / p.supply_groups_per_s);
+    p.step_seconds = std::max(in.train_seconds + in.overhead_seconds, in.groups_per_step / p.supply_groups_per_s);
     p.lag_versions = (in.publish_period - 1) + CeilSteps(p.bcast_seconds / p.step_seconds);
     p.staleness_bound = p.lag_versions + CeilSteps(p.max_group_seconds / p.step_seconds) + kQueueAllowanceSteps;
     p.fresh = p.staleness_bound <= in.max_staleness;

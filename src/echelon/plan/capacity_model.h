@@ -7,13 +7,18 @@
 //   supply          X = sum_j n_j r_j                       (groups/s)
 //   window          at most S*B groups run while the learner trains (AReaL's gate), so
 //                   X_eff = X * min(1, S*B / sum_j n_j s_j)
-//   step time       S >= 1:  T_step = max(T_train, B / X_eff)
-//                   S  = 0:  T_step = T_train + (broadcast + generation of one batch), i.e.
-//                            lock-step, the batch list-scheduled over the slots
+//   step time       S >= 1:  T_step = max(T_train + T_over, B / X_eff)
+//                   S  = 0:  T_step = T_train + max(T_over, broadcast + generation of one
+//                            batch), i.e. lock-step, the batch list-scheduled over the slots
+//                   T_over: learner time per update outside training (snapshot
+//                   serialisation, metrics, evaluation); workers keep generating meanwhile
 //   utilisation     U = T_train / T_step
 //   provisioning    U >= u*  <=>  X_eff >= u* B / T_train
 //   freshness       lag = (kappa - 1) + ceil(T_bcast / T_step)   versions behind at start
 //                   staleness_bound = lag + ceil(max_j T_gen_j / T_step) + q <= S
+//                   per class, the least staleness on arrival: floor((T_bcast_j + T_gen_j) /
+//                   T_step) (ClassMinArrivalStaleness); over S every group of the class is
+//                   too stale to use when it arrives
 //                   q = kQueueAllowanceSteps: near full utilisation finished groups queue
 //                   for the learner (bursty arrivals), adding whole steps of waiting
 //   cost            cost_per_step = T_step * (P_learner + sum_j n_j p_j) / 3600
@@ -54,6 +59,7 @@ struct CapacityInputs {
   RolloutShape shape;
   int64_t groups_per_step = 1;     // B
   double train_seconds = 1;        // T_train
+  double overhead_seconds = 0;     // T_over: learner time per update outside training
   double learner_price_per_hour = 0;
   int64_t max_staleness = 1;       // S
   int64_t publish_period = 1;      // kappa
@@ -85,6 +91,13 @@ double Availability(const WorkerClass& c, double snapshot_seconds, double rejoin
 // Snapshot seconds for this class when `receivers` workers with mean uplink `relay_up` listen.
 double ClassSnapshotSeconds(const CapacityInputs& in, const WorkerClass& c, int64_t receivers, double relay_up);
 CapacityPrediction PredictCapacity(const CapacityInputs& in, const std::vector<WorkerClass>& classes);
+
+// The fewest versions a class's groups can be behind the learner when they arrive: a group
+// started the moment a snapshot lands arrives floor((T_bcast + T_gen) / T_step) versions
+// after that snapshot was published (kappa only adds to this). Over S, every group of the
+// class is too stale to use: the class contributes nothing. (staleness_bound is the other
+// end: the most a group can be behind, buffer wait included.)
+int64_t ClassMinArrivalStaleness(double step_seconds, double bcast_seconds, double group_seconds);
 
 // Largest kappa that keeps staleness_bound <= S at this step time (0 when none does).
 int64_t MaxFreshPublishPeriod(int64_t max_staleness, double step_seconds, double bcast_seconds,

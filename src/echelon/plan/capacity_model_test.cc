@@ -76,6 +76,31 @@ TEST(CapacityModel, FreshnessBoundAddsSnapshotLagAndGenerationVersions) {
   EXPECT_EQ(MaxFreshPublishPeriod(5 + q, 10, 1, 9), 4);
 }
 
+TEST(CapacityModel, LearnerOverheadLengthensTheStepButIsNotBusyTime) {
+  CapacityInputs in = Inputs(4, 1);
+  in.overhead_seconds = 2;
+  // Learner-bound (1.5 groups/s against 0.8 wanted): T_train + T_over, U = 10 / 12.
+  CapacityPrediction p = PredictCapacity(in, {Class(30, 1, 20, 1.0)});
+  EXPECT_DOUBLE_EQ(p.step_seconds, 12);
+  EXPECT_DOUBLE_EQ(p.utilization, 10.0 / 12);
+  // Worker-bound (0.3 groups/s): the overhead hides behind generation.
+  p = PredictCapacity(in, {Class(6, 1, 20, 1.0)});
+  EXPECT_DOUBLE_EQ(p.step_seconds, 8 / 0.3);
+  // Lock-step: generation starts after the update, alongside the overhead.
+  in = Inputs(0, 1);
+  in.overhead_seconds = 2;
+  EXPECT_DOUBLE_EQ(PredictCapacity(in, {Class(8, 1, 20, 1.0)}).step_seconds, 10 + 20);
+  in.overhead_seconds = 25;
+  EXPECT_DOUBLE_EQ(PredictCapacity(in, {Class(8, 1, 20, 1.0)}).step_seconds, 10 + 25);
+}
+
+TEST(CapacityModel, ClassMinArrivalStalenessCountsWholeStepsOfBroadcastAndGeneration) {
+  EXPECT_EQ(ClassMinArrivalStaleness(10, 0, 9), 0);     // back within the step it started
+  EXPECT_EQ(ClassMinArrivalStaleness(10, 15, 20), 3);   // 35 s: 3 whole steps
+  EXPECT_EQ(ClassMinArrivalStaleness(10, 0, 61), 6);
+  EXPECT_EQ(ClassMinArrivalStaleness(10, 0, 19.9999999999), 2);  // float dust is not a step short
+}
+
 TEST(LinkModel, StarGrowsLinearlyRelayStaysNearlyFlat) {
   LinkSpec star{BroadcastMode::kStar, 1000, 2, 4};
   LinkSpec relay{BroadcastMode::kRelay, 1000, 2, 4};

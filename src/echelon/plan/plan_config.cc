@@ -1,6 +1,8 @@
 #include "echelon/plan/plan_config.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "echelon/plan/yaml_reader.h"
 
@@ -17,7 +19,7 @@ Status ReadModel(YamlMap& top, PlanConfig* c) {
   YamlMap m(node, c->path, "model.");
   double params_billion = 8;
   ECHELON_RETURN_IF_ERROR(m.String("name", &c->model_name));
-  ECHELON_RETURN_IF_ERROR(m.Float("params_billion", &params_billion, 0.001, 1e4, true));
+  ECHELON_RETURN_IF_ERROR(m.Float("params_billion", &params_billion, 1e-6, 1e4, true));
   ECHELON_RETURN_IF_ERROR(m.Float("bytes_per_param", &c->model.bytes_per_param, 0.25, 8));
   ECHELON_RETURN_IF_ERROR(m.Float("kv_bytes_per_token", &c->model.kv_bytes_per_token, 1, 1e9, true));
   c->model.params = params_billion * 1e9;
@@ -41,6 +43,7 @@ Status ReadLearner(YamlMap& top, PlanConfig* c) {
   ECHELON_RETURN_IF_ERROR(CheckGpu(c->prices, m, "gpu", c->learner_gpu));
   ECHELON_RETURN_IF_ERROR(m.Int("count", &c->learner_count, 1, 100000));
   ECHELON_RETURN_IF_ERROR(m.Float("step_seconds", &c->learner_step_seconds, 0, 1e7));
+  ECHELON_RETURN_IF_ERROR(m.Float("overhead_seconds", &c->learner_overhead_seconds, 0, 1e7));
   ECHELON_RETURN_IF_ERROR(m.Float("mfu", &c->learner_mfu, 0.01, 1));
   ECHELON_RETURN_IF_ERROR(m.Float("price_per_hour", &c->learner_price_per_hour, 0, 1e4));
   return m.NoUnknownKeys();
@@ -106,6 +109,14 @@ Status ReadWorkers(YamlMap& top, PlanConfig* c) {
     ECHELON_RETURN_IF_ERROR(m.Float("downlink_mbps", &w.downlink_mbps, 0.001, 1e7));
     ECHELON_RETURN_IF_ERROR(m.Float("uplink_mbps", &w.uplink_mbps, 0.001, 1e7));
     ECHELON_RETURN_IF_ERROR(m.Float("failures_per_hour", &w.failures_per_hour, 0, 3600));
+    ECHELON_ASSIGN_OR_RETURN(YAML::Node actors, m.Sequence("run_actors"));
+    for (size_t a = 0; actors && a < actors.size(); ++a) {
+      if (!actors[a].IsScalar() || actors[a].Scalar().empty())
+        return InvalidArgument(m.Where("run_actors") + ": workers[" + std::to_string(i) + "].run_actors[" +
+                               std::to_string(a) + "] must be an actor name");
+      w.run_actors.push_back(actors[a].Scalar());
+    }
+    w.run_actors_where = m.Where("run_actors");
     ECHELON_RETURN_IF_ERROR(m.NoUnknownKeys());
     if ((w.tokens_per_second > 0) != (w.concurrent_groups > 0))
       return InvalidArgument(m.Where("tokens_per_second") +
@@ -138,6 +149,29 @@ Status ReadSimulate(YamlMap& top, PlanConfig* c) {
     return InvalidArgument(m.Where("reactivate") + ": simulate.reactivate = '" + reactivate +
                            "' is invalid; expected true or false");
   c->sim.reactivate = reactivate == "true";
+  ECHELON_ASSIGN_OR_RETURN(YAML::Node changes, m.Sequence("price_changes"));
+  for (size_t i = 0; changes && i < changes.size(); ++i) {
+    YamlMap e(changes[i], c->path, "simulate.price_changes[" + std::to_string(i) + "].");
+    ECHELON_RETURN_IF_ERROR(e.status());
+    PriceChange pc;
+    ECHELON_RETURN_IF_ERROR(e.Int("at_step", &pc.at_step, 1, 100000000, true));
+    ECHELON_RETURN_IF_ERROR(e.String("gpu", &pc.gpu, true));
+    ECHELON_RETURN_IF_ERROR(e.Float("price_per_hour", &pc.price_per_hour, 0, 1e4, true));
+    ECHELON_RETURN_IF_ERROR(e.NoUnknownKeys());
+    bool used = false;
+    for (const WorkerOfferConfig& w : c->workers) used |= w.gpu == pc.gpu;
+    if (!used) {
+      std::set<std::string> names;
+      for (const WorkerOfferConfig& w : c->workers) names.insert(w.gpu);
+      std::string gpus;
+      for (const std::string& g : names) gpus += (gpus.empty() ? "" : ", ") + g;
+      return InvalidArgument(e.Where("gpu") + ": simulate.price_changes[" + std::to_string(i) + "].gpu = '" + pc.gpu +
+                             "' is not the GPU of any worker class (they use: " + gpus + ")");
+    }
+    c->sim.price_changes.push_back(pc);
+  }
+  std::stable_sort(c->sim.price_changes.begin(), c->sim.price_changes.end(),
+                   [](const PriceChange& a, const PriceChange& b) { return a.at_step < b.at_step; });
   return m.NoUnknownKeys();
 }
 

@@ -31,6 +31,18 @@ struct WorkerOfferConfig {
   double downlink_mbps = 1000;
   double uplink_mbps = 500;
   double failures_per_hour = 0;
+  // `echelon plan CONFIG --from-run RUN`: the run's actors (names as in metrics.jsonl) whose
+  // measured throughput this class takes; empty: none (or all, when the config has one class).
+  std::vector<std::string> run_actors = {};
+  std::string run_actors_where = {};  // file:line, for errors
+};
+
+// simulate.price_changes[]: from the end of learner update `at_step` on, every worker class
+// on `gpu` costs `price_per_hour`; the simulator re-runs activation then.
+struct PriceChange {
+  int64_t at_step = 0;
+  std::string gpu;
+  double price_per_hour = 0;
 };
 
 struct SimulateConfig {
@@ -42,7 +54,8 @@ struct SimulateConfig {
   double lease_seconds = 3600;     // dispatcher lease (longer than any group)
   int64_t workers = 0;             // 0: the plan's activation; N: run exactly N, no re-activation
   int64_t warmup_steps = -1;       // steps left out of steady-state figures (-1: 20% of steps)
-  bool reactivate = true;          // re-run activation when workers fail or return
+  bool reactivate = true;          // re-run activation when workers fail or return (or prices change)
+  std::vector<PriceChange> price_changes;  // by at_step
 };
 
 struct PlanConfig {
@@ -57,6 +70,7 @@ struct PlanConfig {
   std::string learner_gpu = "h200";
   int64_t learner_count = 4;
   double learner_step_seconds = 0;   // 0: derived from FLOPs
+  double learner_overhead_seconds = 0;  // per update, outside training (publish, metrics, evaluation)
   double learner_mfu = 0.35;
   double learner_price_per_hour = -1;  // per GPU; -1: catalogue
   // centralised baseline

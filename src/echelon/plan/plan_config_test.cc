@@ -36,6 +36,22 @@ TEST(PlanConfigLoad, ShippedConfigsLoadAndPlan) {
   }
 }
 
+TEST(PlanConfigLoad, FourBillionConfigLeavesOutTheClassWhoseGroupsWouldArriveStale) {
+  // Community RTX 4090s relaying an 8 GB snapshot over 200 Mbit/s uplinks take ~10 minutes,
+  // ~20 learner steps: their groups would all arrive far more than S = 6 versions old.
+  // RTX 5090s are usable when an A100 (10 Gbit/s) is among the relays.
+  Result<PlanConfig> c = LoadPlanConfig(RepoPath("configs/plan-qwen3-4b.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Result<Plan> p = MakePlan(c.value());
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->classes[1].name, "rtx4090-community");
+  EXPECT_EQ(p->classes[1].count, 0);
+  EXPECT_FALSE(p->class_fresh[1]);
+  EXPECT_GT(p->class_arrival_staleness[1], 6);
+  EXPECT_GT(p->classes[0].count, 0);
+  EXPECT_GT(p->classes[2].count, 0);
+}
+
 class PlanConfigErrors : public ::testing::Test {
  protected:
   std::string Write(const std::string& text) {
@@ -80,6 +96,44 @@ TEST_F(PlanConfigErrors, OutOfRangeAndMissingValues) {
   c = LoadPlanConfig(Write(Base() + "rl: {max_staleness: 2, publish_period: 4}\nworkers:\n  - gpu: a100\n    available: 1\n"));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("exceeds rl.max_staleness + 1"), std::string::npos) << c.status().message();
+}
+
+TEST_F(PlanConfigErrors, PriceChangesRunActorsAndOverheadAreRead) {
+  Result<PlanConfig> c = LoadPlanConfig(Write(
+      Base() + "learner: {overhead_seconds: 1.5}\n"
+               "workers:\n  - gpu: a100\n    available: 2\n    run_actors: [actor-0, actor-1]\n"
+               "  - gpu: rtx5090\n    available: 3\n"
+               "simulate:\n  price_changes:\n    - {at_step: 90, gpu: rtx5090, price_per_hour: 2.0}\n"
+               "    - {at_step: 40, gpu: a100, price_per_hour: 0.5}\n"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_DOUBLE_EQ(c->learner_overhead_seconds, 1.5);
+  EXPECT_EQ(c->workers[0].run_actors, (std::vector<std::string>{"actor-0", "actor-1"}));
+  ASSERT_EQ(c->sim.price_changes.size(), 2u);
+  EXPECT_EQ(c->sim.price_changes[0].at_step, 40);  // sorted by step
+  EXPECT_EQ(c->sim.price_changes[1].gpu, "rtx5090");
+  EXPECT_DOUBLE_EQ(c->sim.price_changes[1].price_per_hour, 2.0);
+}
+
+TEST_F(PlanConfigErrors, BadPriceChangesNameFileLineAndKey) {
+  const std::string workers = "workers:\n  - gpu: a100\n    available: 2\n";
+  const std::string path = Write(Base() + workers + "simulate:\n  price_changes:\n    - {at_step: 5, gpu: h100, price_per_hour: 2}\n");
+  Result<PlanConfig> c = LoadPlanConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(path + ":9: simulate.price_changes[0].gpu = 'h100' is not the GPU of any worker "
+                                      "class (they use: a100)"),
+            std::string::npos)
+      << c.status().message();
+  c = LoadPlanConfig(Write(Base() + workers + "simulate:\n  price_changes:\n    - {gpu: a100, price_per_hour: 2}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("missing required key 'simulate.price_changes[0].at_step'"), std::string::npos)
+      << c.status().message();
+  c = LoadPlanConfig(Write(Base() + workers + "simulate:\n  price_changes:\n    - {at_step: 0, gpu: a100, price_per_hour: 2}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("simulate.price_changes[0].at_step = '0' is invalid"), std::string::npos)
+      << c.status().message();
+  c = LoadPlanConfig(Write(Base() + workers + "simulate:\n  price_changes: {at_step: 3}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("simulate.price_changes must be a list"), std::string::npos) << c.status().message();
 }
 
 }  // namespace

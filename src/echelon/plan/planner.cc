@@ -1,7 +1,10 @@
 #include "echelon/plan/planner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <sstream>
 
 namespace echelon::plan {
@@ -32,43 +35,96 @@ double TrainedTokens(const PlanConfig& c) {
   return static_cast<double>(c.groups_per_step) * c.shape.group_size * (c.shape.prompt_tokens + c.shape.completion_tokens);
 }
 
-// Picks S (if asked) and kappa (if asked) as planner.h describes; fills plan->inputs.
-void ChooseStalenessAndPeriod(Plan* plan) {
+// One choice of S: the activation over the classes fresh at S, kappa, and its prediction.
+struct Candidate {
+  int64_t s = 0;
+  int64_t kappa = 1;
+  Activation activation;
+  CapacityPrediction prediction;
+  bool valid() const {
+    return prediction.supply_groups_per_s > 0 && !prediction.window_limited && prediction.fresh;
+  }
+};
+
+// Activates for staleness s (kappa as configured, or 1 while it is still to be chosen: the
+// most permissive for freshness), then picks kappa if the config leaves it to the planner.
+// Leaves plan->inputs and the class counts as evaluated.
+Candidate Evaluate(Plan* plan, int64_t s, const std::vector<int64_t>& available) {
   const PlanConfig& c = plan->config;
   CapacityInputs& in = plan->inputs;
-  auto predict_with = [&](int64_t s, int64_t kappa) {
-    in.max_staleness = s;
-    in.publish_period = kappa;
-    return PredictCapacity(in, plan->classes);
-  };
-  auto best_period = [&](int64_t s) {
-    if (s == 0) return int64_t{1};
-    CapacityPrediction p = predict_with(s, 1);
-    return MaxFreshPublishPeriod(s, p.step_seconds, p.bcast_seconds, p.max_group_seconds);
-  };
+  Candidate k;
+  k.s = s;
+  in.max_staleness = s;
+  in.publish_period = c.publish_period > 0 ? c.publish_period : 1;
+  const FreshActivation fa = ActivateFresh(*plan, available);
+  k.activation = fa.activation;
+  plan->class_fresh = fa.fresh;
+  plan->class_arrival_staleness = fa.arrival;
+  for (size_t j = 0; j < plan->classes.size(); ++j) plan->classes[j].count = k.activation.counts[j];
+  k.kappa = in.publish_period;
+  if (c.publish_period == 0 && s > 0) {
+    const CapacityPrediction p = PredictCapacity(in, plan->classes);
+    if (p.slots > 0)
+      k.kappa = std::max<int64_t>(1, MaxFreshPublishPeriod(s, p.step_seconds, p.bcast_seconds, p.max_group_seconds));
+  }
+  in.publish_period = k.kappa;
+  k.prediction = PredictCapacity(in, plan->classes);
+  return k;
+}
+
+// b is a better choice than a: valid first, then a met target, then the lower $/step (the
+// higher utilisation when the target is out of reach); ties keep a (the smaller S).
+bool Better(const Candidate& b, const Candidate& a) {
+  if (b.valid() != a.valid()) return b.valid();
+  if (b.activation.feasible != a.activation.feasible) return b.activation.feasible;
+  if (b.activation.feasible) {
+    return b.prediction.cost_per_step < a.prediction.cost_per_step * (1 - 1e-9);
+  }
+  return b.prediction.utilization > a.prediction.utilization * (1 + 1e-9);
+}
+
+// Chooses S (if asked), the activation and kappa (if asked) as planner.h describes; leaves
+// plan->inputs, plan->activation and the class counts at the choice.
+void ChooseActivation(Plan* plan, const std::vector<int64_t>& available) {
+  const PlanConfig& c = plan->config;
   int64_t s = c.max_staleness;
   if (s < 0) {
     plan->staleness_recommended = true;
-    s = c.staleness_cap;
+    std::optional<Candidate> best;
     for (int64_t cand = 1; cand <= c.staleness_cap; ++cand) {
-      CapacityPrediction p = predict_with(cand, 1);
-      if (!p.window_limited && best_period(cand) >= 1) {
-        s = cand;
-        break;
-      }
+      if (c.publish_period > cand + 1) continue;  // that snapshot period is never fresh at this S
+      Candidate k = Evaluate(plan, cand, available);
+      if (!best || Better(k, *best)) best = k;
     }
+    s = best && best->valid() ? best->s : c.staleness_cap;
   }
-  int64_t kappa = c.publish_period;
-  if (kappa == 0) {
-    plan->period_recommended = true;
-    kappa = std::max<int64_t>(1, best_period(s));
-  }
-  predict_with(s, kappa);
+  plan->period_recommended = c.publish_period == 0;
+  plan->activation = Evaluate(plan, s, available).activation;
 }
 
 }  // namespace
 
-std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<int64_t>& available) {
+std::vector<int64_t> ClassMinArrivalStalenesses(const Plan& plan, const std::vector<int64_t>& receivers) {
+  std::vector<int64_t> out(plan.classes.size(), -1);
+  int64_t n = 0;
+  double up = 0;
+  for (size_t j = 0; j < plan.classes.size(); ++j) {
+    n += receivers[j];
+    up += receivers[j] * plan.classes[j].uplink_mbps;
+  }
+  const double relay_up = n > 0 ? up / n : 0;
+  const double step = FreshnessStepSeconds(plan);
+  for (size_t j = 0; j < plan.classes.size(); ++j) {
+    const WorkerClass& k = plan.classes[j];
+    if (!k.decode.feasible) continue;
+    const double bcast = ClassSnapshotSeconds(plan.inputs, k, std::max<int64_t>(n, 1), n > 0 ? relay_up : k.uplink_mbps);
+    out[j] = ClassMinArrivalStaleness(step, bcast, k.decode.group_seconds);
+  }
+  return out;
+}
+
+std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<int64_t>& available,
+                                          const std::vector<bool>& excluded) {
   std::vector<WorkerOffer> offers;
   int64_t receivers = 0;
   double up = 0;
@@ -83,13 +139,91 @@ std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<in
     o.name = k.name;
     o.available = available[j];
     o.price_per_hour = k.price_per_hour;
-    if (k.decode.feasible) {
+    if (k.decode.feasible && (excluded.empty() || !excluded[j])) {
       const double bcast = ClassSnapshotSeconds(plan.inputs, k, receivers, relay_up);
       o.rate = Availability(k, bcast, plan.inputs.rejoin_seconds) * k.decode.slots / k.decode.group_seconds;
     }
     offers.push_back(o);
   }
   return offers;
+}
+
+FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& available,
+                              const std::vector<int64_t>* incumbent) {
+  const size_t n = plan.classes.size();
+  const int64_t s = plan.inputs.max_staleness;
+  const double step = FreshnessStepSeconds(plan);
+  FreshActivation out;
+  std::vector<bool> excluded(n, false);
+  std::vector<int64_t> excluded_at(n, -1);
+  // Generation alone longer than S steps: no broadcast can make the class's groups usable.
+  for (size_t j = 0; j < n && s > 0; ++j) {
+    const WorkerClass& k = plan.classes[j];
+    if (!k.decode.feasible) continue;
+    const int64_t a = ClassMinArrivalStaleness(step, 0, k.decode.group_seconds);
+    if (a > s) {
+      excluded[j] = true;
+      excluded_at[j] = a;
+    }
+  }
+  while (true) {
+    out.offers = ActivationOffers(plan, available, excluded);
+    out.activation = Activate(out.offers, plan.demand_groups_per_s);
+    if (s == 0) break;
+    // With the broadcast the chosen workers will have (relays forward at their own uplinks).
+    const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, out.activation.counts);
+    bool again = false;
+    for (size_t j = 0; j < n; ++j) {
+      if (out.activation.counts[j] > 0 && arrival[j] > s) {
+        excluded[j] = true;
+        excluded_at[j] = arrival[j];
+        again = true;
+      }
+    }
+    if (!again) break;
+  }
+  // Leaving classes out is greedy (a class stale among the workers chosen with it is not
+  // tried again beside better relays), so a set already known to work may be cheaper: keep
+  // it when it still meets the demand, every class in it is usable, and it costs less.
+  if (incumbent != nullptr && incumbent->size() == n) {
+    const std::vector<WorkerOffer> all = ActivationOffers(plan, available);
+    const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, *incumbent);
+    double supply = 0, cost = 0;
+    bool usable = true;
+    for (size_t j = 0; j < n; ++j) {
+      const int64_t c = (*incumbent)[j];
+      if (c == 0) continue;
+      usable &= c <= available[j] && all[j].rate > 0 && (s == 0 || arrival[j] <= s);
+      supply += c * all[j].rate;
+      cost += c * all[j].price_per_hour;
+    }
+    const double eps = 1e-9 * std::max(1.0, cost);
+    if (usable && supply >= plan.demand_groups_per_s * (1 - 1e-9) &&
+        (!out.activation.feasible || cost < out.activation.cost_per_hour - eps)) {
+      out.activation.counts = *incumbent;
+      out.activation.cost_per_hour = cost;
+      out.activation.supply = supply;
+      out.activation.feasible = true;
+      out.activation.method = "kept";
+      for (size_t j = 0; j < n; ++j)
+        if ((*incumbent)[j] > 0) excluded[j] = false;
+    }
+  }
+  int64_t chosen = 0;
+  for (int64_t c : out.activation.counts) chosen += c;
+  const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, chosen > 0 ? out.activation.counts : available);
+  out.fresh.resize(n);
+  out.arrival.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    out.arrival[j] = excluded[j] ? excluded_at[j] : arrival[j];
+    out.fresh[j] = plan.classes[j].decode.feasible && (s == 0 || (!excluded[j] && arrival[j] <= s));
+  }
+  return out;
+}
+
+double FreshnessStepSeconds(const Plan& plan) {
+  const CapacityInputs& in = plan.inputs;
+  return std::max(in.train_seconds + in.overhead_seconds, in.train_seconds / plan.config.target_utilization);
 }
 
 Result<Plan> MakePlan(const PlanConfig& config) {
@@ -110,6 +244,7 @@ Result<Plan> MakePlan(const PlanConfig& config) {
   in.train_seconds = c.learner_step_seconds > 0
                          ? c.learner_step_seconds
                          : EstimateTrainSeconds(learner, c.learner_count, c.learner_mfu, c.model, TrainedTokens(c));
+  in.overhead_seconds = c.learner_overhead_seconds;
   in.learner_price_per_hour =
       c.learner_count * (c.learner_price_per_hour >= 0 ? c.learner_price_per_hour : learner.price_per_hour);
   in.snapshot_bytes = c.model.weight_bytes();
@@ -119,16 +254,40 @@ Result<Plan> MakePlan(const PlanConfig& config) {
   plan.demand_groups_per_s = c.target_utilization * c.groups_per_step / in.train_seconds;
   std::vector<int64_t> available;
   for (const WorkerClass& k : plan.classes) available.push_back(k.available);
-  plan.activation = Activate(ActivationOffers(plan, available), plan.demand_groups_per_s);
-  for (size_t j = 0; j < plan.classes.size(); ++j) plan.classes[j].count = plan.activation.counts[j];
+  ChooseActivation(&plan, available);
   if (!plan.activation.feasible)
     plan.notes.push_back("the catalogue cannot reach the target utilisation " + Fmt("%.2f", c.target_utilization) +
                          "; every usable worker is activated");
   if (plan.activation.method == "greedy")
     plan.notes.push_back("activation used the greedy heuristic (catalogue too large to search exactly); cost is at "
                          "most one worker's price above optimal");
+  bool any_fresh = false;
+  for (size_t j = 0; j < plan.classes.size(); ++j) {
+    any_fresh |= plan.class_fresh[j];
+    if (plan.class_fresh[j] || !plan.classes[j].decode.feasible) continue;
+    plan.notes.push_back("worker class " + plan.classes[j].name + ": a group takes " +
+                         Fmt("%.1f", plan.classes[j].decode.group_seconds) +
+                         " s; with its snapshot download, at the target step of " + Fmt("%.1f", FreshnessStepSeconds(plan)) +
+                         " s every group would be at least " + std::to_string(plan.class_arrival_staleness[j]) +
+                         " versions old when it arrives (S = " + std::to_string(in.max_staleness) + "); not activated");
+  }
+  if (!any_fresh && in.max_staleness > 0) {
+    // The smallest S at which activation finds any usable worker (kappa = 1).
+    Plan probe = plan;
+    probe.inputs.publish_period = 1;
+    for (int64_t need = in.max_staleness + 1; need <= 1000; ++need) {
+      probe.inputs.max_staleness = need;
+      if (ActivateFresh(probe, available).activation.supply <= 0) continue;
+      plan.notes.push_back("no worker class delivers usable groups at S = " + std::to_string(in.max_staleness) +
+                           "; the smallest S at which one does is " + std::to_string(need) +
+                           " (raise rl.max_staleness or rl.staleness_cap, or use faster links or GPUs)");
+      break;
+    }
+  }
+  if (in.overhead_seconds > 0 && in.train_seconds / (in.train_seconds + in.overhead_seconds) < c.target_utilization)
+    plan.notes.push_back("learner overhead " + Fmt("%.2f", in.overhead_seconds) + " s per update caps utilisation at " +
+                         Fmt("%.3f", in.train_seconds / (in.train_seconds + in.overhead_seconds)));
 
-  ChooseStalenessAndPeriod(&plan);
   plan.prediction = PredictCapacity(plan.inputs, plan.classes);
   if (plan.prediction.window_limited)
     plan.notes.push_back("the staleness window S*B is smaller than the workers' concurrent slots; raise S or B");
@@ -152,16 +311,21 @@ Result<Plan> MakePlan(const PlanConfig& config) {
 nlohmann::json PlanJson(const Plan& plan) {
   const CapacityPrediction& p = plan.prediction;
   nlohmann::json workers = nlohmann::json::array();
-  for (const WorkerClass& k : plan.classes) {
+  for (size_t j = 0; j < plan.classes.size(); ++j) {
+    const WorkerClass& k = plan.classes[j];
+    const int64_t arrival = plan.class_arrival_staleness[j];
+    const bool fresh = plan.class_fresh[j];
     workers.push_back({{"name", k.name}, {"gpu", k.gpu}, {"count", k.count}, {"available", k.available},
                        {"price_per_hour", k.price_per_hour}, {"tokens_per_s", k.decode.tokens_per_s},
-                       {"concurrent_groups", k.decode.slots}, {"group_seconds", k.decode.group_seconds}});
+                       {"concurrent_groups", k.decode.slots}, {"group_seconds", k.decode.group_seconds},
+                       {"min_arrival_staleness", arrival}, {"fresh", fresh}});
   }
   const double steps = static_cast<double>(plan.config.steps);
   return {
       {"predicted_utilization", p.utilization},
       {"step_seconds", p.step_seconds},
       {"train_seconds", plan.inputs.train_seconds},
+      {"overhead_seconds", plan.inputs.overhead_seconds},
       {"cost_per_step", p.cost_per_step},
       {"cost_per_hour", p.cost_per_hour},
       {"cost_per_run", p.cost_per_step * steps},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <queue>
 #include <random>
 #include <set>
@@ -14,7 +15,7 @@
 namespace echelon::plan {
 namespace {
 
-enum class EventType { kGroupDone, kLearnerDone, kSnapshotArrive, kFail, kEvict, kReturn, kReady };
+enum class EventType { kGroupDone, kLearnerDone, kLearnerFree, kSnapshotArrive, kFail, kEvict, kReturn, kReady };
 
 struct Event {
   double t;
@@ -37,6 +38,7 @@ struct Worker {
   int64_t free_slots = 0;
   int64_t held = -1;   // newest snapshot version held
   bool downloading = false;
+  bool draining = false;  // surplus: gets no new work, retires when its groups are done
   int64_t wanted = -1;  // newest published version not yet being downloaded
   std::vector<sched::WorkItem> waiting;  // leased, waiting for a fresh enough snapshot
 };
@@ -44,7 +46,7 @@ struct Worker {
 class Simulation {
  public:
   Simulation(const Plan& plan, const SimOptions& opt)
-      : plan_(plan), cfg_(plan.config), opt_(opt), gate_(plan.inputs.max_staleness),
+      : plan_(plan), cfg_(plan_.config), opt_(opt), gate_(plan.inputs.max_staleness),
         dispatcher_(DispatchOptions(plan), &clock_), rng_(plan.config.sim.seed) {
     steps_ = opt.steps > 0 ? opt.steps : cfg_.steps;
     fixed_workers_ = opt.workers >= 0 ? opt.workers : cfg_.sim.workers;
@@ -55,6 +57,9 @@ class Simulation {
     const double sigma2 = std::log(1 + cv * cv);
     noise_ = std::lognormal_distribution<double>(-sigma2 / 2, std::sqrt(sigma2));
     result_.staleness_hist.assign(S_ + 1, 0);
+    billed_by_class_.assign(plan_.classes.size(), 0);
+    target_.assign(plan_.classes.size(), 0);
+    rate_.assign(plan_.classes.size(), 0);
   }
 
   Result<SimResult> Run() {
@@ -106,6 +111,7 @@ class Simulation {
     const double rate = Cls(w).price_per_hour / 3600;
     spend_per_second_ += on ? rate : -rate;
     billed_count_ += on ? 1 : -1;
+    billed_by_class_[w.cls] += on ? 1 : -1;
     result_.peak_workers = std::max(result_.peak_workers, billed_count_);
   }
 
@@ -134,6 +140,11 @@ class Simulation {
       }
     }
     result_.initial_workers = billed_count_;
+    target_ = active;
+    std::vector<int64_t> available(plan_.classes.size(), 0);
+    for (const Worker& w : workers_) ++available[w.cls];
+    const std::vector<WorkerOffer> offers = ActivationOffers(plan_, available);
+    for (size_t j = 0; j < offers.size(); ++j) rate_[j] = offers[j].rate;
     return billed_count_ > 0 ? Status::Ok() : FailedPrecondition(cfg_.path + ": no worker is active at the start");
   }
 
@@ -165,6 +176,7 @@ class Simulation {
     w.actor = "w" + std::to_string(id) + "." + std::to_string(w.epoch);
     w.state = state;
     w.downloading = false;
+    w.draining = false;
     w.wanted = -1;
     w.waiting.clear();
     SetBilled(w, true);
@@ -179,6 +191,9 @@ class Simulation {
     switch (e.type) {
       case EventType::kGroupDone: return OnGroupDone(e);
       case EventType::kLearnerDone: return OnLearnerDone();
+      case EventType::kLearnerFree:
+        overhead_ = false;
+        return TryLearner();
       case EventType::kSnapshotArrive: return OnSnapshot(e);
       case EventType::kFail: return OnFail(e);
       case EventType::kEvict:
@@ -228,14 +243,18 @@ class Simulation {
     }
     if (w.state == WorkerState::kActive) {
       ++w.free_slots;
-      idle_.insert(e.worker);
+      if (!w.draining) {
+        idle_.insert(e.worker);
+      } else if (w.free_slots == Cls(w).decode.slots && w.waiting.empty()) {
+        Retire(e.worker);
+      }
     }
     Pump();
     TryLearner();
   }
 
   void TryLearner() {
-    if (training_ || version_ >= steps_) return;
+    if (training_ || overhead_ || version_ >= steps_) return;
     bool dropped = false;
     while (!buffer_.empty() && !gate_.Admits(buffer_.begin()->first, version_)) {
       dispatcher_.Settle(buffer_.begin()->second, sched::Outcome::kDroppedStale);
@@ -269,17 +288,65 @@ class Simulation {
     dispatcher_.SetVersion(version_);
     step_end_.push_back(now_);
     step_cost_.push_back(cost_);
+    const size_t changes_before = result_.price_changes.size();
+    ApplyPriceChanges();
     if (opt_.on_step) {
-      opt_.on_step({{"step", version_}, {"start", step_start_}, {"end", now_},
-                    {"wait_s", step_start_ - (step_end_.size() > 1 ? step_end_[step_end_.size() - 2] : 0.0)},
-                    {"dropped_stale", step_dropped_}, {"staleness_mean", step_stale_mean_},
-                    {"staleness_max", step_stale_max_}, {"active_workers", billed_count_}, {"cost", cost_}});
+      nlohmann::json record = {
+          {"step", version_}, {"start", step_start_}, {"end", now_},
+          {"wait_s", step_start_ - (step_end_.size() > 1 ? step_end_[step_end_.size() - 2] : 0.0)},
+          {"dropped_stale", step_dropped_}, {"staleness_mean", step_stale_mean_}, {"staleness_max", step_stale_max_},
+          {"active_workers", billed_count_}, {"billed_by_class", BilledByClass()}, {"cost", cost_}};
+      for (size_t k = changes_before; k < result_.price_changes.size(); ++k)
+        record["price_changes"].push_back(PriceChangeJson(result_.price_changes[k]));
+      opt_.on_step(record);
     }
     step_dropped_ = 0;
     if (version_ >= steps_) return;
+    if (plan_.inputs.overhead_seconds > 0) {  // publishing, metrics, evaluation: the learner is not training
+      overhead_ = true;
+      Push({now_ + plan_.inputs.overhead_seconds, 0, EventType::kLearnerFree, -1, 0});
+    }
     if (version_ % kappa_ == 0) Publish(version_);
     Pump();
     TryLearner();
+  }
+
+  std::map<std::string, int64_t> BilledByClass() const {
+    std::map<std::string, int64_t> out;
+    for (size_t j = 0; j < plan_.classes.size(); ++j) out[plan_.classes[j].name] = billed_by_class_[j];
+    return out;
+  }
+
+  // simulate.price_changes due by now: new prices for every class on that GPU (running
+  // workers are billed at the new price from now on), then activation again, as the
+  // learner's activation loop would on a price update.
+  void ApplyPriceChanges() {
+    const std::vector<PriceChange>& changes = cfg_.sim.price_changes;
+    while (next_price_change_ < changes.size() && changes[next_price_change_].at_step <= version_) {
+      const PriceChange& pc = changes[next_price_change_++];
+      PriceChangeRecord rec;
+      rec.at_step = pc.at_step;
+      rec.time = now_;
+      rec.gpu = pc.gpu;
+      rec.price_per_hour = pc.price_per_hour;
+      rec.billed_before = BilledByClass();
+      for (size_t j = 0; j < plan_.classes.size(); ++j) {
+        WorkerClass& k = plan_.classes[j];
+        if (k.gpu != pc.gpu) continue;
+        rec.classes.push_back(k.name);
+        spend_per_second_ += billed_by_class_[j] * (pc.price_per_hour - k.price_per_hour) / 3600;
+        k.price_per_hour = pc.price_per_hour;
+      }
+      if (Reactivating()) {
+        const Activation a = Reactivate();
+        rec.reactivated = true;
+        rec.method = a.method;
+        rec.feasible = a.feasible;
+        rec.target_cost_per_hour = a.cost_per_hour;
+        for (size_t j = 0; j < plan_.classes.size(); ++j) rec.target[plan_.classes[j].name] = a.counts[j];
+      }
+      result_.price_changes.push_back(rec);
+    }
   }
 
   void Publish(int64_t version) {
@@ -320,16 +387,19 @@ class Simulation {
     w.held = std::max(w.held, e.version);
     if (w.wanted > w.held) RequestSnapshot(e.worker, w.wanted);
     w.wanted = -1;
+    bool joined = false;
     if (w.state == WorkerState::kJoining) {
       w.state = WorkerState::kActive;
       w.free_slots = Cls(w).decode.slots;
       idle_.insert(e.worker);
+      joined = true;
     }
     std::vector<sched::WorkItem> still;
     std::vector<sched::WorkItem> ready;
     for (const sched::WorkItem& item : w.waiting) (w.held >= item.dispatch_version - S_ ? ready : still).push_back(item);
     w.waiting = std::move(still);
     for (const sched::WorkItem& item : ready) StartGroup(e.worker, item);
+    if (joined && Reactivating()) RetireSurplus();  // a replacement is ready: the worker it replaces may go
     Pump();
   }
 
@@ -343,6 +413,7 @@ class Simulation {
     w.state = WorkerState::kDown;
     w.waiting.clear();
     w.downloading = false;
+    w.draining = false;
     w.free_slots = 0;
     idle_.erase(e.worker);
     Push({now_ + cfg_.sim.restart_seconds, 0, EventType::kReturn, e.worker, w.epoch});
@@ -376,33 +447,94 @@ class Simulation {
     RequestSnapshot(e.worker, published_);
   }
 
-  // The learner's activation loop: the cheapest set over the workers available now; start
-  // what is missing, retire idle surplus.
-  void Reactivate() {
+  // The learner's activation loop: the cheapest set over the workers available now (at the
+  // current prices, usable classes only; the running set if that is cheaper); start what is
+  // missing (a draining worker of a wanted class first), then retire surplus.
+  Activation Reactivate() {
     const size_t n = plan_.classes.size();
     std::vector<int64_t> available(n, 0), running(n, 0);
     for (const Worker& w : workers_) {
       if (w.state != WorkerState::kDown) ++available[w.cls];
-      if (Billed(w)) ++running[w.cls];
+      if (Billed(w) && !w.draining) ++running[w.cls];
     }
-    const Activation target = plan::Activate(ActivationOffers(plan_, available), plan_.demand_groups_per_s);
+    const FreshActivation fresh = ActivateFresh(plan_, available, &running);
+    const std::vector<WorkerOffer> offers = ActivationOffers(plan_, available);
+    for (size_t j = 0; j < n; ++j) rate_[j] = offers[j].rate;
+    const Activation& target = fresh.activation;
+    target_ = target.counts;
     for (size_t id = 0; id < workers_.size(); ++id) {
       Worker& w = workers_[id];
       const size_t j = static_cast<size_t>(w.cls);
-      if (w.state == WorkerState::kInactive && running[j] < target.counts[j]) {
-        Activate(static_cast<int>(id));
+      if (w.draining && running[j] < target_[j]) {
+        w.draining = false;
+        if (w.free_slots > 0) idle_.insert(static_cast<int>(id));
         ++running[j];
-      } else if (w.state == WorkerState::kActive && running[j] > target.counts[j] &&
-                 w.free_slots == Cls(w).decode.slots && w.waiting.empty()) {
-        SetBilled(w, false);
-        ++w.epoch;
-        w.state = WorkerState::kInactive;
-        idle_.erase(static_cast<int>(id));
-        --running[j];
-        ++result_.retirements;
       }
     }
+    for (size_t id = 0; id < workers_.size(); ++id) {
+      Worker& w = workers_[id];
+      const size_t j = static_cast<size_t>(w.cls);
+      if (w.state == WorkerState::kInactive && running[j] < target_[j]) {
+        Activate(static_cast<int>(id));
+        ++running[j];
+      }
+    }
+    RetireSurplus();
     Pump();
+    return target;
+  }
+
+  // Workers above the activation target leave, make-before-break: a booting one stops at
+  // once (it makes nothing yet); a ready one only while the other ready workers still meet
+  // the demand, so replacements are working before the workers they replace go. An idle one
+  // leaves now, a busy one drains (no new work) and leaves when its groups are done.
+  void RetireSurplus() {
+    const size_t n = plan_.classes.size();
+    std::vector<int64_t> running(n, 0);
+    double ready = 0;
+    for (const Worker& w : workers_) {
+      if (!Billed(w) || w.draining) continue;
+      ++running[w.cls];
+      if (w.state == WorkerState::kActive) ready += rate_[w.cls];
+    }
+    const double need = plan_.demand_groups_per_s * (1 - 1e-9);
+    for (size_t id = 0; id < workers_.size(); ++id) {
+      Worker& w = workers_[id];
+      const size_t j = static_cast<size_t>(w.cls);
+      if ((w.state == WorkerState::kStarting || w.state == WorkerState::kJoining) && running[j] > target_[j]) {
+        Retire(static_cast<int>(id));
+        --running[j];
+      }
+    }
+    for (bool idle_pass : {true, false}) {
+      for (size_t id = 0; id < workers_.size(); ++id) {
+        Worker& w = workers_[id];
+        const size_t j = static_cast<size_t>(w.cls);
+        if (w.state != WorkerState::kActive || w.draining || running[j] <= target_[j]) continue;
+        const bool idle = w.free_slots == Cls(w).decode.slots && w.waiting.empty();
+        if (idle != idle_pass || ready - rate_[j] < need) continue;
+        ready -= rate_[j];
+        --running[j];
+        if (idle) {
+          Retire(static_cast<int>(id));
+        } else {
+          w.draining = true;
+          idle_.erase(static_cast<int>(id));
+        }
+      }
+    }
+  }
+
+  void Retire(int id) {
+    Worker& w = workers_[id];
+    SetBilled(w, false);
+    ++w.epoch;  // its pending boot, download or snapshot events no longer apply
+    w.state = WorkerState::kInactive;
+    w.draining = false;
+    w.downloading = false;
+    w.waiting.clear();
+    idle_.erase(id);
+    ++result_.retirements;
   }
 
   void Finish() {
@@ -420,9 +552,10 @@ class Simulation {
     r.steady_cost_per_step = (cost_ - c0) / (steps_ - k0);
     r.rollouts_per_second = static_cast<double>(steps_ * B_ * cfg_.shape.group_size) / now_;
     r.counts = dispatcher_.counts();
+    r.final_billed_by_class = BilledByClass();
   }
 
-  const Plan& plan_;
+  Plan plan_;  // a copy: prices change during the run
   const PlanConfig& cfg_;
   SimOptions opt_;
   SimulatedClock clock_;
@@ -437,6 +570,10 @@ class Simulation {
   double now_ = 0;
   double cost_ = 0, spend_per_second_ = 0;
   int64_t billed_count_ = 0;
+  std::vector<int64_t> billed_by_class_;
+  std::vector<int64_t> target_;  // the last activation's counts per class
+  std::vector<double> rate_;     // the last activation's offer rate per class (groups/s)
+  size_t next_price_change_ = 0;
 
   std::vector<Worker> workers_;
   std::set<int> idle_;  // workers with a free slot
@@ -444,6 +581,7 @@ class Simulation {
   // learner
   int64_t version_ = 0;
   bool training_ = false;
+  bool overhead_ = false;  // after an update, for learner.overhead_seconds
   std::set<std::pair<int64_t, uint64_t>> buffer_;  // (behaviour version, group): oldest first
   int64_t published_ = 0;
   int64_t receivers_ = 0;
@@ -460,6 +598,18 @@ class Simulation {
 Result<SimResult> Simulate(const Plan& plan, const SimOptions& options) {
   Simulation sim(plan, options);
   return sim.Run();
+}
+
+nlohmann::json PriceChangeJson(const PriceChangeRecord& c) {
+  nlohmann::json j = {{"at_step", c.at_step}, {"time", c.time}, {"gpu", c.gpu}, {"price_per_hour", c.price_per_hour},
+                      {"classes", c.classes}, {"billed_before", c.billed_before}, {"reactivated", c.reactivated}};
+  if (c.reactivated) {
+    j["target"] = c.target;
+    j["method"] = c.method;
+    j["feasible"] = c.feasible;
+    j["target_workers_cost_per_hour"] = c.target_cost_per_hour;
+  }
+  return j;
 }
 
 nlohmann::json SimResultJson(const SimResult& r) {
@@ -483,6 +633,12 @@ nlohmann::json SimResultJson(const SimResult& r) {
           {"retirements", r.retirements},
           {"initial_workers", r.initial_workers},
           {"peak_workers", r.peak_workers},
+          {"final_billed_by_class", r.final_billed_by_class},
+          {"price_changes", [&] {
+             nlohmann::json a = nlohmann::json::array();
+             for (const PriceChangeRecord& c : r.price_changes) a.push_back(PriceChangeJson(c));
+             return a;
+           }()},
           {"events", r.events},
           {"wall_seconds", r.wall_seconds}};
 }

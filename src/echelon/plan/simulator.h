@@ -16,8 +16,16 @@
 //    worker's groups are re-issued (Dispatcher::Evict) after simulate.detect_seconds; it is
 //    back after simulate.restart_seconds; activation is re-run on every failure and return,
 //    activating spares (boot simulate.startup_seconds, then a full snapshot download) and
-//    retiring idle surplus, as the real learner's activation loop would;
-//  - cost: every active (or booting) worker and the learner are billed by the second.
+//    retiring surplus, as the real learner's activation loop would;
+//  - price changes (simulate.price_changes): at the end of update at_step the classes on that
+//    GPU cost the new price and activation is re-run at the new prices;
+//  - retiring is make-before-break: a surplus worker leaves only while the other ready
+//    workers still meet the demand (so its replacement has booted and downloaded first), and
+//    a busy one drains (no new work) before it leaves;
+//  - the learner's overhead per update (learner.overhead_seconds): it trains T_train, then
+//    publishes and is unavailable for T_over while the workers keep generating;
+//  - cost: every active (or booting, or draining) worker and the learner are billed by the
+//    second.
 // The initially activated workers hold version 0 at t = 0 (pre-warmed).
 //
 //   ECHELON_ASSIGN_OR_RETURN(Plan plan, MakePlan(config));
@@ -29,6 +37,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +53,21 @@ struct SimOptions {
   int64_t steps = 0;    // 0: config rl.steps
   int64_t workers = -1; // -1: config simulate.workers; 0: the plan's activation; N: exactly N workers
   std::function<void(const nlohmann::json&)> on_step;  // one timeline record per learner step
+};
+
+// One applied simulate.price_changes entry and the activation it caused.
+struct PriceChangeRecord {
+  int64_t at_step = 0;
+  double time = 0;                       // simulated seconds
+  std::string gpu;
+  double price_per_hour = 0;
+  std::vector<std::string> classes;      // the worker classes on that GPU
+  std::map<std::string, int64_t> billed_before;  // workers billed per class just before
+  bool reactivated = false;              // false for a fixed pool (--workers N, reactivate: false)
+  std::map<std::string, int64_t> target; // the new activation per class
+  std::string method;
+  bool feasible = false;
+  double target_cost_per_hour = 0;       // workers' $/h of the new activation, at the new prices
 };
 
 struct SimResult {
@@ -62,6 +87,8 @@ struct SimResult {
   uint64_t retirements = 0;
   int64_t initial_workers = 0;
   int64_t peak_workers = 0;
+  std::map<std::string, int64_t> final_billed_by_class;
+  std::vector<PriceChangeRecord> price_changes;
   sched::DispatchCounts counts;
   uint64_t events = 0;
   double wall_seconds = 0;
@@ -69,5 +96,6 @@ struct SimResult {
 
 Result<SimResult> Simulate(const Plan& plan, const SimOptions& options);
 nlohmann::json SimResultJson(const SimResult& r);
+nlohmann::json PriceChangeJson(const PriceChangeRecord& c);
 
 }  // namespace echelon::plan

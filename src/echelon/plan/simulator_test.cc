@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace echelon::plan {
 namespace {
@@ -146,6 +149,111 @@ TEST(SimulatorFailures, FixedPoolRejoinsWithoutActivation) {
   EXPECT_GT(r->failures, 0u);
   EXPECT_LE(r->activations, r->failures);  // rejoins only, no spares
   EXPECT_LE(r->peak_workers, 30);
+}
+
+// Two GPU types: "slow" (g) is the cheaper throughput until g's price rises at step 60.
+PlanConfig PriceChangeConfig(bool reactivate) {
+  PlanConfig c = TestConfig();
+  c.prices.Add(GpuSpec{"h", 80, 2000, 300, 1.0, "test", "test"});
+  c.workers[1].gpu = "h";
+  c.max_staleness = 6;
+  c.publish_period = 1;
+  c.sim.reactivate = reactivate;
+  c.sim.price_changes.push_back({60, "g", 1.00});
+  return c;
+}
+
+TEST(SimulatorPriceChanges, PriceRiseOfTheActiveTypeSwitchesToTheCheaperFeasibleSet) {
+  Plan plan = MustPlan(PriceChangeConfig(true));
+  // 0.72 groups/s wanted: 15 slow at $0.40 ($6.00/h) beat 3 fast at $2.50 ($7.50/h).
+  ASSERT_EQ(plan.classes[0].count, 15);
+  ASSERT_EQ(plan.classes[1].count, 0);
+  std::vector<nlohmann::json> timeline;
+  SimOptions opt;
+  opt.steps = 200;
+  opt.on_step = [&](const nlohmann::json& j) { timeline.push_back(j); };
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->price_changes.size(), 1u);
+  const PriceChangeRecord& pc = r->price_changes[0];
+  EXPECT_EQ(pc.at_step, 60);
+  EXPECT_TRUE(pc.reactivated);
+  EXPECT_EQ(pc.classes, std::vector<std::string>{"slow"});
+  EXPECT_EQ(pc.billed_before, (std::map<std::string, int64_t>{{"fast", 0}, {"slow", 15}}));
+
+  // The activation at the change is the optimum at the new prices, found independently: at
+  // $1.00/h slow costs $20 per group/s against fast's $10, so 3 fast ($7.50/h) beat any mix
+  // (2 fast + 5 slow: $10.00/h; 15 slow: $15.00/h).
+  EXPECT_EQ(pc.target, (std::map<std::string, int64_t>{{"fast", 3}, {"slow", 0}}));
+  EXPECT_EQ(pc.method, "exact");
+  EXPECT_TRUE(pc.feasible);
+  EXPECT_DOUBLE_EQ(pc.target_cost_per_hour, 7.5);
+  ASSERT_EQ(timeline.size(), 200u);
+  EXPECT_EQ(timeline[59]["price_changes"].size(), 1u);  // reported on step 60's record
+  EXPECT_FALSE(timeline[58].contains("price_changes"));
+  // Make-before-break: the slow workers stay until the fast ones have booted and joined.
+  EXPECT_EQ(timeline[59]["billed_by_class"]["slow"].get<int64_t>(), 15);
+  EXPECT_EQ(timeline[59]["billed_by_class"]["fast"].get<int64_t>(), 3);
+  for (size_t k = 90; k < timeline.size(); ++k) {
+    EXPECT_EQ(timeline[k]["billed_by_class"]["slow"].get<int64_t>(), 0) << "step " << k + 1;
+    EXPECT_EQ(timeline[k]["billed_by_class"]["fast"].get<int64_t>(), 3) << "step " << k + 1;
+  }
+  EXPECT_EQ(r->final_billed_by_class, (std::map<std::string, int64_t>{{"fast", 3}, {"slow", 0}}));
+  // The learner keeps its pace through the switch.
+  const double before = (timeline[59]["end"].get<double>() - timeline[29]["end"].get<double>()) / 30;
+  const double during = (timeline[89]["end"].get<double>() - timeline[59]["end"].get<double>()) / 30;
+  EXPECT_LT(during, 1.05 * before);
+
+  // Against the same run that keeps its workers: the switch costs less per step after it.
+  Result<SimResult> kept = Simulate(MustPlan(PriceChangeConfig(false)), [&] {
+    SimOptions o;
+    o.steps = 200;
+    o.on_step = [&](const nlohmann::json& j) { timeline.push_back(j); };
+    return o;
+  }());
+  ASSERT_TRUE(kept.ok()) << kept.status().message();
+  ASSERT_EQ(kept->price_changes.size(), 1u);
+  EXPECT_FALSE(kept->price_changes[0].reactivated);
+  const nlohmann::json& k100 = timeline[200 + 99];
+  const nlohmann::json& k200 = timeline[200 + 199];
+  EXPECT_EQ(k200["billed_by_class"]["slow"].get<int64_t>(), 15);
+  const double kept_cost = (k200["cost"].get<double>() - k100["cost"].get<double>()) / 100;
+  const double switched_cost = (timeline[199]["cost"].get<double>() - timeline[99]["cost"].get<double>()) / 100;
+  EXPECT_LT(switched_cost, 0.9 * kept_cost);
+}
+
+TEST(SimulatorPriceChanges, KeepsTheRunningSetWhenItIsTheCheapestUsableOne) {
+  // The 8B catalogue: 1 RTX 5090, 2 RTX 4090 and 3 A100s run (the A100s relay the snapshot
+  // at 10 Gbit/s). A100s rise to $5/h: the cheapest throughput is then consumer cards, but
+  // among themselves they relay too slowly for S = 6, and A100s alone cost $20/h; the running
+  // set still works and costs $16.57/h, so it stays.
+  Result<PlanConfig> c = LoadPlanConfig(std::string(ECHELON_TEST_DATA) + "/../../configs/simulate-qwen3-8b.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  c->sim.price_changes.push_back({100, "a100", 5.0});
+  Plan plan = MustPlan(c.value());
+  SimOptions opt;
+  opt.steps = 150;
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->price_changes.size(), 1u);
+  const PriceChangeRecord& pc = r->price_changes[0];
+  EXPECT_EQ(pc.method, "kept");
+  EXPECT_EQ(pc.target, pc.billed_before);
+  EXPECT_NEAR(pc.target_cost_per_hour, 1 * 0.89 + 2 * 0.34 + 3 * 5.0, 1e-9);
+}
+
+TEST(SimulatorOverhead, LearnerOverheadMatchesTheCapacityModel) {
+  PlanConfig c = TestConfig();
+  c.learner_overhead_seconds = 3;
+  c.target_utilization = 0.95;
+  Plan plan = MustPlan(c);
+  SimOptions opt;
+  opt.steps = 200;
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_NEAR(plan.prediction.step_seconds, 13, 1e-9);  // learner-bound: 10 s + 3 s
+  EXPECT_NEAR(r->steady_step_seconds / plan.prediction.step_seconds, 1, 0.05);
+  EXPECT_NEAR(r->steady_utilization, 10.0 / 13, 0.05);
 }
 
 TEST(SimulatorDeterminism, SameSeedSameRun) {

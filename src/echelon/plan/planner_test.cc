@@ -1,0 +1,133 @@
+#include "echelon/plan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "echelon/plan/simulator.h"
+
+namespace echelon::plan {
+namespace {
+
+// Learner: 10 s per update, B = 8 groups of 4, target 0.9 (freshness judged at 10 / 0.9 s).
+// "slow": 60 s per group, $0.10/h: the cheapest throughput, but a group spans 5-6 versions.
+// "fast": 8 s per group, 2 at once, $2.50/h.
+PlanConfig FreshnessConfig() {
+  PlanConfig c;
+  c.path = "test";
+  c.prices.Add(GpuSpec{"g", 80, 2000, 300, 1.0, "test", "test"});
+  c.model.params = 1e8;  // 200 MB snapshots: ~3.5 s over the relay
+  c.model.kv_bytes_per_token = 1e5;
+  c.shape = RolloutShape{4, 0, 1000};
+  c.groups_per_step = 8;
+  c.steps = 200;
+  c.learner_gpu = c.baseline_gpu = "g";
+  c.learner_count = 2;
+  c.learner_step_seconds = 10;
+  c.learner_price_per_hour = 3.0;
+  c.baseline_count = 2;
+  c.baseline_step_seconds = 12;
+  c.baseline_generate_seconds = 30;
+  c.target_utilization = 0.9;
+  c.link = LinkSpec{BroadcastMode::kRelay, 10000, 2, 4};
+  c.workers.push_back({"slow", "g", 40, 0.10, 4 * 1000 / 60.0, 1, 1000, 1000, 0});
+  c.workers.push_back({"fast", "g", 10, 2.50, 2 * 4 * 1000 / 8.0, 2, 1000, 1000, 0});
+  c.sim.throughput_cv = 0;
+  c.sim.seed = 5;
+  return c;
+}
+
+Plan MustPlan(const PlanConfig& c) {
+  Result<Plan> p = MakePlan(c);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return p.value();
+}
+
+bool NoteMentions(const Plan& p, const std::string& text) {
+  for (const std::string& n : p.notes)
+    if (n.find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST(PlannerFreshness, ClassWhoseGroupsArriveTooStaleIsNeitherCountedNorPicked) {
+  PlanConfig c = FreshnessConfig();
+  c.max_staleness = 4;
+  c.publish_period = 1;
+  Plan plan = MustPlan(c);
+  // At the target step of 10 / 0.9 s: a ~3.5 s download plus 60 s of generation is 5 whole
+  // steps, so every slow group would arrive at least 5 versions old; a fast one 1.
+  const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, {40, 10});
+  EXPECT_EQ(arrival[0], 5);
+  EXPECT_EQ(arrival[1], 1);
+  EXPECT_EQ(plan.class_fresh, (std::vector<bool>{false, true}));
+  EXPECT_EQ(plan.classes[0].count, 0);
+  EXPECT_EQ(plan.classes[1].count, 3);  // 0.72 groups/s wanted, 0.25 each
+  EXPECT_TRUE(plan.activation.feasible);
+  EXPECT_TRUE(plan.prediction.fresh);
+  EXPECT_TRUE(NoteMentions(plan, "worker class slow: a group takes 60.0 s")) << plan.notes.size();
+  EXPECT_TRUE(NoteMentions(plan, "every group would be at least 5 versions old when it arrives (S = 4)"));
+  const FreshActivation fa = ActivateFresh(plan, {40, 10});
+  EXPECT_EQ(fa.offers[0].rate, 0);  // not counted towards the demand
+  EXPECT_GT(fa.offers[1].rate, 0);
+  EXPECT_GT(ActivationOffers(plan, {40, 10})[0].rate, 0);  // only freshness removes it
+  const nlohmann::json j = PlanJson(plan);
+  EXPECT_FALSE(j["workers"][0]["fresh"].get<bool>());
+  EXPECT_TRUE(j["workers"][1]["fresh"].get<bool>());
+
+  // What activation would have bought without the condition: the cheap slow class, whose
+  // groups the freshness bound says arrive too stale.
+  std::vector<WorkerClass> blind = plan.classes;
+  blind[0].count = 40;
+  blind[1].count = 1;
+  EXPECT_FALSE(PredictCapacity(plan.inputs, blind).fresh);
+}
+
+TEST(PlannerFreshness, LargerStalenessAdmitsTheSlowClass) {
+  PlanConfig c = FreshnessConfig();
+  c.max_staleness = 10;
+  c.publish_period = 1;
+  Plan plan = MustPlan(c);
+  EXPECT_GT(plan.classes[0].count, 0);  // usable at S = 10 (and the plan fresh: bound 9) and cheapest
+  EXPECT_TRUE(plan.prediction.fresh);
+  EXPECT_FALSE(NoteMentions(plan, "worker class slow"));
+}
+
+TEST(PlannerFreshness, RecommendedStalenessTradesCostAgainstStaleness) {
+  PlanConfig c = FreshnessConfig();
+  // A plan is valid when its staleness bound (lag + generation + queue allowance) <= S:
+  // 4 with fast workers only, 9 with slow ones.
+  c.staleness_cap = 6;  // the slow class never fits: the smallest S where "fast" does
+  Plan plan = MustPlan(c);
+  EXPECT_EQ(plan.inputs.max_staleness, 4);
+  EXPECT_EQ(plan.classes[0].count, 0);
+  EXPECT_TRUE(plan.prediction.fresh);
+  c.staleness_cap = 10;  // S = 9 admits the slow class at a lower $/step
+  Plan wider = MustPlan(c);
+  EXPECT_EQ(wider.inputs.max_staleness, 9);
+  EXPECT_GT(wider.classes[0].count, 0);
+  EXPECT_TRUE(wider.prediction.fresh);
+  EXPECT_LT(wider.prediction.cost_per_step, plan.prediction.cost_per_step);
+}
+
+TEST(PlannerFreshness, SimulatorReactivationNeverActivatesAStaleClass) {
+  PlanConfig c = FreshnessConfig();
+  c.max_staleness = 4;
+  c.publish_period = 1;
+  c.workers[1].failures_per_hour = 6;  // fast workers fail often: activation runs again and again
+  c.sim.restart_seconds = 200;
+  c.sim.startup_seconds = 10;
+  c.sim.detect_seconds = 5;
+  Plan plan = MustPlan(c);
+  int64_t max_slow = 0;
+  SimOptions opt;
+  opt.steps = 200;
+  opt.on_step = [&](const nlohmann::json& j) {
+    max_slow = std::max(max_slow, j["billed_by_class"]["slow"].get<int64_t>());
+  };
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GT(r->failures, 5u);
+  EXPECT_GT(r->activations, 0u);
+  EXPECT_EQ(max_slow, 0);
+}
+
+}  // namespace
+}  // namespace echelon::plan

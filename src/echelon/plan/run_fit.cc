@@ -1,0 +1,382 @@
+#include "echelon/plan/run_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "echelon/obs/metrics_log.h"
+#include "echelon/plan/yaml_reader.h"
+#include "echelon/sched/staleness_gate.h"
+
+namespace echelon::plan {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string Fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// One learner update line of metrics.jsonl.
+struct UpdateLine {
+  int64_t line_no = 0;
+  int64_t step = 0;
+  double wall_s = 0, step_s = 0, busy_frac = 0, tokens_per_s = 0;
+  int64_t in_flight = 0;
+  std::map<std::string, int64_t> actor_groups;
+  int64_t start = 0;  // process start (0, then one more per resume event)
+};
+
+struct ParsedMetrics {
+  std::vector<UpdateLine> updates;
+  int64_t starts = 1;
+  double end_busy = -1;
+  std::string end_event;
+};
+
+Status Number(const json& o, const char* key, const std::string& where, double* out) {
+  auto it = o.find(key);
+  if (it == o.end() || !it->is_number())
+    return InvalidArgument(where + ": a learner update line needs a number '" + key + "'" +
+                           (it == o.end() ? "" : ", got " + it->dump()));
+  *out = it->get<double>();
+  if (!std::isfinite(*out)) return InvalidArgument(where + ": '" + key + "' is not finite");
+  return Status::Ok();
+}
+
+Status Integer(const json& o, const char* key, const std::string& where, int64_t* out) {
+  auto it = o.find(key);
+  if (it == o.end() || !it->is_number_integer() || it->get<int64_t>() < 0)
+    return InvalidArgument(where + ": a learner update line needs a non-negative integer '" + key + "'" +
+                           (it == o.end() ? "" : ", got " + it->dump()));
+  *out = it->get<int64_t>();
+  return Status::Ok();
+}
+
+Status ParseUpdate(const json& o, const std::string& where, UpdateLine* u) {
+  ECHELON_RETURN_IF_ERROR(Integer(o, "step", where, &u->step));
+  ECHELON_RETURN_IF_ERROR(Number(o, "wall_s", where, &u->wall_s));
+  ECHELON_RETURN_IF_ERROR(Number(o, "step_s", where, &u->step_s));
+  ECHELON_RETURN_IF_ERROR(Number(o, "learner_busy_frac", where, &u->busy_frac));
+  ECHELON_RETURN_IF_ERROR(Number(o, "tokens_per_s", where, &u->tokens_per_s));
+  ECHELON_RETURN_IF_ERROR(Integer(o, "groups_in_flight", where, &u->in_flight));
+  if (u->step_s < 0) return InvalidArgument(where + ": step_s = " + Fmt("%g", u->step_s) + " is negative");
+  if (u->busy_frac < 0 || u->busy_frac > 1 + 1e-6)
+    return InvalidArgument(where + ": learner_busy_frac = " + Fmt("%g", u->busy_frac) + " is outside [0, 1]");
+  if (u->tokens_per_s < 0) return InvalidArgument(where + ": tokens_per_s is negative");
+  auto g = o.find("actor_groups");
+  if (g == o.end() || !g->is_object())
+    return InvalidArgument(where + ": a learner update line needs an object 'actor_groups' (accepted groups per actor)");
+  for (const auto& [name, v] : g->items()) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      return InvalidArgument(where + ": actor_groups[\"" + name + "\"] is " + v.dump() + "; expected a count");
+    u->actor_groups[name] = v.get<int64_t>();
+  }
+  return Status::Ok();
+}
+
+Result<ParsedMetrics> ParseMetricsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open (a run directory written by `echelon train` has metrics.jsonl)");
+  ParsedMetrics m;
+  auto visit = [&](const json& o, const std::string& where, int64_t line_no) -> Status {
+    auto ev = o.find("event");
+    if (ev != o.end()) {
+      const std::string kind = ev->get<std::string>();
+      if (kind == "resume") ++m.starts;
+      if (kind == "final" || kind == "interrupted") {
+        auto b = o.find("learner_busy_frac");
+        if (b == o.end() || !b->is_number())
+          return InvalidArgument(where + ": the " + kind + " event needs a number 'learner_busy_frac'");
+        m.end_busy = b->get<double>();
+        m.end_event = kind;
+      }
+      return Status::Ok();
+    }
+    UpdateLine u;
+    u.line_no = line_no;
+    u.start = m.starts - 1;
+    ECHELON_RETURN_IF_ERROR(ParseUpdate(o, where, &u));
+    if (!m.updates.empty()) {
+      const UpdateLine& prev = m.updates.back();
+      if (u.step != prev.step + 1)
+        return InvalidArgument(where + ": update step " + std::to_string(u.step) + " follows step " +
+                               std::to_string(prev.step) + " (line " + std::to_string(prev.line_no) +
+                               "); lines are missing or out of order");
+      if (u.start == prev.start && u.wall_s < prev.wall_s)
+        return InvalidArgument(where + ": wall_s " + Fmt("%g", u.wall_s) + " is earlier than line " +
+                               std::to_string(prev.line_no) + "'s " + Fmt("%g", prev.wall_s));
+    }
+    m.updates.push_back(std::move(u));
+    return Status::Ok();
+  };
+  ECHELON_ASSIGN_OR_RETURN(const int64_t line_no, obs::ReadMetricsLines(in, path, visit));
+  if (m.updates.empty())
+    return InvalidArgument(path + (line_no == 0 ? ": empty" : ": no learner update lines") +
+                           "; the run stopped before its first update");
+  return m;
+}
+
+struct RunConfig {
+  int64_t groups_per_step = 0, group_size = 0, staleness = 0, publish_period = 0;
+};
+
+Result<RunConfig> ReadRunConfig(const std::string& path) {
+  ECHELON_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
+  YamlMap top(root, path, "");
+  ECHELON_ASSIGN_OR_RETURN(YAML::Node rl_node, top.Map("rl"));
+  if (!rl_node || rl_node.IsNull())
+    return InvalidArgument(path + ": no 'rl' section; expected the resolved config `echelon train` writes");
+  YamlMap rl(rl_node, path, "rl.");
+  RunConfig c;
+  ECHELON_RETURN_IF_ERROR(rl.Int("groups_per_step", &c.groups_per_step, 1, 1000000, true));
+  ECHELON_RETURN_IF_ERROR(rl.Int("group_size", &c.group_size, 1, 100000, true));
+  ECHELON_RETURN_IF_ERROR(rl.Int("staleness", &c.staleness, 0, 1000, true));
+  ECHELON_RETURN_IF_ERROR(rl.Int("publish_period", &c.publish_period, 0, 1001));
+  if (c.publish_period == 0) c.publish_period = sched::DefaultPublishPeriod(c.staleness);
+  return c;
+}
+
+}  // namespace
+
+Result<RunFit> FitRun(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return NotFound(dir + ": no such run directory (expected one written by `echelon train` or `echelon learner`)");
+  const std::string config_path = (fs::path(dir) / "config.yaml").string();
+  if (!fs::exists(config_path, ec))
+    return NotFound(config_path + ": missing (a run directory written by `echelon train` has config.yaml)");
+  ECHELON_ASSIGN_OR_RETURN(RunConfig cfg, ReadRunConfig(config_path));
+  const std::string metrics_path = (fs::path(dir) / "metrics.jsonl").string();
+  ECHELON_ASSIGN_OR_RETURN(ParsedMetrics m, ParseMetricsFile(metrics_path));
+
+  RunFit f;
+  f.dir = dir;
+  f.groups_per_step = cfg.groups_per_step;
+  f.group_size = cfg.group_size;
+  f.max_staleness = cfg.staleness;
+  f.publish_period = cfg.publish_period;
+  f.process_starts = m.starts;
+  f.end_event = m.end_event;
+  f.measured_utilization_end = m.end_busy;
+  const std::vector<UpdateLine>& u = m.updates;
+  const size_t n = u.size();
+  f.updates = static_cast<int64_t>(n);
+
+  // RL wall time, busy seconds and cycle of every update line.
+  std::vector<double> rl(n), busy(n), cycle(n), train(n);
+  std::vector<bool> first(n);
+  double base = 0, origin = 0;
+  for (size_t k = 0; k < n; ++k) {
+    first[k] = k == 0 || u[k].start != u[k - 1].start;
+    if (first[k]) {
+      base = k == 0 ? 0.0 : rl[k - 1];
+      origin = u[k].wall_s - u[k].step_s;
+    }
+    rl[k] = base + u[k].wall_s - origin;
+    busy[k] = u[k].busy_frac * rl[k];
+    train[k] = std::max(0.0, busy[k] - (k > 0 ? busy[k - 1] : 0.0));
+    cycle[k] = first[k] ? u[k].step_s : u[k].wall_s - u[k - 1].wall_s;
+  }
+  f.rl_seconds = rl[n - 1];
+  f.busy_seconds = busy[n - 1];
+  f.train_seconds = f.busy_seconds / static_cast<double>(n);
+  f.measured_utilization = u[n - 1].busy_frac;
+
+  // Measured updates: all but the first of each process start.
+  int64_t measured = 0, window_full = 0;
+  double overhead = 0;
+  std::map<std::string, ActorFit> actors;
+  for (size_t k = 0; k < n; ++k) {
+    if (first[k]) continue;
+    ++measured;
+    overhead += std::max(0.0, cycle[k] - u[k].step_s);
+    if (f.max_staleness > 0 && u[k].in_flight >= f.max_staleness * f.groups_per_step) ++window_full;
+    const double open = f.max_staleness > 0 ? cycle[k] : std::max(0.0, cycle[k] - train[k]);
+    for (const auto& [name, groups] : u[k].actor_groups) {
+      auto before = u[k - 1].actor_groups.find(name);
+      ActorFit& a = actors[name];
+      a.name = name;
+      a.groups += std::max<int64_t>(0, groups - (before == u[k - 1].actor_groups.end() ? 0 : before->second));
+      a.seconds += open;
+    }
+  }
+  if (measured == 0)
+    return InvalidArgument(metrics_path + ": " + std::to_string(n) +
+                           " learner update(s), each the first of a process start; at least two consecutive updates "
+                           "are needed to measure rates");
+  f.overhead_seconds = overhead / measured;
+  f.window_full_fraction = f.max_staleness > 0 ? static_cast<double>(window_full) / measured : 0.0;
+  f.learner_bound = f.window_full_fraction > 0.5;
+
+  int64_t accepted = 0;
+  for (const auto& [name, groups] : u[n - 1].actor_groups) accepted += groups;
+  if (accepted == 0) return InvalidArgument(metrics_path + ": no actor delivered a group (actor_groups is empty)");
+  f.completion_tokens = u[n - 1].tokens_per_s * f.rl_seconds / (static_cast<double>(accepted) * f.group_size);
+  if (!(f.completion_tokens > 0))
+    return InvalidArgument(metrics_path + ":" + std::to_string(u[n - 1].line_no) +
+                           ": tokens_per_s is 0; generated tokens per rollout cannot be measured");
+
+  int64_t delivered = 0;
+  for (auto& [name, a] : actors) {
+    if (a.seconds > 0) a.groups_per_s = a.groups / a.seconds;
+    a.tokens_per_s = a.groups_per_s * f.group_size * f.completion_tokens;
+    a.group_seconds = a.groups_per_s > 0 ? 1 / a.groups_per_s : INFINITY;
+    delivered += a.groups;
+    f.actors.push_back(a);
+  }
+  if (delivered == 0)
+    return InvalidArgument(metrics_path + ": no actor delivered a group after the first update of a process start; "
+                           "rollout throughput cannot be measured");
+
+  // The model, as the run ran: one class per actor.
+  CapacityInputs& in = f.inputs;
+  in.shape = RolloutShape{f.group_size, 0, f.completion_tokens};
+  in.groups_per_step = f.groups_per_step;
+  in.train_seconds = f.train_seconds;
+  in.overhead_seconds = f.overhead_seconds;
+  in.max_staleness = f.max_staleness;
+  in.publish_period = f.publish_period;
+  in.snapshot_bytes = 0;
+  for (const ActorFit& a : f.actors) {
+    if (a.groups_per_s <= 0) continue;
+    WorkerClass c;
+    c.name = a.name;
+    c.gpu = "measured";
+    c.available = c.count = 1;
+    c.decode = MeasuredDecode(a.tokens_per_s, 1, in.shape);
+    f.classes.push_back(c);
+  }
+  f.steady = PredictCapacity(in, f.classes);
+  for (size_t k = 0; k < n; ++k)
+    if (first[k]) f.startup_seconds += std::max(0.0, cycle[k] - f.steady.step_seconds);
+  f.predicted_utilization =
+      static_cast<double>(n) * f.train_seconds / (f.startup_seconds + static_cast<double>(n) * f.steady.step_seconds);
+  return f;
+}
+
+json RunFitJson(const RunFit& f) {
+  json actors = json::array();
+  for (const ActorFit& a : f.actors)
+    actors.push_back({{"name", a.name}, {"groups", a.groups}, {"seconds", a.seconds}, {"groups_per_s", a.groups_per_s},
+                      {"tokens_per_s", a.tokens_per_s},
+                      {"group_seconds", std::isfinite(a.group_seconds) ? json(a.group_seconds) : json(nullptr)}});
+  return {{"run_dir", f.dir},
+          {"updates", f.updates},
+          {"process_starts", f.process_starts},
+          {"groups_per_step", f.groups_per_step},
+          {"group_size", f.group_size},
+          {"completion_tokens", f.completion_tokens},
+          {"max_staleness", f.max_staleness},
+          {"publish_period", f.publish_period},
+          {"rl_seconds", f.rl_seconds},
+          {"busy_seconds", f.busy_seconds},
+          {"train_seconds", f.train_seconds},
+          {"overhead_seconds", f.overhead_seconds},
+          {"startup_seconds", f.startup_seconds},
+          {"window_full_fraction", f.window_full_fraction},
+          {"learner_bound", f.learner_bound},
+          {"actors", actors},
+          {"supply_groups_per_s", f.steady.supply_groups_per_s},
+          {"predicted_step_seconds", f.steady.step_seconds},
+          {"predicted_steady_utilization", f.steady.utilization},
+          {"predicted_utilization", f.predicted_utilization},
+          {"measured_utilization", f.measured_utilization},
+          {"measured_utilization_end", f.measured_utilization_end >= 0 ? json(f.measured_utilization_end) : json(nullptr)},
+          {"end_event", f.end_event},
+          {"relative_error", f.relative_error()}};
+}
+
+std::string RunFitTable(const RunFit& f) {
+  std::ostringstream o;
+  char line[256];
+  o << "run " << f.dir << ": " << f.updates << " updates (" << f.process_starts << " process start"
+    << (f.process_starts == 1 ? "" : "s") << "), B = " << f.groups_per_step << " groups x G = " << f.group_size
+    << ", S = " << f.max_staleness << ", kappa = " << f.publish_period << ", " << Fmt("%.1f", f.completion_tokens)
+    << " generated tokens per rollout\n";
+  o << "learner: " << Fmt("%.3f", f.train_seconds) << " s training per update (" << Fmt("%.1f", f.busy_seconds)
+    << " s busy of " << Fmt("%.1f", f.rl_seconds) << " s), " << Fmt("%.3f", f.overhead_seconds)
+    << " s between updates, start-up " << Fmt("%.2f", f.startup_seconds) << " s\n";
+  std::snprintf(line, sizeof line, "%-20s %8s %10s %10s %10s\n", "actor", "groups", "groups/s", "tokens/s", "s/group");
+  o << line;
+  for (const ActorFit& a : f.actors) {
+    std::snprintf(line, sizeof line, "%-20s %8lld %10.2f %10.0f %10.4f\n", a.name.c_str(),
+                  static_cast<long long>(a.groups), a.groups_per_s, a.tokens_per_s, a.group_seconds);
+    o << line;
+  }
+  if (f.learner_bound)
+    o << "the admission window was full after " << Fmt("%.0f", 100 * f.window_full_fraction)
+      << "% of updates: the actors outpaced the learner, so their rates are its consumption rate (a lower bound of "
+         "what they can generate)\n";
+  std::snprintf(line, sizeof line, "%-32s %10s %10s\n", "", "predicted", "measured");
+  o << line;
+  std::snprintf(line, sizeof line, "%-32s %10.3f %10.3f   (%+.1f%%)\n", "learner utilisation (run)",
+                f.predicted_utilization, f.measured_utilization, 100 * f.relative_error());
+  o << line;
+  std::snprintf(line, sizeof line, "%-32s %10.3f\n", "learner utilisation (steady)", f.steady.utilization);
+  o << line;
+  std::snprintf(line, sizeof line, "%-32s %10.3f\n", "step seconds (steady)", f.steady.step_seconds);
+  o << line;
+  if (f.measured_utilization_end >= 0)
+    o << "the " << f.end_event << " event's busy fraction, closing evaluation included: "
+      << Fmt("%.3f", f.measured_utilization_end) << "\n";
+  return o.str();
+}
+
+Status ApplyRunFit(const RunFit& fit, PlanConfig* c, std::vector<std::string>* notes) {
+  std::map<std::string, const ActorFit*> by_name;
+  std::string known;
+  for (const ActorFit& a : fit.actors) {
+    by_name[a.name] = &a;
+    known += (known.empty() ? "" : ", ") + a.name;
+  }
+  bool any_mapped = false;
+  for (const WorkerOfferConfig& w : c->workers) any_mapped |= !w.run_actors.empty();
+  for (WorkerOfferConfig& w : c->workers) {
+    std::vector<const ActorFit*> mine;
+    if (!any_mapped && c->workers.size() == 1) {
+      for (const ActorFit& a : fit.actors) mine.push_back(&a);
+    } else {
+      for (const std::string& name : w.run_actors) {
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          return InvalidArgument(w.run_actors_where + ": workers run_actors names '" + name + "', which is not an actor of " +
+                                 fit.dir + " (its actors: " + known + ")");
+        mine.push_back(it->second);
+      }
+    }
+    if (mine.empty()) continue;
+    double tokens = 0;
+    for (const ActorFit* a : mine) tokens += a->tokens_per_s;
+    w.tokens_per_second = tokens / mine.size();
+    w.concurrent_groups = 1;
+    notes->push_back("worker class " + w.name + ": measured " + Fmt("%.1f", w.tokens_per_second) +
+                     " tokens/s per instance, one group at a time (mean of " + std::to_string(mine.size()) +
+                     " actor(s) of the run)" + (fit.learner_bound ? ", a lower bound: the run was learner-bound" : ""));
+  }
+  if (!any_mapped && c->workers.size() > 1)
+    notes->push_back("no worker class names run_actors: the classes keep their own throughputs");
+  if (c->groups_per_step != fit.groups_per_step || c->shape.group_size != fit.group_size)
+    notes->push_back("rollout shape from the run: B = " + std::to_string(fit.groups_per_step) + ", G = " +
+                     std::to_string(fit.group_size) + " (the config said B = " + std::to_string(c->groups_per_step) +
+                     ", G = " + std::to_string(c->shape.group_size) + ")");
+  c->groups_per_step = fit.groups_per_step;
+  c->shape.group_size = fit.group_size;
+  c->shape.completion_tokens = fit.completion_tokens;
+  c->learner_step_seconds = fit.train_seconds;
+  c->learner_overhead_seconds = fit.overhead_seconds;
+  notes->push_back("learner step " + Fmt("%.3f", fit.train_seconds) + " s and overhead " +
+                   Fmt("%.3f", fit.overhead_seconds) + " s per update, " + Fmt("%.1f", fit.completion_tokens) +
+                   " generated tokens per rollout: measured in " + fit.dir);
+  return Status::Ok();
+}
+
+}  // namespace echelon::plan
