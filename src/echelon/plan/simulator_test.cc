@@ -7,40 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "echelon/plan/testing.h"
+
 namespace echelon::plan {
 namespace {
 
 // A controlled run: measured rates so T_gen is exact, a learner step given in seconds.
 PlanConfig TestConfig() {
-  PlanConfig c;
-  c.path = "test";
-  c.prices.Add(GpuSpec{"g", 80, 2000, 300, 1.0, "test", "test"});
-  c.model.params = 1e8;  // 200 MB snapshots
-  c.model.kv_bytes_per_token = 1e5;
-  c.shape = RolloutShape{4, 0, 1000};
-  c.groups_per_step = 8;
-  c.steps = 200;
-  c.learner_gpu = c.baseline_gpu = "g";
-  c.learner_count = 2;
-  c.learner_step_seconds = 10;
-  c.learner_price_per_hour = 3.0;
-  c.baseline_count = 2;
-  c.baseline_step_seconds = 12;
-  c.baseline_generate_seconds = 30;
-  c.target_utilization = 0.9;
-  c.link = LinkSpec{BroadcastMode::kRelay, 10000, 2, 4};
-  // slow-cheap: 1 slot, 20 s per group, $0.40/h; fast-dear: 2 slots, 8 s per group, $2.50/h.
-  c.workers.push_back({"slow", "g", 40, 0.40, 4 * 1000 / 20.0, 1, 1000, 1000, 0});
-  c.workers.push_back({"fast", "g", 10, 2.50, 2 * 4 * 1000 / 8.0, 2, 1000, 1000, 0});
-  c.sim.throughput_cv = 0;
-  c.sim.seed = 3;
-  return c;
-}
-
-Plan MustPlan(const PlanConfig& c) {
-  Result<Plan> p = MakePlan(c);
-  EXPECT_TRUE(p.ok()) << p.status().message();
-  return p.value();
+  return TwoClassTestConfig(/*slow_group_seconds=*/20, /*slow_price_per_hour=*/0.40, /*seed=*/3);
 }
 
 TEST(SimulatorLockStep, SZeroReproducesLockStepTimingExactly) {
