@@ -4,6 +4,8 @@
 
 #include <fstream>
 
+#include <unistd.h>
+
 namespace echelon {
 namespace {
 
@@ -18,7 +20,7 @@ ConfigSchema Schema() {
 }
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
-  std::string path = testing::TempDir() + "/" + name;
+  std::string path = testing::TempDir() + "/config_test_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
 }

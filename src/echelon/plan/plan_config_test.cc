@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "echelon/plan/planner.h"
 
 namespace echelon::plan {
@@ -55,19 +57,27 @@ TEST(PlanConfigLoad, FourBillionConfigLeavesOutTheClassWhoseGroupsWouldArriveSta
 class PlanConfigErrors : public ::testing::Test {
  protected:
   std::string Write(const std::string& text) {
-    const std::string dir = ::testing::TempDir() + "/plan_config_test";
-    std::filesystem::create_directories(dir);
-    std::filesystem::copy_file(RepoPath("data/prices.yaml"), dir + "/prices.yaml",
+    // One directory per test process: ctest runs these tests in parallel.
+    dir_ = ::testing::TempDir() + "/plan_config_test_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(dir_);
+    std::filesystem::copy_file(RepoPath("data/prices.yaml"), dir_ + "/prices.yaml",
                                std::filesystem::copy_options::overwrite_existing);
-    const std::string path = dir + "/plan.yaml";
+    const std::string path = dir_ + "/plan.yaml";
     std::ofstream(path) << text;
     return path;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   std::string Base() {
     return "prices: prices.yaml\n"
            "model: {params_billion: 1, kv_bytes_per_token: 1000}\n"
            "rollout: {groups_per_step: 4, group_size: 4, completion_tokens: 100}\n";
   }
+
+ private:
+  std::string dir_;
 };
 
 TEST_F(PlanConfigErrors, UnknownKeyNamesFileLineAndKey) {

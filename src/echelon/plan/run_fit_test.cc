@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 
+#include <unistd.h>
+
 namespace echelon::plan {
 namespace {
 
@@ -15,7 +17,7 @@ namespace fs = std::filesystem;
 // timings chosen by the test, so every fitted number has a known value.
 class RunWriter {
  public:
-  explicit RunWriter(const std::string& name) : dir_(::testing::TempDir() + "/run_fit_test/" + name) {
+  explicit RunWriter(const std::string& name) : dir_(::testing::TempDir() + "/run_fit_test_" + std::to_string(::getpid()) + "/" + name) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -210,7 +212,7 @@ class RunFitErrors : public ::testing::Test {
 };
 
 TEST_F(RunFitErrors, MissingDirectoryAndFilesAreNamed) {
-  const std::string nowhere = ::testing::TempDir() + "/run_fit_test/nowhere";
+  const std::string nowhere = ::testing::TempDir() + "/run_fit_test_" + std::to_string(::getpid()) + "/nowhere";
   EXPECT_TRUE(Has(Message(nowhere), nowhere + ": no such run directory")) << Message(nowhere);
   RunWriter w("no_config");
   EXPECT_TRUE(Has(Message(w.dir()), w.dir() + "/config.yaml: missing")) << Message(w.dir());
