@@ -20,17 +20,8 @@ HANDS=${3:-100000}
 NPM_DIR="$WORK/poker_npm"
 PHE_VERSION=0.6.0
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIPPED: node and npm are needed to compare with the phe evaluator"
-  exit 77
-fi
-mkdir -p "$NPM_DIR"
-if [ ! -f "$NPM_DIR/node_modules/phe/package.json" ]; then
-  if ! (cd "$NPM_DIR" && timeout 300 npm install --no-save --no-audit --no-fund --loglevel=error "phe@$PHE_VERSION"); then
-    echo "SKIPPED: npm could not install phe@$PHE_VERSION (offline?)"
-    exit 77
-  fi
-fi
+source "$(dirname "$0")/npm.sh"
+npm_install_or_skip "$NPM_DIR" "compare with the phe evaluator" "phe@$PHE_VERSION"
 
 HANDS_FILE="$WORK/poker_showdowns.txt"
 ECHELON_POKER_HANDS_OUT="$HANDS_FILE" ECHELON_POKER_HANDS_N="$HANDS" \

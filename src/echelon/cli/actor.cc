@@ -43,7 +43,7 @@ struct ActorArgs {
   std::string backend_reload_path = "/update_weights_from_disk";
 };
 
-// The openai-http backend, encoding prompts exactly as ModelPolicy does (BOS + characters).
+// The openai-http backend, encoding prompts exactly as ModelPolicy does (the run's vocabulary).
 Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const ActorSetup& setup) {
   rollout::OpenAiHttpOptions o;
   o.url = args.backend_url;
@@ -57,15 +57,13 @@ Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& arg
                        : (std::filesystem::temp_directory_path() /
                           ("echelon-" + args.name + "-" + std::to_string(::getpid()) + "-snapshots"))
                              .string();
-  o.snapshot_files = {{"config.json", setup.model.ToJson().dump(2) + "\n"},
-                      {"tokenizer.json", setup.tokenizer.ToJson().dump() + "\n"}};
-  const model::CharTokenizer tok = setup.tokenizer;
-  rollout::PromptEncoder encode = [tok](const std::string& text) -> Result<std::vector<int64_t>> {
-    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tok.Encode(text));
-    ids.insert(ids.begin(), model::CharTokenizer::kBos);
-    return ids;
-  };
-  rollout::TokenDecoder decode = [tok](const std::vector<int64_t>& ids) { return tok.Decode(ids); };
+  nlohmann::json config = setup.model.ToJson();
+  if (!setup.vocab.stop_ids().empty()) config["eos_token_id"] = setup.vocab.eos_json();
+  o.snapshot_files = setup.vocab.files();
+  o.snapshot_files["config.json"] = config.dump(2) + "\n";
+  const model::Vocabulary vocab = setup.vocab;
+  rollout::PromptEncoder encode = [vocab](const std::string& text) { return vocab.EncodePrompt(text); };
+  rollout::TokenDecoder decode = [vocab](const std::vector<int64_t>& ids) { return vocab.DecodeCompletion(ids); };
   spdlog::info("{}: generating through {} (snapshots written to {})", args.name, o.url, o.snapshot_dir);
   return std::unique_ptr<rollout::SnapshotPolicy>(
       std::make_unique<rollout::OpenAiHttpPolicy>(o, encode, decode, setup.sampling));
@@ -113,7 +111,7 @@ int RunActor(const ActorArgs& args) {
     }
     policy = std::move(http).value();
   } else {
-    policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup->model), setup->tokenizer, setup->sampling);
+    policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup->model), setup->vocab, setup->sampling);
   }
   rollout::ActorOptions ao;
   ao.name = args.name;

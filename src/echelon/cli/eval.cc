@@ -79,8 +79,7 @@ int RunEval(const EvalArgs& args) {
   model::SamplingParams sp;
   sp.temperature = poker ? args.temperature : 0.0;
   sp.max_new_tokens = args.max_new_tokens;
-  sp.eos_token_id = ck->config.eos_token_id >= 0 ? ck->config.eos_token_id : model::CharTokenizer::kEos;
-  rollout::ModelPolicy policy(ck->model, ck->tokenizer, sp);
+  rollout::ModelPolicy policy(ck->model, ck->vocab, sp);
   if (poker) {
     try {
       return RunPokerEval(args, policy);

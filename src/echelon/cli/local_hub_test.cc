@@ -7,6 +7,7 @@
 
 #include "echelon/cli/runtime.h"
 #include "echelon/data/adapter.h"
+#include "echelon/model/tokenizer.h"
 
 namespace echelon::cli {
 namespace {
@@ -16,7 +17,8 @@ struct HubFixture {
       : dispatcher({/*max_staleness=*/1, /*batch_groups=*/2, /*lease_seconds=*/10}, &clock),
         task(data::CreateAdapter("math", {{"seed", "1"}, {"eval_size", "10"}}).value()),
         tok(model::CharTokenizer::ForAlphabet(task->Alphabet())),
-        hub(&dispatcher, task.get(), &tok, /*group_size=*/2) {
+        vocab(model::Vocabulary::Characters(task->Alphabet())),
+        hub(&dispatcher, task.get(), &vocab, vocab.id_end(), /*group_size=*/2) {
     hub.Publish({0, std::make_shared<const std::string>()});  // the learner publishes v0 first
   }
 
@@ -48,6 +50,7 @@ struct HubFixture {
   sched::Dispatcher dispatcher;
   std::unique_ptr<data::TaskAdapter> task;
   model::CharTokenizer tok;
+  model::Vocabulary vocab;
   LocalHub hub;
 };
 

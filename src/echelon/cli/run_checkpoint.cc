@@ -190,13 +190,13 @@ Status RestoreRngState(const std::string& hex) {
   return Status::Ok();
 }
 
-Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::CharTokenizer& tok,
+Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
                          const RunState& state, int64_t keep) {
   model::CheckpointFiles extra;
   ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile], model::SerializeSafetensors(learner.OptimizerState(), {}));
   extra[kStateFile] = RunStateToJson(state).dump(1) + "\n";
   const fs::path dir = fs::path(ckpt_dir) / ("step-" + std::to_string(state.version));
-  ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint(dir.string(), learner.model(), tok, extra));
+  ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint(dir.string(), learner.model(), vocab, extra));
   Prune(ckpt_dir, keep);
   return Status::Ok();
 }

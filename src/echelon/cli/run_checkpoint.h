@@ -8,7 +8,7 @@
 // The directory is written to a temporary name, fsync'd and renamed, so it is whole or absent.
 // Resume takes the newest step-N whose checksums verify; a corrupt one is named and skipped.
 //
-//   ECHELON_RETURN_IF_ERROR(SaveRunCheckpoint(ckpt_dir, learner, tok, state));
+//   ECHELON_RETURN_IF_ERROR(SaveRunCheckpoint(ckpt_dir, learner, vocab, state));
 //   ECHELON_ASSIGN_OR_RETURN(ResumePoint p, LoadNewestRunCheckpoint(ckpt_dir, &skipped));
 //
 // Thread contract: free functions; the learner must not step while a checkpoint is written.
@@ -58,7 +58,7 @@ Status RestoreRngState(const std::string& hex);
 
 // Writes checkpoints/step-<state.version>; then keeps the newest `keep` step-N checkpoints
 // (older ones and leftovers of interrupted writes are deleted).
-Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::CharTokenizer& tok,
+Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
                          const RunState& state, int64_t keep);
 
 struct ResumePoint {

@@ -67,7 +67,7 @@ class RunCheckpointTest : public ::testing::Test {
   fs::path dir_;
   model::Qwen3Model model_{nullptr};
   std::unique_ptr<learn::Learner> learner_;
-  model::CharTokenizer tok_ = model::CharTokenizer::ForAlphabet("0123456789+-= ");
+  model::Vocabulary tok_ = model::Vocabulary::Characters("0123456789+-= ");
 };
 
 TEST_F(RunCheckpointTest, NewestWholeCheckpointRestoresWeightsOptimizerAndState) {

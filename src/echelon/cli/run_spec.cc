@@ -7,21 +7,18 @@ model::SamplingParams RolloutSampling(const RunOptions& options) {
   sp.temperature = options.temperature;
   sp.top_p = options.top_p;
   sp.max_new_tokens = options.max_new_tokens;
-  sp.eos_token_id = model::CharTokenizer::kEos;
   return sp;
 }
 
-nlohmann::json MakeRunSpec(const RunOptions& options, const model::ModelConfig& model,
-                           const model::CharTokenizer& tokenizer) {
+nlohmann::json MakeRunSpec(const RunOptions& options, const model::ModelConfig& model, const model::Vocabulary& vocab) {
   const model::SamplingParams sp = RolloutSampling(options);
   return {{"task", {{"name", options.task_name}, {"options", options.task_options}}},
           {"model", model.ToJson()},
-          {"tokenizer", tokenizer.ToJson()},
+          {"vocabulary", vocab.ToJson()},
           {"sampling",
            {{"temperature", sp.temperature},
             {"top_p", sp.top_p},
-            {"max_new_tokens", sp.max_new_tokens},
-            {"eos_token_id", sp.eos_token_id}}},
+            {"max_new_tokens", sp.max_new_tokens}}},
           {"seed", options.seed}};
 }
 
@@ -38,12 +35,12 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
                                                                                               : std::next(it);
     ECHELON_ASSIGN_OR_RETURN(s.task, data::CreateAdapter(j.at("task").at("name").get<std::string>(), task_options));
     ECHELON_ASSIGN_OR_RETURN(s.model, model::ModelConfig::FromJson(j.at("model"), where));
-    ECHELON_ASSIGN_OR_RETURN(s.tokenizer, model::CharTokenizer::FromJson(j.at("tokenizer"), where));
+    ECHELON_ASSIGN_OR_RETURN(s.vocab, model::Vocabulary::FromJson(j.at("vocabulary"), where));
     const nlohmann::json& sp = j.at("sampling");
     s.sampling.temperature = sp.at("temperature").get<double>();
     s.sampling.top_p = sp.at("top_p").get<double>();
     s.sampling.max_new_tokens = sp.at("max_new_tokens").get<int64_t>();
-    s.sampling.eos_token_id = sp.at("eos_token_id").get<int64_t>();
+    s.vocab.SetStops(&s.sampling);
     s.seed = j.at("seed").get<uint64_t>();
     return s;
   } catch (const nlohmann::json::exception& e) {

@@ -20,6 +20,7 @@
 #include "echelon/learn/learner.h"
 #include "echelon/learn/warmstart.h"
 #include "echelon/model/checkpoint.h"
+#include "echelon/model/hf_model.h"
 #include "echelon/model/safetensors.h"
 #include "echelon/broadcast/ed25519.h"
 #include "echelon/net/address.h"
@@ -35,13 +36,9 @@
 namespace echelon::cli {
 namespace fs = std::filesystem;
 
-LocalHub::LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::CharTokenizer* tokenizer,
-                   int group_size)
-    : dispatcher_(dispatcher),
-      task_(task),
-      tokenizer_(tokenizer),
-      group_size_(group_size),
-      vocab_size_(tokenizer->vocab_size()) {}
+LocalHub::LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::Vocabulary* vocab,
+                   int64_t model_vocab_size, int group_size)
+    : dispatcher_(dispatcher), task_(task), vocab_(vocab), group_size_(group_size), vocab_size_(model_vocab_size) {}
 
 std::optional<rollout::Assignment> LocalHub::Acquire(const std::string& actor) {
   std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
@@ -117,9 +114,7 @@ int64_t LocalHub::RecheckRewards(rollout::GroupRollout* g) const {
   int64_t corrected = 0;
   for (data::Episode& e : g->episodes) {
     if (e.turns.size() != 1) continue;  // multi-turn episodes are the adapter's to verify
-    std::vector<int64_t> tokens = e.turns[0].tokens;
-    if (!tokens.empty() && tokens.back() == model::CharTokenizer::kEos) tokens.pop_back();
-    const double reward = task_->Reward(g->prompt, tokenizer_->Decode(tokens));
+    const double reward = task_->Reward(g->prompt, vocab_->DecodeCompletion(e.turns[0].tokens));
     if (reward != e.reward) ++corrected;
     e.reward = reward;
     e.success = reward >= 1.0;
@@ -185,7 +180,7 @@ Result<rollout::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t v
 }
 
 // Held-out greedy accuracy of the learner's current weights.
-rollout::EvalResult EvaluateModel(const model::Qwen3Model& source, const model::CharTokenizer& tok,
+rollout::EvalResult EvaluateModel(const model::Qwen3Model& source, const model::Vocabulary& vocab,
                                   const data::TaskAdapter& task, int64_t max_new_tokens) {
   model::Qwen3Model copy(source->config());
   Status st = copy->LoadStateDict(source->StateDict(), "evaluation copy");
@@ -193,7 +188,7 @@ rollout::EvalResult EvaluateModel(const model::Qwen3Model& source, const model::
   model::SamplingParams sp;
   sp.temperature = 0.0;
   sp.max_new_tokens = max_new_tokens;
-  rollout::ModelPolicy policy(copy, tok, sp);
+  rollout::ModelPolicy policy(copy, vocab, sp);
   return rollout::EvaluateGreedy(task, task.HeldOut(), policy);
 }
 
@@ -230,9 +225,49 @@ struct LoopState {
 
 namespace {
 
+// The model a fresh run starts from: a new character model over the task's alphabet, or the
+// directory of model.init with its own tokenizer.
+struct InitialModel {
+  model::ModelConfig config;
+  model::Vocabulary vocab;
+  model::Qwen3Model weights{nullptr};  // null: initialise from the seed
+};
+
+model::ModelConfig CharacterModelConfig(const RunOptions& options, const model::Vocabulary& vocab) {
+  model::ModelConfig mcfg = options.model;
+  mcfg.vocab_size = vocab.id_end();
+  mcfg.bos_token_id = model::CharTokenizer::kBos;
+  mcfg.eos_token_id = model::CharTokenizer::kEos;
+  mcfg.pad_token_id = model::CharTokenizer::kPad;
+  return mcfg;
+}
+
+Result<InitialModel> LoadInitialModel(const RunOptions& options, const data::TaskAdapter& task) {
+  InitialModel m;
+  if (options.model_init.empty()) {
+    m.vocab = model::Vocabulary::Characters(task.Alphabet());
+    m.config = CharacterModelConfig(options, m.vocab);
+    ECHELON_RETURN_IF_ERROR(m.config.Validate().WithContext("model config"));
+    return m;
+  }
+  const std::string where = "model.init " + options.model_init;
+  ECHELON_ASSIGN_OR_RETURN(model::TextModel dir, model::LoadModelDir(options.model_init));
+  if (!dir.vocab) return NotFound(where + ": no tokenizer.json, so prompts cannot be encoded");
+  if (dir.vocab->stop_ids().empty())
+    return InvalidArgument(where + ": config.json and generation_config.json name no eos_token_id, so completions never end");
+  // Every prompt of the task must encode (a character tokenizer has a fixed alphabet).
+  if (Result<std::vector<int64_t>> probe = dir.vocab->EncodePrompt(task.TrainPrompt(0).text); !probe.ok())
+    return InvalidArgument(where + ": its tokenizer cannot encode the task's prompts: " + probe.status().message());
+  m.config = dir.config;
+  m.vocab = *dir.vocab;
+  m.weights = dir.model;
+  return m;
+}
+
 // Where a run starts from: a fresh run dir (after warm-start) or a resumable checkpoint.
 struct Start {
   model::Qwen3Model model{nullptr};
+  model::Vocabulary vocab;
   RunState state;
   std::string resumed_from;  // checkpoint directory; empty for a fresh run
   std::map<std::string, at::Tensor> optimizer;
@@ -241,21 +276,32 @@ struct Start {
 };
 
 // Fresh run: run directory, config, held-out set, warm-start and its evaluation.
-Result<Start> StartFresh(const RunOptions& options, const model::ModelConfig& mcfg, const model::CharTokenizer& tok,
-                         const data::TaskAdapter& task, const std::string& run_dir, const std::string& resolved_yaml,
-                         obs::MetricsLog& metrics, std::ostream& progress, const RealClock& clock, double t_start) {
+Result<Start> StartFresh(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
+                         const std::string& resolved_yaml, obs::MetricsLog& metrics, std::ostream& progress,
+                         const RealClock& clock, double t_start) {
+  ECHELON_ASSIGN_OR_RETURN(InitialModel init, LoadInitialModel(options, task));
   ECHELON_RETURN_IF_ERROR(PrepareRunDir(run_dir));
   ECHELON_RETURN_IF_ERROR(WriteFileAtomic((fs::path(run_dir) / "config.yaml").string(), resolved_yaml));
   ECHELON_RETURN_IF_ERROR(task.ExportHeldOut((fs::path(run_dir) / "heldout.jsonl").string()));
   ECHELON_RETURN_IF_ERROR(metrics.Open((fs::path(run_dir) / "metrics.jsonl").string()));
   Start start;
-  start.model = model::Qwen3Model(mcfg);
-  start.model->InitWeights(options.seed);
+  start.vocab = init.vocab;
+  const model::Vocabulary& vocab = start.vocab;
+  if (init.weights) {
+    start.model = init.weights;
+    int64_t params = 0;
+    for (const at::Tensor& p : start.model->parameters()) params += p.numel();
+    progress << "starting from " << options.model_init << " (" << init.config.architecture() << ", " << params
+             << " parameters)" << std::endl;
+  } else {
+    start.model = model::Qwen3Model(init.config);
+    start.model->InitWeights(options.seed);
+  }
   if (options.warmstart.steps > 0) {
     progress << "warm-start: " << options.warmstart.steps << " supervised steps" << std::endl;
     const int64_t every = std::max<int64_t>(1, options.warmstart.steps / 5);
     ECHELON_ASSIGN_OR_RETURN(
-        double loss, learn::Warmstart(start.model, tok, task, options.warmstart, [&](int64_t step, double l) {
+        double loss, learn::Warmstart(start.model, vocab, task, options.warmstart, [&](int64_t step, double l) {
           if ((step + 1) % every == 0)
             progress << "  warm-start step " << step + 1 << "/" << options.warmstart.steps << " loss " << std::fixed
                      << std::setprecision(3) << l << std::endl;
@@ -263,8 +309,8 @@ Result<Start> StartFresh(const RunOptions& options, const model::ModelConfig& mc
     (void)loss;
   }
   ECHELON_RETURN_IF_ERROR(
-      model::SaveCheckpoint((fs::path(run_dir) / "checkpoints" / "warmstart").string(), start.model, tok));
-  rollout::EvalResult before = EvaluateModel(start.model, tok, task, options.max_new_tokens);
+      model::SaveCheckpoint((fs::path(run_dir) / "checkpoints" / "warmstart").string(), start.model, vocab));
+  rollout::EvalResult before = EvaluateModel(start.model, vocab, task, options.max_new_tokens);
   start.state.warmstart_accuracy = before.accuracy;
   start.state.heldout_n = before.n;
   progress << "warm-start held-out accuracy " << std::fixed << std::setprecision(3) << before.accuracy << " (n="
@@ -279,7 +325,7 @@ Result<Start> StartFresh(const RunOptions& options, const model::ModelConfig& mc
 }
 
 // Resumed run: the newest whole checkpoint; metrics.jsonl cut back to where it was then.
-Result<Start> StartFromCheckpoint(const model::ModelConfig& mcfg, const std::string& run_dir,
+Result<Start> StartFromCheckpoint(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
                                   obs::MetricsLog& metrics, std::ostream& progress) {
   const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
   Start start;
@@ -288,9 +334,13 @@ Result<Start> StartFromCheckpoint(const model::ModelConfig& mcfg, const std::str
   if (!point.ok())
     return NotFound("cannot resume " + run_dir + ": " + point.status().message() +
                     "; the run died before its first checkpoint, so start it again with another --out");
-  if (point->checkpoint.config.ToJson() != mcfg.ToJson())
+  // A run from model.init keeps the model and tokenizer its checkpoints carry.
+  if (options.model_init.empty() &&
+      point->checkpoint.config.ToJson() !=
+          CharacterModelConfig(options, model::Vocabulary::Characters(task.Alphabet())).ToJson())
     return FailedPrecondition(point->dir + "/config.json describes another model than the run's config.yaml");
   start.model = point->checkpoint.model;
+  start.vocab = point->checkpoint.vocab;
   start.state = point->state;
   start.resumed_from = point->dir;
   start.optimizer = std::move(point->optimizer);
@@ -323,19 +373,14 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
 
   ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<data::TaskAdapter> task,
                            data::CreateAdapter(options.task_name, options.task_options));
-  const model::CharTokenizer tok = model::CharTokenizer::ForAlphabet(task->Alphabet());
-  model::ModelConfig mcfg = options.model;
-  mcfg.vocab_size = tok.vocab_size();
-  mcfg.bos_token_id = model::CharTokenizer::kBos;
-  mcfg.eos_token_id = model::CharTokenizer::kEos;
-  mcfg.pad_token_id = model::CharTokenizer::kPad;
-  ECHELON_RETURN_IF_ERROR(mcfg.Validate().WithContext("model config"));
   const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
 
   obs::MetricsLog metrics;
-  ECHELON_ASSIGN_OR_RETURN(Start start, resume ? StartFromCheckpoint(mcfg, run_dir, metrics, progress)
-                                               : StartFresh(options, mcfg, tok, *task, run_dir, resolved_yaml,
-                                                            metrics, progress, clock, t_start));
+  ECHELON_ASSIGN_OR_RETURN(Start start, resume ? StartFromCheckpoint(options, *task, run_dir, metrics, progress)
+                                               : StartFresh(options, *task, run_dir, resolved_yaml, metrics, progress,
+                                                            clock, t_start));
+  const model::Vocabulary& vocab = start.vocab;
+  const model::ModelConfig mcfg = start.model->config();
   RunState& rs = start.state;
   summary.warmstart_accuracy = rs.warmstart_accuracy;
   summary.heldout_n = rs.heldout_n;
@@ -347,7 +392,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   learn::Learner learner(start.model, options.learner);
   sched::Dispatcher dispatcher({options.staleness, options.groups_per_step, options.lease_seconds}, &clock);
   const sched::StalenessGate gate(options.staleness);
-  LocalHub hub(&dispatcher, task.get(), &tok, static_cast<int>(options.group_size));
+  LocalHub hub(&dispatcher, task.get(), &vocab, mcfg.vocab_size, static_cast<int>(options.group_size));
   if (resume) {
     std::map<std::string, at::Tensor> reference;
     if (options.learner.loss.kl_coef > 0) {
@@ -436,7 +481,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     rs.accepted_tokens = hub.accepted_tokens();
     rs.actor_groups = hub.actor_groups();
     rs.rng_state_hex = CaptureRngState();
-    return SaveRunCheckpoint(ckpt_dir.string(), learner, tok, rs, options.checkpoint_keep)
+    return SaveRunCheckpoint(ckpt_dir.string(), learner, vocab, rs, options.checkpoint_keep)
         .WithContext("checkpoint at version " + std::to_string(rs.version));
   };
   // A fresh run is resumable from the first update on.
@@ -452,7 +497,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
     so.tls_key_file = network->tls_key_file;
     so.heartbeat_seconds = network->heartbeat_seconds;
     so.evict_after_seconds = network->evict_after_seconds;
-    so.run_spec_json = MakeRunSpec(options, mcfg, tok).dump();
+    so.run_spec_json = MakeRunSpec(options, mcfg, vocab).dump();
     if (origin) {
       so.broadcast_port = origin->port();
       so.broadcast_key_pem = origin->public_key().ToPem();
@@ -474,7 +519,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   std::vector<std::thread> threads;
   const int64_t thread_actors = network != nullptr ? 0 : options.actors;
   for (int64_t i = 0; i < thread_actors; ++i) {
-    auto policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(mcfg), tok, RolloutSampling(options));
+    auto policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(mcfg), vocab, RolloutSampling(options));
     rollout::ActorOptions ao;
     ao.name = "actor-" + std::to_string(i);
     ao.seed = options.seed;
@@ -644,7 +689,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
       }
     const bool eval_now = options.eval_every > 0 && version % options.eval_every == 0 && version != options.steps;
     if (eval_now) {
-      rollout::EvalResult ev = EvaluateModel(learner.model(), tok, *task, options.max_new_tokens);
+      rollout::EvalResult ev = EvaluateModel(learner.model(), vocab, *task, options.max_new_tokens);
       line["heldout_accuracy"] = ev.accuracy;
     }
     if (http) PublishGauges(line, *http);
@@ -682,8 +727,8 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   summary.interrupted = learner.version() < options.steps;
 
   if (!summary.interrupted)
-    ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir / "final").string(), learner.model(), tok));
-  rollout::EvalResult after = EvaluateModel(learner.model(), tok, *task, options.max_new_tokens);
+    ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir / "final").string(), learner.model(), vocab));
+  rollout::EvalResult after = EvaluateModel(learner.model(), vocab, *task, options.max_new_tokens);
   summary.final_accuracy = after.accuracy;
   summary.wall_seconds = wall_now();
   const sched::DispatchCounts c = dispatcher.counts();

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "echelon/cli/train_config.h"
-#include "echelon/model/tokenizer.h"
+#include "echelon/model/vocabulary.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/sched/dispatcher.h"
 
@@ -28,8 +28,10 @@ namespace echelon::cli {
 // Thread contract: every method is safe for concurrent use.
 class LocalHub : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
  public:
-  LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::CharTokenizer* tokenizer,
-           int group_size);
+  // Token ids must be below `model_vocab_size` (the model's rows, which may exceed the
+  // tokenizer's ids).
+  LocalHub(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::Vocabulary* vocab,
+           int64_t model_vocab_size, int group_size);
 
   std::optional<rollout::Assignment> Acquire(const std::string& actor) override;
   rollout::SubmitOutcome Submit(rollout::GroupRollout rollout) override;
@@ -56,7 +58,7 @@ class LocalHub : public rollout::WorkSource, public rollout::TrajectorySink, pub
 
   sched::Dispatcher* dispatcher_;
   const data::TaskAdapter* task_;
-  const model::CharTokenizer* tokenizer_;
+  const model::Vocabulary* vocab_;
   const int group_size_;
   const int64_t vocab_size_;
   mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, accepted_tokens_, actor_groups_

@@ -12,6 +12,9 @@ const ConfigSchema& TrainSchema() {
     s.Int("seed", 1, 0, 1LL << 40, "seeds model init, data order and sampling");
     s.String("task.name", "math", "data-plane adapter, by registered name");
     s.OpenSection("task.", "options of the selected adapter (math: seed, max_operand, eval_size, train_file, eval_file)");
+    s.String("model.init", "",
+             "start from this model directory (Hugging Face Qwen3/Qwen2/Llama with its tokenizer, or an echelon "
+             "checkpoint) instead of a new character model; the other model.* keys are then unused");
     // A 0.6M-parameter character model learns 2-digit arithmetic on 2 CPU cores in minutes.
     s.Int("model.hidden_size", 128, 8, 65536, "width of the residual stream");
     s.Int("model.num_hidden_layers", 3, 1, 256, "decoder layers");
@@ -77,6 +80,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.task_options = cfg.Section("task.");
   if (o.task_options.count("seed") == 0) o.task_options["seed"] = std::to_string(o.seed);
 
+  o.model_init = cfg.String("model.init");
   model::ModelConfig& m = o.model;
   m.hidden_size = cfg.Int("model.hidden_size");
   m.num_hidden_layers = cfg.Int("model.num_hidden_layers");

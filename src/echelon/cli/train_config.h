@@ -20,7 +20,8 @@ struct RunOptions {
   uint64_t seed = 0;
   std::string task_name;
   data::AdapterOptions task_options;
-  model::ModelConfig model;  // vocab_size filled from the tokenizer at run time
+  std::string model_init;    // model directory to start from; empty: a new character model
+  model::ModelConfig model;  // the new character model's shape (vocab_size from the task's alphabet)
   learn::WarmstartOptions warmstart;
   learn::LearnerOptions learner;
   int64_t steps = 0;

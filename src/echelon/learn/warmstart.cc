@@ -7,14 +7,9 @@
 
 namespace echelon::learn {
 
-Result<std::vector<int64_t>> EncodePrompt(const model::CharTokenizer& tok, const std::string& text) {
-  ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tok.Encode(text));
-  ids.insert(ids.begin(), model::CharTokenizer::kBos);
-  return ids;
-}
-
-Result<double> Warmstart(model::Qwen3Model& model, const model::CharTokenizer& tok, const data::TaskAdapter& task,
+Result<double> Warmstart(model::Qwen3Model& model, const model::Vocabulary& vocab, const data::TaskAdapter& task,
                          const WarmstartOptions& options, const WarmstartProgress& progress) {
+  if (vocab.stop_ids().empty()) return FailedPrecondition("warm-start needs a stop token (eos_token_id) to end answers");
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(options.lr).weight_decay(0.0));
   // Warm-start draws from a prompt range far from RL's group ids (which start at 0).
   const uint64_t base = (uint64_t{1} << 40) + options.seed * options.steps * options.batch_size;
@@ -25,11 +20,11 @@ Result<double> Warmstart(model::Qwen3Model& model, const model::CharTokenizer& t
     std::vector<int64_t> prompt_lens;
     for (int64_t i = 0; i < options.batch_size; ++i) {
       data::Prompt p = task.TrainPrompt(base + step * options.batch_size + i);
-      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, EncodePrompt(tok, p.text));
-      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> answer, tok.Encode(task.Demonstration(p)));
+      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, vocab.EncodePrompt(p.text));
+      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> answer, vocab.Encode(task.Demonstration(p)));
       prompt_lens.push_back(ids.size());
       ids.insert(ids.end(), answer.begin(), answer.end());
-      ids.push_back(model::CharTokenizer::kEos);
+      ids.push_back(vocab.stop_ids().front());
       seqs.push_back(std::move(ids));
     }
     int64_t max_len = 0;

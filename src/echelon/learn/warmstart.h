@@ -1,5 +1,5 @@
 // Supervised warm-start: a short run of next-token cross-entropy on the task's demonstrations
-// (prompt -> reference answer + EOS), so that RL starts from a policy that sometimes succeeds
+// (prompt -> reference answer + the first stop id), so that RL starts from a policy that sometimes succeeds
 // (GRPO learns nothing from groups with no reward spread). Loss only on the answer tokens.
 //
 // Thread contract: runs on the calling thread; uses the model exclusively.
@@ -11,7 +11,7 @@
 #include "echelon/common/status.h"
 #include "echelon/data/adapter.h"
 #include "echelon/model/qwen3.h"
-#include "echelon/model/tokenizer.h"
+#include "echelon/model/vocabulary.h"
 
 namespace echelon::learn {
 
@@ -25,10 +25,8 @@ struct WarmstartOptions {
 // Called after each step with (step, loss).
 using WarmstartProgress = std::function<void(int64_t, double)>;
 
-// Prompt ids as the policy sees them: BOS + encoded text.
-Result<std::vector<int64_t>> EncodePrompt(const model::CharTokenizer& tok, const std::string& text);
-
-Result<double> Warmstart(model::Qwen3Model& model, const model::CharTokenizer& tok, const data::TaskAdapter& task,
+// Needs at least one stop id in `vocab`.
+Result<double> Warmstart(model::Qwen3Model& model, const model::Vocabulary& vocab, const data::TaskAdapter& task,
                          const WarmstartOptions& options, const WarmstartProgress& progress);
 
 }  // namespace echelon::learn

@@ -25,11 +25,6 @@ fs::path CleanDir(const std::string& dir) {
   return p.has_filename() ? p : p.parent_path();
 }
 
-Status CheckVocab(const ModelConfig& cfg, const CharTokenizer& tok, const std::string& where) {
-  if (tok.vocab_size() <= cfg.vocab_size) return Status::Ok();
-  return InvalidArgument(where + ": tokenizer has " + std::to_string(tok.vocab_size()) +
-                         " tokens but config.json vocab_size is " + std::to_string(cfg.vocab_size));
-}
 
 constexpr const char* kChecksums = "checksums.json";
 
@@ -87,30 +82,30 @@ Result<nlohmann::json> ReadJson(const std::string& path) {
 
 }  // namespace
 
+Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Vocabulary& vocab,
+                      const CheckpointFiles& extra) {
+  const ModelConfig& cfg = model->config();
+  if (vocab.id_end() > cfg.vocab_size)
+    return InvalidArgument("saving " + CleanDir(dir).string() + ": the tokenizer has " + std::to_string(vocab.id_end()) +
+                           " ids but the model's vocab_size is " + std::to_string(cfg.vocab_size));
+  CheckpointFiles files = extra;
+  nlohmann::json config = cfg.ToJson();
+  if (!vocab.stop_ids().empty()) config["eos_token_id"] = vocab.eos_json();
+  files["config.json"] = config.dump(2) + "\n";
+  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
+  for (const auto& [name, bytes] : vocab.files()) files[name] = bytes;
+  // The ids generation starts and stops at, for Hugging Face generate() and the engines.
+  nlohmann::json gen = nlohmann::json::object();
+  if (vocab.bos() >= 0) gen["bos_token_id"] = vocab.bos();
+  if (!vocab.stop_ids().empty()) gen["eos_token_id"] = vocab.eos_json();
+  if (vocab.pad() >= 0) gen["pad_token_id"] = vocab.pad();
+  files["generation_config.json"] = gen.dump(2) + "\n";
+  return WriteCheckpointDir(dir, files);
+}
+
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer,
                       const CheckpointFiles& extra) {
-  ECHELON_RETURN_IF_ERROR(CheckVocab(model->config(), tokenizer, "saving " + CleanDir(dir).string()));
-  CheckpointFiles files = extra;
-  files["config.json"] = model->config().ToJson().dump(2) + "\n";
-  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
-  files["tokenizer.json"] = tokenizer.ToJson().dump(2) + "\n";
-  // What Hugging Face loaders read besides: the tokenizer's class and special tokens, and the
-  // ids generation stops at.
-  files["tokenizer_config.json"] = nlohmann::json{{"tokenizer_class", "PreTrainedTokenizerFast"},
-                                                  {"pad_token", "<pad>"},
-                                                  {"bos_token", "<bos>"},
-                                                  {"eos_token", "<eos>"},
-                                                  {"add_bos_token", false},
-                                                  {"add_eos_token", false},
-                                                  {"model_max_length", model->config().max_position_embeddings}}
-                                       .dump(2) +
-                                   "\n";
-  files["generation_config.json"] = nlohmann::json{{"bos_token_id", CharTokenizer::kBos},
-                                                   {"eos_token_id", CharTokenizer::kEos},
-                                                   {"pad_token_id", CharTokenizer::kPad}}
-                                        .dump(2) +
-                                    "\n";
-  return WriteCheckpointDir(dir, files);
+  return SaveCheckpoint(dir, model, Vocabulary::Characters(tokenizer.alphabet()), extra);
 }
 
 Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files) {
@@ -153,28 +148,6 @@ Status VerifyCheckpoint(const std::string& dir, bool required) {
       return DataLoss(file.string() + ": SHA-256 differs from checksums.json (corrupt)");
   }
   return Status::Ok();
-}
-
-Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
-  const fs::path d = CleanDir(dir);
-  ECHELON_RETURN_IF_ERROR(VerifyCheckpoint(d.string(), /*required=*/false));
-  LoadedCheckpoint ck;
-  const std::string config_path = (d / "config.json").string();
-  ECHELON_ASSIGN_OR_RETURN(nlohmann::json config_json, ReadJson(config_path));
-  ECHELON_ASSIGN_OR_RETURN(ck.config, ModelConfig::FromJson(config_json, config_path));
-  const std::string tok_path = (d / "tokenizer.json").string();
-  ECHELON_ASSIGN_OR_RETURN(nlohmann::json tok_json, ReadJson(tok_path));
-  ECHELON_ASSIGN_OR_RETURN(ck.tokenizer, CharTokenizer::FromJson(tok_json, tok_path));
-  ECHELON_RETURN_IF_ERROR(CheckVocab(ck.config, ck.tokenizer, tok_path));
-  const std::string weights_path = (d / "model.safetensors").string();
-  ECHELON_ASSIGN_OR_RETURN(SafetensorsFile weights, ReadSafetensors(weights_path));
-  try {
-    ck.model = Qwen3Model(ck.config);
-  } catch (const c10::Error& e) {
-    return InvalidArgument(config_path + ": " + e.what_without_backtrace());
-  }
-  ECHELON_RETURN_IF_ERROR(ck.model->LoadStateDict(weights.tensors, weights_path));
-  return ck;
 }
 
 }  // namespace echelon::model

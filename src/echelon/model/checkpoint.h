@@ -1,11 +1,12 @@
 // A checkpoint is a directory in the Hugging Face layout: `config.json`, `model.safetensors`,
-// `tokenizer.json` + `tokenizer_config.json` (model/tokenizer.h), `generation_config.json`,
+// the vocabulary's tokenizer files (`tokenizer.json` + `tokenizer_config.json`, ...;
+// model/vocabulary.h), `generation_config.json`,
 // any extra files the caller adds (the trainer's state), and `checksums.json` (size and
 // SHA-256 of every other file). It is written whole or not at all: files go to
 // "<dir>.tmp-<pid>" and are fsync'd, checksums.json last, then the directory is renamed into
 // place (an older one at the same path is replaced).
 //
-//   ECHELON_RETURN_IF_ERROR(SaveCheckpoint(dir, model, tokenizer));
+//   ECHELON_RETURN_IF_ERROR(SaveCheckpoint(dir, model, vocab));
 //   ECHELON_ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(dir));
 //
 // Thread contract: free functions; the model must not be written by another thread meanwhile.
@@ -17,18 +18,24 @@
 #include "echelon/common/status.h"
 #include "echelon/model/qwen3.h"
 #include "echelon/model/tokenizer.h"
+#include "echelon/model/vocabulary.h"
 
 namespace echelon::model {
 
 struct LoadedCheckpoint {
   ModelConfig config;
-  CharTokenizer tokenizer;
+  Vocabulary vocab;
   Qwen3Model model{nullptr};
 };
 
 // File name -> bytes, stored beside the weights and covered by checksums.json.
 using CheckpointFiles = std::map<std::string, std::string>;
 
+// config.json carries the vocabulary's stop ids as "eos_token_id"; generation_config.json its
+// BOS, stop and pad ids. Refused when the tokenizer has more ids than the model has rows.
+Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Vocabulary& vocab,
+                      const CheckpointFiles& extra = {});
+// The same with the character tokenizer's vocabulary.
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer,
                       const CheckpointFiles& extra = {});
 // The writer underneath: `files` (plain names) plus checksums.json, whole or not at all.
@@ -37,9 +44,10 @@ Status WriteCheckpointDir(const std::string& dir, const CheckpointFiles& files);
 // error names the file. With `required` false a directory without checksums.json passes
 // (checkpoints from elsewhere); with it true that is an error too.
 Status VerifyCheckpoint(const std::string& dir, bool required);
-// Errors name the directory and file: checksum mismatches (when checksums.json exists),
-// missing files, bad JSON, safetensors problems, missing or mismatched tensors, a tokenizer
-// whose vocabulary disagrees with config.json.
+// Any directory LoadModelDir reads (model/hf_model.h) that has a tokenizer. Errors name the
+// directory and file: checksum mismatches (when checksums.json exists), missing files, bad
+// JSON, safetensors problems, missing or mismatched tensors, a tokenizer with more ids than
+// config.json's vocab_size.
 Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir);
 
 }  // namespace echelon::model

@@ -7,58 +7,12 @@
 #include "echelon/common/fs.h"
 #include "echelon/model/checkpoint.h"
 #include "echelon/model/safetensors.h"
-#include "echelon/tokenizer/tokenizer.h"
 
 namespace echelon::model {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-class CharCodec final : public TextCodec {
- public:
-  explicit CharCodec(CharTokenizer tok) : tok_(std::move(tok)) {}
-  Result<std::vector<int64_t>> Encode(const std::string& text) const override { return tok_.Encode(text); }
-  Result<std::string> Decode(const std::vector<int64_t>& ids) const override {
-    for (int64_t id : ids)
-      if (id < 0 || id >= tok_.vocab_size()) return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
-    return tok_.Decode(ids);
-  }
-  int64_t SpecialTokenId(const std::string& text) const override {
-    if (text == "<pad>") return CharTokenizer::kPad;
-    if (text == "<bos>") return CharTokenizer::kBos;
-    if (text == "<eos>") return CharTokenizer::kEos;
-    return -1;
-  }
-
- private:
-  CharTokenizer tok_;
-};
-
-class BpeCodec final : public TextCodec {
- public:
-  explicit BpeCodec(tokenizer::Tokenizer tok) : tok_(std::move(tok)) {}
-  Result<std::vector<int64_t>> Encode(const std::string& text) const override {
-    ECHELON_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok_.Encode(text));
-    return std::vector<int64_t>(ids.begin(), ids.end());
-  }
-  Result<std::string> Decode(const std::vector<int64_t>& ids) const override {
-    std::vector<int32_t> narrow;
-    for (int64_t id : ids) {
-      if (id < 0 || id >= tok_.id_end()) return InvalidArgument("token id " + std::to_string(id) + " is not in the vocabulary");
-      narrow.push_back(static_cast<int32_t>(id));
-    }
-    return tok_.Decode(narrow);
-  }
-  int64_t SpecialTokenId(const std::string& text) const override {
-    for (const tokenizer::AddedToken& t : tok_.added_tokens())
-      if (t.content == text) return t.id;
-    return -1;
-  }
-
- private:
-  tokenizer::Tokenizer tok_;
-};
 
 Result<json> ReadJsonFile(const fs::path& path) {
   ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path.string()));
@@ -81,17 +35,19 @@ Status AddTokenIds(const json& j, const char* field, const std::string& where, s
 }
 
 // Every tensor of the weights: model.safetensors, or the shards model.safetensors.index.json
-// lists (each tensor in exactly the shard the index names).
-Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir) {
+// lists (each tensor in exactly the shard the index names). `label` names them in errors.
+Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir, std::string* label) {
   const fs::path index_path = dir / "model.safetensors.index.json";
   std::error_code ec;
   if (!fs::exists(index_path, ec)) {
     const fs::path single = dir / "model.safetensors";
     if (!fs::exists(single, ec))
-      return NotFound(dir.string() + ": no model.safetensors and no model.safetensors.index.json");
+      return NotFound(single.string() + " is missing (and there is no model.safetensors.index.json)");
     ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, ReadSafetensors(single.string()));
+    *label = single.string();
     return std::move(f.tensors);
   }
+  *label = dir.string();
   ECHELON_ASSIGN_OR_RETURN(json index, ReadJsonFile(index_path));
   if (!index.contains("weight_map") || !index["weight_map"].is_object() || index["weight_map"].empty())
     return InvalidArgument(index_path.string() + ": missing or empty \"weight_map\"");
@@ -119,46 +75,29 @@ Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir) {
   return out;
 }
 
-Result<TextModel> LoadEchelonCheckpoint(const fs::path& dir) {
-  ECHELON_ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(dir.string()));
-  TextModel m;
-  m.dir = dir.string();
-  m.format = "echelon";
-  m.config = ck.config;
-  m.architecture = ck.config.architecture();
-  m.model = ck.model;
-  m.codec = std::make_shared<CharCodec>(ck.tokenizer);
-  m.stop_ids = {CharTokenizer::kEos};
-  return m;
-}
-
 }  // namespace
 
 Result<TextModel> LoadModelDir(const std::string& dir_arg) {
-  const fs::path dir = fs::path(dir_arg).lexically_normal();
+  fs::path dir = fs::path(dir_arg).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "ckpt/" -> "ckpt"
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return NotFound("model directory " + dir.string() + " does not exist");
-  const fs::path tok_path = dir / "tokenizer.json";
-  if (fs::exists(tok_path, ec)) {
-    ECHELON_ASSIGN_OR_RETURN(json tok, ReadJsonFile(tok_path));
-    if (CharTokenizer::FromJson(tok, tok_path.string()).ok()) return LoadEchelonCheckpoint(dir);
-  }
   ECHELON_RETURN_IF_ERROR(VerifyCheckpoint(dir.string(), /*required=*/false));
 
   TextModel m;
   m.dir = dir.string();
-  m.format = "huggingface";
   const fs::path config_path = dir / "config.json";
   ECHELON_ASSIGN_OR_RETURN(json config_json, ReadJsonFile(config_path));
   ECHELON_ASSIGN_OR_RETURN(m.config, ModelConfig::FromJson(config_json, config_path.string()));
   m.architecture = m.config.architecture();
-  ECHELON_ASSIGN_OR_RETURN(auto weights, ReadWeights(dir));
+  std::string weights_label;
+  ECHELON_ASSIGN_OR_RETURN(auto weights, ReadWeights(dir, &weights_label));
   try {
     m.model = Qwen3Model(m.config);
   } catch (const c10::Error& e) {
     return InvalidArgument(config_path.string() + ": " + e.what_without_backtrace());
   }
-  ECHELON_RETURN_IF_ERROR(m.model->LoadStateDict(weights, dir.string()));
+  ECHELON_RETURN_IF_ERROR(m.model->LoadStateDict(weights, weights_label));
 
   ECHELON_RETURN_IF_ERROR(AddTokenIds(config_json, "eos_token_id", config_path.string(), &m.stop_ids));
   const fs::path gen_path = dir / "generation_config.json";
@@ -168,13 +107,17 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
     if (gen.contains("temperature") && gen["temperature"].is_number()) m.temperature = gen["temperature"].get<double>();
     if (gen.contains("top_p") && gen["top_p"].is_number()) m.top_p = gen["top_p"].get<double>();
   }
+  m.format = "huggingface";
+  const fs::path tok_path = dir / "tokenizer.json";
   if (fs::exists(tok_path, ec)) {
-    Result<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(dir.string());
-    if (!tok.ok()) return tok.status();
-    if (tok->id_end() > m.config.vocab_size)
-      return InvalidArgument(tok_path.string() + " has ids up to " + std::to_string(tok->id_end() - 1) +
+    ECHELON_ASSIGN_OR_RETURN(m.vocab, Vocabulary::FromDir(dir.string(), m.stop_ids));
+    if (m.vocab->id_end() > m.config.vocab_size)
+      return InvalidArgument(tok_path.string() + " has ids up to " + std::to_string(m.vocab->id_end() - 1) +
                              " but config.json vocab_size is " + std::to_string(m.config.vocab_size));
-    m.codec = std::make_shared<BpeCodec>(std::move(tok).value());
+    if (m.vocab->is_characters()) {
+      m.format = "echelon";
+      m.stop_ids = m.vocab->stop_ids();
+    }
   }
   const fs::path tc_path = dir / "tokenizer_config.json";
   if (fs::exists(tc_path, ec)) {
@@ -189,6 +132,12 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
     }
   }
   return m;
+}
+
+Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
+  ECHELON_ASSIGN_OR_RETURN(TextModel m, LoadModelDir(dir));
+  if (!m.vocab) return NotFound((fs::path(m.dir) / "tokenizer.json").string() + " is missing");
+  return LoadedCheckpoint{m.config, *m.vocab, m.model};
 }
 
 Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::string& architecture,
@@ -216,8 +165,7 @@ Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::
   }
   files["generation_config.json"] = gen.dump(2) + "\n";
   if (!tokenizer_source_dir.empty()) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                             "merges.txt", "added_tokens.json"}) {
+    for (const std::string& name : Vocabulary::FileNames()) {
       const fs::path p = fs::path(tokenizer_source_dir) / name;
       if (!fs::exists(p, ec)) continue;
       ECHELON_ASSIGN_OR_RETURN(files[name], ReadFile(p.string()));

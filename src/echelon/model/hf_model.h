@@ -10,33 +10,23 @@
 // SGLang unchanged (tokenizer files are copied from the source directory).
 //
 //   ECHELON_ASSIGN_OR_RETURN(TextModel m, LoadModelDir("models/qwen3-0.6b"));
-//   ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, m.codec->Encode("Hello"));
+//   ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, m.vocab->Encode("Hello"));
 //
-// Thread contract: loading and saving are free functions; a TextModel's codec is immutable and
+// Thread contract: loading and saving are free functions; a TextModel's vocabulary is immutable and
 // safe for concurrent use; its model must be used by one thread at a time.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "echelon/common/status.h"
 #include "echelon/model/qwen3.h"
+#include "echelon/model/vocabulary.h"
 
 namespace echelon::model {
-
-// Text <-> token ids for any tokenizer a model directory may carry.
-class TextCodec {
- public:
-  virtual ~TextCodec() = default;
-  // Nothing is added (no BOS/EOS); special tokens written in the text are matched.
-  virtual Result<std::vector<int64_t>> Encode(const std::string& text) const = 0;
-  // Special tokens decode to their text. Fails on an id outside the vocabulary.
-  virtual Result<std::string> Decode(const std::vector<int64_t>& ids) const = 0;
-  // The id of a special/added token spelled exactly `text`, or -1.
-  virtual int64_t SpecialTokenId(const std::string& text) const = 0;
-};
 
 struct TextModel {
   std::string dir;
@@ -44,8 +34,8 @@ struct TextModel {
   std::string architecture;  // "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM"
   ModelConfig config;
   Qwen3Model model{nullptr};
-  std::shared_ptr<const TextCodec> codec;  // null when the directory has no tokenizer.json
-  std::vector<int64_t> stop_ids;  // generation ends at any of these (eos ids)
+  std::optional<Vocabulary> vocab;  // empty when the directory has no tokenizer.json
+  std::vector<int64_t> stop_ids;    // generation ends at any of these (eos ids)
   double temperature = 1.0;       // generation_config.json defaults, else 1.0 / 1.0
   double top_p = 1.0;
   std::string chat_template;      // tokenizer_config.json "chat_template"; empty when none

@@ -110,10 +110,10 @@ TEST_F(HfModelDirTest, SaveThenLoadGivesIdenticalLogitsForEveryFamily) {
     EXPECT_DOUBLE_EQ(back->temperature, 0.6);
     EXPECT_DOUBLE_EQ(back->top_p, 0.95);
     EXPECT_NE(back->chat_template.find("<|im_start|>"), std::string::npos);
-    ASSERT_TRUE(back->codec);
-    EXPECT_EQ(back->codec->Encode("hi<|im_end|>").value(), (std::vector<int64_t>{'h', 'i', 256}));
-    EXPECT_EQ(back->codec->Decode({'o', 'k', 256}).value(), "ok<|im_end|>");
-    EXPECT_EQ(back->codec->SpecialTokenId("<|im_end|>"), 256);
+    ASSERT_TRUE(back->vocab);
+    EXPECT_EQ(back->vocab->Encode("hi<|im_end|>").value(), (std::vector<int64_t>{'h', 'i', 256}));
+    EXPECT_EQ(back->vocab->codec().Decode({'o', 'k', 256}).value(), "ok<|im_end|>");
+    EXPECT_EQ(back->vocab->codec().SpecialTokenId("<|im_end|>"), 256);
     const json config = json::parse(ReadFile(dir + "/config.json").value());
     EXPECT_EQ(config["architectures"][0], Config(type).architecture());
     EXPECT_EQ(config["torch_dtype"], "float32");
@@ -132,12 +132,12 @@ TEST_F(HfModelDirTest, EchelonCheckpointsAndTokenizerlessDirectoriesLoadToo) {
   ASSERT_TRUE(ck.ok()) << ck.status().message();
   EXPECT_EQ(ck->format, "echelon");
   EXPECT_EQ(ck->stop_ids, std::vector<int64_t>{CharTokenizer::kEos});
-  EXPECT_EQ(ck->codec->Encode("12+3").value(), chars.Encode("12+3").value());
+  EXPECT_EQ(ck->vocab->Encode("12+3").value(), chars.Encode("12+3").value());
   EXPECT_TRUE(at::equal(Logits(ck->model, {1, 4, 5}), Logits(m, {1, 4, 5})));
   // No tokenizer.json: ids in, logits out.
   Result<TextModel> bare = LoadModelDir(kData + "qwen3_tied");
   ASSERT_TRUE(bare.ok()) << bare.status().message();
-  EXPECT_EQ(bare->codec, nullptr);
+  EXPECT_FALSE(bare->vocab.has_value());
   EXPECT_FALSE(SaveModelDir((root_ / "x").string(), bare->model, "LlamaForCausalLM", {}, "").ok())
       << "architecture must match the model";
 }

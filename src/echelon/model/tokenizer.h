@@ -35,6 +35,7 @@ class CharTokenizer {
   nlohmann::json ToJson() const;
 
   int64_t vocab_size() const { return 3 + static_cast<int64_t>(chars_.size()); }
+  const std::string& alphabet() const { return chars_; }  // the characters, in id order from 3
   // Fails on a character outside the alphabet, naming it and its position.
   Result<std::vector<int64_t>> Encode(const std::string& text) const;
   // Specials decode to nothing; ids outside the vocabulary decode to '?'.

@@ -8,15 +8,16 @@
 
 namespace echelon::rollout {
 
-ModelPolicy::ModelPolicy(model::Qwen3Model model, model::CharTokenizer tokenizer, model::SamplingParams params)
-    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), params_(params) {}
+ModelPolicy::ModelPolicy(model::Qwen3Model model, model::Vocabulary vocab, model::SamplingParams params)
+    : model_(std::move(model)), vocab_(std::move(vocab)), params_(std::move(params)) {
+  vocab_.SetStops(&params_);
+}
 
 std::vector<data::Turn> ModelPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
   std::vector<std::vector<int64_t>> ids;
   for (const std::string& p : prompts) {
-    Result<std::vector<int64_t>> enc = tokenizer_.Encode(p);
+    Result<std::vector<int64_t>> enc = vocab_.EncodePrompt(p);
     if (!enc.ok()) throw std::invalid_argument(enc.status().message());
-    enc.value().insert(enc.value().begin(), model::CharTokenizer::kBos);
     ids.push_back(std::move(enc).value());
   }
   model::SamplingParams sp = params_;
@@ -27,7 +28,7 @@ std::vector<data::Turn> ModelPolicy::Sample(const std::vector<std::string>& prom
   std::vector<data::Turn> turns(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     turns[i].prompt_ids = std::move(ids[i]);
-    turns[i].text = tokenizer_.Decode(out[i].tokens);
+    turns[i].text = vocab_.DecodeCompletion(out[i].tokens);
     turns[i].tokens = std::move(out[i].tokens);
     turns[i].logprobs = std::move(out[i].logprobs);
   }

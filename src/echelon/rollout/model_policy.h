@@ -1,5 +1,6 @@
 // ModelPolicy: the builtin LibTorch inference backend. Implements data::Policy by encoding
-// prompts (BOS + characters), sampling with the KV-cache generator, and decoding.
+// prompts (Vocabulary::EncodePrompt), sampling with the KV-cache generator until a stop id of
+// the vocabulary, and decoding (Vocabulary::DecodeCompletion).
 //
 // Thread contract: owned by one actor thread; LoadSnapshot and Sample on that thread only.
 #pragma once
@@ -11,16 +12,18 @@
 #include "echelon/data/adapter.h"
 #include "echelon/model/generate.h"
 #include "echelon/model/qwen3.h"
-#include "echelon/model/tokenizer.h"
+#include "echelon/model/vocabulary.h"
 #include "echelon/rollout/snapshot_policy.h"
 
 namespace echelon::rollout {
 
 class ModelPolicy : public SnapshotPolicy {
  public:
-  ModelPolicy(model::Qwen3Model model, model::CharTokenizer tokenizer, model::SamplingParams params);
+  // The vocabulary's stop ids replace those of `params`.
+  ModelPolicy(model::Qwen3Model model, model::Vocabulary vocab, model::SamplingParams params);
 
-  // Throws std::invalid_argument when a prompt has characters outside the tokenizer.
+  // Throws std::invalid_argument when a prompt cannot be encoded (a character outside the
+  // character tokenizer's alphabet, ill-formed UTF-8).
   std::vector<data::Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) override;
   // Replaces the weights with a snapshot's safetensors bytes.
   Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
@@ -29,7 +32,7 @@ class ModelPolicy : public SnapshotPolicy {
 
  private:
   model::Qwen3Model model_;
-  model::CharTokenizer tokenizer_;
+  model::Vocabulary vocab_;
   model::SamplingParams params_;
   int64_t version_ = -1;
 };

@@ -54,7 +54,7 @@ class OpenAiHttpPolicyTest : public ::testing::Test {
   std::unique_ptr<ModelPolicy> Local(double temperature) {
     Result<model::LoadedCheckpoint> ck = model::LoadCheckpoint(dir_);
     EXPECT_TRUE(ck.ok());
-    return std::make_unique<ModelPolicy>(ck->model, ck->tokenizer, Sampling(temperature));
+    return std::make_unique<ModelPolicy>(ck->model, ck->vocab, Sampling(temperature));
   }
   std::unique_ptr<OpenAiHttpPolicy> Remote(double temperature) {
     OpenAiHttpOptions o;

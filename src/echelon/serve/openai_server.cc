@@ -105,53 +105,6 @@ Result<std::string> BosToken(const std::string& dir) {
   return InvalidArgument(path + ": bos_token must be a string or {\"content\": ...}");
 }
 
-Result<std::vector<int64_t>> TextPromptPrefix(const model::TextModel& m) {
-  if (m.format == "echelon") {
-    if (m.config.bos_token_id >= 0) return std::vector<int64_t>{m.config.bos_token_id};
-    return std::vector<int64_t>{};
-  }
-  if (m.dir.empty() || !m.codec) return std::vector<int64_t>{};
-  const std::string config_path = m.dir + "/tokenizer_config.json";
-  if (std::filesystem::exists(config_path)) {
-    ECHELON_ASSIGN_OR_RETURN(json cfg, ReadJsonFile(config_path));
-    if (cfg.is_object() && cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) {
-      if (!cfg["add_bos_token"].get<bool>()) return std::vector<int64_t>{};
-      ECHELON_ASSIGN_OR_RETURN(std::string bos, BosToken(m.dir));
-      const int64_t id = bos.empty() ? -1 : m.codec->SpecialTokenId(bos);
-      if (id < 0) return InvalidArgument(config_path + ": add_bos_token is true but bos_token \"" + bos + "\" is not a token");
-      return std::vector<int64_t>{id};
-    }
-  }
-  // A TemplateProcessing post-processor (alone or in a Sequence) puts its leading special tokens
-  // before the text, as Llama-3's <|begin_of_text|>.
-  const std::string tok_path = m.dir + "/tokenizer.json";
-  if (!std::filesystem::exists(tok_path)) return std::vector<int64_t>{};
-  ECHELON_ASSIGN_OR_RETURN(json tok, ReadJsonFile(tok_path));
-  const json* pp = tok.contains("post_processor") ? &tok["post_processor"] : nullptr;
-  std::vector<const json*> processors;
-  if (pp != nullptr && pp->is_object()) {
-    if (pp->value("type", "") == "Sequence" && pp->contains("processors") && (*pp)["processors"].is_array()) {
-      for (const json& p : (*pp)["processors"]) processors.push_back(&p);
-    } else {
-      processors.push_back(pp);
-    }
-  }
-  std::vector<int64_t> prefix;
-  for (const json* p : processors) {
-    if (!p->is_object() || p->value("type", "") != "TemplateProcessing" || !p->contains("single")) continue;
-    for (const json& piece : (*p)["single"]) {
-      if (!piece.contains("SpecialToken")) break;
-      const std::string name = piece["SpecialToken"].value("id", "");
-      const json& specials = (*p)["special_tokens"];
-      if (!specials.contains(name) || !specials[name].contains("ids")) {
-        return InvalidArgument(tok_path + ": post_processor special token \"" + name + "\" has no ids");
-      }
-      for (const json& id : specials[name]["ids"]) prefix.push_back(id.get<int64_t>());
-    }
-  }
-  return prefix;
-}
-
 Result<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(model::TextModel model, ServeOptions options) {
   std::unique_ptr<OpenAiServer> s(new OpenAiServer());
   s->name_ = !options.served_model_name.empty() ? options.served_model_name
@@ -167,7 +120,7 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(model::TextModel mode
   Result<tokenizer::ChatTemplate> t = tokenizer::ChatTemplate::FromRaw(raw, bos);
   if (!t.ok()) return t.status().WithContext(model.dir.empty() ? "chat template" : model.dir + " chat template");
   s->template_ = t.value();
-  ECHELON_ASSIGN_OR_RETURN(s->text_prefix_, TextPromptPrefix(model));
+  if (model.vocab) s->text_prefix_ = model.vocab->prompt_prefix();
   s->weights_dir_ = model.dir;
   s->model_ = std::move(model);
   s->options_ = std::move(options);
@@ -248,26 +201,27 @@ bool OpenAiServer::CheckModel(const SamplingRequest& r, ApiError* e) const {
 }
 
 std::string OpenAiServer::DecodeIds(const std::vector<int64_t>& ids) const {
-  if (!model_.codec || ids.empty()) return "";
-  Result<std::string> text = model_.codec->Decode(ids);
+  if (!model_.vocab || ids.empty()) return "";
+  const model::TextCodec& codec = model_.vocab->codec();
+  Result<std::string> text = codec.Decode(ids);
   if (text.ok()) return text.value();
   // Ids the model can produce but the tokenizer lacks (vocab_size above the tokenizer's) show
   // as nothing.
   std::vector<int64_t> known;
   for (int64_t id : ids)
-    if (model_.codec->Decode({id}).ok()) known.push_back(id);
-  Result<std::string> rest = model_.codec->Decode(known);
+    if (codec.Decode({id}).ok()) known.push_back(id);
+  Result<std::string> rest = codec.Decode(known);
   return rest.ok() ? rest.value() : "";
 }
 
 bool OpenAiServer::Encode(const std::string& text, bool with_prefix, const std::string& param,
                           std::vector<int64_t>* ids, ApiError* e) const {
-  if (!model_.codec) {
+  if (!model_.vocab) {
     *e = BadField(param, "this model has no tokenizer (no tokenizer.json in " + model_.dir +
                              "): send the prompt as token ids to /v1/completions");
     return false;
   }
-  Result<std::vector<int64_t>> enc = model_.codec->Encode(text);
+  Result<std::vector<int64_t>> enc = model_.vocab->Encode(text);
   if (!enc.ok()) {
     *e = BadField(param, "'" + param + "' cannot be tokenized: " + enc.status().message());
     return false;

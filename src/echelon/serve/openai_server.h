@@ -108,10 +108,6 @@ class OpenAiServer {
   int port_ = 0;
 };
 
-// The ids a model expects before encoded text: the BOS of an echelon checkpoint; for a Hugging
-// Face directory, what tokenizer_config.json's add_bos_token or the leading special tokens of
-// tokenizer.json's TemplateProcessing post-processor put there. Errors name the file.
-Result<std::vector<int64_t>> TextPromptPrefix(const model::TextModel& m);
 // tokenizer_config.json's bos_token ("" when absent), for templates that write it.
 Result<std::string> BosToken(const std::string& dir);
 
