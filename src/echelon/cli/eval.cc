@@ -23,6 +23,7 @@ struct EvalArgs {
   std::string task = "math";
   int64_t max_new_tokens = 8;
   int64_t batch = 256;
+  bool chat = false;  // prompts as chat turns, for runs trained with rollout.chat
   std::string opponent = "calling-station";  // poker only
   int64_t hands = 2000;                      // poker only
   uint64_t seed = 0;                         // poker only
@@ -76,10 +77,19 @@ int RunEval(const EvalArgs& args) {
     spdlog::error("{}", ck.status().message());
     return 2;
   }
+  model::Vocabulary vocab = ck->vocab;
+  if (args.chat) {
+    Result<model::Vocabulary> chat = vocab.WithChat(/*enable_thinking=*/false);
+    if (!chat.ok()) {
+      spdlog::error("{}: --chat: {}", args.checkpoint, chat.status().message());
+      return 2;
+    }
+    vocab = std::move(chat).value();
+  }
   model::SamplingParams sp;
   sp.temperature = poker ? args.temperature : 0.0;
   sp.max_new_tokens = args.max_new_tokens;
-  rollout::ModelPolicy policy(ck->model, ck->vocab, sp);
+  rollout::ModelPolicy policy(ck->model, vocab, sp);
   if (poker) {
     try {
       return RunPokerEval(args, policy);
@@ -116,6 +126,7 @@ void AddEvalCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "completion length limit")->capture_default_str();
+  cmd->add_flag("--chat", args->chat, "prompts as user turns of the model's chat template (runs with rollout.chat)");
   cmd->add_option("--batch", args->batch, "prompts per generation batch")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] { *exit_code = RunEval(*args); });
 }

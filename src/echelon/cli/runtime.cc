@@ -255,12 +255,17 @@ Result<InitialModel> LoadInitialModel(const RunOptions& options, const data::Tas
   if (!dir.vocab) return NotFound(where + ": no tokenizer.json, so prompts cannot be encoded");
   if (dir.vocab->stop_ids().empty())
     return InvalidArgument(where + ": config.json and generation_config.json name no eos_token_id, so completions never end");
-  // Every prompt of the task must encode (a character tokenizer has a fixed alphabet).
-  if (Result<std::vector<int64_t>> probe = dir.vocab->EncodePrompt(task.TrainPrompt(0).text); !probe.ok())
-    return InvalidArgument(where + ": its tokenizer cannot encode the task's prompts: " + probe.status().message());
   m.config = dir.config;
   m.vocab = *dir.vocab;
+  if (options.chat) {
+    Result<model::Vocabulary> chat = m.vocab.WithChat(/*enable_thinking=*/false);
+    if (!chat.ok()) return chat.status().WithContext(where + " (rollout.chat)");
+    m.vocab = std::move(chat).value();
+  }
   m.weights = dir.model;
+  // Every prompt of the task must encode (a character tokenizer has a fixed alphabet).
+  if (Result<std::vector<int64_t>> probe = m.vocab.EncodePrompt(task.TrainPrompt(0).text); !probe.ok())
+    return InvalidArgument(where + ": its tokenizer cannot encode the task's prompts: " + probe.status().message());
   return m;
 }
 
@@ -341,6 +346,11 @@ Result<Start> StartFromCheckpoint(const RunOptions& options, const data::TaskAda
     return FailedPrecondition(point->dir + "/config.json describes another model than the run's config.yaml");
   start.model = point->checkpoint.model;
   start.vocab = point->checkpoint.vocab;
+  if (options.chat) {
+    Result<model::Vocabulary> chat = start.vocab.WithChat(/*enable_thinking=*/false);
+    if (!chat.ok()) return chat.status().WithContext(point->dir + " (rollout.chat)");
+    start.vocab = std::move(chat).value();
+  }
   start.state = point->state;
   start.resumed_from = point->dir;
   start.optimizer = std::move(point->optimizer);

@@ -60,6 +60,8 @@ const ConfigSchema& TrainSchema() {
     s.Float("rollout.temperature", 1.0, 0.0, 10.0, "sampling temperature (the learner uses the same)");
     s.Float("rollout.top_p", 1.0, 0.0, 1.0, "nucleus sampling mass");
     s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit");
+    s.Bool("rollout.chat", false,
+           "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)");
     s.Float("rollout.lease_seconds", 60.0, 0.1, 86400.0, "a group not returned in this time is re-issued");
     s.Float("rollout.stall_timeout_seconds", 300.0, 1.0, 86400.0, "abort when no rollout arrives for this long");
     s.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)");
@@ -132,6 +134,9 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.temperature = l.temperature;
   o.top_p = cfg.Float("rollout.top_p");
   o.max_new_tokens = cfg.Int("rollout.max_new_tokens");
+  o.chat = cfg.Bool("rollout.chat");
+  if (o.chat && o.model_init.empty())
+    return InvalidArgument(cfg.source() + ": rollout.chat needs model.init (a new character model has no chat template)");
   o.lease_seconds = cfg.Float("rollout.lease_seconds");
   o.stall_timeout_seconds = cfg.Float("rollout.stall_timeout_seconds");
   const int64_t slow = cfg.Int("rollout.slow_actors");

@@ -33,6 +33,7 @@ struct RunOptions {
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t max_new_tokens = 8;
+  bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
   double lease_seconds = 60;
   double stall_timeout_seconds = 300;
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed

@@ -119,18 +119,7 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
       m.stop_ids = m.vocab->stop_ids();
     }
   }
-  const fs::path tc_path = dir / "tokenizer_config.json";
-  if (fs::exists(tc_path, ec)) {
-    ECHELON_ASSIGN_OR_RETURN(json tc, ReadJsonFile(tc_path));
-    const json t = tc.is_object() ? tc.value("chat_template", json()) : json();
-    if (t.is_string()) {
-      m.chat_template = t.get<std::string>();
-    } else if (t.is_array()) {  // [{"name": "default", "template": "..."}, ...]
-      for (const json& e : t)
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
-          m.chat_template = e["template"].get<std::string>();
-    }
-  }
+  if (m.vocab) m.chat_template = m.vocab->chat_template();
   return m;
 }
 

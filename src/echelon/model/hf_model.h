@@ -38,7 +38,7 @@ struct TextModel {
   std::vector<int64_t> stop_ids;    // generation ends at any of these (eos ids)
   double temperature = 1.0;       // generation_config.json defaults, else 1.0 / 1.0
   double top_p = 1.0;
-  std::string chat_template;      // tokenizer_config.json "chat_template"; empty when none
+  std::string chat_template;      // Vocabulary::chat_template(); empty when none
 };
 
 // Errors name the directory and the file (and the tensor, for weights that are missing,

@@ -143,8 +143,9 @@ void Vocabulary::InitCharacters(const std::string& alphabet) {
 }
 
 const std::vector<std::string>& Vocabulary::FileNames() {
-  static const std::vector<std::string> names = {"tokenizer.json",  "tokenizer_config.json", "special_tokens_map.json",
-                                                 "vocab.json",      "merges.txt",            "added_tokens.json"};
+  static const std::vector<std::string> names = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                                 "vocab.json",     "merges.txt",            "added_tokens.json",
+                                                 "chat_template.jinja"};
   return names;
 }
 
@@ -173,6 +174,20 @@ Result<Vocabulary> Vocabulary::FromFiles(TokenizerFiles files, std::vector<int64
     if (id < 0) return InvalidArgument(where + ": stop token id " + std::to_string(id) + " is negative");
   v.stop_ids_ = std::move(stop_ids);
   ECHELON_ASSIGN_OR_RETURN(v.prefix_, BpePromptPrefix(tok_json, config_json, *v.codec_, tok_name, config_name));
+  // The chat template: a string, or [{"name": "default", "template": ...}, ...].
+  const json t = config_json.is_object() ? config_json.value("chat_template", json()) : json();
+  if (t.is_string()) {
+    v.chat_template_ = t.get<std::string>();
+  } else if (t.is_array()) {
+    for (const json& e : t)
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        v.chat_template_ = e["template"].get<std::string>();
+  }
+  if (auto jinja = files.find("chat_template.jinja"); v.chat_template_.empty() && jinja != files.end())
+    v.chat_template_ = jinja->second;
+  const json bos = config_json.is_object() ? config_json.value("bos_token", json()) : json();
+  const json bos_text = bos.is_object() ? bos.value("content", json()) : bos;
+  if (bos_text.is_string()) v.bos_text_ = bos_text.get<std::string>();
   const json pad = config_json.is_object() ? config_json.value("pad_token", json()) : json();
   const json pad_text = pad.is_object() ? pad.value("content", json()) : pad;
   v.pad_ = pad_text.is_string() ? v.codec_->SpecialTokenId(pad_text.get<std::string>()) : -1;
@@ -196,7 +211,25 @@ json Vocabulary::eos_json() const {
   return stop_ids_.size() == 1 ? json(stop_ids_[0]) : json(stop_ids_);
 }
 
-json Vocabulary::ToJson() const { return {{"files", *files_}, {"stop_ids", stop_ids_}}; }
+Result<Vocabulary> Vocabulary::WithChat(std::optional<bool> enable_thinking) const {
+  if (chat_template_.empty())
+    return FailedPrecondition("the tokenizer has no chat template (tokenizer_config.json chat_template or chat_template.jinja)");
+  ECHELON_ASSIGN_OR_RETURN(tokenizer::ChatTemplate t, tokenizer::ChatTemplate::FromRaw(chat_template_, bos_text_));
+  Vocabulary v = *this;
+  v.chat_ = std::make_shared<const tokenizer::ChatTemplate>(std::move(t));
+  v.chat_options_.add_generation_prompt = true;
+  v.chat_options_.enable_thinking = enable_thinking;
+  return v;
+}
+
+json Vocabulary::ToJson() const {
+  json j = {{"files", *files_}, {"stop_ids", stop_ids_}};
+  if (chat_) {
+    const std::optional<bool>& think = chat_options_.enable_thinking;
+    j["chat"] = {{"enable_thinking", think ? json(*think) : json(nullptr)}};
+  }
+  return j;
+}
 
 Result<Vocabulary> Vocabulary::FromJson(const json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("files") || !j["files"].is_object() || !j.contains("stop_ids") ||
@@ -212,10 +245,18 @@ Result<Vocabulary> Vocabulary::FromJson(const json& j, const std::string& where)
     if (!id.is_number_integer()) return InvalidArgument(where + ": stop_ids must be integers");
     stops.push_back(id.get<int64_t>());
   }
-  return FromFiles(std::move(files), std::move(stops), where);
+  ECHELON_ASSIGN_OR_RETURN(Vocabulary v, FromFiles(std::move(files), std::move(stops), where));
+  if (!j.contains("chat")) return v;
+  const json think = j["chat"].is_object() ? j["chat"].value("enable_thinking", json()) : json();
+  if (!think.is_null() && !think.is_boolean()) return InvalidArgument(where + ": chat.enable_thinking must be a boolean or null");
+  return v.WithChat(think.is_null() ? std::nullopt : std::optional<bool>(think.get<bool>()));
 }
 
 Result<std::vector<int64_t>> Vocabulary::EncodePrompt(const std::string& text) const {
+  if (chat_) {
+    ECHELON_ASSIGN_OR_RETURN(std::string rendered, chat_->Render({{"user", text}}, chat_options_));
+    return codec_->Encode(rendered);
+  }
   ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, codec_->Encode(text));
   ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
   return ids;

@@ -14,12 +14,17 @@
 // special tokens of tokenizer.json's TemplateProcessing post-processor (Llama 3's
 // <|begin_of_text|>); nothing for Qwen2 / Qwen3. The character tokenizer: its <bos>.
 //
+// WithChat() makes prompts chat turns: each prompt text becomes one user message rendered
+// with the model's chat template (tokenizer/chat_template.h) and the generation prompt, then
+// encoded with no prefix (the template writes BOS itself), as apply_chat_template does.
+//
 // Thread contract: immutable after construction; copies share state; safe for concurrent use.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +32,7 @@
 
 #include "echelon/common/status.h"
 #include "echelon/model/generate.h"
+#include "echelon/tokenizer/chat_template.h"
 
 namespace echelon::model {
 
@@ -63,7 +69,15 @@ class Vocabulary {
   // The names FromDir reads (whichever exist) and checkpoints carry.
   static const std::vector<std::string>& FileNames();
 
-  // As handed to actors in the run spec: {"files": {...}, "stop_ids": [...]}.
+  // Prompts rendered as one user turn of the chat template (tokenizer_config.json's
+  // chat_template, else chat_template.jinja). Fails, naming the template, when there is none
+  // or its family is not supported.
+  Result<Vocabulary> WithChat(std::optional<bool> enable_thinking) const;
+  bool chat() const { return chat_ != nullptr; }
+  // The raw chat template the files carry ("" when none).
+  const std::string& chat_template() const { return chat_template_; }
+
+  // As handed to actors in the run spec: {"files": {...}, "stop_ids": [...], "chat": ...}.
   nlohmann::json ToJson() const;
   static Result<Vocabulary> FromJson(const nlohmann::json& j, const std::string& where);
 
@@ -80,7 +94,7 @@ class Vocabulary {
   nlohmann::json eos_json() const;
 
   Result<std::vector<int64_t>> Encode(const std::string& text) const { return codec_->Encode(text); }
-  // The prompt prefix followed by the text's ids.
+  // The prompt prefix followed by the text's ids; with chat, the rendered user turn's ids.
   Result<std::vector<int64_t>> EncodePrompt(const std::string& text) const;
   // The text of a sampled completion: a trailing stop id and special tokens dropped, ids the
   // tokenizer does not know (rows of a padded embedding) as U+FFFD.
@@ -95,6 +109,10 @@ class Vocabulary {
   std::shared_ptr<const TokenizerFiles> files_;
   std::vector<int64_t> stop_ids_;
   std::vector<int64_t> prefix_;
+  std::string chat_template_;
+  std::string bos_text_;  // tokenizer_config.json's bos_token, for templates that write it
+  std::shared_ptr<const tokenizer::ChatTemplate> chat_;
+  tokenizer::ChatRenderOptions chat_options_;
   int64_t pad_ = -1;
   bool characters_ = false;
 };

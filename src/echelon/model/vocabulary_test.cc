@@ -19,13 +19,13 @@ namespace {
 
 using nlohmann::json;
 
-// A byte-level BPE: the 256 byte symbols (ids 0..255) and three added tokens.
+// A byte-level BPE: the 256 byte symbols (ids 0..255) and four added tokens.
 json ByteLevelTokenizer() {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[tokenizer::BytesToSymbols(std::string(1, static_cast<char>(b)))] = b;
   json added = json::array();
   int id = 256;
-  for (const char* t : {"<|begin_of_text|>", "<|endoftext|>", "<|im_end|>"})
+  for (const char* t : {"<|begin_of_text|>", "<|endoftext|>", "<|im_end|>", "<|im_start|>"})
     added.push_back({{"id", id++}, {"content", t}, {"special", true}, {"normalized", false}});
   return {{"version", "1.0"},
           {"added_tokens", added},
@@ -123,6 +123,36 @@ TEST(Vocabulary, RunSpecRoundTripAndErrors) {
       << "no tokenizer.json";
   EXPECT_FALSE(Vocabulary::FromJson(json{{"files", {{"tokenizer.json", "{"}}}, {"stop_ids", {1}}}, "spec").ok());
   EXPECT_FALSE(Vocabulary::FromJson(json{{"stop_ids", {1}}}, "spec").ok());
+}
+
+TEST(Vocabulary, ChatPromptsAreOneRenderedUserTurn) {
+  const std::string chatml =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  Result<Vocabulary> v = Vocabulary::FromFiles(
+      Files(ByteLevelTokenizer(), {{"add_bos_token", false}, {"chat_template", chatml}}), {258}, "v");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->chat_template(), chatml);
+  EXPECT_FALSE(v->chat());
+  Result<Vocabulary> chat = v->WithChat(false);
+  ASSERT_TRUE(chat.ok()) << chat.status().message();
+  EXPECT_TRUE(chat->chat());
+  const std::vector<int64_t> want =
+      chat->Encode("<|im_start|>user\n7+8=<|im_end|>\n<|im_start|>assistant\n").value();
+  EXPECT_EQ(want.front(), 259);
+  EXPECT_EQ(chat->EncodePrompt("7+8=").value(), want);
+  EXPECT_EQ(v->EncodePrompt("7+8=").value(), (std::vector<int64_t>{'7', '+', '8', '='})) << "the original is unchanged";
+  // The chat setting travels with the run spec.
+  Result<Vocabulary> back = Vocabulary::FromJson(json::parse(chat->ToJson().dump()), "run spec");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->chat());
+  EXPECT_EQ(back->EncodePrompt("7+8=").value(), want);
+  // No template, or one of an unsupported family: refused.
+  EXPECT_FALSE(Vocabulary::FromFiles(Files(ByteLevelTokenizer()), {258}, "v")->WithChat(false).ok());
+  Result<Vocabulary> odd = Vocabulary::FromFiles(
+      Files(ByteLevelTokenizer(), {{"chat_template", "{{ messages[0]['content'] }}"}}), {258}, "v");
+  ASSERT_TRUE(odd.ok());
+  EXPECT_FALSE(odd->WithChat(false).ok());
 }
 
 TEST(Vocabulary, CheckpointCarriesTheTokenizerFilesAndStopIds) {

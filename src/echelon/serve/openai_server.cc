@@ -111,11 +111,7 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(model::TextModel mode
                                                  : std::filesystem::path(model.dir).filename().string();
   if (s->name_.empty()) s->name_ = std::filesystem::path(model.dir).parent_path().filename().string();
   if (s->name_.empty()) s->name_ = "model";
-  std::string raw = model.chat_template;
-  const std::string jinja_path = model.dir + "/chat_template.jinja";
-  if (raw.empty() && !model.dir.empty() && std::filesystem::exists(jinja_path)) {
-    ECHELON_ASSIGN_OR_RETURN(raw, ReadFile(jinja_path));
-  }
+  const std::string& raw = model.chat_template;
   ECHELON_ASSIGN_OR_RETURN(std::string bos, BosToken(model.dir));
   Result<tokenizer::ChatTemplate> t = tokenizer::ChatTemplate::FromRaw(raw, bos);
   if (!t.ok()) return t.status().WithContext(model.dir.empty() ? "chat template" : model.dir + " chat template");
