@@ -44,8 +44,11 @@ echo "tok-$RANDOM" > token
 # --- 1. four crashes ----------------------------------------------------------------
 S=2
 STEPS=60
+# Every learner of the run (config.yaml keeps the setting) holds its first update until both
+# actors registered: a resumed learner could otherwise finish the run with the fast actor alone
+# while the slowed one waits out its redial backoff, and that actor would never hear the end.
 start_learner l1.out "$CONFIG" --listen 127.0.0.1:0 --out run "${TINY[@]}" --set rl.steps=$STEPS \
-  --set rl.staleness=$S --set checkpoint.every=3
+  --set rl.staleness=$S --set checkpoint.every=3 --set rollout.wait_for_actors=2
 port=$(learner_port l1.out)
 check "learner listens" test -n "$port"
 start_actor a0 "$port" 1.0; A0=$LAST
