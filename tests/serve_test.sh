@@ -269,6 +269,8 @@ for f in tokenizer.json tokenizer_config.json; do
 done
 check "final config.json is Qwen3 with the source's stop ids" \
   jq -e '.architectures == ["Qwen3ForCausalLM"] and .eos_token_id == [151645, 151643]' hfrun/checkpoints/final/config.json
+check "final generation_config.json keeps the source's defaults, with its stop ids" \
+  jq -e '.do_sample == true and .eos_token_id == [151645, 151643]' hfrun/checkpoints/final/generation_config.json
 check "the weights were trained" \
   test "$(sha256sum < "$WORK/qwen3-tiny/model.safetensors")" != "$(sha256sum < hfrun/checkpoints/final/model.safetensors)"
 check "actor processes took part" jq -e 'select(.event == "final") | .actor_groups | length == 2' hfrun/metrics.jsonl

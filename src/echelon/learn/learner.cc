@@ -228,6 +228,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     }
     LogprobGaps(prox, b, groups.size(), &stats);
     const std::vector<at::Tensor> minibatches = MinibatchRows(b, groups.size(), parts);
+    stats.behav_weight_mean = 0;  // averaged over the minibatches below
     for (const at::Tensor& rows : minibatches) {
       PolicyLossInputs in;
       in.logp = log_probs(model_, rows);

@@ -232,6 +232,9 @@ TEST(LearnerMinibatches, SeveralOptimizerStepsPerUpdateAndATrustRegionAroundTheS
     EXPECT_GT(three.clip_frac, 0.0) << "later minibatches are clipped against the starting policy";
     EXPECT_FALSE(at::equal(w1, w3));
     EXPECT_TRUE(at::equal(w3, wmany)) << "more minibatches than groups is one per group";
+    // Averages over the minibatches: the actors' policy is the learner's, so the weights are 1.
+    EXPECT_NEAR(three.behav_weight_mean, 1.0, 1e-3);
+    EXPECT_NEAR(one.behav_weight_mean, 1.0, 1e-3);
     // The log-prob gap is measured at the start of the update either way.
     EXPECT_NEAR(one.logprob_gap, three.logprob_gap, 1e-6);
   }

@@ -94,8 +94,13 @@ Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Voc
   files["config.json"] = config.dump(2) + "\n";
   ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
   for (const auto& [name, bytes] : vocab.files()) files[name] = bytes;
-  // The ids generation starts and stops at, for Hugging Face generate() and the engines.
+  // The ids generation starts and stops at, for Hugging Face generate() and the engines, over
+  // the source model's generation defaults (temperature, top_p, ...) when it had any.
   nlohmann::json gen = nlohmann::json::object();
+  if (auto src = vocab.files().find("generation_config.json"); src != vocab.files().end()) {
+    nlohmann::json j = nlohmann::json::parse(src->second, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) gen = std::move(j);
+  }
   if (vocab.bos() >= 0) gen["bos_token_id"] = vocab.bos();
   if (!vocab.stop_ids().empty()) gen["eos_token_id"] = vocab.eos_json();
   if (vocab.pad() >= 0) gen["pad_token_id"] = vocab.pad();

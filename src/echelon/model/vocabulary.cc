@@ -145,7 +145,7 @@ void Vocabulary::InitCharacters(const std::string& alphabet) {
 const std::vector<std::string>& Vocabulary::FileNames() {
   static const std::vector<std::string> names = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                                  "vocab.json",     "merges.txt",            "added_tokens.json",
-                                                 "chat_template.jinja"};
+                                                 "chat_template.jinja", "generation_config.json"};
   return names;
 }
 

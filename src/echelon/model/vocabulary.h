@@ -66,7 +66,9 @@ class Vocabulary {
   static Result<Vocabulary> FromFiles(TokenizerFiles files, std::vector<int64_t> stop_ids, const std::string& where);
   // Reads the tokenizer files of a model directory.
   static Result<Vocabulary> FromDir(const std::string& dir, std::vector<int64_t> stop_ids);
-  // The names FromDir reads (whichever exist) and checkpoints carry.
+  // The names FromDir reads (whichever exist) and checkpoints carry: the tokenizer's files, the
+  // chat template, and generation_config.json (its sampling defaults are kept; the ids in it
+  // are rewritten from this vocabulary when a checkpoint is saved).
   static const std::vector<std::string>& FileNames();
 
   // Prompts rendered as one user turn of the chat template (tokenizer_config.json's

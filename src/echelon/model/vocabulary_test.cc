@@ -158,9 +158,9 @@ TEST(Vocabulary, ChatPromptsAreOneRenderedUserTurn) {
 TEST(Vocabulary, CheckpointCarriesTheTokenizerFilesAndStopIds) {
   const std::string root = std::filesystem::temp_directory_path() / ("echelon_vocab_" + std::to_string(::getpid()));
   std::filesystem::remove_all(root);
-  Result<Vocabulary> v =
-      Vocabulary::FromFiles(Files(ByteLevelTokenizer(), {{"add_bos_token", false}, {"pad_token", "<|endoftext|>"}}),
-                            {258, 257}, "v");
+  TokenizerFiles files = Files(ByteLevelTokenizer(), {{"add_bos_token", false}, {"pad_token", "<|endoftext|>"}});
+  files["generation_config.json"] = json{{"temperature", 0.6}, {"top_p", 0.95}, {"eos_token_id", 1}}.dump();
+  Result<Vocabulary> v = Vocabulary::FromFiles(files, {258, 257}, "v");
   ASSERT_TRUE(v.ok()) << v.status().message();
   ModelConfig c = TinyTestConfig(300, 32);
   c.bos_token_id = -1;
@@ -169,8 +169,12 @@ TEST(Vocabulary, CheckpointCarriesTheTokenizerFilesAndStopIds) {
   Qwen3Model m(c);
   m->InitWeights(1);
   ASSERT_TRUE(SaveCheckpoint(root + "/ckpt", m, v.value()).ok());
-  for (const auto& [name, bytes] : v->files()) EXPECT_EQ(ReadFile(root + "/ckpt/" + name).value(), bytes) << name;
+  for (const auto& [name, bytes] : v->files())
+    if (name != "generation_config.json") EXPECT_EQ(ReadFile(root + "/ckpt/" + name).value(), bytes) << name;
+  // The source's sampling defaults stay; the ids are the vocabulary's.
   const json gen = json::parse(ReadFile(root + "/ckpt/generation_config.json").value());
+  EXPECT_EQ(gen["temperature"], 0.6);
+  EXPECT_EQ(gen["top_p"], 0.95);
   EXPECT_EQ(gen["eos_token_id"], json::array({258, 257}));
   EXPECT_EQ(gen["pad_token_id"], 257);
   EXPECT_FALSE(gen.contains("bos_token_id"));
@@ -178,8 +182,10 @@ TEST(Vocabulary, CheckpointCarriesTheTokenizerFilesAndStopIds) {
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->format, "huggingface");
   EXPECT_EQ(back->stop_ids, (std::vector<int64_t>{258, 257}));
+  EXPECT_DOUBLE_EQ(back->temperature, 0.6);
   ASSERT_TRUE(back->vocab);
-  EXPECT_EQ(back->vocab->files(), v->files());
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+    EXPECT_EQ(back->vocab->files().at(name), v->files().at(name)) << name;
   // A tokenizer with more ids than the model has rows is refused.
   ModelConfig small = TinyTestConfig(100, 32);
   Qwen3Model s(small);
