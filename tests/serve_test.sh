@@ -260,7 +260,7 @@ check "second server stops on SIGTERM" test $? -eq 0
 # Actor processes get the vocabulary through the run spec; every checkpoint carries the
 # tokenizer files unchanged, and the final one loads, evaluates and serves like the source.
 timeout 300 "$ECHELON" train "$CONFIG" --out hfrun --set model.init="$WORK/qwen3-tiny" --set rollout.chat=true \
-  --set warmstart.steps=5 --set warmstart.batch_size=8 --set rl.steps=3 --set rl.groups_per_step=2 --set rl.group_size=4 \
+  --set task.answer=last_number --set warmstart.steps=5 --set warmstart.batch_size=8 --set rl.steps=3 --set rl.groups_per_step=2 --set rl.group_size=4 \
   --set task.eval_size=10 --set eval.every=0 --set rollout.actors=2 > hf_train.out 2> hf_train.err
 check "train from the Hugging Face model completes" test $? -eq 0
 check "it started from the directory" grep -q "starting from $WORK/qwen3-tiny (Qwen3ForCausalLM" hf_train.out
@@ -274,7 +274,7 @@ check "final generation_config.json keeps the source's defaults, with its stop i
 check "the weights were trained" \
   test "$(sha256sum < "$WORK/qwen3-tiny/model.safetensors")" != "$(sha256sum < hfrun/checkpoints/final/model.safetensors)"
 check "actor processes took part" jq -e 'select(.event == "final") | .actor_groups | length == 2' hfrun/metrics.jsonl
-timeout 120 "$ECHELON" eval --checkpoint hfrun/checkpoints/final --task math --data hfrun/heldout.jsonl --chat \
+timeout 120 "$ECHELON" eval --checkpoint hfrun/checkpoints/final --task math --data hfrun/heldout.jsonl --chat --answer last_number \
   > hf_eval.out 2> hf_eval.err
 check "echelon eval reads the trained checkpoint" jq -e '.n == 10' hf_eval.out
 timeout 300 "$ECHELON" train --resume hfrun --set rl.steps=5 > hf_resume.out 2> hf_resume.err

@@ -24,6 +24,7 @@ struct EvalArgs {
   int64_t max_new_tokens = 8;
   int64_t batch = 256;
   bool chat = false;  // prompts as chat turns, for runs trained with rollout.chat
+  std::string answer = "exact";  // math: how completions are matched (task option `answer`)
   std::string opponent = "calling-station";  // poker only
   int64_t hands = 2000;                      // poker only
   uint64_t seed = 0;                         // poker only
@@ -66,8 +67,10 @@ int RunEval(const EvalArgs& args) {
     spdlog::error("--data is required for task {}", args.task);
     return 2;
   }
-  Result<std::unique_ptr<data::TaskAdapter>> task =
-      poker ? data::CreateAdapter(args.task, {}) : data::CreateAdapter(args.task, {{"eval_file", args.data}});
+  data::AdapterOptions task_options;
+  if (!poker) task_options["eval_file"] = args.data;
+  if (args.task == "math") task_options["answer"] = args.answer;
+  Result<std::unique_ptr<data::TaskAdapter>> task = data::CreateAdapter(args.task, task_options);
   if (!task.ok()) {
     spdlog::error("{}", task.status().message());
     return 2;
@@ -126,6 +129,8 @@ void AddEvalCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "completion length limit")->capture_default_str();
+  cmd->add_option("--answer", args->answer, "math: exact, or last_number (the last integer of the completion)")
+      ->capture_default_str();
   cmd->add_flag("--chat", args->chat, "prompts as user turns of the model's chat template (runs with rollout.chat)");
   cmd->add_option("--batch", args->batch, "prompts per generation batch")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] { *exit_code = RunEval(*args); });

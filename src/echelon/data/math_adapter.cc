@@ -1,5 +1,6 @@
 #include "echelon/data/math_adapter.h"
 
+#include <cctype>
 #include <set>
 #include <unordered_set>
 #include <utility>
@@ -15,7 +16,7 @@ constexpr char kDefaultSeed[] = "0";
 constexpr char kDefaultMaxOperand[] = "99";  // 20,000 problems: learnable in minutes on a CPU
 constexpr char kDefaultEvalSize[] = "500";   // +-2.2% standard error on accuracy near 50%
 constexpr int64_t kMaxOperandLimit = 999999999;  // 9 digits, as the JSONL reader accepts
-const std::set<std::string> kKnownOptions = {"eval_file", "eval_size", "max_operand", "seed",
+const std::set<std::string> kKnownOptions = {"answer", "eval_file", "eval_size", "max_operand", "seed",
                                              "train_file"};
 
 struct MathOptions {
@@ -24,7 +25,23 @@ struct MathOptions {
   int64_t eval_size = 500;
   std::string train_file;
   std::string eval_file;
+  bool last_number = false;  // answer: last_number
 };
+
+// The last integer written in `text` without leading zeros ("-011" -> "-11", "-0" -> "0"),
+// or "" when there is none. A '-' directly before the digits is its sign.
+std::string LastInteger(const std::string& text) {
+  size_t end = text.size();
+  while (end > 0 && !std::isdigit(static_cast<unsigned char>(text[end - 1]))) --end;
+  if (end == 0) return "";
+  size_t begin = end;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(text[begin - 1]))) --begin;
+  size_t first = begin;
+  while (first + 1 < end && text[first] == '0') ++first;
+  std::string digits = text.substr(first, end - first);
+  const bool negative = begin > 0 && text[begin - 1] == '-' && digits != "0";
+  return negative ? "-" + digits : digits;
+}
 
 // A fixed mixing function rather than <random> distributions, whose outputs differ between
 // standard libraries: a prompt must be the same on every actor and after a restart.
@@ -100,6 +117,10 @@ Result<MathOptions> ParseOptions(const AdapterOptions& options) {
                                          OptionOr(options, "max_operand", kDefaultMaxOperand), 1,
                                          kMaxOperandLimit));
   o.max_operand = static_cast<int64_t>(max_operand);
+  const std::string answer = OptionOr(options, "answer", "exact");
+  if (answer != "exact" && answer != "last_number")
+    return InvalidArgument("math task option answer: expected exact or last_number, got \"" + answer + "\"");
+  o.last_number = answer == "last_number";
   o.train_file = OptionOr(options, "train_file", "");
   o.eval_file = OptionOr(options, "eval_file", "");
   ECHELON_RETURN_IF_ERROR(CheckSources(options, o));
@@ -155,8 +176,10 @@ class MathAdapter final : public TaskAdapter {
     return episodes;
   }
 
-  // Exact match only: " 85", "85 " and "085" are wrong, so the policy must learn the format.
+  // answer=exact: " 85", "85 " and "085" are wrong, so the policy must learn the format.
+  // answer=last_number: the last integer of the completion counts ("The sum is 85." is right).
   double Reward(const Prompt& prompt, const std::string& completion) const override {
+    if (opts_.last_number) return LastInteger(completion) == prompt.reference ? 1.0 : 0.0;
     return completion == prompt.reference ? 1.0 : 0.0;
   }
 

@@ -1,9 +1,11 @@
 // The "math" task: two-operand integer addition and subtraction ("37+48=" -> "85",
-// "12-23=" -> "-11"), rewarded 1 for the exact answer and 0 otherwise. Small enough for a
+// "12-23=" -> "-11"), rewarded 1 for the right answer and 0 otherwise. Small enough for a
 // character model on a CPU to learn in minutes, and exactly verifiable.
 //
 // Options (strings; unknown names are an error):
 //   seed         "0"   problem generation and the JSONL shuffle order
+//   answer       "exact"  the completion must be the answer exactly; "last_number": the last
+//                      integer in it must equal the answer (for models that answer in prose)
 //   max_operand  "99"  operands are drawn from 0..max_operand (generated problems)
 //   eval_size    "500" held-out problems drawn with the seed (generated held-out set only)
 //   train_file   ""    JSONL training problems, cycled in a seeded shuffled order; needs

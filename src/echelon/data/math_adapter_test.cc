@@ -190,10 +190,32 @@ TEST(MathAdapter, RunGroupSamplesOnceAndRewardsEachCompletion) {
   EXPECT_EQ(policy.calls, 1);
 }
 
+TEST(MathAdapter, LastNumberAnswersCountTheLastIntegerOfTheCompletion) {
+  auto task = MustCreate({{"answer", "last_number"}});
+  ASSERT_TRUE(task);
+  const Prompt add = MathProblem{37, '+', 48}.ToPrompt(0);
+  const Prompt sub = MathProblem{37, '-', 48}.ToPrompt(1);
+  const Prompt zero = MathProblem{5, '-', 5}.ToPrompt(2);
+  EXPECT_EQ(task->Reward(add, "85"), 1.0);
+  EXPECT_EQ(task->Reward(add, "37 + 48 = 85."), 1.0);
+  EXPECT_EQ(task->Reward(add, "The answer is 085"), 1.0);
+  EXPECT_EQ(task->Reward(add, "85, not 86"), 0.0) << "the last number counts";
+  EXPECT_EQ(task->Reward(add, "8 5"), 0.0);
+  EXPECT_EQ(task->Reward(add, "no number"), 0.0);
+  EXPECT_EQ(task->Reward(add, ""), 0.0);
+  EXPECT_EQ(task->Reward(sub, "It is -11"), 1.0);
+  EXPECT_EQ(task->Reward(sub, "It is - 11"), 0.0) << "a sign must touch its digits";
+  EXPECT_EQ(task->Reward(sub, "11"), 0.0);
+  EXPECT_EQ(task->Reward(zero, "-0"), 1.0);
+  EXPECT_EQ(task->Reward(zero, "0"), 1.0);
+  const std::string err = ErrorOf({{"answer", "fuzzy"}});
+  EXPECT_NE(err.find("answer: expected exact or last_number, got \"fuzzy\""), std::string::npos) << err;
+}
+
 TEST(MathAdapterOptions, UnknownOptionIsRejectedWithTheKnownOnes) {
   const std::string err = ErrorOf({{"max_operands", "9"}});
   EXPECT_NE(err.find("\"max_operands\""), std::string::npos) << err;
-  EXPECT_NE(err.find("eval_file, eval_size, max_operand, seed, train_file"), std::string::npos)
+  EXPECT_NE(err.find("answer, eval_file, eval_size, max_operand, seed, train_file"), std::string::npos)
       << err;
 }
 
