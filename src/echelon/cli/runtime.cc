@@ -214,6 +214,67 @@ void PublishGauges(const nlohmann::json& line, obs::MetricsHttpServer& http) {
   }
 }
 
+// Every new policy snapshot goes to the hub (in-process actors, and remote actors' direct
+// pulls) and, once StartBroadcast ran, out by peer-assisted broadcast
+// (net/broadcast_origin.h), signed with a key made for this learner process.
+class SnapshotPublisher {
+ public:
+  explicit SnapshotPublisher(LocalHub* hub) : hub_(hub) {}
+
+  Status StartBroadcast(const NetworkOptions& network, const Clock* clock) {
+    ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
+    net::BroadcastOriginOptions bo;
+    bo.listen = network.broadcast_listen.empty() ? net::HostOf(network.listen) + ":0" : network.broadcast_listen;
+    bo.token = network.token;
+    bo.log_each_version = false;  // one snapshot per update: the metrics carry broadcast_s
+    origin_ = std::make_unique<net::BroadcastOrigin>(bo, std::move(key), clock);
+    return origin_->Start();
+  }
+  const net::BroadcastOrigin* origin() const { return origin_.get(); }
+
+  void Publish(rollout::Snapshot snap) {
+    if (origin_) {
+      Result<broadcast::Manifest> m = origin_->Publish(static_cast<uint64_t>(snap.version), *snap.weights);
+      if (m.ok()) {
+        broadcasting_.push_back(snap.version);
+        if (broadcasting_.size() > 8) broadcasting_.pop_front();
+      } else {
+        spdlog::warn("broadcast of snapshot v{} failed: {}; actors will pull it directly", snap.version,
+                     m.status().message());
+      }
+    }
+    hub_->Publish(std::move(snap));
+  }
+
+  // The newest version whose broadcast completed since the last call, with the seconds from
+  // publishing until the last peer held it (nullopt: none).
+  std::optional<std::pair<int64_t, double>> TakeCompletedBroadcast() {
+    std::optional<std::pair<int64_t, double>> newest;
+    if (!origin_) return newest;
+    for (auto it = broadcasting_.begin(); it != broadcasting_.end();) {
+      if (!origin_->IsComplete(static_cast<uint64_t>(*it))) {
+        ++it;
+        continue;
+      }
+      std::optional<double> last;
+      for (const net::BroadcastPeerReport& r : origin_->Report(static_cast<uint64_t>(*it)))
+        if (r.completed_s) last = std::max(last.value_or(0.0), *r.completed_s);
+      if (last) newest = std::make_pair(*it, *last);
+      it = broadcasting_.erase(it);
+    }
+    return newest;
+  }
+
+  void Shutdown() {
+    if (origin_) origin_->Shutdown();
+  }
+
+ private:
+  LocalHub* hub_;
+  std::unique_ptr<net::BroadcastOrigin> origin_;
+  std::deque<int64_t> broadcasting_;  // published versions not yet held by every peer
+};
+
 // Everything the learner loop tracks across steps.
 struct LoopState {
   std::deque<rollout::GroupRollout> buffer;
@@ -381,6 +442,11 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
   RealClock clock;
   const double t_start = clock.Now();
 
+  if (options.learner.loss.correction != learn::Correction::kNone && options.learner.minibatches <= 1)
+    spdlog::warn("rl.correction {} with rl.minibatches 1: the ratio to pi_prox is exactly 1, so nothing is "
+                 "clipped; at S = 16 and rl.lr 3e-4 it fell below the warm-start, at rl.lr 7.5e-5 it matched "
+                 "`none` (docs/RESULTS.md)",
+                 options.learner.loss.correction == learn::Correction::kTruncatedIS ? "tis" : "decoupled");
   ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<data::TaskAdapter> task,
                            data::CreateAdapter(options.task_name, options.task_options));
   const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
@@ -426,52 +492,15 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                                            {"resumes", rs.resumes},
                                            {"wall_s", wall_now()}}));
   }
-  ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap0, MakeSnapshot(learner.model(), learner.version()));
-  hub.Publish(snap0);
-  // Snapshots to remote actors by peer-assisted broadcast (net/broadcast_origin.h); actors
-  // that cannot join pull them from the hub directly.
-  std::unique_ptr<net::BroadcastOrigin> origin;
-  std::deque<int64_t> broadcasting;  // published versions not yet held by every peer
+  // Snapshots to remote actors by peer-assisted broadcast; actors that cannot join pull them
+  // from the hub directly.
+  SnapshotPublisher publisher(&hub);
   if (network != nullptr && options.snapshot_broadcast) {
-    ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
-    net::BroadcastOriginOptions bo;
-    bo.listen = network->broadcast_listen.empty() ? net::HostOf(network->listen) + ":0" : network->broadcast_listen;
-    bo.token = network->token;
-    bo.log_each_version = false;  // one snapshot per update: the metrics carry broadcast_s
-    origin = std::make_unique<net::BroadcastOrigin>(bo, std::move(key), &clock);
-    ECHELON_RETURN_IF_ERROR(origin->Start().WithContext("snapshot broadcast origin"));
+    ECHELON_RETURN_IF_ERROR(publisher.StartBroadcast(*network, &clock).WithContext("snapshot broadcast origin"));
   }
-  auto publish = [&](rollout::Snapshot snap) {
-    if (origin) {
-      Result<broadcast::Manifest> m = origin->Publish(static_cast<uint64_t>(snap.version), *snap.weights);
-      if (m.ok()) {
-        broadcasting.push_back(snap.version);
-        if (broadcasting.size() > 8) broadcasting.pop_front();
-      } else {
-        spdlog::warn("broadcast of snapshot v{} failed: {}; actors will pull it directly", snap.version,
-                     m.status().message());
-      }
-    }
-    hub.Publish(std::move(snap));
-  };
-  if (origin) publish(snap0);
-  // Seconds from publishing until the last peer held it, for the newest version completed
-  // since the last call (nullopt: none).
-  auto broadcast_done = [&]() -> std::optional<std::pair<int64_t, double>> {
-    std::optional<std::pair<int64_t, double>> newest;
-    for (auto it = broadcasting.begin(); it != broadcasting.end();) {
-      if (!origin->IsComplete(static_cast<uint64_t>(*it))) {
-        ++it;
-        continue;
-      }
-      std::optional<double> last;
-      for (const net::BroadcastPeerReport& r : origin->Report(static_cast<uint64_t>(*it)))
-        if (r.completed_s) last = std::max(last.value_or(0.0), *r.completed_s);
-      if (last) newest = std::make_pair(*it, *last);
-      it = broadcasting.erase(it);
-    }
-    return newest;
-  };
+  const net::BroadcastOrigin* origin = publisher.origin();
+  ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap0, MakeSnapshot(learner.model(), learner.version()));
+  publisher.Publish(std::move(snap0));
 
   LoopState st;
   st.busy_seconds = rs.busy_seconds;
@@ -635,7 +664,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
         failure = snap.status();
         break;
       }
-      publish(std::move(snap).value());
+      publisher.Publish(std::move(snap).value());
     }
     // After the last update nothing more is consumed: admit no new work for it.
     if (version < options.steps) dispatcher.SetVersion(version);
@@ -693,7 +722,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                            {"tokens", stats->tokens},
                            {"tokens_per_s", generated_tokens / std::max(rl_wall, 1e-9)}};
     if (origin)
-      if (std::optional<std::pair<int64_t, double>> b = broadcast_done()) {
+      if (std::optional<std::pair<int64_t, double>> b = publisher.TakeCompletedBroadcast()) {
         line["broadcast_version"] = b->first;
         line["broadcast_s"] = b->second;
       }
@@ -759,7 +788,7 @@ Result<RunSummary> RunTraining(const RunOptions& options, const std::string& run
                                          {"wall_s", summary.wall_seconds}}));
   // Let every actor hear that the run is over (they poll at least every heartbeat).
   if (server) server->WaitUntilActorsTold(3 * network->heartbeat_seconds + 1.0);
-  if (origin) origin->Shutdown();
+  publisher.Shutdown();
   return summary;
 }
 
