@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System test of `echelon plan --from-run`: three short real runs of configs/math-tiny.yaml
-# that load the learner differently (one actor at S = 2: learner-bound; one actor slowed 3x
+# that load the learner differently (two actors at S = 2: learner-bound, with room to stay so
+# when other tests share the cores; one actor slowed 3x
 # at S = 2: rollout-bound; two actors at S = 0: lock-step). For each, the capacity model
 # fitted to the run must predict its measured learner utilisation within 10% (relative).
 # Then the CONFIG form (the plan takes the run's measured numbers) and one clear error per
@@ -16,7 +17,7 @@ jqok() { jq -e "$@" > /dev/null; }
 
 SHORT=(--set warmstart.steps=5 --set rl.steps=50 --set task.eval_size=20 --set eval.every=0)
 declare -A RUNS=(
-  [learner_bound]="--set rl.staleness=2 --set rollout.actors=1"
+  [learner_bound]="--set rl.staleness=2 --set rollout.actors=2"
   [rollout_bound]="--set rl.staleness=2 --set rollout.actors=1 --set rollout.slow_actors=1 --set rollout.slowdown=3"
   [lock_step]="--set rl.staleness=0 --set rollout.actors=2"
 )
@@ -27,7 +28,7 @@ for name in learner_bound rollout_bound lock_step; do
   "$ECHELON" plan --from-run "$name" --json > "$name.plan.out" 2> "$name.plan.err"
   check "plan --from-run $name exits 0" test $? -eq 0
   tail -1 "$name.plan.out" | jq -c .from_run > "$name.fit.json"
-  jq -r '"\(input_filename): predicted \(.predicted_utilization) measured \(.measured_utilization) error \(.relative_error)"' \
+  jq -r '"\(input_filename): predicted \(.predicted_utilization) measured \(.measured_utilization) error \(.relative_error) window full \(.window_full_fraction)"' \
     "$name.fit.json"
   check "$name: predicted utilisation within 10% of measured" \
     jqok '(.predicted_utilization / .measured_utilization - 1) | fabs <= 0.10' "$name.fit.json"
