@@ -57,4 +57,17 @@ Status SyncDir(const std::string& dir) {
   return Status::Ok();
 }
 
+Result<nlohmann::json> ParseJson(const std::string& text, const std::string& where) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(where + ": not valid JSON: " + e.what());
+  }
+}
+
+Result<nlohmann::json> ReadJsonFile(const std::string& path) {
+  ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseJson(text, path);
+}
+
 }  // namespace echelon

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "echelon/common/status.h"
 
 namespace echelon {
@@ -13,5 +15,9 @@ Result<std::string> ReadFile(const std::string& path);
 Status WriteFileAtomic(const std::string& path, const std::string& bytes);
 // Fsyncs a directory so that a rename inside it survives a power cut.
 Status SyncDir(const std::string& dir);
+// JSON text, or one error "<where>: not valid JSON: <the parser's reason>".
+Result<nlohmann::json> ParseJson(const std::string& text, const std::string& where);
+// A file's JSON; errors name the path.
+Result<nlohmann::json> ReadJsonFile(const std::string& path);
 
 }  // namespace echelon

@@ -73,12 +73,6 @@ Status Publish(const fs::path& tmp, const fs::path& dir) {
   return Status::Ok();
 }
 
-Result<nlohmann::json> ReadJson(const std::string& path) {
-  ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(path + ": not valid JSON");
-  return j;
-}
 
 }  // namespace
 
@@ -136,7 +130,7 @@ Status VerifyCheckpoint(const std::string& dir, bool required) {
     if (!required) return Status::Ok();
     return DataLoss(sums_path.string() + " is missing (the checkpoint was not finished)");
   }
-  ECHELON_ASSIGN_OR_RETURN(nlohmann::json sums, ReadJson(sums_path.string()));
+  ECHELON_ASSIGN_OR_RETURN(nlohmann::json sums, ReadJsonFile(sums_path.string()));
   if (!sums.is_object() || !sums.contains("files") || !sums["files"].is_object() || sums["files"].empty())
     return DataLoss(sums_path.string() + ": expected {\"files\": {name: {bytes, sha256}}}");
   for (const auto& [name, entry] : sums["files"].items()) {

@@ -14,12 +14,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Result<json> ReadJsonFile(const fs::path& path) {
-  ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path.string()));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(path.string() + ": not valid JSON");
-  return j;
-}
 
 // eos ids as HF writes them: an integer, a list of integers, or null.
 Status AddTokenIds(const json& j, const char* field, const std::string& where, std::vector<int64_t>* out) {
@@ -48,7 +42,7 @@ Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir, std::
     return std::move(f.tensors);
   }
   *label = dir.string();
-  ECHELON_ASSIGN_OR_RETURN(json index, ReadJsonFile(index_path));
+  ECHELON_ASSIGN_OR_RETURN(json index, ReadJsonFile(index_path.string()));
   if (!index.contains("weight_map") || !index["weight_map"].is_object() || index["weight_map"].empty())
     return InvalidArgument(index_path.string() + ": missing or empty \"weight_map\"");
   std::map<std::string, std::set<std::string>> by_file;
@@ -87,7 +81,7 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
   TextModel m;
   m.dir = dir.string();
   const fs::path config_path = dir / "config.json";
-  ECHELON_ASSIGN_OR_RETURN(json config_json, ReadJsonFile(config_path));
+  ECHELON_ASSIGN_OR_RETURN(json config_json, ReadJsonFile(config_path.string()));
   ECHELON_ASSIGN_OR_RETURN(m.config, ModelConfig::FromJson(config_json, config_path.string()));
   m.architecture = m.config.architecture();
   std::string weights_label;
@@ -102,7 +96,7 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
   ECHELON_RETURN_IF_ERROR(AddTokenIds(config_json, "eos_token_id", config_path.string(), &m.stop_ids));
   const fs::path gen_path = dir / "generation_config.json";
   if (fs::exists(gen_path, ec)) {
-    ECHELON_ASSIGN_OR_RETURN(json gen, ReadJsonFile(gen_path));
+    ECHELON_ASSIGN_OR_RETURN(json gen, ReadJsonFile(gen_path.string()));
     ECHELON_RETURN_IF_ERROR(AddTokenIds(gen, "eos_token_id", gen_path.string(), &m.stop_ids));
     if (gen.contains("temperature") && gen["temperature"].is_number()) m.temperature = gen["temperature"].get<double>();
     if (gen.contains("top_p") && gen["top_p"].is_number()) m.top_p = gen["top_p"].get<double>();
@@ -147,7 +141,7 @@ Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::
   std::error_code ec;
   const fs::path source_gen = fs::path(tokenizer_source_dir) / "generation_config.json";
   if (!tokenizer_source_dir.empty() && fs::exists(source_gen, ec)) {
-    ECHELON_ASSIGN_OR_RETURN(json src, ReadJsonFile(source_gen));
+    ECHELON_ASSIGN_OR_RETURN(json src, ReadJsonFile(source_gen.string()));
     if (src.is_object())
       for (const auto& [k, v] : src.items())
         if (!gen.contains(k)) gen[k] = v;
@@ -155,6 +149,7 @@ Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::
   files["generation_config.json"] = gen.dump(2) + "\n";
   if (!tokenizer_source_dir.empty()) {
     for (const std::string& name : Vocabulary::FileNames()) {
+      if (name == "generation_config.json") continue;  // merged above
       const fs::path p = fs::path(tokenizer_source_dir) / name;
       if (!fs::exists(p, ec)) continue;
       ECHELON_ASSIGN_OR_RETURN(files[name], ReadFile(p.string()));

@@ -108,6 +108,8 @@ TEST_F(HfModelDirTest, SaveThenLoadGivesIdenticalLogitsForEveryFamily) {
     EXPECT_EQ(back->architecture, Config(type).architecture());
     EXPECT_EQ(back->stop_ids, (std::vector<int64_t>{256, 7}));
     EXPECT_DOUBLE_EQ(back->temperature, 0.6);
+    const json gen = json::parse(ReadFile(dir + "/generation_config.json").value());
+    EXPECT_EQ(gen["eos_token_id"], json::array({256, 7})) << "the source's file is merged, not copied over ours";
     EXPECT_DOUBLE_EQ(back->top_p, 0.95);
     EXPECT_NE(back->chat_template.find("<|im_start|>"), std::string::npos);
     ASSERT_TRUE(back->vocab);

@@ -105,11 +105,6 @@ Result<std::vector<int64_t>> BpePromptPrefix(const json& tokenizer_json, const j
   return prefix;
 }
 
-Result<json> ParseJson(const std::string& text, const std::string& where) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(where + ": not valid JSON");
-  return j;
-}
 
 }  // namespace
 
@@ -138,6 +133,7 @@ void Vocabulary::InitCharacters(const std::string& alphabet) {
                                     "\n"}});
   v.stop_ids_ = {CharTokenizer::kEos};
   v.prefix_ = {CharTokenizer::kBos};
+  v.bos_text_ = "<bos>";
   v.pad_ = CharTokenizer::kPad;
   v.characters_ = true;
 }
@@ -187,7 +183,11 @@ Result<Vocabulary> Vocabulary::FromFiles(TokenizerFiles files, std::vector<int64
     v.chat_template_ = jinja->second;
   const json bos = config_json.is_object() ? config_json.value("bos_token", json()) : json();
   const json bos_text = bos.is_object() ? bos.value("content", json()) : bos;
-  if (bos_text.is_string()) v.bos_text_ = bos_text.get<std::string>();
+  if (bos_text.is_string()) {
+    v.bos_text_ = bos_text.get<std::string>();
+  } else if (!bos.is_null()) {
+    return InvalidArgument(config_name + ": bos_token must be a string or {\"content\": ...}");
+  }
   const json pad = config_json.is_object() ? config_json.value("pad_token", json()) : json();
   const json pad_text = pad.is_object() ? pad.value("content", json()) : pad;
   v.pad_ = pad_text.is_string() ? v.codec_->SpecialTokenId(pad_text.get<std::string>()) : -1;

@@ -78,6 +78,8 @@ class Vocabulary {
   bool chat() const { return chat_ != nullptr; }
   // The raw chat template the files carry ("" when none).
   const std::string& chat_template() const { return chat_template_; }
+  // tokenizer_config.json's bos_token ("" when none), for templates that write it.
+  const std::string& bos_text() const { return bos_text_; }
 
   // As handed to actors in the run spec: {"files": {...}, "stop_ids": [...], "chat": ...}.
   nlohmann::json ToJson() const;

@@ -102,17 +102,23 @@ void ChooseActivation(Plan* plan, const std::vector<int64_t>& available) {
   plan->activation = Evaluate(plan, s, available).activation;
 }
 
+// How many workers receive snapshots when `counts[j]` of each class take part, and their mean
+// uplink (the relay bandwidth of the broadcast), 0 when there are none.
+std::pair<int64_t, double> Receivers(const Plan& plan, const std::vector<int64_t>& counts) {
+  int64_t n = 0;
+  double up = 0;
+  for (size_t j = 0; j < plan.classes.size(); ++j) {
+    n += counts[j];
+    up += counts[j] * plan.classes[j].uplink_mbps;
+  }
+  return {n, n > 0 ? up / n : 0};
+}
+
 }  // namespace
 
 std::vector<int64_t> ClassMinArrivalStalenesses(const Plan& plan, const std::vector<int64_t>& receivers) {
   std::vector<int64_t> out(plan.classes.size(), -1);
-  int64_t n = 0;
-  double up = 0;
-  for (size_t j = 0; j < plan.classes.size(); ++j) {
-    n += receivers[j];
-    up += receivers[j] * plan.classes[j].uplink_mbps;
-  }
-  const double relay_up = n > 0 ? up / n : 0;
+  const auto [n, relay_up] = Receivers(plan, receivers);
   const double step = FreshnessStepSeconds(plan);
   for (size_t j = 0; j < plan.classes.size(); ++j) {
     const WorkerClass& k = plan.classes[j];
@@ -126,13 +132,7 @@ std::vector<int64_t> ClassMinArrivalStalenesses(const Plan& plan, const std::vec
 std::vector<WorkerOffer> ActivationOffers(const Plan& plan, const std::vector<int64_t>& available,
                                           const std::vector<bool>& excluded) {
   std::vector<WorkerOffer> offers;
-  int64_t receivers = 0;
-  double up = 0;
-  for (size_t j = 0; j < plan.classes.size(); ++j) {
-    receivers += available[j];
-    up += available[j] * plan.classes[j].uplink_mbps;
-  }
-  const double relay_up = receivers > 0 ? up / receivers : 0;
+  const auto [receivers, relay_up] = Receivers(plan, available);
   for (size_t j = 0; j < plan.classes.size(); ++j) {
     const WorkerClass& k = plan.classes[j];
     WorkerOffer o;

@@ -39,15 +39,6 @@ void ReplyJson(httplib::Response& res, int status, const json& body) {
 
 void ReplyError(httplib::Response& res, const ApiError& e) { ReplyJson(res, e.http_status, ErrorBody(e)); }
 
-Result<json> ReadJsonFile(const std::string& path) {
-  std::string text;
-  ECHELON_ASSIGN_OR_RETURN(text, ReadFile(path));
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    return InvalidArgument(path + ": not valid JSON: " + e.what());
-  }
-}
 
 // The first top-level field where two config.json objects differ, or "".
 std::string FirstDifference(const json& a, const json& b) {
@@ -94,17 +85,6 @@ struct OpenAiServer::Prepared {
   model::SamplingParams sampling;
 };
 
-Result<std::string> BosToken(const std::string& dir) {
-  const std::string path = dir + "/tokenizer_config.json";
-  if (dir.empty() || !std::filesystem::exists(path)) return std::string();
-  ECHELON_ASSIGN_OR_RETURN(json cfg, ReadJsonFile(path));
-  if (!cfg.is_object() || !cfg.contains("bos_token") || cfg["bos_token"].is_null()) return std::string();
-  const json& b = cfg["bos_token"];
-  if (b.is_string()) return b.get<std::string>();
-  if (b.is_object() && b.contains("content") && b["content"].is_string()) return b["content"].get<std::string>();
-  return InvalidArgument(path + ": bos_token must be a string or {\"content\": ...}");
-}
-
 Result<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(model::TextModel model, ServeOptions options) {
   std::unique_ptr<OpenAiServer> s(new OpenAiServer());
   s->name_ = !options.served_model_name.empty() ? options.served_model_name
@@ -112,7 +92,7 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(model::TextModel mode
   if (s->name_.empty()) s->name_ = std::filesystem::path(model.dir).parent_path().filename().string();
   if (s->name_.empty()) s->name_ = "model";
   const std::string& raw = model.chat_template;
-  ECHELON_ASSIGN_OR_RETURN(std::string bos, BosToken(model.dir));
+  const std::string bos = model.vocab ? model.vocab->bos_text() : "";
   Result<tokenizer::ChatTemplate> t = tokenizer::ChatTemplate::FromRaw(raw, bos);
   if (!t.ok()) return t.status().WithContext(model.dir.empty() ? "chat template" : model.dir + " chat template");
   s->template_ = t.value();

@@ -108,7 +108,4 @@ class OpenAiServer {
   int port_ = 0;
 };
 
-// tokenizer_config.json's bos_token ("" when absent), for templates that write it.
-Result<std::string> BosToken(const std::string& dir);
-
 }  // namespace echelon::serve

@@ -93,13 +93,6 @@ std::string TypeOf(const json& j) {
   return it->get<std::string>();
 }
 
-Result<json> ParseJson(const std::string& text, const std::string& where) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    return Bad(where, std::string("not valid JSON: ") + e.what());
-  }
-}
 
 Status ReadBool(const json& obj, const char* key, const std::string& where, bool* out) {
   auto it = obj.find(key);
