@@ -62,6 +62,8 @@ void ProcessGroup::Supervise() {
       int status = 0;
       if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
       c.pid = -1;
+      // Status 0 is a clean exit: the learner told the actor that the run is over.
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
       if (c.restarts >= max_restarts_) {
         spdlog::error("{} exited (status {}) and was restarted {} times already; giving up on it (log: {})", name,
                       status, c.restarts, c.log_path);

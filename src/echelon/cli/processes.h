@@ -1,5 +1,7 @@
 // ProcessGroup: starts child processes (the actors of a local cluster), restarts one that dies
-// unexpectedly (with a cap), and stops them all with a bounded timeout: SIGTERM, then SIGKILL.
+// unexpectedly (killed by a signal or a non-zero exit status; with a cap), and stops them all
+// with a bounded timeout: SIGTERM, then SIGKILL. Exit status 0 is an actor told by the learner
+// that the run is over: it is not restarted.
 //
 //   ProcessGroup group;
 //   group.Start("actor-0", {"/path/echelon", "actor", "--learner", "127.0.0.1:7700"}, "run/actors/actor-0.log");
