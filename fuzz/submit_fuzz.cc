@@ -1,10 +1,10 @@
 // Fuzzes what a learner does with a submission from the network: protobuf parsing of a
 // SubmitRequest, decoding into a GroupRollout, validation, reward re-checking and the
-// dispatcher's lease check (LocalHub::Submit). Nothing may crash, hang or leak.
+// dispatcher's lease check (learn::TrajectoryIntake::Submit). Nothing may crash, hang or leak.
 #include <cstddef>
 #include <cstdint>
 
-#include "echelon/cli/runtime.h"
+#include "echelon/learn/trajectory_intake.h"
 #include "echelon/net/codec.h"
 
 namespace {
@@ -13,13 +13,15 @@ struct Learner {
   Learner()
       : dispatcher({2, 4, 60}, &clock),
         task(echelon::data::CreateAdapter("math", {{"eval_size", "4"}}).value()),
-        tok(echelon::model::CharTokenizer::ForAlphabet(task->Alphabet())),
-        hub(&dispatcher, task.get(), &tok, 8) {}
+        vocab(echelon::model::Vocabulary::Characters(task->Alphabet())),
+        hub(&dispatcher, task.get(), &vocab, vocab.id_end(), 8) {
+    hub.Publish({0, std::make_shared<const std::string>()});  // version 0 exists, as in a run
+  }
   echelon::SimulatedClock clock;
   echelon::sched::Dispatcher dispatcher;
   std::unique_ptr<echelon::data::TaskAdapter> task;
-  echelon::model::CharTokenizer tok;
-  echelon::cli::LocalHub hub;
+  echelon::model::Vocabulary vocab;
+  echelon::learn::TrajectoryIntake hub;
 };
 
 }  // namespace

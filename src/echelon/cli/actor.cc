@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "echelon/cli/commands.h"
-#include "echelon/cli/run_spec.h"
+#include "echelon/rollout/run_spec.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/remote_learner.h"
 #include "echelon/rollout/actor.h"
@@ -44,7 +44,7 @@ struct ActorArgs {
 };
 
 // The openai-http backend, encoding prompts exactly as ModelPolicy does (the run's vocabulary).
-Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const ActorSetup& setup) {
+Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const rollout::ActorSetup& setup) {
   rollout::OpenAiHttpOptions o;
   o.url = args.backend_url;
   o.model = args.backend_model;
@@ -97,7 +97,7 @@ int RunActor(const ActorArgs& args) {
     spdlog::error("{}", spec.status().message());
     return g_stop.load() ? 0 : 1;
   }
-  Result<ActorSetup> setup = ParseRunSpec(spec.value());
+  Result<rollout::ActorSetup> setup = rollout::ParseRunSpec(spec.value());
   if (!setup.ok()) {
     spdlog::error("{}", setup.status().message());
     return 1;

@@ -93,22 +93,13 @@ int RunEval(const EvalArgs& args) {
   sp.temperature = poker ? args.temperature : 0.0;
   sp.max_new_tokens = args.max_new_tokens;
   rollout::ModelPolicy policy(ck->model, vocab, sp);
-  if (poker) {
-    try {
-      return RunPokerEval(args, policy);
-    } catch (const std::exception& e) {
-      spdlog::error("poker evaluation: {}", e.what());
-      return 2;
-    }
-  }
-  rollout::EvalResult r;
-  try {
-    r = rollout::EvaluateGreedy(*task.value(), task.value()->HeldOut(), policy, args.batch);
-  } catch (const std::exception& e) {
-    spdlog::error("{}: {}", args.data, e.what());
+  if (poker) return RunPokerEval(args, policy);
+  Result<rollout::EvalResult> r = rollout::EvaluateGreedy(*task.value(), task.value()->HeldOut(), policy, args.batch);
+  if (!r.ok()) {
+    spdlog::error("{}: {}", args.data, r.status().message());
     return 2;
   }
-  std::cout << nlohmann::json{{"accuracy", r.accuracy}, {"n", r.n}}.dump() << std::endl;
+  std::cout << nlohmann::json{{"accuracy", r->accuracy}, {"n", r->n}}.dump() << std::endl;
   return 0;
 }
 

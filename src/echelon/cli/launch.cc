@@ -16,16 +16,19 @@
 #include <spdlog/spdlog.h>
 
 #include "echelon/cli/processes.h"
-#include "echelon/cli/runtime.h"
 #include "echelon/cli/train_config.h"
 #include "echelon/common/fs.h"
+#include "echelon/learn/learner_run.h"
+#include "echelon/learn/thread_actors.h"
 #include "echelon/net/auth.h"
+#include "echelon/net/grpc_actors.h"
 
 namespace echelon::cli {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
 void OnSignal(int) { g_interrupted = true; }
+const RealClock g_clock;
 
 std::string DefaultRunDir(const std::string& config_path) {
   std::time_t now = std::time(nullptr);
@@ -49,7 +52,7 @@ std::string SelfExe() {
   return ec ? std::string("echelon") : p.string();
 }
 
-void PrintSummary(const RunSummary& s) {
+void PrintSummary(const learn::RunSummary& s) {
   std::cout << "held-out accuracy: warm-start " << std::fixed << std::setprecision(3) << s.warmstart_accuracy << " -> "
             << (s.interrupted ? "interrupted " : "final ") << s.final_accuracy << " (n=" << s.heldout_n << ", "
             << s.steps_done << " steps, " << std::setprecision(0) << s.wall_seconds << " s)\n";
@@ -95,6 +98,54 @@ Result<Config> ResumeConfig(const LaunchArgs& args, const std::string& run_dir) 
   return wanted;
 }
 
+// The gRPC side of a run: `echelon learner` serves remote actors at --listen with the token
+// of --token-file; `echelon train` (rollout.transport: processes) serves its own actor
+// processes on loopback with a fresh token, starting them once the server listens.
+Result<net::GrpcActorsOptions> NetworkOptions(const LaunchArgs& args, LaunchMode mode, const RunOptions& options,
+                                              const std::string& run_dir, ProcessGroup* actors) {
+  net::GrpcActorsOptions net;
+  net.tls_cert_file = args.tls_cert;
+  net.tls_key_file = args.tls_key;
+  net.broadcast = options.snapshot_broadcast;
+  if (mode == LaunchMode::kLearnerOnly) {
+    net.listen = args.listen;
+    net.broadcast_listen = args.broadcast_listen;
+    if (!args.token_file.empty()) {
+      Result<std::string> token = net::LoadToken(args.token_file);
+      if (!token.ok()) return token.status().WithContext("--token-file");
+      net.token = std::move(token).value();
+    } else {
+      spdlog::warn("no --token-file: any host that reaches {} can join this run", args.listen);
+    }
+    return net;
+  }
+  // A local cluster: actors are child processes on loopback with a fresh token.
+  net.listen = "127.0.0.1:0";
+  net.token = RandomToken();
+  net.on_listening = [actors, run_dir, token = net.token, options](int port) {
+    const std::string exe = SelfExe();
+    const std::string dir = run_dir + "/actors";
+    std::filesystem::create_directories(dir);
+    const std::string token_path = dir + "/token";
+    if (!WriteFileAtomic(token_path, token + "\n").ok() || ::chmod(token_path.c_str(), 0600) != 0)
+      spdlog::error("cannot write {}", token_path);
+    for (int64_t i = 0; i < options.actors; ++i) {
+      const std::string name = "actor-" + std::to_string(i);
+      std::vector<std::string> argv = {exe,      "actor",      "--learner",  "127.0.0.1:" + std::to_string(port),
+                                       "--name", name,         "--token-file", token_path,
+                                       "--broadcast-listen", "127.0.0.1:0"};
+      const double slowdown = options.actor_slowdowns[i];
+      if (slowdown > 1.0) {
+        argv.push_back("--slowdown");
+        argv.push_back(std::to_string(slowdown));
+      }
+      Status st = actors->Start(name, argv, dir + "/" + name + ".log");
+      if (!st.ok()) spdlog::error("cannot start {}: {}", name, st.message());
+    }
+  };
+  return net;
+}
+
 }  // namespace
 
 void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
@@ -133,54 +184,21 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
-  NetworkOptions net;
-  net.tls_cert_file = args.tls_cert;
-  net.tls_key_file = args.tls_key;
-  net.metrics_port = args.metrics_port;
+  const bool threads = mode == LaunchMode::kLocalCluster && cfg->String("rollout.transport") == "threads";
+  learn::LearnerRunArgs run_args{run_dir, cfg->ToYaml(), args.resume, args.metrics_port};
   ProcessGroup actors;
-  const bool local_processes = mode == LaunchMode::kLocalCluster && cfg->String("rollout.transport") == "processes";
-  if (mode == LaunchMode::kLearnerOnly) {
-    net.listen = args.listen;
-    net.broadcast_listen = args.broadcast_listen;
-    if (!args.token_file.empty()) {
-      Result<std::string> token = net::LoadToken(args.token_file);
-      if (!token.ok()) {
-        spdlog::error("--token-file: {}", token.status().message());
-        return 2;
-      }
-      net.token = token.value();
-    } else {
-      spdlog::warn("no --token-file: any host that reaches {} can join this run", args.listen);
+  std::unique_ptr<learn::ActorTransport> transport;
+  if (threads) {
+    transport = std::make_unique<learn::ThreadActors>(options->actors, options->actor_slowdowns);
+  } else {
+    Result<net::GrpcActorsOptions> net = NetworkOptions(args, mode, options.value(), run_dir, &actors);
+    if (!net.ok()) {
+      spdlog::error("{}", net.status().message());
+      return 2;
     }
-  } else if (local_processes) {
-    // A local cluster: actors are child processes on loopback with a fresh token.
-    net.listen = "127.0.0.1:0";
-    net.token = RandomToken();
-    const std::string exe = SelfExe();
-    net.on_listening = [&, exe](int port) {
-      const std::string dir = run_dir + "/actors";
-      std::filesystem::create_directories(dir);
-      const std::string token_path = dir + "/token";
-      if (!WriteFileAtomic(token_path, net.token + "\n").ok() || ::chmod(token_path.c_str(), 0600) != 0)
-        spdlog::error("cannot write {}", token_path);
-      for (int64_t i = 0; i < options->actors; ++i) {
-        const std::string name = "actor-" + std::to_string(i);
-        std::vector<std::string> argv = {exe,      "actor",      "--learner",  "127.0.0.1:" + std::to_string(port),
-                                         "--name", name,         "--token-file", token_path,
-                                         "--broadcast-listen", "127.0.0.1:0"};
-        const double slowdown = options->actor_slowdowns[i];
-        if (slowdown > 1.0) {
-          argv.push_back("--slowdown");
-          argv.push_back(std::to_string(slowdown));
-        }
-        Status st = actors.Start(name, argv, dir + "/" + name + ".log");
-        if (!st.ok()) spdlog::error("cannot start {}: {}", name, st.message());
-      }
-    };
+    transport = std::make_unique<net::GrpcActors>(std::move(net).value(), &g_clock);
   }
-  const bool serve = mode == LaunchMode::kLearnerOnly || local_processes;
-  Result<RunSummary> s = RunTraining(options.value(), run_dir, cfg->ToYaml(), &g_interrupted, std::cout,
-                                    serve ? &net : nullptr, args.resume);
+  Result<learn::RunSummary> s = learn::RunLearner(options.value(), run_args, *transport, &g_interrupted, std::cout);
   actors.StopAll(5.0);
   if (!s.ok()) {
     spdlog::error("{}", s.status().message());

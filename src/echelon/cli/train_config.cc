@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "echelon/sched/staleness_gate.h"
+#include "echelon/sched/tunables.h"
 
 namespace echelon::cli {
 
@@ -62,8 +63,11 @@ const ConfigSchema& TrainSchema() {
     s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit");
     s.Bool("rollout.chat", false,
            "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)");
-    s.Float("rollout.lease_seconds", 60.0, 0.1, 86400.0, "a group not returned in this time is re-issued");
-    s.Float("rollout.stall_timeout_seconds", 300.0, 1.0, 86400.0, "abort when no rollout arrives for this long");
+    // Reasons for both defaults: sched/tunables.h.
+    s.Float("rollout.lease_seconds", sched::kDefaultLeaseSeconds, 0.1, 86400.0,
+            "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction)");
+    s.Float("rollout.stall_timeout_seconds", sched::kDefaultStallTimeoutSeconds, 1.0, 86400.0,
+            "abort when no rollout arrives for this long");
     s.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)");
     s.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group");
     s.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)");

@@ -1,5 +1,5 @@
-// The schema of a training config (every key, its default, range and why), and the typed
-// options RunTraining consumes. `echelon train --help` prints the table.
+// The schema of a training config (every key, its default, range and why), read into the typed
+// learn::RunOptions. `echelon train --help` prints the table.
 #pragma once
 
 #include <cstdint>
@@ -7,42 +7,13 @@
 #include <vector>
 
 #include "echelon/common/config.h"
-#include "echelon/data/adapter.h"
-#include "echelon/learn/learner.h"
-#include "echelon/learn/warmstart.h"
-#include "echelon/model/model_config.h"
+#include "echelon/learn/run_options.h"
 
 namespace echelon::cli {
 
 const ConfigSchema& TrainSchema();
 
-struct RunOptions {
-  uint64_t seed = 0;
-  std::string task_name;
-  data::AdapterOptions task_options;
-  std::string model_init;    // model directory to start from; empty: a new character model
-  model::ModelConfig model;  // the new character model's shape (vocab_size from the task's alphabet)
-  learn::WarmstartOptions warmstart;
-  learn::LearnerOptions learner;
-  int64_t steps = 0;
-  int64_t groups_per_step = 0;  // B
-  int64_t group_size = 0;       // G
-  int64_t staleness = 0;        // S
-  int64_t publish_period = 1;   // kappa
-  int64_t actors = 1;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  int64_t max_new_tokens = 8;
-  bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
-  double lease_seconds = 60;
-  double stall_timeout_seconds = 300;
-  std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
-  int64_t eval_every = 0;
-  int64_t checkpoint_every = 50;
-  int64_t checkpoint_keep = 3;
-  bool snapshot_broadcast = true;  // remote actors get snapshots by peer-assisted broadcast
-  int64_t wait_for_actors = 0;     // remote actors registered before the first update
-};
+using learn::RunOptions;
 
 Result<RunOptions> RunOptionsFromConfig(const Config& cfg);
 

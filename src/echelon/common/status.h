@@ -54,7 +54,8 @@ class Result {
   const Status& status() const { return status_; }
   T& value() & { return *value_; }
   const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
+  // By value: `for (auto& x : F().value())` must not bind to a temporary Result's inside.
+  T value() && { return std::move(*value_); }
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
 

@@ -3,7 +3,7 @@
 // adapter (selected by name in config); learner and actors stay untouched.
 //
 //   std::unique_ptr<TaskAdapter> task = CreateAdapter("math", options).value();
-//   std::vector<Episode> group = task->RunGroup(task->TrainPrompt(group_id), 8, policy, seed);
+//   ECHELON_ASSIGN_OR_RETURN(std::vector<Episode> group, task->RunGroup(task->TrainPrompt(group_id), 8, policy, seed));
 //
 // Thread contract: an adapter is immutable after creation and its methods may run
 // concurrently (each actor thread has its own Policy).
@@ -45,7 +45,9 @@ struct Episode {
 class Policy {
  public:
   virtual ~Policy() = default;
-  virtual std::vector<Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) = 0;
+  // One completion per prompt, in order; an error (the prompt cannot be encoded, the inference
+  // server failed) fails the whole call.
+  virtual Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) = 0;
 };
 
 class TaskAdapter {
@@ -59,8 +61,8 @@ class TaskAdapter {
   // The held-out evaluation set (disjoint from training prompts).
   virtual const std::vector<Prompt>& HeldOut() const = 0;
   // Plays `group_size` episodes of one prompt with the policy (one batched call for
-  // single-turn tasks) and rewards them.
-  virtual std::vector<Episode> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
+  // single-turn tasks) and rewards them. The policy's error fails the group.
+  virtual Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
                                         uint64_t seed) const = 0;
   // Reward of one completion for a prompt (the learner re-checks what it can verify).
   virtual double Reward(const Prompt& prompt, const std::string& completion) const = 0;

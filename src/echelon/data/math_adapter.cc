@@ -159,10 +159,11 @@ class MathAdapter final : public TaskAdapter {
 
   const std::vector<Prompt>& HeldOut() const override { return held_out_; }
 
-  std::vector<Episode> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
-                                uint64_t seed) const override {
-    if (group_size <= 0) return {};
-    std::vector<Turn> turns = policy.Sample(std::vector<std::string>(group_size, prompt.text), seed);
+  Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
+                                        uint64_t seed) const override {
+    if (group_size <= 0) return std::vector<Episode>();
+    ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
+                             policy.Sample(std::vector<std::string>(group_size, prompt.text), seed));
     // One episode per returned turn: a policy that returns fewer is visible as a short group.
     std::vector<Episode> episodes;
     episodes.reserve(turns.size());

@@ -39,7 +39,7 @@ std::string Solve(const std::string& text) {
 class ScriptedPolicy : public Policy {
  public:
   explicit ScriptedPolicy(std::vector<std::string> answers) : answers_(std::move(answers)) {}
-  std::vector<Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) override {
+  Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) override {
     ++calls;
     seen_prompts = prompts;
     seen_seed = seed;
@@ -174,7 +174,7 @@ TEST(MathAdapter, RunGroupSamplesOnceAndRewardsEachCompletion) {
   ASSERT_TRUE(task);
   const Prompt p = MathProblem{37, '+', 48}.ToPrompt(0);
   ScriptedPolicy policy({"85", "085", " 85", "86", "85"});
-  std::vector<Episode> group = task->RunGroup(p, 5, policy, /*seed=*/1234);
+  std::vector<Episode> group = task->RunGroup(p, 5, policy, /*seed=*/1234).value();
   EXPECT_EQ(policy.calls, 1);
   EXPECT_EQ(policy.seen_seed, 1234u);
   EXPECT_EQ(policy.seen_prompts, std::vector<std::string>(5, "37+48="));
@@ -186,7 +186,7 @@ TEST(MathAdapter, RunGroupSamplesOnceAndRewardsEachCompletion) {
     ASSERT_EQ(group[i].turns.size(), 1u);
     EXPECT_EQ(group[i].turns[0].tokens, std::vector<int64_t>{i});  // the turn is kept
   }
-  EXPECT_TRUE(task->RunGroup(p, 0, policy, 1).empty());
+  EXPECT_TRUE(task->RunGroup(p, 0, policy, 1).value().empty());
   EXPECT_EQ(policy.calls, 1);
 }
 

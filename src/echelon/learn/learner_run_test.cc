@@ -1,5 +1,5 @@
-// System tests of the in-process runtime: real learner, real actors (threads), tiny model.
-#include "echelon/cli/runtime.h"
+// System tests of the learning plane with actors as threads: real learner, real actors, tiny model.
+#include "echelon/learn/learner_run.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,11 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-namespace echelon::cli {
+#include "echelon/cli/train_config.h"
+#include "echelon/learn/thread_actors.h"
+
+namespace echelon::learn {
 namespace {
 
 RunOptions TinyOptions(int64_t staleness, int64_t actors, uint64_t seed) {
-  Result<Config> cfg = Config::Load(TrainSchema(), "",
+  Result<Config> cfg = Config::Load(cli::TrainSchema(), "",
                                     {"model.hidden_size=32", "model.num_hidden_layers=1", "model.num_attention_heads=2",
                                      "model.num_key_value_heads=1", "model.head_dim=16", "model.intermediate_size=64",
                                      "warmstart.steps=3", "warmstart.batch_size=16", "rl.steps=8",
@@ -23,7 +26,7 @@ RunOptions TinyOptions(int64_t staleness, int64_t actors, uint64_t seed) {
                                      "eval.every=4", "rollout.actors=" + std::to_string(actors),
                                      "rl.staleness=" + std::to_string(staleness), "seed=" + std::to_string(seed)});
   EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-  Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
+  Result<RunOptions> o = cli::RunOptionsFromConfig(cfg.value());
   EXPECT_TRUE(o.ok()) << o.status().message();
   return o.value();
 }
@@ -34,6 +37,13 @@ std::string FreshDir(const std::string& name) {
   return dir;
 }
 
+// A run with its actors as threads of this process.
+Result<RunSummary> RunWithThreads(const RunOptions& o, const std::string& dir, const std::string& yaml) {
+  ThreadActors actors(o.actors, o.actor_slowdowns);
+  std::stringstream progress;
+  return RunLearner(o, {dir, yaml}, actors, nullptr, progress);
+}
+
 std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {
   std::ifstream in(run_dir + "/metrics.jsonl");
   std::vector<nlohmann::json> lines;
@@ -42,15 +52,14 @@ std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {
   return lines;
 }
 
-TEST(RuntimeTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
+TEST(LearnerRunTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
   std::mt19937 rng(11);
   for (int64_t s : {0, 1, 3}) {
     RunOptions o = TinyOptions(s, 3, 5);
     std::uniform_real_distribution<double> speed(1.0, 6.0);
     for (double& d : o.actor_slowdowns) d = speed(rng);
     const std::string dir = FreshDir("stale" + std::to_string(s));
-    std::stringstream progress;
-    Result<RunSummary> r = RunTraining(o, dir, "seed: 5\n", nullptr, progress);
+    Result<RunSummary> r = RunWithThreads(o, dir, "seed: 5\n");
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->steps_done, o.steps);
     std::vector<nlohmann::json> lines = ReadMetrics(dir);
@@ -70,7 +79,9 @@ TEST(RuntimeTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
     }
     EXPECT_EQ(steps, o.steps);
     // Actors run S+1 batches ahead of a learner this slow, so staleness does occur.
-    if (s > 0) EXPECT_GE(max_seen, 1);
+    if (s > 0) {
+      EXPECT_GE(max_seen, 1);
+    }
     const nlohmann::json& fin = lines.back();
     ASSERT_EQ(fin["event"], "final");
     const int64_t handed = fin["groups_issued"];
@@ -85,16 +96,17 @@ TEST(RuntimeTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
   }
 }
 
-TEST(RuntimeTest, SynchronousRunWithOneActorIsReproducible) {
+TEST(LearnerRunTest, SynchronousRunWithOneActorIsReproducible) {
   auto run = [](const std::string& name) {
     RunOptions o = TinyOptions(0, 1, 9);
     const std::string dir = FreshDir(name);
-    std::stringstream progress;
-    Result<RunSummary> r = RunTraining(o, dir, "seed: 9\n", nullptr, progress);
+    Result<RunSummary> r = RunWithThreads(o, dir, "seed: 9\n");
     EXPECT_TRUE(r.ok()) << r.status().message();
     std::vector<nlohmann::json> lines = ReadMetrics(dir);
     for (auto& l : lines)
-      for (const char* timing : {"wall_s", "step_s", "tokens_per_s", "learner_busy_frac"}) l.erase(timing);
+      for (const char* timing : {"wall_s", "step_s", "wait_s", "train_s", "tokens_per_s", "learner_busy_frac", "learner_rss_mb",
+                                 "learner_peak_rss_mb"})
+        l.erase(timing);
     std::filesystem::remove_all(dir);
     return lines;
   };
@@ -102,16 +114,18 @@ TEST(RuntimeTest, SynchronousRunWithOneActorIsReproducible) {
   std::vector<nlohmann::json> b = run("det_b");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "line " << i;
-  for (const auto& l : a)
-    if (l.contains("step")) EXPECT_EQ(l["staleness_max"].get<int64_t>(), 0);
+  for (const auto& l : a) {
+    if (l.contains("step")) {
+      EXPECT_EQ(l["staleness_max"].get<int64_t>(), 0);
+    }
+  }
 }
 
-TEST(RuntimeTest, RefusesNonEmptyRunDirectory) {
+TEST(LearnerRunTest, RefusesNonEmptyRunDirectory) {
   const std::string dir = FreshDir("nonempty");
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/keep.txt") << "user data";
-  std::stringstream progress;
-  Result<RunSummary> r = RunTraining(TinyOptions(1, 1, 1), dir, "", nullptr, progress);
+  Result<RunSummary> r = RunWithThreads(TinyOptions(1, 1, 1), dir, "");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not empty"), std::string::npos);
   std::ifstream in(dir + "/keep.txt");
@@ -122,4 +136,4 @@ TEST(RuntimeTest, RefusesNonEmptyRunDirectory) {
 }
 
 }  // namespace
-}  // namespace echelon::cli
+}  // namespace echelon::learn

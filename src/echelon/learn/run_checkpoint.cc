@@ -1,4 +1,4 @@
-#include "echelon/cli/run_checkpoint.h"
+#include "echelon/learn/run_checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ATen.h>
@@ -12,7 +12,7 @@
 #include "echelon/common/sha256.h"
 #include "echelon/model/safetensors.h"
 
-namespace echelon::cli {
+namespace echelon::learn {
 namespace fs = std::filesystem;
 
 namespace {
@@ -241,4 +241,4 @@ Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::ve
   return NotFound("no whole resumable checkpoint (step-N with " + std::string(kStateFile) + ") under " + ckpt_dir);
 }
 
-}  // namespace echelon::cli
+}  // namespace echelon::learn

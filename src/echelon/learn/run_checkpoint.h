@@ -28,7 +28,7 @@
 #include "echelon/model/checkpoint.h"
 #include "echelon/sched/dispatcher.h"
 
-namespace echelon::cli {
+namespace echelon::learn {
 
 // Everything besides weights and optimizer state that a resumed run needs.
 struct RunState {
@@ -72,4 +72,4 @@ struct ResumePoint {
 // unreadable) is appended to `skipped` as "<dir>: <why>". NotFound when none is whole.
 Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::vector<std::string>* skipped);
 
-}  // namespace echelon::cli
+}  // namespace echelon::learn

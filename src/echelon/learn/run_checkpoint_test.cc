@@ -1,4 +1,4 @@
-#include "echelon/cli/run_checkpoint.h"
+#include "echelon/learn/run_checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/obs/metrics_log.h"
 
-namespace echelon::cli {
+namespace echelon::learn {
 namespace {
 namespace fs = std::filesystem;
 
@@ -185,4 +185,4 @@ TEST(MetricsRollBack, CutsBackToTheCheckpointAndKeepsTheCutLines) {
 }
 
 }  // namespace
-}  // namespace echelon::cli
+}  // namespace echelon::learn

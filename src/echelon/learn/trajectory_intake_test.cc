@@ -1,15 +1,15 @@
-// LocalHub refuses malformed or hostile submissions with a counted reason, and recomputes the
+// TrajectoryIntake refuses malformed or hostile submissions with a counted reason, and recomputes the
 // rewards it can verify instead of trusting the actor.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "echelon/cli/runtime.h"
+#include "echelon/learn/trajectory_intake.h"
 #include "echelon/data/adapter.h"
 #include "echelon/model/tokenizer.h"
 
-namespace echelon::cli {
+namespace echelon::learn {
 namespace {
 
 struct HubFixture {
@@ -51,10 +51,10 @@ struct HubFixture {
   std::unique_ptr<data::TaskAdapter> task;
   model::CharTokenizer tok;
   model::Vocabulary vocab;
-  LocalHub hub;
+  TrajectoryIntake hub;
 };
 
-TEST(LocalHubTest, RefusesHostileSubmissionsWithCountedReasons) {
+TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
   HubFixture f;
   struct Case {
     const char* reason;
@@ -88,7 +88,7 @@ TEST(LocalHubTest, RefusesHostileSubmissionsWithCountedReasons) {
   EXPECT_TRUE(f.hub.Drain(0.0).empty());
 }
 
-TEST(LocalHubTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
+TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
   HubFixture f;
   rollout::GroupRollout honest = f.Valid();
   ASSERT_TRUE(f.hub.Submit(honest).accepted);
@@ -109,4 +109,4 @@ TEST(LocalHubTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
 }
 
 }  // namespace
-}  // namespace echelon::cli
+}  // namespace echelon::learn

@@ -20,6 +20,7 @@
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
 #include "echelon/rollout/transport.h"
+#include "echelon/sched/tunables.h"
 
 namespace grpc {
 class Server;
@@ -31,8 +32,8 @@ struct LearnerServerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: the system picks one (see port())
   std::string token;                   // empty: no authentication (loopback tests only)
   std::string run_spec_json;           // handed to every actor at registration
-  double heartbeat_seconds = 1.0;
-  double evict_after_seconds = 3.0;
+  double heartbeat_seconds = sched::kHeartbeatSeconds;  // reasons: sched/tunables.h
+  double evict_after_seconds = sched::kEvictAfterSeconds;
   std::string tls_cert_file;  // PEM; with tls_key_file enables TLS
   std::string tls_key_file;
   int broadcast_port = 0;          // > 0: actors are told to join the snapshot broadcast here

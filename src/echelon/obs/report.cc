@@ -14,7 +14,10 @@ namespace {
 
 // Learner-update index of a step line: its version when logged, else step + 1 (the version
 // the update produced).
-double UpdateIndex(const StepRecord& r) { return std::isfinite(r.version) ? r.version : r.step + 1.0; }
+double UpdateIndex(const StepRecord& r) { return r.version ? static_cast<double>(*r.version) : r.step + 1.0; }
+
+// A count as a chart value: kMissing when the line did not carry it.
+double Value(const std::optional<int64_t>& count) { return count ? static_cast<double>(*count) : kMissing; }
 
 std::string Fixed(double v, int digits) {
   if (!std::isfinite(v)) return "&ndash;";
@@ -136,7 +139,8 @@ void SummaryTable(std::ostringstream& out, const std::vector<RunData>& runs) {
     size_t n = 0;
     for (const StepRecord& r : run.steps) {
       if (std::isfinite(r.staleness_mean)) smean += r.staleness_mean, ++n;
-      if (std::isfinite(r.staleness_max)) smax = std::isfinite(smax) ? std::max(smax, r.staleness_max) : r.staleness_max;
+      const double m = Value(r.staleness_max);
+      if (std::isfinite(m)) smax = std::isfinite(smax) ? std::max(smax, m) : m;
     }
     const double busy = std::isfinite(run.end.learner_busy_frac) ? run.end.learner_busy_frac : last.learner_busy_frac;
     out << "<tr><td>" << XmlEscape(run.label) << "</td><td>" << XmlEscape(run.dir) << "</td><td>"
@@ -146,8 +150,8 @@ void SummaryTable(std::ostringstream& out, const std::vector<RunData>& runs) {
         << "</td><td class=\"num\">" << Fixed(run.end.heldout_accuracy, 3) << (run.end.kind == "interrupted" ? " (interrupted)" : "")
         << "</td><td class=\"num\">" << Fixed(RlSeconds(run, last.wall_s), 1) << "</td><td class=\"num\">"
         << Fixed(busy, 3) << "</td><td class=\"num\">" << Fixed(n ? smean / n : kMissing, 2) << " / " << Fixed(smax, 0)
-        << "</td><td class=\"num\">" << Fixed(last.groups_consumed, 0) << "</td><td class=\"num\">"
-        << Fixed(last.groups_dropped_stale, 0) << "</td><td class=\"num\">" << Fixed(last.groups_reissued, 0)
+        << "</td><td class=\"num\">" << Fixed(Value(last.groups_consumed), 0) << "</td><td class=\"num\">"
+        << Fixed(Value(last.groups_dropped_stale), 0) << "</td><td class=\"num\">" << Fixed(Value(last.groups_reissued), 0)
         << "</td></tr>";
   }
   out << "</table>";
@@ -259,11 +263,11 @@ std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
   c = add("dropped", Opts("Groups dropped as stale (cumulative)", kRlSeconds, "groups", true),
           "No step line carries groups_dropped_stale.");
   for (const RunData& r : runs)
-    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return s.groups_dropped_stale; }, true));
+    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return Value(s.groups_dropped_stale); }, true));
   c = add("reissued", Opts("Groups re-issued after a lease expired (cumulative)", kRlSeconds, "groups", true),
           "No step line carries groups_reissued.");
   for (const RunData& r : runs)
-    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return s.groups_reissued; }, true));
+    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return Value(s.groups_reissued); }, true));
   c = add("actor-rate",
           Opts("Per-actor throughput (accepted groups/s over " + std::to_string(w) + (w == 1 ? " step)" : " steps)"),
                kRlSeconds,

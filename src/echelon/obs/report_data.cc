@@ -27,20 +27,6 @@ Status ReadNumber(const json& o, const char* key, const std::string& where, doub
   return Status::Ok();
 }
 
-Status ReadCountMap(const json& o, const char* key, const std::string& where, std::map<std::string, int64_t>* out) {
-  auto it = o.find(key);
-  if (it == o.end() || it->is_null()) return Status::Ok();
-  if (!it->is_object())
-    return InvalidArgument(where + ": field '" + key + "' is " + it->dump() + "; expected an object of counts");
-  for (const auto& [name, v] : it->items()) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      return InvalidArgument(where + ": " + key + "[\"" + name + "\"] is " + v.dump() +
-                             "; expected a non-negative integer");
-    (*out)[name] = v.get<int64_t>();
-  }
-  return Status::Ok();
-}
-
 Status ReadEvent(const json& o, const std::string& where, RunEvent* e) {
   e->present = true;
   e->kind = o["event"].get<std::string>();
@@ -51,50 +37,6 @@ Status ReadEvent(const json& o, const std::string& where, RunEvent* e) {
   ECHELON_RETURN_IF_ERROR(ReadNumber(o, "groups_consumed", where, &e->groups_consumed));
   ECHELON_RETURN_IF_ERROR(ReadNumber(o, "groups_dropped_stale", where, &e->groups_dropped_stale));
   ECHELON_RETURN_IF_ERROR(ReadNumber(o, "groups_reissued", where, &e->groups_reissued));
-  return Status::Ok();
-}
-
-Status ReadStep(const json& o, const std::string& where, StepRecord* r) {
-  auto step = o.find("step");
-  if (step == o.end() || !step->is_number_integer())
-    return InvalidArgument(where + ": a training line needs an integer 'step' (or an \"event\" field)");
-  r->step = step->get<int64_t>();
-  auto wall = o.find("wall_s");
-  if (wall == o.end() || !wall->is_number())
-    return InvalidArgument(where + ": a training line needs a number 'wall_s'");
-  r->wall_s = wall->get<double>();
-  const std::pair<const char*, double*> fields[] = {
-      {"version", &r->version},
-      {"step_s", &r->step_s},
-      {"reward_mean", &r->reward_mean},
-      {"accuracy", &r->accuracy},
-      {"heldout_accuracy", &r->heldout_accuracy},
-      {"staleness_mean", &r->staleness_mean},
-      {"staleness_max", &r->staleness_max},
-      {"staleness_bound", &r->staleness_bound},
-      {"groups_consumed", &r->groups_consumed},
-      {"groups_dropped_stale", &r->groups_dropped_stale},
-      {"groups_reissued", &r->groups_reissued},
-      {"learner_busy_frac", &r->learner_busy_frac},
-      {"tokens_per_s", &r->tokens_per_s},
-      {"snapshot_broadcast_s", &r->broadcast_s},
-      {"broadcast_s", &r->broadcast_s}};
-  for (const auto& [key, dst] : fields) ECHELON_RETURN_IF_ERROR(ReadNumber(o, key, where, dst));
-  ECHELON_RETURN_IF_ERROR(ReadCountMap(o, "actor_groups", where, &r->actor_groups));
-  std::map<std::string, int64_t> hist;
-  ECHELON_RETURN_IF_ERROR(ReadCountMap(o, "staleness_hist", where, &hist));
-  for (const auto& [k, n] : hist) {
-    size_t used = 0;
-    long long s = -1;
-    try {
-      s = std::stoll(k, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != k.size() || s < 0)
-      return InvalidArgument(where + ": staleness_hist key \"" + k + "\" is not a non-negative integer");
-    r->staleness_hist[s] = n;
-  }
   return Status::Ok();
 }
 
@@ -131,8 +73,7 @@ Result<RunData> ParseMetrics(std::istream& in, const std::string& path) {
       if (kind == "final" || kind == "interrupted") return ReadEvent(o, where, &run.end);
       return Status::Ok();
     }
-    StepRecord r;
-    ECHELON_RETURN_IF_ERROR(ReadStep(o, where, &r));
+    ECHELON_ASSIGN_OR_RETURN(StepRecord r, StepRecord::FromJson(o, where));
     run.steps.push_back(std::move(r));
     return Status::Ok();
   });

@@ -7,15 +7,9 @@
 // metrics.jsonl lines:
 //   - {"event": "warmstart" | "final" | "interrupted", ...}: events; the held-out accuracy of
 //     the warm-start and of the final policy, wall time, totals. Other events are ignored.
-//   - any other object is a training step and must carry numbers "step" and "wall_s". The
-//     optional fields below, when present, must be numbers (null reads as missing); a missing
-//     one reads as NaN (charts skip it): version, step_s, reward_mean, accuracy,
-//     heldout_accuracy, staleness_mean, staleness_max, staleness_bound, groups_consumed,
-//     groups_dropped_stale, groups_reissued, learner_busy_frac, tokens_per_s, and the snapshot
-//     broadcast time "broadcast_s" (also read as "snapshot_broadcast_s").
-//     "actor_groups" ({"actor": accepted groups so far}) and "staleness_hist"
-//     ({"0": groups, "1": groups, ...}, consumed groups of this step by staleness) must be
-//     objects of non-negative integers.
+//   - any other object is a training step, read by obs::StepRecord::FromJson
+//     (obs/step_record.h: an integer "step", a number "wall_s", every other field optional
+//     and type-checked).
 //   - blank lines are skipped.
 // Every error names the file and the 1-based line (or the directory when a file is missing).
 //
@@ -24,39 +18,15 @@
 
 #include <cstdint>
 #include <istream>
-#include <limits>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "echelon/common/status.h"
+#include "echelon/obs/step_record.h"
 
 namespace echelon::obs {
-
-// A field the metrics did not carry.
-inline constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
-
-struct StepRecord {
-  int64_t step = 0;
-  double wall_s = 0;
-  double version = kMissing;  // every double below: kMissing when absent
-  double step_s = kMissing;
-  double reward_mean = kMissing;
-  double accuracy = kMissing;
-  double heldout_accuracy = kMissing;
-  double staleness_mean = kMissing;
-  double staleness_max = kMissing;
-  double staleness_bound = kMissing;
-  double groups_consumed = kMissing;
-  double groups_dropped_stale = kMissing;
-  double groups_reissued = kMissing;
-  double learner_busy_frac = kMissing;
-  double tokens_per_s = kMissing;
-  double broadcast_s = kMissing;
-  std::map<std::string, int64_t> actor_groups;    // empty when absent
-  std::map<int64_t, int64_t> staleness_hist;      // empty when absent
-};
 
 struct RunEvent {
   bool present = false;

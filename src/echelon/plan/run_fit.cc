@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "echelon/obs/metrics_log.h"
+#include "echelon/obs/step_record.h"
 #include "echelon/plan/yaml_reader.h"
 #include "echelon/sched/staleness_gate.h"
 
@@ -42,44 +43,30 @@ struct ParsedMetrics {
   std::string end_event;
 };
 
-Status Number(const json& o, const char* key, const std::string& where, double* out) {
-  auto it = o.find(key);
-  if (it == o.end() || !it->is_number())
-    return InvalidArgument(where + ": a learner update line needs a number '" + key + "'" +
-                           (it == o.end() ? "" : ", got " + it->dump()));
-  *out = it->get<double>();
-  if (!std::isfinite(*out)) return InvalidArgument(where + ": '" + key + "' is not finite");
-  return Status::Ok();
-}
-
-Status Integer(const json& o, const char* key, const std::string& where, int64_t* out) {
-  auto it = o.find(key);
-  if (it == o.end() || !it->is_number_integer() || it->get<int64_t>() < 0)
-    return InvalidArgument(where + ": a learner update line needs a non-negative integer '" + key + "'" +
-                           (it == o.end() ? "" : ", got " + it->dump()));
-  *out = it->get<int64_t>();
-  return Status::Ok();
-}
-
+// A learner update line: the StepRecord fields the fit needs must be there.
 Status ParseUpdate(const json& o, const std::string& where, UpdateLine* u) {
-  ECHELON_RETURN_IF_ERROR(Integer(o, "step", where, &u->step));
-  ECHELON_RETURN_IF_ERROR(Number(o, "wall_s", where, &u->wall_s));
-  ECHELON_RETURN_IF_ERROR(Number(o, "step_s", where, &u->step_s));
-  ECHELON_RETURN_IF_ERROR(Number(o, "learner_busy_frac", where, &u->busy_frac));
-  ECHELON_RETURN_IF_ERROR(Number(o, "tokens_per_s", where, &u->tokens_per_s));
-  ECHELON_RETURN_IF_ERROR(Integer(o, "groups_in_flight", where, &u->in_flight));
-  if (u->step_s < 0) return InvalidArgument(where + ": step_s = " + Fmt("%g", u->step_s) + " is negative");
-  if (u->busy_frac < 0 || u->busy_frac > 1 + 1e-6)
-    return InvalidArgument(where + ": learner_busy_frac = " + Fmt("%g", u->busy_frac) + " is outside [0, 1]");
-  if (u->tokens_per_s < 0) return InvalidArgument(where + ": tokens_per_s is negative");
-  auto g = o.find("actor_groups");
-  if (g == o.end() || !g->is_object())
+  ECHELON_ASSIGN_OR_RETURN(const obs::StepRecord r, obs::StepRecord::FromJson(o, where));
+  const std::pair<const char*, double> numbers[] = {
+      {"step_s", r.step_s}, {"learner_busy_frac", r.learner_busy_frac}, {"tokens_per_s", r.tokens_per_s}};
+  for (const auto& [key, v] : numbers)
+    if (std::isnan(v)) return InvalidArgument(where + ": a learner update line needs a number '" + key + "'");
+  if (!r.groups_in_flight)
+    return InvalidArgument(where + ": a learner update line needs a non-negative integer 'groups_in_flight'");
+  if (!o.contains("actor_groups"))
     return InvalidArgument(where + ": a learner update line needs an object 'actor_groups' (accepted groups per actor)");
-  for (const auto& [name, v] : g->items()) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      return InvalidArgument(where + ": actor_groups[\"" + name + "\"] is " + v.dump() + "; expected a count");
-    u->actor_groups[name] = v.get<int64_t>();
-  }
+  if (r.step < 0) return InvalidArgument(where + ": step " + std::to_string(r.step) + " is negative");
+  if (!std::isfinite(r.wall_s) || !std::isfinite(r.step_s)) return InvalidArgument(where + ": wall_s or step_s is not finite");
+  if (r.step_s < 0) return InvalidArgument(where + ": step_s = " + Fmt("%g", r.step_s) + " is negative");
+  if (!(r.learner_busy_frac >= 0 && r.learner_busy_frac <= 1 + 1e-6))
+    return InvalidArgument(where + ": learner_busy_frac = " + Fmt("%g", r.learner_busy_frac) + " is outside [0, 1]");
+  if (!(r.tokens_per_s >= 0)) return InvalidArgument(where + ": tokens_per_s is negative");
+  u->step = r.step;
+  u->wall_s = r.wall_s;
+  u->step_s = r.step_s;
+  u->busy_frac = r.learner_busy_frac;
+  u->tokens_per_s = r.tokens_per_s;
+  u->in_flight = *r.groups_in_flight;
+  u->actor_groups = r.actor_groups;
   return Status::Ok();
 }
 

@@ -3,9 +3,9 @@
 // against a SimulatedClock, so it makes the same decisions as the learner does.
 //
 // What is modelled:
-//  - the learner: waits for B admissible groups, drops those with t - x > S (settled as
-//    dropped-stale in the dispatcher, oldest first), trains T_train, bumps the version,
-//    publishes a snapshot every kappa versions;
+//  - the learner: takes its batches by the learner loop's own rule (sched::BatchAssembler:
+//    drop t - x > S, then the B oldest groups), trains T_train, bumps the version, publishes
+//    a snapshot every kappa versions;
 //  - workers of heterogeneous classes, each running `slots` groups at once; a group takes
 //    T_gen of its class times a lognormal factor (mean 1, cv simulate.throughput_cv);
 //  - snapshot delivery over each worker's link (link_model.h, star or relay); a worker
@@ -45,6 +45,7 @@
 
 #include "echelon/common/status.h"
 #include "echelon/plan/planner.h"
+#include "echelon/sched/batch_assembler.h"
 #include "echelon/sched/dispatcher.h"
 
 namespace echelon::plan {
@@ -52,7 +53,12 @@ namespace echelon::plan {
 struct SimOptions {
   int64_t steps = 0;    // 0: config rl.steps
   int64_t workers = -1; // -1: config simulate.workers; 0: the plan's activation; N: exactly N workers
-  std::function<void(const nlohmann::json&)> on_step;  // one timeline record per learner step
+  // One timeline record per learner update: obs::StepRecord as JSON, the learner's keys.
+  std::function<void(const nlohmann::json&)> on_step;
+  // Traces of the learner's intake: every accepted group as it arrives (simulated time,
+  // group, behaviour version), and every decision of the consume rule.
+  std::function<void(double time, uint64_t group_id, int64_t behavior_version)> on_arrival;
+  std::function<void(const sched::IntakeDecision&)> on_intake;
 };
 
 // One applied simulate.price_changes entry and the activation it caused.

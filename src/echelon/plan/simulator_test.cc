@@ -33,7 +33,7 @@ TEST(SimulatorLockStep, SZeroReproducesLockStepTimingExactly) {
   std::vector<double> ends;
   SimOptions opt;
   opt.steps = 50;
-  opt.on_step = [&](const nlohmann::json& j) { ends.push_back(j["end"].get<double>()); };
+  opt.on_step = [&](const nlohmann::json& j) { ends.push_back(j["wall_s"].get<double>()); };
   Result<SimResult> r = Simulate(plan, opt);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(ends.size(), 50u);
@@ -174,8 +174,8 @@ TEST(SimulatorPriceChanges, PriceRiseOfTheActiveTypeSwitchesToTheCheaperFeasible
   }
   EXPECT_EQ(r->final_billed_by_class, (std::map<std::string, int64_t>{{"fast", 3}, {"slow", 0}}));
   // The learner keeps its pace through the switch.
-  const double before = (timeline[59]["end"].get<double>() - timeline[29]["end"].get<double>()) / 30;
-  const double during = (timeline[89]["end"].get<double>() - timeline[59]["end"].get<double>()) / 30;
+  const double before = (timeline[59]["wall_s"].get<double>() - timeline[29]["wall_s"].get<double>()) / 30;
+  const double during = (timeline[89]["wall_s"].get<double>() - timeline[59]["wall_s"].get<double>()) / 30;
   EXPECT_LT(during, 1.05 * before);
 
   // Against the same run that keeps its workers: the switch costs less per step after it.

@@ -2,9 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
-#include <exception>
-#include <thread>
 
 namespace echelon::rollout {
 
@@ -16,14 +13,19 @@ uint64_t GroupSeed(uint64_t run_seed, uint64_t group_id) {
   return z ^ (z >> 31);
 }
 
+namespace {
+const RealClock kRealClock;
+}  // namespace
+
 Actor::Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
-             const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy)
+             const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy, const Clock* clock)
     : options_(std::move(options)),
       work_(work),
       sink_(sink),
       snapshots_(snapshots),
       task_(task),
-      policy_(std::move(policy)) {}
+      policy_(std::move(policy)),
+      clock_(clock != nullptr ? clock : &kRealClock) {}
 
 bool Actor::RefreshSnapshot() {
   Snapshot snap = snapshots_->Latest();
@@ -41,15 +43,14 @@ bool Actor::RefreshSnapshot() {
 }
 
 void Actor::Run(const std::atomic<bool>& stop) {
-  using Seconds = std::chrono::duration<double>;
   while (!stop.load()) {
     if (!RefreshSnapshot()) {
-      std::this_thread::sleep_for(Seconds(options_.idle_sleep_seconds));
+      clock_->SleepFor(options_.idle_sleep_seconds);
       continue;
     }
     std::optional<Assignment> a = work_->Acquire(options_.name);
     if (!a) {
-      std::this_thread::sleep_for(Seconds(options_.idle_sleep_seconds));
+      clock_->SleepFor(options_.idle_sleep_seconds);
       continue;
     }
     // The gate may have advanced while we waited: take the newest snapshot for this group.
@@ -60,18 +61,18 @@ void Actor::Run(const std::atomic<bool>& stop) {
     out.behavior_version = policy_->version();
     out.actor = options_.name;
     out.prompt = a->prompt;
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      out.episodes = task_->RunGroup(a->prompt, a->group_size, *policy_, GroupSeed(options_.seed, a->work.group_id));
-    } catch (const std::exception& e) {
+    const double t0 = clock_->Now();
+    Result<std::vector<data::Episode>> episodes =
+        task_->RunGroup(a->prompt, a->group_size, *policy_, GroupSeed(options_.seed, a->work.group_id));
+    if (!episodes.ok()) {
       // The lease will expire and the group is re-issued to another actor.
-      spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, e.what());
+      spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, episodes.status().message());
       ++stats_.errors;
       continue;
     }
-    out.generate_seconds = Seconds(std::chrono::steady_clock::now() - t0).count();
-    if (options_.slowdown > 1.0)
-      std::this_thread::sleep_for(Seconds(out.generate_seconds * (options_.slowdown - 1.0)));
+    out.episodes = std::move(episodes).value();
+    out.generate_seconds = clock_->Now() - t0;
+    if (options_.slowdown > 1.0) clock_->SleepFor(out.generate_seconds * (options_.slowdown - 1.0));
     int64_t tokens = 0;
     for (const data::Episode& e : out.episodes)
       for (const data::Turn& t : e.turns) tokens += t.tokens.size();

@@ -2,9 +2,10 @@
 // snapshot, runs the task adapter's episodes with its policy, and submits the group tagged with
 // the policy version that generated it.
 //
-//   Actor actor(options, &hub, &hub, &hub, task, std::move(policy));
+//   Actor actor(options, &intake, &intake, &intake, task, std::move(policy), &clock);
 //   std::thread t([&] { actor.Run(stop); });
 //
+// Time (generation time, back-off sleeps, the slowdown of experiments) comes from the Clock.
 // Thread contract: Run() executes on one thread; stats() may be read from any thread.
 #pragma once
 
@@ -13,16 +14,18 @@
 #include <memory>
 #include <string>
 
+#include "echelon/common/clock.h"
 #include "echelon/data/adapter.h"
 #include "echelon/rollout/snapshot_policy.h"
 #include "echelon/rollout/transport.h"
+#include "echelon/sched/tunables.h"
 
 namespace echelon::rollout {
 
 struct ActorOptions {
   std::string name = "actor-0";
   uint64_t seed = 0;             // with the group id, seeds each group's sampling
-  double idle_sleep_seconds = 0.002;  // back-off when the gate admits no work
+  double idle_sleep_seconds = sched::kActorIdleSleepSeconds;  // back-off when the gate admits no work
   double slowdown = 1.0;         // >1 sleeps (slowdown-1) x generation time per group: emulates a slower worker
 };
 
@@ -35,8 +38,9 @@ struct ActorStats {
 
 class Actor {
  public:
+  // `clock` outlives the actor; null: the real clock.
   Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
-        const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy);
+        const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy, const Clock* clock = nullptr);
 
   // Loops until `stop` becomes true.
   void Run(const std::atomic<bool>& stop);
@@ -51,6 +55,7 @@ class Actor {
   SnapshotSource* snapshots_;
   const data::TaskAdapter* task_;
   std::unique_ptr<SnapshotPolicy> policy_;
+  const Clock* clock_;
   ActorStats stats_;
 };
 

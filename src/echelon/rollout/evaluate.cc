@@ -4,7 +4,7 @@
 
 namespace echelon::rollout {
 
-EvalResult EvaluateGreedy(const data::TaskAdapter& task, const std::vector<data::Prompt>& prompts,
+Result<EvalResult> EvaluateGreedy(const data::TaskAdapter& task, const std::vector<data::Prompt>& prompts,
                           data::Policy& policy, size_t batch) {
   EvalResult r;
   double reward_sum = 0;
@@ -13,7 +13,7 @@ EvalResult EvaluateGreedy(const data::TaskAdapter& task, const std::vector<data:
     const size_t end = std::min(prompts.size(), start + batch);
     std::vector<std::string> texts;
     for (size_t i = start; i < end; ++i) texts.push_back(prompts[i].text);
-    std::vector<data::Turn> turns = policy.Sample(texts, 0);
+    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Turn> turns, policy.Sample(texts, 0));
     for (size_t i = start; i < end; ++i) {
       const double reward = task.Reward(prompts[i], turns[i - start].text);
       reward_sum += reward;

@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <stdexcept>
-
 #include "echelon/model/safetensors.h"
 
 namespace echelon::rollout {
@@ -13,18 +11,22 @@ ModelPolicy::ModelPolicy(model::Qwen3Model model, model::Vocabulary vocab, model
   vocab_.SetStops(&params_);
 }
 
-std::vector<data::Turn> ModelPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
+Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
   std::vector<std::vector<int64_t>> ids;
   for (const std::string& p : prompts) {
-    Result<std::vector<int64_t>> enc = vocab_.EncodePrompt(p);
-    if (!enc.ok()) throw std::invalid_argument(enc.status().message());
-    ids.push_back(std::move(enc).value());
+    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> enc, vocab_.EncodePrompt(p));
+    ids.push_back(std::move(enc));
   }
   model::SamplingParams sp = params_;
   sp.seed = seed;
   at::NoGradGuard no_grad;
   model_->eval();
-  std::vector<model::Completion> out = model::Generate(model_, ids, sp);
+  std::vector<model::Completion> out;
+  try {
+    out = model::Generate(model_, ids, sp);
+  } catch (const std::exception& e) {  // LibTorch's errors end here
+    return Internal(std::string("generation failed: ") + e.what());
+  }
   std::vector<data::Turn> turns(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     turns[i].prompt_ids = std::move(ids[i]);

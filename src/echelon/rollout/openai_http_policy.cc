@@ -8,7 +8,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <stdexcept>
 #include <thread>
 
 namespace echelon::rollout {
@@ -86,18 +85,53 @@ Result<std::string> OpenAiHttpPolicy::ModelName() {
   return http_->model;
 }
 
-std::vector<data::Turn> OpenAiHttpPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
+namespace {
+
+// One choice of a /v1/completions reply into `t` (tokens, log-probs); errors name the choice.
+Status ParseChoice(const json& c, size_t index, const std::string& where, data::Turn* t) {
+  const std::string choice = where + ": choice " + std::to_string(index);
+  const json& lp = c.contains("logprobs") ? c["logprobs"] : json();
+  if (!lp.is_object() || !lp.contains("token_logprobs") || !lp["token_logprobs"].is_array())
+    return Internal(choice + " has no logprobs.token_logprobs");
+  for (const json& x : lp["token_logprobs"]) {
+    if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() > 0)
+      return Internal(choice + " has log-prob " + x.dump());
+    t->logprobs.push_back(x.get<float>());
+  }
+  if (c.contains("token_ids") && c["token_ids"].is_array()) {
+    for (const json& id : c["token_ids"]) {
+      if (!id.is_number_integer()) return Internal(choice + " has token id " + id.dump());
+      t->tokens.push_back(id.get<int64_t>());
+    }
+  } else if (lp.contains("tokens") && lp["tokens"].is_array()) {
+    for (const json& s : lp["tokens"]) {
+      const std::string label = s.is_string() ? s.get<std::string>() : "";
+      char* end = nullptr;
+      const long long id = label.rfind("token_id:", 0) == 0 ? std::strtoll(label.c_str() + 9, &end, 10) : 0;
+      if (end == nullptr || end == label.c_str() + 9 || *end != '\0')
+        return Internal(where + ": the server returned neither token_ids nor \"token_id:N\" logprob tokens (got " +
+                        s.dump() + "); it needs return_token_ids or return_tokens_as_token_ids");
+      t->tokens.push_back(id);
+    }
+  }
+  if (t->tokens.size() != t->logprobs.size() || t->tokens.empty())
+    return Internal(choice + " has " + std::to_string(t->tokens.size()) + " token ids and " +
+                    std::to_string(t->logprobs.size()) + " log-probs");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<data::Turn>> OpenAiHttpPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
   std::vector<data::Turn> turns(prompts.size());
   if (prompts.empty()) return turns;
   json prompt_ids = json::array();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    Result<std::vector<int64_t>> ids = encode_(prompts[i]);
-    if (!ids.ok()) throw std::invalid_argument(ids.status().message());
-    turns[i].prompt_ids = std::move(ids).value();
+    ECHELON_ASSIGN_OR_RETURN(turns[i].prompt_ids, encode_(prompts[i]));
     prompt_ids.push_back(turns[i].prompt_ids);
   }
   Result<std::string> name = ModelName();
-  if (!name.ok()) throw std::runtime_error("openai-http: " + name.status().message());
+  if (!name.ok()) return name.status().WithContext("openai-http");
   json stop_ids = json::array();
   if (params_.eos_token_id >= 0) stop_ids.push_back(params_.eos_token_id);
   for (int64_t id : params_.stop_token_ids) stop_ids.push_back(id);
@@ -121,38 +155,18 @@ std::vector<data::Turn> OpenAiHttpPolicy::Sample(const std::vector<std::string>&
     std::this_thread::sleep_for(std::chrono::duration<double>(kRetrySeconds * (attempt - 1)));
     r = http_->client.Post(path.c_str(), payload, "application/json");
   }
-  if (!r) throw std::runtime_error(where + ": " + httplib::to_string(r.error()));
-  if (r->status != 200) throw std::runtime_error(where + ": HTTP " + std::to_string(r->status) + " " + ErrorText(r->body));
+  if (!r) return Status(StatusCode::kUnavailable, where + ": " + httplib::to_string(r.error()));
+  if (r->status != 200) return Internal(where + ": HTTP " + std::to_string(r->status) + " " + ErrorText(r->body));
   const json j = json::parse(r->body, nullptr, false);
   if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].size() != prompts.size())
-    throw std::runtime_error(where + ": expected " + std::to_string(prompts.size()) + " choices in " + r->body.substr(0, 300));
+    return Internal(where + ": expected " + std::to_string(prompts.size()) + " choices in " + r->body.substr(0, 300));
   for (const json& c : j["choices"]) {
-    const size_t index = c.value("index", static_cast<size_t>(-1));
-    if (index >= prompts.size()) throw std::runtime_error(where + ": choice index " + c.value("index", json()).dump() + " out of range");
+    const json index_json = c.contains("index") ? c["index"] : json();
+    const size_t index = index_json.is_number_unsigned() ? index_json.get<size_t>() : prompts.size();
+    if (index >= prompts.size()) return Internal(where + ": choice index " + index_json.dump() + " out of range");
     data::Turn& t = turns[index];
-    const json& lp = c.contains("logprobs") ? c["logprobs"] : json();
-    if (!lp.is_object() || !lp.contains("token_logprobs") || !lp["token_logprobs"].is_array())
-      throw std::runtime_error(where + ": choice " + std::to_string(index) + " has no logprobs.token_logprobs");
-    for (const json& x : lp["token_logprobs"]) {
-      if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() > 0)
-        throw std::runtime_error(where + ": choice " + std::to_string(index) + " has log-prob " + x.dump());
-      t.logprobs.push_back(x.get<float>());
-    }
-    if (c.contains("token_ids") && c["token_ids"].is_array()) {
-      for (const json& id : c["token_ids"]) t.tokens.push_back(id.get<int64_t>());
-    } else if (lp.contains("tokens") && lp["tokens"].is_array()) {
-      for (const json& s : lp["tokens"]) {
-        const std::string label = s.is_string() ? s.get<std::string>() : "";
-        if (label.rfind("token_id:", 0) != 0)
-          throw std::runtime_error(where + ": the server returned neither token_ids nor \"token_id:N\" logprob tokens "
-                                           "(got " + s.dump() + "); it needs return_token_ids or return_tokens_as_token_ids");
-        t.tokens.push_back(std::stoll(label.substr(9)));
-      }
-    }
-    if (t.tokens.size() != t.logprobs.size() || t.tokens.empty())
-      throw std::runtime_error(where + ": choice " + std::to_string(index) + " has " + std::to_string(t.tokens.size()) +
-                               " token ids and " + std::to_string(t.logprobs.size()) + " log-probs");
-    t.text = decode_ ? decode_(t.tokens) : c.value("text", "");
+    ECHELON_RETURN_IF_ERROR(ParseChoice(c, index, where, &t));
+    t.text = decode_ ? decode_(t.tokens) : (c.contains("text") && c["text"].is_string() ? c["text"].get<std::string>() : "");
   }
   return turns;
 }

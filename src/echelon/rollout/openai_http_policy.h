@@ -62,7 +62,7 @@ class OpenAiHttpPolicy : public SnapshotPolicy {
                    model::SamplingParams params);
   ~OpenAiHttpPolicy() override;
 
-  std::vector<data::Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) override;
+  Result<std::vector<data::Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) override;
   Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
   int64_t version() const override { return version_; }
 

@@ -1,25 +1,16 @@
-#include "echelon/cli/run_spec.h"
+#include "echelon/rollout/run_spec.h"
 
-namespace echelon::cli {
+namespace echelon::rollout {
 
-model::SamplingParams RolloutSampling(const RunOptions& options) {
-  model::SamplingParams sp;
-  sp.temperature = options.temperature;
-  sp.top_p = options.top_p;
-  sp.max_new_tokens = options.max_new_tokens;
-  return sp;
-}
-
-nlohmann::json MakeRunSpec(const RunOptions& options, const model::ModelConfig& model, const model::Vocabulary& vocab) {
-  const model::SamplingParams sp = RolloutSampling(options);
-  return {{"task", {{"name", options.task_name}, {"options", options.task_options}}},
-          {"model", model.ToJson()},
-          {"vocabulary", vocab.ToJson()},
+nlohmann::json RunSpecToJson(const RunSpec& spec) {
+  return {{"task", {{"name", spec.task_name}, {"options", spec.task_options}}},
+          {"model", spec.model.ToJson()},
+          {"vocabulary", spec.vocab.ToJson()},
           {"sampling",
-           {{"temperature", sp.temperature},
-            {"top_p", sp.top_p},
-            {"max_new_tokens", sp.max_new_tokens}}},
-          {"seed", options.seed}};
+           {{"temperature", spec.sampling.temperature},
+            {"top_p", spec.sampling.top_p},
+            {"max_new_tokens", spec.sampling.max_new_tokens}}},
+          {"seed", spec.seed}};
 }
 
 Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
@@ -48,4 +39,4 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
   }
 }
 
-}  // namespace echelon::cli
+}  // namespace echelon::rollout

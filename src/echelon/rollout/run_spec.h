@@ -1,23 +1,37 @@
 // The run spec: everything a remote actor needs to take part in a run (task adapter and its
-// options, model shape, vocabulary with its tokenizer files, sampling, group size, seed), handed
-// out by the learner at
-// registration as JSON. Actors get no config file: one config, on the learner, drives all.
+// options, model shape, vocabulary with its tokenizer files, sampling, seed), handed out by
+// the learner at registration as JSON. Actors get no config file: one config, on the learner,
+// drives all.
+//
+//   std::string text = RunSpecToJson(spec).dump();                  // learner side
+//   ECHELON_ASSIGN_OR_RETURN(ActorSetup setup, ParseRunSpec(text));  // actor side
 //
 // Thread contract: free functions over values.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "echelon/cli/train_config.h"
 #include "echelon/data/adapter.h"
 #include "echelon/model/generate.h"
+#include "echelon/model/model_config.h"
 #include "echelon/model/vocabulary.h"
 
-namespace echelon::cli {
+namespace echelon::rollout {
 
+struct RunSpec {
+  std::string task_name;
+  data::AdapterOptions task_options;
+  model::ModelConfig model;
+  model::Vocabulary vocab;
+  model::SamplingParams sampling;  // temperature, top_p, max_new_tokens (stops: the vocabulary's)
+  uint64_t seed = 0;
+};
+
+// What an actor builds from the spec.
 struct ActorSetup {
   std::unique_ptr<data::TaskAdapter> task;
   model::Vocabulary vocab;
@@ -26,10 +40,8 @@ struct ActorSetup {
   uint64_t seed = 0;
 };
 
-nlohmann::json MakeRunSpec(const RunOptions& options, const model::ModelConfig& model, const model::Vocabulary& vocab);
+nlohmann::json RunSpecToJson(const RunSpec& spec);
 // Errors name the field that is missing or wrong.
 Result<ActorSetup> ParseRunSpec(const std::string& json_text);
-// The sampling parameters of the run's actors (stop ids come from the vocabulary).
-model::SamplingParams RolloutSampling(const RunOptions& options);
 
-}  // namespace echelon::cli
+}  // namespace echelon::rollout

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "echelon/data/adapter.h"
-#include "echelon/sched/dispatcher.h"
+#include "echelon/sched/work_item.h"
 
 namespace echelon::rollout {
 

@@ -35,20 +35,15 @@
 
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
+#include "echelon/sched/tunables.h"
+#include "echelon/sched/work_item.h"
 
 namespace echelon::sched {
 
 struct DispatcherOptions {
   int64_t max_staleness = 0;   // S
   int64_t batch_groups = 1;    // B: groups the learner consumes per update
-  double lease_seconds = 120;  // a hand-out not submitted by then is re-issued
-};
-
-struct WorkItem {
-  uint64_t group_id = 0;
-  uint64_t lease_id = 0;
-  int64_t dispatch_version = 0;  // learner version when handed out
-  bool reissue = false;          // this group was handed out before
+  double lease_seconds = kDefaultLeaseSeconds;  // a hand-out not submitted by then is re-issued
 };
 
 enum class SubmitResult { kAccepted, kUnknownGroup, kNotLeaseHolder, kAlreadySettled };

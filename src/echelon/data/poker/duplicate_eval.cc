@@ -30,7 +30,7 @@ Result<DuplicateResult> EvaluateDuplicate(Policy& policy, const DuplicateOptions
   RunnerOptions ro;
   ro.illegal = options.illegal;
   ro.max_batch = options.max_batch;
-  const std::vector<PlayedHand> played = PlayHands(tables, policy, options.seed, ro);
+  ECHELON_ASSIGN_OR_RETURN(const std::vector<PlayedHand> played, PlayHands(tables, policy, options.seed, ro));
   DuplicateResult r;
   r.hands = options.hands;
   r.deals = deals;

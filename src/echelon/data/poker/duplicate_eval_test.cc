@@ -11,7 +11,7 @@ namespace {
 // the same answer whatever the batching.
 class TextHashPolicy : public Policy {
  public:
-  std::vector<Turn> Sample(const std::vector<std::string>& prompts, uint64_t) override {
+  Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t) override {
     std::vector<Turn> out(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
       uint64_t h = 0;
@@ -35,7 +35,7 @@ TEST(PokerDuplicateEval, MatchesDirectComputation) {
   std::vector<TableSpec> tables;
   for (int64_t i = 0; i < 300; ++i)
     for (int seat = 0; seat < 2; ++seat) tables.push_back(TableSpec{EvalDealSeed(9, i), seat, OpponentKind::kTag});
-  const std::vector<PlayedHand> played = PlayHands(tables, policy, 0, RunnerOptions());
+  const std::vector<PlayedHand> played = PlayHands(tables, policy, 0, RunnerOptions()).value();
   std::vector<double> deal_mbb;
   double sum = 0;
   int64_t decisions = 0, illegal = 0;

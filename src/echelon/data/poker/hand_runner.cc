@@ -1,7 +1,6 @@
 #include "echelon/data/poker/hand_runner.h"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "echelon/data/poker/observation.h"
 
@@ -28,7 +27,7 @@ bool ApplyAnswer(HandState& hand, const std::string& answer, IllegalAction illeg
   return false;
 }
 
-std::vector<PlayedHand> PlayHands(const std::vector<TableSpec>& tables, Policy& policy, uint64_t seed,
+Result<std::vector<PlayedHand>> PlayHands(const std::vector<TableSpec>& tables, Policy& policy, uint64_t seed,
                                   const RunnerOptions& options) {
   std::vector<HandState> hands;
   hands.reserve(tables.size());
@@ -48,11 +47,11 @@ std::vector<PlayedHand> PlayHands(const std::vector<TableSpec>& tables, Policy& 
       std::vector<std::string> prompts;
       for (size_t k = start; k < end; ++k)
         prompts.push_back(PromptText(hands[waiting[k]], tables[waiting[k]].policy_seat));
-      std::vector<Turn> turns = policy.Sample(prompts, HashCombine(seed, round * 1000003 + start));
-      if (turns.size() != prompts.size()) {
-        throw std::runtime_error("poker: policy returned " + std::to_string(turns.size()) + " answers for " +
-                                 std::to_string(prompts.size()) + " prompts");
-      }
+      ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
+                               policy.Sample(prompts, HashCombine(seed, round * 1000003 + start)));
+      if (turns.size() != prompts.size())
+        return Internal("poker: policy returned " + std::to_string(turns.size()) + " answers for " +
+                        std::to_string(prompts.size()) + " prompts");
       for (size_t k = start; k < end; ++k) {
         const size_t i = waiting[k];
         Turn& turn = turns[k - start];

@@ -10,7 +10,7 @@
 // pot share the outcome.
 //
 //   std::vector<TableSpec> tables(8, TableSpec{deal_seed, /*policy_seat=*/1, OpponentKind::kTag});
-//   std::vector<PlayedHand> hands = PlayHands(tables, policy, seed, RunnerOptions());
+//   ECHELON_ASSIGN_OR_RETURN(std::vector<PlayedHand> hands, PlayHands(tables, policy, seed, RunnerOptions()));
 //
 // Thread contract: uses `policy` from the calling thread only; no shared state.
 #pragma once
@@ -48,8 +48,9 @@ struct RunnerOptions {
   size_t max_batch = 0;  // prompts per Sample call; 0 = all waiting decisions at once
 };
 
-// Throws std::runtime_error when the policy returns a different number of turns than prompts.
-std::vector<PlayedHand> PlayHands(const std::vector<TableSpec>& tables, Policy& policy, uint64_t seed,
+// Fails with the policy's error, or when the policy returns a different number of turns than
+// prompts.
+Result<std::vector<PlayedHand>> PlayHands(const std::vector<TableSpec>& tables, Policy& policy, uint64_t seed,
                                   const RunnerOptions& options);
 
 // The opponent acts until the policy is to act or the hand is over.

@@ -79,14 +79,14 @@ class PokerAdapter final : public TaskAdapter {
   Prompt TrainPrompt(uint64_t group_id) const override { return PromptFor(kTrainStream, group_id); }
   const std::vector<Prompt>& HeldOut() const override { return held_out_; }
 
-  std::vector<Episode> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
-                                uint64_t seed) const override {
-    if (group_size <= 0) return {};
-    Result<TableSpec> table = TableOfPrompt(prompt);
-    if (!table.ok()) throw std::invalid_argument(table.status().message());
+  Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
+                                        uint64_t seed) const override {
+    if (group_size <= 0) return std::vector<Episode>();
+    ECHELON_ASSIGN_OR_RETURN(TableSpec table, TableOfPrompt(prompt));
     RunnerOptions ro;
     ro.illegal = opts_.illegal;
-    std::vector<PlayedHand> played = PlayHands(std::vector<TableSpec>(group_size, table.value()), policy, seed, ro);
+    ECHELON_ASSIGN_OR_RETURN(std::vector<PlayedHand> played,
+                             PlayHands(std::vector<TableSpec>(group_size, table), policy, seed, ro));
     std::vector<Episode> episodes;
     episodes.reserve(played.size());
     for (PlayedHand& h : played) episodes.push_back(std::move(h.episode));

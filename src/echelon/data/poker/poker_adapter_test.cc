@@ -16,7 +16,7 @@ namespace {
 class FakePolicy : public Policy {
  public:
   explicit FakePolicy(std::function<std::string(const std::string&, uint64_t)> answer) : answer_(std::move(answer)) {}
-  std::vector<Turn> Sample(const std::vector<std::string>& prompts, uint64_t seed) override {
+  Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) override {
     batches.push_back(prompts.size());
     std::vector<Turn> out;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -133,7 +133,7 @@ TEST(PokerAdapter, AlphabetCoversPromptsAndAnswers) {
     const Prompt p = task->TrainPrompt(g);
     EXPECT_EQ(p.text, task->TrainPrompt(g).text);
     EXPECT_EQ(p.reference, task->TrainPrompt(g).reference);
-    task->RunGroup(p, 4, policy, g);
+    task->RunGroup(p, 4, policy, g).value();
   }
   for (const std::string& prompt : policy.seen)
     for (char c : prompt) ASSERT_NE(alphabet.find(c), std::string::npos) << "'" << c << "' in " << prompt;
@@ -146,7 +146,7 @@ TEST(PokerAdapter, GroupsAreBatchedDuplicateDeals) {
   for (uint64_t g = 0; g < 50; ++g) {
     const Prompt p = task->TrainPrompt(g);
     FakePolicy policy(RandomLetter);
-    const std::vector<Episode> group = task->RunGroup(p, 8, policy, 7);
+    const std::vector<Episode> group = task->RunGroup(p, 8, policy, 7).value();
     ASSERT_EQ(group.size(), 8u);
     size_t longest = 0;
     for (const Episode& e : group) {
@@ -159,7 +159,7 @@ TEST(PokerAdapter, GroupsAreBatchedDuplicateDeals) {
   }
   // A deterministic policy gets identical outcomes for every copy (no reward spread).
   FakePolicy caller(AlwaysCall);
-  const std::vector<Episode> same = task->RunGroup(task->TrainPrompt(3), 8, caller, 1);
+  const std::vector<Episode> same = task->RunGroup(task->TrainPrompt(3), 8, caller, 1).value();
   for (const Episode& e : same) EXPECT_EQ(e.reward, same[0].reward);
 }
 
@@ -171,7 +171,7 @@ TEST(PokerAdapter, RewardMatchesOneDecisionEpisodes) {
   for (uint64_t g = 0; g < 400; ++g) {
     const Prompt p = task->TrainPrompt(g);
     FakePolicy policy(RandomLetter);
-    for (const Episode& e : task->RunGroup(p, 8, policy, g)) {
+    for (const Episode& e : task->RunGroup(p, 8, policy, g).value()) {
       if (e.turns.size() != 1) continue;
       EXPECT_EQ(task->Reward(p, e.turns[0].text), e.reward) << p.text << " answer " << e.turns[0].text;
       ++checked;
@@ -188,7 +188,7 @@ TEST(PokerAdapter, AlwaysCallMirrorsTheCallingStation) {
   std::vector<TableSpec> tables;
   for (uint64_t d = 0; d < 500; ++d)
     for (int seat = 0; seat < 2; ++seat) tables.push_back(TableSpec{d, seat, OpponentKind::kCallingStation});
-  const std::vector<PlayedHand> played = PlayHands(tables, policy, 0, RunnerOptions());
+  const std::vector<PlayedHand> played = PlayHands(tables, policy, 0, RunnerOptions()).value();
   for (size_t i = 0; i < played.size(); ++i) {
     EXPECT_TRUE(played[i].chips == 2 || played[i].chips == 0 || played[i].chips == -2) << played[i].chips;
     EXPECT_EQ(played[i].episode.turns.size(), 4u);
@@ -215,7 +215,7 @@ TEST(PokerAdapter, RewardsAreZeroSumAndInBigBlinds) {
   FakePolicy policy(RandomLetter);
   std::vector<TableSpec> tables;
   for (uint64_t d = 0; d < 2000; ++d) tables.push_back(TableSpec{d, static_cast<int>(d % 2), OpponentKind::kTag});
-  const std::vector<PlayedHand> played = PlayHands(tables, policy, 5, RunnerOptions());
+  const std::vector<PlayedHand> played = PlayHands(tables, policy, 5, RunnerOptions()).value();
   for (size_t i = 0; i < played.size(); ++i) {
     const PlayedHand& h = played[i];
     EXPECT_EQ(h.episode.reward, h.chips / 2.0);
@@ -237,22 +237,22 @@ TEST(PokerAdapter, IllegalAnswerConsequences) {
   FakePolicy garbage([](const std::string&, uint64_t) { return "x"; });
   const std::vector<TableSpec> tables = {{11, 0, OpponentKind::kCallingStation}, {11, 1, OpponentKind::kCallingStation}};
   // fold: the first answer forfeits the hand, losing the blind.
-  std::vector<PlayedHand> folded = PlayHands(tables, garbage, 0, RunnerOptions{IllegalAction::kFold, 0});
+  std::vector<PlayedHand> folded = PlayHands(tables, garbage, 0, RunnerOptions{IllegalAction::kFold, 0}).value();
   EXPECT_EQ(folded[0].chips, -1);
   EXPECT_EQ(folded[1].chips, -2);  // even though the big blind could check for free
   EXPECT_EQ(folded[0].illegal, 1);
   EXPECT_EQ(folded[0].episode.turns.size(), 1u);
   // call: every answer is taken as check/call, so it plays exactly like always-call.
-  std::vector<PlayedHand> called = PlayHands(tables, garbage, 0, RunnerOptions{IllegalAction::kCall, 0});
+  std::vector<PlayedHand> called = PlayHands(tables, garbage, 0, RunnerOptions{IllegalAction::kCall, 0}).value();
   FakePolicy caller(AlwaysCall);
-  std::vector<PlayedHand> reference = PlayHands(tables, caller, 0, RunnerOptions());
+  std::vector<PlayedHand> reference = PlayHands(tables, caller, 0, RunnerOptions()).value();
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(called[i].chips, reference[i].chips);
     EXPECT_EQ(called[i].illegal, 4);
   }
   // A legal-looking letter at the wrong time is illegal too: "f" with a free check.
   FakePolicy folder([](const std::string&, uint64_t) { return "f"; });
-  std::vector<PlayedHand> bb = PlayHands({tables[1]}, folder, 0, RunnerOptions{IllegalAction::kCall, 0});
+  std::vector<PlayedHand> bb = PlayHands({tables[1]}, folder, 0, RunnerOptions{IllegalAction::kCall, 0}).value();
   EXPECT_EQ(bb[0].illegal, 4);
   EXPECT_EQ(bb[0].chips, reference[1].chips);
   // The adapter applies its option.
@@ -260,7 +260,7 @@ TEST(PokerAdapter, IllegalAnswerConsequences) {
   const Prompt p = task->TrainPrompt(0);
   const TableSpec t = TableOfPrompt(p).value();
   EXPECT_EQ(task->Reward(p, "x"), t.policy_seat == 0 ? -0.5 : -1.0);
-  for (const Episode& e : task->RunGroup(p, 3, garbage, 0)) EXPECT_EQ(e.reward, t.policy_seat == 0 ? -0.5 : -1.0);
+  for (const Episode& e : task->RunGroup(p, 3, garbage, 0).value()) EXPECT_EQ(e.reward, t.policy_seat == 0 ? -0.5 : -1.0);
 }
 
 TEST(PokerAdapter, DemonstrationsAreLegalFirstActions) {

@@ -1,0 +1,57 @@
+#include "echelon/learn/batch_collector.h"
+
+#include <cmath>
+
+namespace echelon::learn {
+namespace {
+
+std::string FormatSeconds(double seconds) { return std::to_string(static_cast<int64_t>(std::lround(seconds))) + " s"; }
+
+}  // namespace
+
+BatchCollector::BatchCollector(const CollectorOptions& options, sched::Dispatcher* dispatcher, ArrivalQueue* arrivals,
+                               std::function<std::vector<std::string>()> evict_silent, const Clock* clock)
+    : options_(options),
+      dispatcher_(dispatcher),
+      arrivals_(arrivals),
+      evict_silent_(std::move(evict_silent)),
+      clock_(clock),
+      assembler_(options.max_staleness, options.batch_groups, dispatcher),
+      last_arrival_(clock->Now()) {}
+
+Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, const std::atomic<bool>* interrupt) {
+  const double start = clock_->Now();
+  double wait = 0;  // first take what arrived during the update, without waiting
+  while (true) {
+    std::vector<rollout::GroupRollout> got = arrivals_->Drain(wait);
+    wait = options_.poll_seconds;
+    if (!got.empty()) last_arrival_ = clock_->Now();
+    for (rollout::GroupRollout& g : got) {
+      assembler_.Add(g.group_id, g.behavior_version);
+      const uint64_t id = g.group_id;
+      waiting_[id] = std::move(g);
+    }
+    sched::IntakeDecision d = assembler_.Assemble(step);
+    for (const sched::IntakeGroup& g : d.dropped) waiting_.erase(g.group_id);
+    if (!d.batch.empty()) {
+      CollectedBatch b;
+      for (const sched::IntakeGroup& g : d.batch) {
+        auto it = waiting_.find(g.group_id);
+        b.groups.push_back(std::move(it->second));
+        waiting_.erase(it);
+      }
+      b.decision = std::move(d);
+      b.wait_seconds = clock_->Now() - start;
+      return std::optional<CollectedBatch>(std::move(b));
+    }
+    if (interrupt != nullptr && interrupt->load()) return std::optional<CollectedBatch>();
+    dispatcher_->ExpireLeases();
+    if (evict_silent_)
+      for (const std::string& id : evict_silent_()) dispatcher_->Evict(id);
+    if (clock_->Now() - last_arrival_ > options_.stall_timeout_seconds)
+      return Aborted("no rollout arrived for " + FormatSeconds(options_.stall_timeout_seconds) +
+                     " (rollout.stall_timeout_seconds); every actor is failing or stuck");
+  }
+}
+
+}  // namespace echelon::learn

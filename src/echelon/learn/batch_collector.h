@@ -1,0 +1,73 @@
+// BatchCollector: the first step of every learner update. It waits for submitted groups
+// (ArrivalQueue), applies the consume rule (sched::BatchAssembler: drop t - x > S, then the B
+// oldest groups), and between arrivals keeps the dispatcher honest: expired leases and silent
+// actors are re-issued. It gives up when nothing arrives for stall_timeout_seconds.
+//
+// All waiting is on the injected Clock and the queue's Drain timeout, so a test runs the
+// collector on simulated time (learn/intake_equivalence_test.cc feeds it the simulator's
+// arrivals and gets the simulator's decisions).
+//
+//   BatchCollector collector(options, &dispatcher, &intake, &transport, &clock);
+//   ECHELON_ASSIGN_OR_RETURN(std::optional<CollectedBatch> b, collector.Collect(t, &interrupted));
+//   if (!b) break;                       // interrupted
+//   ... update ...;  collector.Commit(*b);
+//
+// Thread contract: owned by the learner thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "echelon/common/clock.h"
+#include "echelon/learn/trajectory_intake.h"
+#include "echelon/sched/batch_assembler.h"
+#include "echelon/sched/tunables.h"
+
+namespace echelon::learn {
+
+struct CollectorOptions {
+  int64_t max_staleness = 0;  // S
+  int64_t batch_groups = 1;   // B
+  double stall_timeout_seconds = sched::kDefaultStallTimeoutSeconds;
+  double poll_seconds = sched::kLearnerPollSeconds;
+};
+
+// The groups of one update, in group-id order, and the rule's decision that chose them.
+struct CollectedBatch {
+  sched::IntakeDecision decision;
+  std::vector<rollout::GroupRollout> groups;
+  double wait_seconds = 0;  // from the start of Collect until the batch was there
+};
+
+class BatchCollector {
+ public:
+  // `evict_silent` returns the actors gone silent (may be empty); the dispatcher re-issues
+  // their groups. Every pointer outlives the collector.
+  BatchCollector(const CollectorOptions& options, sched::Dispatcher* dispatcher, ArrivalQueue* arrivals,
+                 std::function<std::vector<std::string>()> evict_silent, const Clock* clock);
+
+  // The batch for update `step`; nullopt when `interrupt` was raised first; Aborted after
+  // stall_timeout_seconds without an arrival.
+  Result<std::optional<CollectedBatch>> Collect(int64_t step, const std::atomic<bool>* interrupt);
+  // The update on `batch` succeeded: its groups are consumed.
+  void Commit(const CollectedBatch& batch) { assembler_.Commit(batch.decision); }
+
+  sched::BatchAssembler& assembler() { return assembler_; }
+
+ private:
+  const CollectorOptions options_;
+  sched::Dispatcher* dispatcher_;
+  ArrivalQueue* arrivals_;
+  std::function<std::vector<std::string>()> evict_silent_;
+  const Clock* clock_;
+  sched::BatchAssembler assembler_;
+  std::map<uint64_t, rollout::GroupRollout> waiting_;  // the assembler's groups, by id
+  double last_arrival_;
+};
+
+}  // namespace echelon::learn

@@ -1,0 +1,401 @@
+#include "echelon/learn/learner_run.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <memory>
+#include <optional>
+
+#include "echelon/common/process.h"
+#include "echelon/learn/batch_collector.h"
+#include "echelon/learn/run_checkpoint.h"
+#include "echelon/learn/run_start.h"
+#include "echelon/learn/snapshot_publisher.h"
+#include "echelon/learn/trajectory_intake.h"
+#include "echelon/model/checkpoint.h"
+#include "echelon/obs/metrics_http.h"
+#include "echelon/obs/metrics_log.h"
+#include "echelon/obs/step_record.h"
+#include "echelon/rollout/run_spec.h"
+#include "echelon/sched/dispatcher.h"
+
+namespace echelon::learn {
+namespace fs = std::filesystem;
+namespace {
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  std::ostringstream ss;
+  if (s >= 3600) ss << s / 3600 << "h";
+  if (s >= 60) ss << (s / 60) % 60 << "m";
+  ss << s % 60 << "s";
+  return ss.str();
+}
+
+// Every number of a metrics line as a Prometheus gauge "echelon_<key>"; a map of numbers
+// becomes one gauge with its keys as the `key` label.
+void PublishGauges(const nlohmann::json& line, obs::MetricsHttpServer& http) {
+  for (const auto& [key, value] : line.items()) {
+    if (value.is_number()) {
+      http.Set("echelon_" + key, value.get<double>());
+    } else if (value.is_object()) {
+      for (const auto& [k, v] : value.items())
+        if (v.is_number()) http.Set("echelon_" + key, v.get<double>(), {{"key", k}});
+    }
+  }
+}
+
+void WarnAboutUnclippedCorrection(const RunOptions& options) {
+  if (options.learner.loss.correction == Correction::kNone || options.learner.minibatches > 1) return;
+  spdlog::warn("rl.correction {} with rl.minibatches 1: the ratio to pi_prox is exactly 1, so nothing is "
+               "clipped; at S = 16 and rl.lr 3e-4 it fell below the warm-start, at rl.lr 7.5e-5 it matched "
+               "`none` (docs/RESULTS.md)",
+               options.learner.loss.correction == Correction::kTruncatedIS ? "tis" : "decoupled");
+}
+
+// One run of the learning plane; RunLearner's body, cut into its named steps.
+class LearnerRun {
+ public:
+  LearnerRun(const RunOptions& options, const LearnerRunArgs& args, ActorTransport& transport,
+             const std::atomic<bool>* interrupt, std::ostream& progress, const Clock& clock)
+      : options_(options),
+        args_(args),
+        transport_(transport),
+        interrupt_(interrupt),
+        progress_(progress),
+        clock_(clock),
+        t_start_(clock.Now()),
+        ckpt_dir_(fs::path(args.run_dir) / "checkpoints") {
+    summary_.run_dir = args.run_dir;
+  }
+  // The transport serves the intake: it stops before the intake goes, whatever ended the run.
+  ~LearnerRun() { CloseTransport(); }
+
+  Result<RunSummary> Run() {
+    ECHELON_RETURN_IF_ERROR(Prepare());
+    ECHELON_RETURN_IF_ERROR(StartActors());
+    return Finish(Loop());
+  }
+
+ private:
+  // --- set-up ------------------------------------------------------------------------------
+  Status Prepare() {
+    WarnAboutUnclippedCorrection(options_);
+    ECHELON_ASSIGN_OR_RETURN(task_, data::CreateAdapter(options_.task_name, options_.task_options));
+    ECHELON_ASSIGN_OR_RETURN(start_, args_.resume ? StartFromCheckpoint(options_, *task_, args_.run_dir, metrics_, progress_)
+                                                  : StartFresh(options_, *task_, args_.run_dir, args_.resolved_yaml,
+                                                               metrics_, progress_, clock_, t_start_));
+    const RunState& rs = start_.state;
+    summary_.warmstart_accuracy = rs.warmstart_accuracy;
+    summary_.heldout_n = rs.heldout_n;
+    wall_base_ = rs.wall_seconds - (clock_.Now() - t_start_);  // run time before this process
+    learner_ = std::make_unique<Learner>(start_.model, options_.learner);
+    dispatcher_ = std::make_unique<sched::Dispatcher>(
+        sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds}, &clock_);
+    intake_ = std::make_unique<TrajectoryIntake>(dispatcher_.get(), task_.get(), &start_.vocab,
+                                                 start_.model->config().vocab_size,
+                                                 static_cast<int>(options_.group_size));
+    publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
+    if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
+    busy_seconds_ = rs.busy_seconds;
+    consumed_tokens_ = rs.consumed_tokens;
+    rl_base_ = rs.rl_wall_seconds;
+    t_rl_ = clock_.Now();
+    // A fresh run is resumable from the first update on.
+    if (!args_.resume) ECHELON_RETURN_IF_ERROR(SaveState());
+    return Status::Ok();
+  }
+
+  // Weights are loaded; the rest of the checkpoint: optimizer, version, dispatcher, RNG, counters.
+  Status Restore() {
+    RunState& rs = start_.state;
+    std::map<std::string, at::Tensor> reference;
+    if (options_.learner.loss.kl_coef > 0) {
+      ECHELON_ASSIGN_OR_RETURN(model::LoadedCheckpoint ws, model::LoadCheckpoint((ckpt_dir_ / "warmstart").string()));
+      reference = ws.model->StateDict();
+    }
+    const std::string where = "resuming from " + start_.resumed_from;
+    ECHELON_RETURN_IF_ERROR(learner_->Restore(rs.version, start_.optimizer, reference).WithContext(where));
+    ECHELON_RETURN_IF_ERROR(
+        dispatcher_->Restore(rs.dispatcher, FreshLeaseBase(rs.dispatcher.next_lease)).WithContext(where));
+    ECHELON_RETURN_IF_ERROR(RestoreRngState(rs.rng_state_hex).WithContext(where));
+    intake_->RestoreCounters(rs.refusals, rs.accepted_tokens, rs.actor_groups);
+    start_.optimizer.clear();  // now inside the optimizer: keep no second copy
+    ++rs.resumes;
+    const sched::DispatchCounts c = dispatcher_->counts();
+    return metrics_.Write({{"event", "resume"},
+                           {"version", rs.version},
+                           {"from", start_.resumed_from},
+                           {"skipped", start_.skipped},
+                           {"discarded_metrics_lines", start_.discarded_lines},
+                           {"groups_reissued", c.reissued},
+                           {"groups_awaiting_reissue", c.awaiting_reissue},
+                           {"resumes", rs.resumes},
+                           {"wall_s", WallNow()}});
+  }
+
+  // The transport starts serving, the current policy is published, enough actors are there.
+  Status StartActors() {
+    rollout::RunSpec spec{options_.task_name, options_.task_options, start_.model->config(), start_.vocab,
+                          RolloutSampling(options_), options_.seed};
+    transport_started_ = true;
+    ECHELON_RETURN_IF_ERROR(transport_.Start(intake_.get(), rollout::RunSpecToJson(spec).dump(), progress_));
+    if (args_.metrics_port >= 0) {
+      http_ = std::make_unique<obs::MetricsHttpServer>();
+      ECHELON_RETURN_IF_ERROR(http_->Start("0.0.0.0", args_.metrics_port));
+      progress_ << "metrics at http://0.0.0.0:" << http_->port() << "/metrics" << std::endl;
+    }
+    ECHELON_RETURN_IF_ERROR(publisher_->Publish(learner_->model(), learner_->version()));
+    if (options_.wait_for_actors <= 0) return Status::Ok();
+    progress_ << "waiting for " << options_.wait_for_actors << " actors to register" << std::endl;
+    const double since = clock_.Now();
+    while (transport_.live_actors() < options_.wait_for_actors && !Interrupted()) {
+      if (clock_.Now() - since > options_.stall_timeout_seconds)
+        return Aborted("only " + std::to_string(transport_.live_actors()) + " of " +
+                       std::to_string(options_.wait_for_actors) + " actors registered within " +
+                       FormatDuration(options_.stall_timeout_seconds) + " (rollout.wait_for_actors)");
+      clock_.SleepFor(sched::kLearnerPollSeconds);
+    }
+    return Status::Ok();
+  }
+
+  // --- the learner loop ----------------------------------------------------------------------
+  Status Loop() {
+    CollectorOptions co;
+    co.max_staleness = options_.staleness;
+    co.batch_groups = options_.groups_per_step;
+    co.stall_timeout_seconds = options_.stall_timeout_seconds;
+    BatchCollector collector(co, dispatcher_.get(), intake_.get(), [this] { return transport_.EvictSilent(); }, &clock_);
+    t_rl_ = clock_.Now();
+    for (int64_t t = learner_->version(); t < options_.steps; ++t) {
+      const double step_start = clock_.Now();
+      ECHELON_ASSIGN_OR_RETURN(std::optional<CollectedBatch> batch, collector.Collect(t, interrupt_));
+      if (!batch) return Status::Ok();  // interrupted: groups taken so far stay pending, re-issued on resume
+      ECHELON_ASSIGN_OR_RETURN(const StepStats stats, Update(*batch));
+      collector.Commit(*batch);
+      const int64_t version = learner_->version();
+      if (version % options_.publish_period == 0 || version == options_.steps)
+        ECHELON_RETURN_IF_ERROR(publisher_->Publish(learner_->model(), version));
+      // After the last update nothing more is consumed: admit no new work for it.
+      if (version < options_.steps) dispatcher_->SetVersion(version);
+      ECHELON_RETURN_IF_ERROR(Record(t, *batch, stats, step_start));
+      if (options_.checkpoint_every > 0 && version % options_.checkpoint_every == 0 && version != options_.steps)
+        ECHELON_RETURN_IF_ERROR(SaveState());
+    }
+    return Status::Ok();
+  }
+
+  Result<StepStats> Update(const CollectedBatch& batch) {
+    std::vector<LearnerGroup> groups;
+    groups.reserve(batch.groups.size());
+    for (const rollout::GroupRollout& g : batch.groups) groups.push_back({g.behavior_version, g.episodes});
+    const double t0 = clock_.Now();
+    Result<StepStats> stats = learner_->Step(groups);
+    if (!stats.ok()) return stats.status().WithContext("learner step " + std::to_string(learner_->version()));
+    last_train_seconds_ = clock_.Now() - t0;
+    busy_seconds_ += last_train_seconds_;
+    consumed_tokens_ += stats->tokens;
+    return stats;
+  }
+
+  // The update's metrics line (obs/step_record.h), Prometheus gauges and progress line.
+  Status Record(int64_t t, const CollectedBatch& batch, const StepStats& stats, double step_start) {
+    obs::StepRecord r = MakeRecord(t, batch, stats, step_start);
+    const bool eval_now = options_.eval_every > 0 && *r.version % options_.eval_every == 0 && *r.version != options_.steps;
+    if (eval_now) {
+      ECHELON_ASSIGN_OR_RETURN(const rollout::EvalResult ev,
+                               EvaluateModel(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
+      r.heldout_accuracy = ev.accuracy;
+    }
+    const nlohmann::json line = r.ToJson();
+    if (http_) PublishGauges(line, *http_);
+    ECHELON_RETURN_IF_ERROR(metrics_.Write(line));
+    const double eta = RlWallNow() / (t + 1) * (options_.steps - t - 1);
+    progress_ << "step " << t + 1 << "/" << options_.steps << " v" << *r.version << std::fixed << std::setprecision(3)
+              << " reward " << r.reward_mean << " acc " << r.accuracy << std::setprecision(2) << " stale "
+              << r.staleness_mean << "/" << *r.staleness_max << " (S=" << options_.staleness << ")"
+              << " drop " << *r.groups_dropped_stale << " reissue " << *r.groups_reissued << std::setprecision(0)
+              << " tok/s " << r.tokens_per_s << std::setprecision(2) << " busy " << r.learner_busy_frac << " eta "
+              << FormatDuration(eta);
+    if (eval_now) progress_ << std::setprecision(3) << " heldout " << r.heldout_accuracy;
+    progress_ << std::endl;
+    return Status::Ok();
+  }
+
+  obs::StepRecord MakeRecord(int64_t t, const CollectedBatch& batch, const StepStats& stats, double step_start) {
+    obs::StepRecord r;
+    r.step = t;
+    r.version = learner_->version();
+    r.wall_s = WallNow();
+    r.step_s = clock_.Now() - step_start;
+    r.wait_s = batch.wait_seconds;
+    r.train_s = last_train_seconds_;
+    double reward_sum = 0, success_sum = 0, stale_sum = 0;
+    int64_t episodes = 0, stale_max = 0;
+    std::map<std::string, int> gap_n;
+    for (size_t i = 0; i < batch.groups.size(); ++i) {
+      const rollout::GroupRollout& g = batch.groups[i];
+      for (const data::Episode& e : g.episodes) {
+        reward_sum += e.reward;
+        success_sum += e.success ? 1 : 0;
+        ++episodes;
+      }
+      const int64_t staleness = t - g.behavior_version;
+      stale_sum += staleness;
+      stale_max = std::max(stale_max, staleness);
+      ++r.staleness_hist[staleness];
+      r.consumed_groups.push_back(g.group_id);
+      // Learner/actor log-prob gap per actor name: a bad or mismatched worker stands out.
+      r.actor_logprob_gap[ActorName(g.actor)] += stats.group_logprob_gap[i];
+      ++gap_n[ActorName(g.actor)];
+    }
+    for (auto& [name, gap] : r.actor_logprob_gap) gap /= gap_n[name];
+    r.reward_mean = reward_sum / episodes;
+    r.accuracy = success_sum / episodes;
+    r.staleness_mean = stale_sum / static_cast<double>(batch.groups.size());
+    r.staleness_max = stale_max;
+    r.staleness_bound = options_.staleness;
+    const sched::DispatchCounts c = dispatcher_->counts();
+    r.groups_issued = static_cast<int64_t>(c.handed_out);
+    r.groups_consumed = static_cast<int64_t>(c.consumed);
+    r.groups_dropped_stale = static_cast<int64_t>(c.dropped_stale);
+    r.groups_reissued = static_cast<int64_t>(c.reissued);
+    r.groups_in_flight = static_cast<int64_t>(c.outstanding + c.pending);
+    r.refused = AllRefusals();
+    r.actors = transport_.live_actors();
+    r.actor_groups = intake_->actor_groups();
+    const double rl_wall = std::max(RlWallNow(), 1e-9);
+    r.learner_busy_frac = busy_seconds_ / rl_wall;
+    r.tokens_per_s = intake_->accepted_tokens() / rl_wall;
+    r.loss = stats.loss;
+    r.grad_norm = stats.grad_norm;
+    r.clip_frac = stats.clip_frac;
+    r.kl = stats.kl;
+    r.behav_weight_mean = stats.behav_weight_mean;
+    r.logprob_gap = stats.logprob_gap;
+    r.zero_spread_groups = stats.zero_spread_groups;
+    r.tokens = stats.tokens;
+    if (std::optional<BroadcastCompletion> b = transport_.TakeCompletedBroadcast()) {
+      r.broadcast_version = b->version;
+      r.broadcast_s = b->seconds;
+    }
+    r.learner_rss_mb = ResidentSetMb();
+    return r;
+  }
+
+  // Everything a resumed run needs, as of now (between updates).
+  Status SaveState() {
+    RunState& rs = start_.state;
+    rs.version = learner_->version();
+    rs.wall_seconds = WallNow();
+    rs.rl_wall_seconds = RlWallNow();
+    rs.busy_seconds = busy_seconds_;
+    rs.consumed_tokens = consumed_tokens_;
+    rs.metrics_bytes = metrics_.bytes();
+    rs.dispatcher = dispatcher_->Export();
+    rs.refusals = intake_->refusals();
+    rs.accepted_tokens = intake_->accepted_tokens();
+    rs.actor_groups = intake_->actor_groups();
+    rs.rng_state_hex = CaptureRngState();
+    return SaveRunCheckpoint(ckpt_dir_.string(), *learner_, start_.vocab, rs, options_.checkpoint_keep)
+        .WithContext("checkpoint at version " + std::to_string(rs.version));
+  }
+
+  // --- shutdown -------------------------------------------------------------------------------
+  Result<RunSummary> Finish(Status failure) {
+    transport_.StopWork();  // before the version moves on: no hand-outs after the loop
+    dispatcher_->SetVersion(learner_->version());
+    summary_.steps_done = learner_->version();
+    // Whatever ended the loop, the run can continue from here (a failed write is reported).
+    if (learner_->version() != start_.state.version || learner_->version() == options_.steps) {
+      Status saved = SaveState();
+      if (!saved.ok() && failure.ok()) failure = saved;
+      if (saved.ok())
+        progress_ << "resumable checkpoint " << (ckpt_dir_ / ("step-" + std::to_string(learner_->version()))).string()
+                  << std::endl;
+    }
+    ECHELON_RETURN_IF_ERROR(failure);
+    summary_.interrupted = learner_->version() < options_.steps;
+    if (!summary_.interrupted)
+      ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir_ / "final").string(), learner_->model(), start_.vocab));
+    ECHELON_ASSIGN_OR_RETURN(const rollout::EvalResult after,
+                             EvaluateModel(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
+    summary_.final_accuracy = after.accuracy;
+    summary_.wall_seconds = WallNow();
+    const sched::DispatchCounts c = dispatcher_->counts();
+    ECHELON_RETURN_IF_ERROR(metrics_.Write({{"event", summary_.interrupted ? "interrupted" : "final"},
+                                            {"version", learner_->version()},
+                                            {"heldout_accuracy", after.accuracy},
+                                            {"heldout_n", after.n},
+                                            {"warmstart_heldout_accuracy", start_.state.warmstart_accuracy},
+                                            {"groups_issued", c.handed_out},
+                                            {"groups_consumed", c.consumed},
+                                            {"groups_dropped_stale", c.dropped_stale},
+                                            {"groups_reissued", c.reissued},
+                                            {"groups_in_flight", c.outstanding + c.pending},
+                                            {"actor_groups", intake_->actor_groups()},
+                                            {"refused", AllRefusals()},
+                                            {"learner_busy_frac", busy_seconds_ / std::max(RlWallNow(), 1e-9)},
+                                            {"learner_rss_mb", ResidentSetMb()},
+                                            {"learner_peak_rss_mb", PeakResidentSetMb()},
+                                            {"wall_s", summary_.wall_seconds}}));
+    CloseTransport();
+    return summary_;
+  }
+
+  void CloseTransport() {
+    if (!transport_started_) return;
+    transport_started_ = false;
+    transport_.StopWork();
+    transport_.Finish();
+  }
+
+  // Refusals by reason: the intake's (bad submissions) and the transport's (auth, evictions).
+  std::map<std::string, int64_t> AllRefusals() const {
+    std::map<std::string, int64_t> out = intake_->refusals();
+    for (const auto& [reason, n] : transport_.Refusals()) out[reason] += n;
+    return out;
+  }
+
+  bool Interrupted() const { return interrupt_ != nullptr && interrupt_->load(); }
+  double WallNow() const { return wall_base_ + clock_.Now() - t_start_; }   // continued across resumes
+  double RlWallNow() const { return rl_base_ + clock_.Now() - t_rl_; }      // the same, RL loop only
+
+  const RunOptions& options_;
+  const LearnerRunArgs& args_;
+  ActorTransport& transport_;
+  const std::atomic<bool>* interrupt_;
+  std::ostream& progress_;
+  const Clock& clock_;
+  const double t_start_;
+  const fs::path ckpt_dir_;
+  RunSummary summary_;
+  std::unique_ptr<data::TaskAdapter> task_;
+  obs::MetricsLog metrics_;
+  RunStart start_;
+  std::unique_ptr<Learner> learner_;
+  std::unique_ptr<sched::Dispatcher> dispatcher_;
+  std::unique_ptr<TrajectoryIntake> intake_;
+  std::unique_ptr<SnapshotPublisher> publisher_;
+  std::unique_ptr<obs::MetricsHttpServer> http_;
+  bool transport_started_ = false;
+  double wall_base_ = 0;
+  double rl_base_ = 0;  // RL loop time of earlier processes of this run
+  double t_rl_ = 0;     // when this process's RL loop started
+  double busy_seconds_ = 0;
+  double last_train_seconds_ = 0;
+  int64_t consumed_tokens_ = 0;
+};
+
+}  // namespace
+
+Result<RunSummary> RunLearner(const RunOptions& options, const LearnerRunArgs& args, ActorTransport& transport,
+                              const std::atomic<bool>* interrupt, std::ostream& progress, const Clock* clock) {
+  static const RealClock kRealClock;
+  LearnerRun run(options, args, transport, interrupt, progress, clock != nullptr ? *clock : kRealClock);
+  return run.Run();
+}
+
+}  // namespace echelon::learn

@@ -1,0 +1,13 @@
+#include "echelon/learn/run_options.h"
+
+namespace echelon::learn {
+
+model::SamplingParams RolloutSampling(const RunOptions& options) {
+  model::SamplingParams sp;
+  sp.temperature = options.temperature;
+  sp.top_p = options.top_p;
+  sp.max_new_tokens = options.max_new_tokens;
+  return sp;
+}
+
+}  // namespace echelon::learn

@@ -1,0 +1,52 @@
+// RunOptions: everything a training run is configured with, typed. cli/train_config.h reads
+// them from YAML (the schema with every key, its default and why); the learning plane
+// (learn/learner_run.h) and the run spec handed to actors consume them.
+//
+// Thread contract: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "echelon/data/adapter.h"
+#include "echelon/learn/learner.h"
+#include "echelon/learn/warmstart.h"
+#include "echelon/model/generate.h"
+#include "echelon/model/model_config.h"
+#include "echelon/sched/tunables.h"
+
+namespace echelon::learn {
+
+struct RunOptions {
+  uint64_t seed = 0;
+  std::string task_name;
+  data::AdapterOptions task_options;
+  std::string model_init;    // model directory to start from; empty: a new character model
+  model::ModelConfig model;  // the new character model's shape (vocab_size from the task's alphabet)
+  WarmstartOptions warmstart;
+  LearnerOptions learner;
+  int64_t steps = 0;
+  int64_t groups_per_step = 0;  // B
+  int64_t group_size = 0;       // G
+  int64_t staleness = 0;        // S
+  int64_t publish_period = 1;   // kappa
+  int64_t actors = 1;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t max_new_tokens = 8;
+  bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
+  double lease_seconds = sched::kDefaultLeaseSeconds;
+  double stall_timeout_seconds = sched::kDefaultStallTimeoutSeconds;
+  std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
+  int64_t eval_every = 0;
+  int64_t checkpoint_every = 50;
+  int64_t checkpoint_keep = 3;
+  bool snapshot_broadcast = true;  // remote actors get snapshots by peer-assisted broadcast
+  int64_t wait_for_actors = 0;     // remote actors registered before the first update
+};
+
+// The sampling parameters of the run's actors (stop ids come from the vocabulary).
+model::SamplingParams RolloutSampling(const RunOptions& options);
+
+}  // namespace echelon::learn

@@ -1,0 +1,61 @@
+// Where a training run starts from: a fresh run directory (the initial model, a new character
+// model or model.init's directory, then the supervised warm-start and its held-out
+// evaluation), or the newest whole resumable checkpoint of an interrupted run (with its
+// metrics.jsonl cut back to that moment).
+//
+//   ECHELON_ASSIGN_OR_RETURN(RunStart s, resume ? StartFromCheckpoint(...) : StartFresh(...));
+//
+// Thread contract: free functions, called by the learner thread before the loop starts.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "echelon/common/clock.h"
+#include "echelon/common/status.h"
+#include "echelon/data/adapter.h"
+#include "echelon/learn/run_checkpoint.h"
+#include "echelon/learn/run_options.h"
+#include "echelon/model/qwen3.h"
+#include "echelon/model/vocabulary.h"
+#include "echelon/obs/metrics_log.h"
+#include "echelon/rollout/evaluate.h"
+
+namespace echelon::learn {
+
+struct RunStart {
+  model::Qwen3Model model{nullptr};
+  model::Vocabulary vocab;
+  RunState state;
+  std::string resumed_from;  // checkpoint directory; empty for a fresh run
+  std::map<std::string, at::Tensor> optimizer;
+  int64_t discarded_lines = 0;        // metrics lines moved to metrics.discarded.jsonl
+  std::vector<std::string> skipped;   // checkpoints passed over, with the reason
+};
+
+// Fresh run: creates `run_dir` (which must not exist or be empty) with config.yaml, the
+// held-out set and metrics.jsonl (opened into `metrics`), warm-starts and evaluates.
+// `t_start` is when the run started on `clock`.
+Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
+                            const std::string& resolved_yaml, obs::MetricsLog& metrics, std::ostream& progress,
+                            const Clock& clock, double t_start);
+
+// Resumed run: the newest step-N whose checksums verify; metrics.jsonl is rolled back to the
+// checkpoint and opened into `metrics`.
+Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::TaskAdapter& task,
+                                     const std::string& run_dir, obs::MetricsLog& metrics, std::ostream& progress);
+
+// Greedy held-out accuracy of `source`'s weights (evaluated on a copy, so the caller's model
+// keeps its training state).
+Result<rollout::EvalResult> EvaluateModel(const model::Qwen3Model& source, const model::Vocabulary& vocab,
+                                          const data::TaskAdapter& task, int64_t max_new_tokens);
+
+// A lease id base above every lease an earlier process of this run can have handed out.
+uint64_t FreshLeaseBase(uint64_t saved_next_lease);
+
+}  // namespace echelon::learn

@@ -1,0 +1,139 @@
+#include "echelon/learn/trajectory_intake.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace echelon::learn {
+
+std::string ActorName(const std::string& actor_id) { return actor_id.substr(0, actor_id.find('#')); }
+
+TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::Vocabulary* vocab,
+                   int64_t model_vocab_size, int group_size)
+    : dispatcher_(dispatcher), task_(task), vocab_(vocab), group_size_(group_size), vocab_size_(model_vocab_size) {}
+
+std::optional<rollout::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
+  std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
+  if (!w) return std::nullopt;
+  return rollout::Assignment{*w, task_->TrainPrompt(w->group_id), group_size_};
+}
+
+std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
+  if (static_cast<int>(g.episodes.size()) != group_size_) return "wrong_group_size";
+  int64_t published;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    published = snapshot_.version;
+  }
+  // No actor can hold a newer policy than the newest one published.
+  if (g.behavior_version < 0 || g.behavior_version > published) return "bad_version";
+  for (const data::Episode& e : g.episodes) {
+    if (!std::isfinite(e.reward)) return "nonfinite_reward";
+    for (const data::Turn& t : e.turns) {
+      if (t.tokens.size() != t.logprobs.size()) return "length_mismatch";
+      if (t.prompt_ids.empty()) return "empty_prompt";
+      for (int64_t id : t.prompt_ids)
+        if (id < 0 || id >= vocab_size_) return "token_out_of_vocab";
+      for (int64_t id : t.tokens)
+        if (id < 0 || id >= vocab_size_) return "token_out_of_vocab";
+      for (float lp : t.logprobs)
+        if (!std::isfinite(lp) || lp > 1e-4f) return "bad_logprob";
+    }
+  }
+  return "";
+}
+
+namespace {
+
+const char* RefusalName(sched::SubmitResult r) {
+  switch (r) {
+    case sched::SubmitResult::kAccepted: return "";
+    case sched::SubmitResult::kUnknownGroup: return "unknown_group";
+    case sched::SubmitResult::kNotLeaseHolder: return "not_lease_holder";
+    case sched::SubmitResult::kAlreadySettled: return "already_settled";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
+  std::string reason = Validate(rollout);
+  if (reason.empty()) reason = RefusalName(dispatcher_->Submit(rollout.group_id, rollout.lease_id));
+  if (!reason.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refusals_[reason];
+    spdlog::warn("refused group {} from {}: {}", rollout.group_id, rollout.actor, reason);
+    return {false, reason};
+  }
+  rollout.prompt = task_->TrainPrompt(rollout.group_id);
+  const int64_t corrected = RecheckRewards(&rollout);
+  int64_t tokens = 0;
+  for (const data::Episode& e : rollout.episodes)
+    for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (corrected > 0) refusals_["reward_corrected"] += corrected;
+    accepted_tokens_ += tokens;
+    ++actor_groups_[ActorName(rollout.actor)];
+    queue_.push_back(std::move(rollout));
+  }
+  arrived_.notify_one();
+  return {true, ""};
+}
+
+int64_t TrajectoryIntake::RecheckRewards(rollout::GroupRollout* g) const {
+  int64_t corrected = 0;
+  for (data::Episode& e : g->episodes) {
+    if (e.turns.size() != 1) continue;  // multi-turn episodes are the adapter's to verify
+    const double reward = task_->Reward(g->prompt, vocab_->DecodeCompletion(e.turns[0].tokens));
+    if (reward != e.reward) ++corrected;
+    e.reward = reward;
+    e.success = reward >= 1.0;
+  }
+  return corrected;
+}
+
+int64_t TrajectoryIntake::accepted_tokens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepted_tokens_;
+}
+
+std::map<std::string, int64_t> TrajectoryIntake::actor_groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return actor_groups_;
+}
+
+void TrajectoryIntake::RestoreCounters(std::map<std::string, int64_t> refusals, int64_t accepted_tokens,
+                               std::map<std::string, int64_t> actor_groups) {
+  std::lock_guard<std::mutex> lock(mu_);
+  refusals_ = std::move(refusals);
+  accepted_tokens_ = accepted_tokens;
+  actor_groups_ = std::move(actor_groups);
+}
+
+rollout::Snapshot TrajectoryIntake::Latest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
+}
+
+void TrajectoryIntake::Publish(rollout::Snapshot snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_ = std::move(snapshot);
+}
+
+std::vector<rollout::GroupRollout> TrajectoryIntake::Drain(double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  arrived_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [&] { return !queue_.empty(); });
+  std::vector<rollout::GroupRollout> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  return out;
+}
+
+std::map<std::string, int64_t> TrajectoryIntake::refusals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refusals_;
+}
+
+}  // namespace echelon::learn

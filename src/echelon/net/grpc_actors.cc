@@ -1,0 +1,88 @@
+#include "echelon/net/grpc_actors.h"
+
+#include <algorithm>
+
+#include "echelon/broadcast/ed25519.h"
+#include "echelon/learn/trajectory_intake.h"
+#include "echelon/net/address.h"
+#include "echelon/net/broadcast_origin.h"
+#include "echelon/net/learner_server.h"
+
+namespace echelon::net {
+
+GrpcActors::GrpcActors(GrpcActorsOptions options, const Clock* clock) : options_(std::move(options)), clock_(clock) {}
+
+GrpcActors::~GrpcActors() = default;
+
+Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) {
+  LearnerServerOptions so;
+  so.listen = options_.listen;
+  so.token = options_.token;
+  so.tls_cert_file = options_.tls_cert_file;
+  so.tls_key_file = options_.tls_key_file;
+  so.heartbeat_seconds = options_.heartbeat_seconds;
+  so.evict_after_seconds = options_.evict_after_seconds;
+  so.run_spec_json = run_spec_json;
+  if (options_.broadcast) {
+    ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
+    BroadcastOriginOptions bo;
+    bo.listen = options_.broadcast_listen.empty() ? HostOf(options_.listen) + ":0" : options_.broadcast_listen;
+    bo.token = options_.token;
+    bo.log_each_version = false;  // one snapshot per update: the metrics carry broadcast_s
+    origin_ = std::make_unique<BroadcastOrigin>(bo, std::move(key), clock_);
+    ECHELON_RETURN_IF_ERROR(origin_->Start().WithContext("snapshot broadcast origin"));
+    so.broadcast_port = origin_->port();
+    so.broadcast_key_pem = origin_->public_key().ToPem();
+  }
+  server_ = std::make_unique<LearnerServer>(so, intake, intake, intake, clock_);
+  ECHELON_RETURN_IF_ERROR(server_->Start());
+  progress << "learner serving actors on port " << server_->port() << std::endl;
+  if (origin_) progress << "snapshot broadcast origin on port " << origin_->port() << std::endl;
+  if (options_.on_listening) options_.on_listening(server_->port());
+  return Status::Ok();
+}
+
+int64_t GrpcActors::live_actors() const { return server_ ? static_cast<int64_t>(server_->Actors().size()) : 0; }
+
+std::vector<std::string> GrpcActors::EvictSilent() { return server_ ? server_->EvictSilent() : std::vector<std::string>(); }
+
+std::map<std::string, int64_t> GrpcActors::Refusals() const {
+  return server_ ? server_->Counters() : std::map<std::string, int64_t>();
+}
+
+Status GrpcActors::Broadcast(int64_t version, const std::string& safetensors_bytes) {
+  if (!origin_) return Status::Ok();
+  ECHELON_RETURN_IF_ERROR(origin_->Publish(static_cast<uint64_t>(version), safetensors_bytes).status());
+  broadcasting_.push_back(version);
+  if (broadcasting_.size() > 8) broadcasting_.pop_front();
+  return Status::Ok();
+}
+
+std::optional<learn::BroadcastCompletion> GrpcActors::TakeCompletedBroadcast() {
+  std::optional<learn::BroadcastCompletion> newest;
+  if (!origin_) return newest;
+  for (auto it = broadcasting_.begin(); it != broadcasting_.end();) {
+    if (!origin_->IsComplete(static_cast<uint64_t>(*it))) {
+      ++it;
+      continue;
+    }
+    std::optional<double> last;
+    for (const BroadcastPeerReport& r : origin_->Report(static_cast<uint64_t>(*it)))
+      if (r.completed_s) last = std::max(last.value_or(0.0), *r.completed_s);
+    if (last) newest = learn::BroadcastCompletion{*it, *last};
+    it = broadcasting_.erase(it);
+  }
+  return newest;
+}
+
+void GrpcActors::StopWork() {
+  if (server_) server_->SetDone();
+}
+
+void GrpcActors::Finish() {
+  // Actors poll at least every heartbeat: let every one of them hear that the run is over.
+  if (server_) server_->WaitUntilActorsTold(3 * options_.heartbeat_seconds + 1.0);
+  if (origin_) origin_->Shutdown();
+}
+
+}  // namespace echelon::net

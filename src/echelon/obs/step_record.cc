@@ -1,0 +1,178 @@
+#include "echelon/obs/step_record.h"
+
+#include <cmath>
+
+namespace echelon::obs {
+namespace {
+
+using nlohmann::json;
+
+// The fields of a StepRecord after "step" and "wall_s", once, for the writer and the reader.
+// `R` is StepRecord or const StepRecord; `V` a visitor with Number, Count, Counts, Numbers,
+// Hist, Ids and Json members.
+template <typename R, typename V>
+void VisitFields(R& r, V& v) {
+  v.Count("version", r.version);
+  v.Number("step_s", r.step_s);
+  v.Number("wait_s", r.wait_s);
+  v.Number("train_s", r.train_s);
+  v.Number("reward_mean", r.reward_mean);
+  v.Number("accuracy", r.accuracy);
+  v.Number("heldout_accuracy", r.heldout_accuracy);
+  v.Number("staleness_mean", r.staleness_mean);
+  v.Count("staleness_max", r.staleness_max);
+  v.Count("staleness_bound", r.staleness_bound);
+  v.Hist("staleness_hist", r.staleness_hist);
+  v.Ids("consumed_groups", r.consumed_groups);
+  v.Counts("refused", r.refused);
+  v.Count("groups_consumed", r.groups_consumed);
+  v.Count("groups_dropped_stale", r.groups_dropped_stale);
+  v.Count("groups_reissued", r.groups_reissued);
+  v.Count("groups_issued", r.groups_issued);
+  v.Count("groups_in_flight", r.groups_in_flight);
+  v.Count("actors", r.actors);
+  v.Counts("actor_groups", r.actor_groups);
+  v.Number("learner_busy_frac", r.learner_busy_frac);
+  v.Number("loss", r.loss);
+  v.Number("grad_norm", r.grad_norm);
+  v.Number("clip_frac", r.clip_frac);
+  v.Number("kl", r.kl);
+  v.Number("behav_weight_mean", r.behav_weight_mean);
+  v.Number("logprob_gap", r.logprob_gap);
+  v.Numbers("actor_logprob_gap", r.actor_logprob_gap);
+  v.Count("zero_spread_groups", r.zero_spread_groups);
+  v.Count("tokens", r.tokens);
+  v.Number("tokens_per_s", r.tokens_per_s);
+  v.Count("broadcast_version", r.broadcast_version);
+  v.Number("broadcast_s", r.broadcast_s);
+  v.Number("learner_rss_mb", r.learner_rss_mb);
+  v.Count("active_workers", r.active_workers);
+  v.Counts("billed_by_class", r.billed_by_class);
+  v.Number("cost", r.cost);
+  v.Json("price_changes", r.price_changes);
+}
+
+struct Writer {
+  json& out;
+  void Number(const char* key, double v) {
+    if (!std::isnan(v)) out[key] = v;
+  }
+  void Count(const char* key, const std::optional<int64_t>& v) {
+    if (v) out[key] = *v;
+  }
+  template <typename M>
+  void Counts(const char* key, const M& m) {
+    if (!m.empty()) out[key] = m;
+  }
+  void Numbers(const char* key, const std::map<std::string, double>& m) { Counts(key, m); }
+  void Hist(const char* key, const std::map<int64_t, int64_t>& m) {
+    if (m.empty()) return;
+    json h = json::object();
+    for (const auto& [s, n] : m) h[std::to_string(s)] = n;
+    out[key] = h;
+  }
+  void Ids(const char* key, const std::vector<uint64_t>& ids) {
+    if (!ids.empty()) out[key] = ids;
+  }
+  void Json(const char* key, const json& j) {
+    if (!j.is_null()) out[key] = j;
+  }
+};
+
+// Reads present fields, remembering the first problem; absent or null fields stay unset.
+struct Reader {
+  const json& in;
+  const std::string& where;
+  Status status;
+
+  const json* Find(const char* key) {
+    auto it = in.find(key);
+    return it == in.end() || it->is_null() || !status.ok() ? nullptr : &*it;
+  }
+  void Fail(const char* key, const json& v, const char* expected) {
+    status = InvalidArgument(where + ": field '" + key + "' is " + v.dump() + "; expected " + expected);
+  }
+  static bool IsCount(const json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; }
+
+  void Number(const char* key, double& v) {
+    if (const json* j = Find(key)) j->is_number() ? void(v = j->get<double>()) : Fail(key, *j, "a number");
+  }
+  void Count(const char* key, std::optional<int64_t>& v) {
+    if (const json* j = Find(key)) IsCount(*j) ? void(v = j->get<int64_t>()) : Fail(key, *j, "a non-negative integer");
+  }
+  void Counts(const char* key, std::map<std::string, int64_t>& m) {
+    const json* j = Find(key);
+    if (j == nullptr) return;
+    if (!j->is_object()) return Fail(key, *j, "an object of counts");
+    for (const auto& [name, v] : j->items()) {
+      if (!IsCount(v)) {
+        status = InvalidArgument(where + ": " + key + "[\"" + name + "\"] is " + v.dump() +
+                                 "; expected a non-negative integer");
+        return;
+      }
+      m[name] = v.get<int64_t>();
+    }
+  }
+  void Numbers(const char* key, std::map<std::string, double>& m) {
+    const json* j = Find(key);
+    if (j == nullptr) return;
+    if (!j->is_object()) return Fail(key, *j, "an object of numbers");
+    for (const auto& [name, v] : j->items()) {
+      if (!v.is_number()) return Fail(key, *j, "an object of numbers");
+      m[name] = v.get<double>();
+    }
+  }
+  void Hist(const char* key, std::map<int64_t, int64_t>& m) {
+    std::map<std::string, int64_t> counts;
+    Counts(key, counts);
+    for (const auto& [k, n] : counts) {
+      const bool digits = !k.empty() && k.size() < 19 && k.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits) {
+        status = InvalidArgument(where + ": " + key + " key \"" + k + "\" is not a non-negative integer");
+        return;
+      }
+      m[std::stoll(k)] = n;
+    }
+  }
+  void Ids(const char* key, std::vector<uint64_t>& ids) {
+    const json* j = Find(key);
+    if (j == nullptr) return;
+    if (!j->is_array()) return Fail(key, *j, "an array of group ids");
+    for (const json& id : *j) {
+      if (!IsCount(id)) return Fail(key, *j, "an array of group ids");
+      ids.push_back(id.get<uint64_t>());
+    }
+  }
+  void Json(const char* key, json& v) {
+    if (const json* j = Find(key)) v = *j;
+  }
+};
+
+}  // namespace
+
+json StepRecord::ToJson() const {
+  json out = {{"step", step}, {"wall_s", wall_s}};
+  Writer w{out};
+  VisitFields(*this, w);
+  return out;
+}
+
+Result<StepRecord> StepRecord::FromJson(const json& line, const std::string& where) {
+  if (!line.is_object()) return InvalidArgument(where + ": not a JSON object");
+  StepRecord r;
+  auto step = line.find("step");
+  if (step == line.end() || !step->is_number_integer())
+    return InvalidArgument(where + ": a training line needs an integer 'step' (or an \"event\" field)");
+  r.step = step->get<int64_t>();
+  auto wall = line.find("wall_s");
+  if (wall == line.end() || !wall->is_number()) return InvalidArgument(where + ": a training line needs a number 'wall_s'");
+  r.wall_s = wall->get<double>();
+  Reader reader{line, where, Status::Ok()};
+  VisitFields(r, reader);
+  // Written by releases before the field was renamed.
+  if (std::isnan(r.broadcast_s)) reader.Number("snapshot_broadcast_s", r.broadcast_s);
+  ECHELON_RETURN_IF_ERROR(reader.status);
+  return r;
+}
+
+}  // namespace echelon::obs

@@ -1,0 +1,92 @@
+// StepRecord: one learner update, as one line of metrics.jsonl. The one record that the
+// learner (learn/learner_loop.h) and the simulator (plan/simulator.h, its --out timeline)
+// write, and that the report (obs/report_data.h) and `plan --from-run` (plan/run_fit.h) read:
+// one set of key names, one parser.
+//
+// Presence: every field below is optional in a line. A missing number reads as kMissing
+// (NaN), a missing count as nullopt, a missing map as empty; ToJson writes only what is
+// present. Which side fills what:
+//   both        step, version, wall_s, step_s, wait_s, train_s, staleness_*, groups_*,
+//               learner_busy_frac
+//   learner     reward_mean, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
+//               refused, actors, actor_groups, loss, grad_norm, clip_frac, kl,
+//               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups, tokens,
+//               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb
+//   simulator   active_workers, billed_by_class, cost, price_changes
+// Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
+// wait_s / train_s / learner_rss_mb read them as missing.
+//
+//   StepRecord r;  r.step = t;  r.version = t + 1;  ...;  metrics.Write(r.ToJson());
+//   ECHELON_ASSIGN_OR_RETURN(StepRecord back, StepRecord::FromJson(line, "metrics.jsonl:7"));
+//
+// Thread contract: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "echelon/common/status.h"
+
+namespace echelon::obs {
+
+// A number the line did not carry.
+inline constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
+
+struct StepRecord {
+  int64_t step = 0;                   // update index t: this line is update t -> t+1
+  std::optional<int64_t> version;     // policy version after it (t + 1)
+  double wall_s = 0;                  // seconds since the run started (simulated in a timeline)
+  double step_s = kMissing;           // this update's cycle, waiting for groups included
+  double wait_s = kMissing;           // of which waiting until B admissible groups were there
+  double train_s = kMissing;          // of which in the update itself
+
+  // Rollouts consumed by this update.
+  double reward_mean = kMissing;
+  double accuracy = kMissing;         // fraction of successful episodes
+  double heldout_accuracy = kMissing; // greedy held-out evaluation after this update
+  double staleness_mean = kMissing;   // t - x over the batch
+  std::optional<int64_t> staleness_max;
+  std::optional<int64_t> staleness_bound;      // S
+  std::map<int64_t, int64_t> staleness_hist;   // t - x -> groups of this batch
+  std::vector<uint64_t> consumed_groups;       // group ids of the batch
+
+  // Dispatcher counts after the update (running totals):
+  // issued = consumed + dropped_stale + reissued + in_flight.
+  std::optional<int64_t> groups_issued, groups_consumed, groups_dropped_stale, groups_reissued, groups_in_flight;
+  std::map<std::string, int64_t> refused;       // refused submissions and calls, by reason (totals)
+  std::optional<int64_t> actors;                // live actors
+  std::map<std::string, int64_t> actor_groups;  // accepted groups per actor name (totals)
+  double learner_busy_frac = kMissing;          // update time / RL wall time, so far
+  double tokens_per_s = kMissing;               // accepted completion tokens / RL wall time
+
+  // The update's own statistics (learn::StepStats).
+  double loss = kMissing, grad_norm = kMissing, clip_frac = kMissing, kl = kMissing;
+  double behav_weight_mean = kMissing;
+  double logprob_gap = kMissing;                      // mean |learner - actor| log-prob
+  std::map<std::string, double> actor_logprob_gap;    // the same per actor name
+  std::optional<int64_t> zero_spread_groups;
+  std::optional<int64_t> tokens;                      // completion tokens trained on
+
+  std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
+  double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer
+  double learner_rss_mb = kMissing;          // the learner process's resident memory
+
+  // Simulator.
+  std::optional<int64_t> active_workers;
+  std::map<std::string, int64_t> billed_by_class;
+  double cost = kMissing;                // dollars so far
+  nlohmann::json price_changes;          // null, or the re-activations at this update
+
+  nlohmann::json ToJson() const;
+  // Errors name `where` (e.g. "run/metrics.jsonl:7") and the field: a line without an
+  // integer "step" or a number "wall_s", or a present field of the wrong type or sign.
+  static Result<StepRecord> FromJson(const nlohmann::json& line, const std::string& where);
+};
+
+}  // namespace echelon::obs

@@ -1,0 +1,41 @@
+// The one table of scheduling and liveness tunables (dispatcher leases, actor heartbeats,
+// the learner's waiting), each with the reason for its default. The training config's keys
+// (cli/train_config.cc) and the gRPC transport (net/) take their defaults from here.
+//
+// Thread contract: plain values.
+#pragma once
+
+namespace echelon::sched {
+
+// A lease only recovers the work of an actor that is alive but stuck (a hung inference
+// server, a wedged GPU): one that dies or loses its link stops heartbeating and is evicted
+// within kEvictAfterSeconds, its groups re-issued at once. So the lease can be long, and must
+// be longer than any honest group: a group of the default job takes under a second; 8 samples
+// x 2,048 tokens of an 8B model on one consumer GPU take about a minute. Twice that.
+inline constexpr double kDefaultLeaseSeconds = 120;
+
+// Actors call in at least this often (acquire, submit or heartbeat). One second keeps the
+// learner's liveness view fresh at a cost of one tiny RPC per actor per second (1,000 actors:
+// 1,000 RPC/s, well within one learner's gRPC server).
+inline constexpr double kHeartbeatSeconds = 1.0;
+
+// An actor silent for three heartbeats is evicted and its groups re-issued: one lost or
+// delayed heartbeat (a GC pause, a congested home link) does not evict, a dead actor costs
+// the run at most three seconds of its work.
+inline constexpr double kEvictAfterSeconds = 3.0;
+
+// The learner gives up when no rollout arrives for this long: every actor is failing or gone.
+// Five minutes lets remote actors boot, load a model and fetch the first snapshot.
+inline constexpr double kDefaultStallTimeoutSeconds = 300;
+
+// While it waits for groups the learner wakes at least this often to collect expired
+// leases and silent actors (arrivals wake it at once). 50 ms is below one heartbeat and costs
+// nothing measurable.
+inline constexpr double kLearnerPollSeconds = 0.05;
+
+// An actor that gets no work (the admission window is full) or holds no snapshot yet asks
+// again after this long: short against a group's generation time, so a freed slot is taken
+// within milliseconds, long enough that idle actors cost the learner little.
+inline constexpr double kActorIdleSleepSeconds = 0.002;
+
+}  // namespace echelon::sched
