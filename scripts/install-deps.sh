@@ -10,6 +10,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libicu-dev
+  libjemalloc-dev
 )
 
 missing=()
