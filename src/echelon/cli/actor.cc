@@ -36,6 +36,7 @@ struct ActorArgs {
   std::string broadcast_advertise;
   bool no_broadcast = false;
   std::string backend = "builtin";
+  std::string device = "cpu";  // builtin backend: where the model runs
   std::string backend_url;
   std::string backend_model;
   std::string backend_api_key_file;
@@ -72,6 +73,10 @@ Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& arg
 int RunActor(const ActorArgs& args) {
   if (args.backend == "openai-http" && args.backend_url.empty()) {
     spdlog::error("--backend openai-http needs --backend-url http://HOST:PORT");
+    return 2;
+  }
+  if (Status st = model::CheckDevice(args.device); !st.ok()) {
+    spdlog::error("--device: {}", st.message());
     return 2;
   }
   std::signal(SIGINT, OnSignal);
@@ -111,7 +116,9 @@ int RunActor(const ActorArgs& args) {
     }
     policy = std::move(http).value();
   } else {
-    policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup->model), setup->vocab, setup->sampling);
+    model::Qwen3Model model(setup->model);
+    model->to(at::Device(args.device));
+    policy = std::make_unique<rollout::ModelPolicy>(model, setup->vocab, setup->sampling);
   }
   rollout::ActorOptions ao;
   ao.name = args.name;
@@ -151,6 +158,8 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", args->backend,
                   "inference backend: builtin (LibTorch in this process) or openai-http (an OpenAI-compatible server)")
       ->check(CLI::IsMember({"builtin", "openai-http"}))
+      ->capture_default_str();
+  cmd->add_option("--device", args->device, "builtin backend: where the model runs (cpu, cuda, cuda:N)")
       ->capture_default_str();
   cmd->add_option("--backend-url", args->backend_url,
                               "openai-http: the server, http://HOST:PORT (vLLM, SGLang, echelon serve...)");

@@ -68,7 +68,8 @@ void PrintSummary(const learn::RunSummary& s) {
 // the checkpoint describe a different run.
 bool ChangeableOnResume(const std::string& key) {
   static const std::set<std::string> kKeys = {"rl.steps",         "checkpoint.every",        "checkpoint.keep",
-                                              "eval.every",       "rollout.lease_seconds",   "rollout.stall_timeout_seconds"};
+                                              "eval.every",       "rollout.lease_seconds",   "rollout.stall_timeout_seconds",
+                                              "learner.device",   "learner.micro_batch_tokens"};
   return kKeys.count(key) > 0;
 }
 
@@ -92,7 +93,8 @@ Result<Config> ResumeConfig(const LaunchArgs& args, const std::string& run_dir) 
     for (const std::string& k : refused) keys += (keys.empty() ? "" : ", ") + k;
     return InvalidArgument("resuming " + run_dir + ": the config differs from the run's config.yaml in " + keys +
                            "; a resumed run may change only rl.steps, checkpoint.*, eval.every, "
-                           "rollout.lease_seconds and rollout.stall_timeout_seconds");
+                           "rollout.lease_seconds, rollout.stall_timeout_seconds, learner.device and "
+                           "learner.micro_batch_tokens");
   }
   if (wanted.ToYaml() != saved.ToYaml()) ECHELON_RETURN_IF_ERROR(WriteFileAtomic(saved_path, wanted.ToYaml()));
   return wanted;

@@ -11,10 +11,12 @@
 
 namespace {
 
-// Several roles share 2 cores: each uses one intra-op thread unless told otherwise, and
-// OpenBLAS (which reads OPENBLAS_NUM_THREADS only at load time) is set to match.
+// Intra-op threads: ECHELON_THREADS, else OMP_NUM_THREADS (what users of PyTorch set), else 1,
+// because a local cluster's learner and actors share the machine's cores. OpenBLAS (which reads
+// OPENBLAS_NUM_THREADS only at load time) is set to match.
 void SetThreads() {
   int threads = 1;
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) threads = std::max(1, std::atoi(env));
   if (const char* env = std::getenv("ECHELON_THREADS")) threads = std::max(1, std::atoi(env));
   at::set_num_threads(threads);
   using SetFn = void (*)(int);

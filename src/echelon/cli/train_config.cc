@@ -47,6 +47,14 @@ const ConfigSchema& TrainSchema() {
           "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
           "region around the update's starting policy (pi_prox of the tis / decoupled corrections)");
     s.Bool("rl.scale_by_std", true, "divide group advantages by the group's reward std (GRPO)");
+    // Where and how the update runs. fp32 on a CPU: bf16 is ~28x slower than fp32 there.
+    s.String("learner.device", "cpu", "where the update runs: cpu, cuda or cuda:N (a CUDA LibTorch is needed)");
+    s.String("learner.precision", "fp32",
+             "fp32, or bf16: bf16 parameters and activations with fp32 master weights and AdamW state",
+             {"fp32", "bf16"});
+    s.Int("learner.micro_batch_tokens", 0, 0, int64_t{1} << 40,
+          "token budget of one forward/backward (gradients accumulated; rows sorted by length, padded per "
+          "micro-batch); 0: the whole minibatch at once");
     s.Int("rl.staleness", 2, 0, 1000, "S: a rollout from version x is used at step t only if t - x <= S");
     s.Int("rl.publish_period", 0, 0, 1000, "kappa: publish a snapshot every kappa steps (0: max(1, S - 1))");
     s.Int("rollout.actors", 1, 0, 256, "rollout workers that `echelon train` starts (remote actors may join too)");
@@ -119,6 +127,10 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   l.loss.tis_cap = cfg.Float("rl.tis_cap");
   l.scale_by_std = cfg.Bool("rl.scale_by_std");
   l.minibatches = cfg.Int("rl.minibatches");
+  l.device = cfg.String("learner.device");
+  if (Status st = model::CheckDevice(l.device); !st.ok()) return st.WithContext(cfg.source() + ": learner.device");
+  ECHELON_ASSIGN_OR_RETURN(l.precision, learn::ParsePrecision(cfg.String("learner.precision")));
+  l.micro_batch_tokens = cfg.Int("learner.micro_batch_tokens");
   l.temperature = cfg.Float("rollout.temperature");
   if (l.temperature == 0.0)
     return InvalidArgument(cfg.source() + ": rollout.temperature = 0 (greedy) gives every group the same samples; "
@@ -138,6 +150,10 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.temperature = l.temperature;
   o.top_p = cfg.Float("rollout.top_p");
   o.max_new_tokens = cfg.Int("rollout.max_new_tokens");
+  if (l.micro_batch_tokens > 0 && l.micro_batch_tokens < o.max_new_tokens + 1)
+    return InvalidArgument(cfg.source() + ": learner.micro_batch_tokens (" + std::to_string(l.micro_batch_tokens) +
+                           ") is smaller than one sequence (a prompt token + rollout.max_new_tokens = " +
+                           std::to_string(o.max_new_tokens + 1) + "); raise it or use 0");
   o.chat = cfg.Bool("rollout.chat");
   if (o.chat && o.model_init.empty())
     return InvalidArgument(cfg.source() + ": rollout.chat needs model.init (a new character model has no chat template)");

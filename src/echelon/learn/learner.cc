@@ -7,16 +7,18 @@
 #include <algorithm>
 
 namespace echelon::learn {
-namespace {
 
-// Right-padded training batch: input = seq[:-1], target = seq[1:]; completion tokens of a
-// turn sit at target positions [prompt_len - 1, prompt_len - 1 + len).
-struct Batch {
+// Right-padded training batch on the CPU: input = seq[:-1], target = seq[1:]; completion tokens
+// of a turn sit at target positions [prompt_len - 1, prompt_len - 1 + len).
+struct TrainingBatch {
   at::Tensor input, target, mask, behav, adv;
   std::vector<size_t> row_group;  // which group each row came from
+  std::vector<int64_t> row_len;   // input positions of each row (prompt + completion - 1)
 };
 
-Batch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std::vector<double>>& advantages) {
+namespace {
+
+TrainingBatch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std::vector<double>>& advantages) {
   struct Row {
     const data::Turn* turn;
     double adv;
@@ -32,7 +34,7 @@ Batch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std:
         max_len = std::max<int64_t>(max_len, t.prompt_ids.size() + t.tokens.size() - 1);
       }
   const int64_t n = rows.size();
-  Batch b;
+  TrainingBatch b;
   b.input = at::zeros({n, max_len}, at::kLong);
   b.target = at::zeros({n, max_len}, at::kLong);
   b.mask = at::zeros({n, max_len}, at::kFloat);
@@ -58,28 +60,53 @@ Batch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std:
     }
     ad[r] = static_cast<float>(rows[r].adv);
     b.row_group.push_back(rows[r].group);
+    b.row_len.push_back(static_cast<int64_t>(seq.size()) - 1);
   }
   return b;
 }
 
 }  // namespace
 
+Result<Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  return InvalidArgument("unknown precision \"" + name + "\" (fp32 or bf16)");
+}
+
 at::Tensor TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
-  const at::Tensor scaled = temperature == 1.0 ? logits : logits / temperature;
+  const at::Tensor full = logits.to(at::kFloat);  // log-probs in fp32 whatever the model computes in
+  const at::Tensor scaled = temperature == 1.0 ? full : full / temperature;
   return at::log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
 }
 
-Learner::Learner(model::Qwen3Model model, const LearnerOptions& options)
-    : model_(std::move(model)), options_(options) {
+namespace {
+
+// A copy of `source`'s weights on `device` in `dtype`, without gradients.
+model::Qwen3Model FrozenCopy(const model::Qwen3Model& source, at::Device device, at::ScalarType dtype) {
+  model::Qwen3Model copy(source->config());
+  copy->to(device, dtype);
+  (void)copy->LoadStateDict(source->StateDict(), "copy");
+  for (auto& p : copy->parameters()) p.requires_grad_(false);
+  return copy;
+}
+
+}  // namespace
+
+Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, GradientReducer* reducer)
+    : model_(std::move(model)), compute_(nullptr), options_(options), reducer_(reducer), device_(options.device) {
+  model_->to(device_, at::kFloat);
+  const at::ScalarType compute_dtype = options.precision == Precision::kBf16 ? at::kBFloat16 : at::kFloat;
+  if (compute_dtype == at::kFloat) {
+    compute_ = model_;
+  } else {
+    compute_ = FrozenCopy(model_, device_, compute_dtype);
+    for (auto& p : compute_->parameters()) p.requires_grad_(true);
+  }
   torch::optim::AdamWOptions o(options.lr);
   o.betas({options.beta1, options.beta2});
   o.weight_decay(options.weight_decay);
   optimizer_ = std::make_unique<torch::optim::AdamW>(model_->parameters(), o);
-  if (options.loss.kl_coef > 0) {
-    reference_ = model::Qwen3Model(model_->config());
-    (void)reference_->LoadStateDict(model_->StateDict(), "reference policy");
-    for (auto& p : reference_->parameters()) p.requires_grad_(false);
-  }
+  if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
 }
 
 Learner::~Learner() = default;
@@ -118,8 +145,8 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
       return DataLoss("optimizer step count of " + name + " must be one int64");
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     s->step(step->second.item<int64_t>());
-    s->exp_avg(m->second.to(at::kFloat).clone());
-    s->exp_avg_sq(v->second.to(at::kFloat).clone());
+    s->exp_avg(m->second.to(device_, at::kFloat).clone());
+    s->exp_avg_sq(v->second.to(device_, at::kFloat).clone());
     restored.emplace_back(item.value(), std::move(s));
     used += 3;
   }
@@ -139,8 +166,9 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
 
 namespace {
 
-// Per-group mean |learner log-prob - actor log-prob| at the start of the update, and overall.
-void LogprobGaps(const at::Tensor& start_logp, const Batch& b, size_t num_groups, StepStats* stats) {
+// Per-group mean |learner log-prob - actor log-prob| at the start of the update, and overall
+// (start_logp on the CPU, shaped like the batch).
+void LogprobGaps(const at::Tensor& start_logp, const TrainingBatch& b, size_t num_groups, StepStats* stats) {
   const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
   const at::Tensor gap = (start_logp - b.behav).abs() * b.mask;
   stats->logprob_gap = gap.sum().div(denom).item<double>();
@@ -158,7 +186,7 @@ void LogprobGaps(const at::Tensor& start_logp, const Batch& b, size_t num_groups
 }
 
 // Rows of the batch split into `parts` runs of whole groups (rows of a group are adjacent).
-std::vector<at::Tensor> MinibatchRows(const Batch& b, size_t num_groups, int64_t parts) {
+std::vector<at::Tensor> MinibatchRows(const TrainingBatch& b, size_t num_groups, int64_t parts) {
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(parts));
   for (size_t r = 0; r < b.row_group.size(); ++r)
     rows[b.row_group[r] * static_cast<size_t>(parts) / num_groups].push_back(static_cast<int64_t>(r));
@@ -169,6 +197,152 @@ std::vector<at::Tensor> MinibatchRows(const Batch& b, size_t num_groups, int64_t
 }
 
 }  // namespace
+
+// A minibatch's statistics, weighted by each micro-batch's share of its tokens (so they sum to
+// the whole minibatch's token means), and the start-of-update log-probs of its rows.
+struct Learner::Minibatch {
+  double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0;
+  at::Tensor start_logp;  // [rows, T] on the CPU; undefined when pi_prox was computed up front
+};
+
+std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::Tensor& rows) const {
+  std::vector<int64_t> order(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return b.row_len[x] > b.row_len[y]; });
+  const int64_t budget = options_.micro_batch_tokens > 0 ? options_.micro_batch_tokens : INT64_MAX;
+  std::vector<std::vector<int64_t>> parts;
+  for (int64_t r : order) {
+    // Longest first: the first row of a part is its padded width. A row longer than the budget
+    // goes alone.
+    if (parts.empty() || static_cast<int64_t>(parts.back().size() + 1) * b.row_len[parts.back().front()] > budget)
+      parts.emplace_back();
+    parts.back().push_back(r);
+  }
+  // Every rank needs a share: at least `world` parts when there are enough rows.
+  const size_t world = reducer_ != nullptr ? static_cast<size_t>(reducer_->world()) : 1;
+  if (parts.size() < world && order.size() >= world) {
+    parts.assign(world, {});
+    for (size_t i = 0; i < order.size(); ++i) parts[i * world / order.size()].push_back(order[i]);
+  }
+  std::vector<at::Tensor> out;
+  for (const auto& p : parts) out.push_back(at::tensor(p, at::kLong));
+  return out;
+}
+
+at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len) {
+  const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
+  const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
+  const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
+  return TokenLogProbs(m->Forward(input, positions, at::Tensor(), nullptr), target, options_.temperature);
+}
+
+namespace {
+
+int64_t Width(const TrainingBatch& b, const at::Tensor& rows) {
+  int64_t len = 0;
+  for (int64_t i = 0; i < rows.numel(); ++i) len = std::max(len, b.row_len[rows.data_ptr<int64_t>()[i]]);
+  return len;
+}
+
+// `rows` of a [N, T] CPU tensor, the first `len` columns, on `device`.
+at::Tensor Rows(const at::Tensor& t, const at::Tensor& rows, int64_t len, at::Device device) {
+  return t.index_select(0, rows).narrow(1, 0, len).to(device);
+}
+
+bool Mine(size_t index, const GradientReducer* reducer) {
+  return reducer == nullptr || static_cast<int>(index % static_cast<size_t>(reducer->world())) == reducer->rank();
+}
+
+}  // namespace
+
+void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
+                                  Minibatch* mb) {
+  const double tokens = b.mask.index_select(0, rows).sum().item<double>();
+  if (!prox.defined()) mb->start_logp = at::zeros_like(b.mask);
+  compute_->zero_grad();
+  const std::vector<at::Tensor> micro = MicroBatches(b, rows);
+  for (size_t i = 0; i < micro.size(); ++i) {
+    if (!Mine(i, reducer_)) continue;
+    const at::Tensor& u = micro[i];
+    const int64_t len = Width(b, u);
+    PolicyLossInputs in;
+    in.logp = LogProbs(compute_, b, u, len);
+    in.behav_logp = Rows(b.behav, u, len, device_);
+    in.mask = Rows(b.mask, u, len, device_);
+    in.advantages = b.adv.index_select(0, u).to(device_);
+    if (prox.defined()) in.prox_logp = Rows(prox, u, len, device_);
+    if (reference_) {
+      at::NoGradGuard no_grad;
+      in.ref_logp = LogProbs(reference_, b, u, len);
+    }
+    const PolicyLossOutput out = PolicyLoss(in, options_.loss);
+    // Each micro-batch's token mean, weighted by its share of the minibatch's tokens: the
+    // gradients add up to those of the whole minibatch's token mean.
+    const double w = in.mask.sum().item<double>() / std::max(tokens, 1.0);
+    (out.loss * w).backward();
+    mb->loss += w * out.loss.item<double>();
+    mb->clip_frac += w * out.clip_frac;
+    mb->kl += w * out.kl;
+    mb->behav_weight_mean += w * out.behav_weight_mean;
+    if (mb->start_logp.defined())
+      mb->start_logp.index_put_({u, at::indexing::Slice(0, len)}, in.logp.detach().to(at::kCPU));
+  }
+}
+
+Result<double> Learner::ApplyGradients(Minibatch* mb) {
+  std::vector<at::Tensor> master = model_->parameters(), compute = compute_->parameters();
+  if (reducer_ != nullptr && reducer_->world() > 1) {
+    // One flat fp32 vector: every gradient, the statistics, the start log-probs.
+    std::vector<at::Tensor> parts;
+    for (const at::Tensor& p : compute)
+      parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, master[0].options()));
+    parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean}, at::kDouble)
+                        .to(device_, at::kFloat));
+    if (mb->start_logp.defined()) parts.push_back(mb->start_logp.flatten().to(device_));
+    at::Tensor flat = at::cat(parts);
+    ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
+    int64_t offset = 0;
+    for (at::Tensor& p : master) {
+      p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p).clone();
+      offset += p.numel();
+    }
+    const at::Tensor stats = flat.narrow(0, offset, 4).to(at::kCPU, at::kDouble);
+    offset += 4;
+    mb->loss = stats[0].item<double>();
+    mb->clip_frac = stats[1].item<double>();
+    mb->kl = stats[2].item<double>();
+    mb->behav_weight_mean = stats[3].item<double>();
+    if (mb->start_logp.defined())
+      mb->start_logp = flat.narrow(0, offset, mb->start_logp.numel()).view_as(mb->start_logp).to(at::kCPU);
+  } else if (compute_.get() != model_.get()) {
+    for (size_t i = 0; i < master.size(); ++i)
+      if (compute[i].grad().defined()) master[i].mutable_grad() = compute[i].grad().to(at::kFloat);
+  }
+  const double norm = torch::nn::utils::clip_grad_norm_(master, options_.max_grad_norm);
+  optimizer_->step();
+  if (compute_.get() != model_.get()) {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < master.size(); ++i) compute[i].copy_(master[i]);
+  }
+  return norm;
+}
+
+Result<at::Tensor> Learner::ProxLogProbs(const TrainingBatch& b) {
+  at::NoGradGuard no_grad;
+  at::Tensor prox = at::zeros_like(b.mask);
+  const at::Tensor all = at::arange(b.mask.size(0), at::kLong);
+  const std::vector<at::Tensor> micro = MicroBatches(b, all);
+  for (size_t i = 0; i < micro.size(); ++i) {
+    if (!Mine(i, reducer_)) continue;
+    const int64_t len = Width(b, micro[i]);
+    prox.index_put_({micro[i], at::indexing::Slice(0, len)}, LogProbs(compute_, b, micro[i], len).to(at::kCPU));
+  }
+  if (reducer_ != nullptr && reducer_->world() > 1) {
+    at::Tensor flat = prox.flatten().to(device_);
+    ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
+    prox = flat.view_as(prox).to(at::kCPU);
+  }
+  return prox;
+}
 
 Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   StepStats stats;
@@ -181,79 +355,44 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     for (double r : rewards) spread = spread || r != rewards.front();
     stats.zero_spread_groups += spread ? 0 : 1;
   }
-  Batch b = BuildBatch(groups, advantages);
+  const TrainingBatch b = BuildBatch(groups, advantages);
   if (b.input.size(0) == 0) return InvalidArgument("learner step with no completion tokens");
   stats.tokens = static_cast<int64_t>(b.mask.sum().item<double>());
-
-  model_->train();
-  const at::Tensor positions = at::arange(b.input.size(1), at::kLong).unsqueeze(0).expand_as(b.input);
-  auto log_probs = [&](model::Qwen3Model& m, const at::Tensor& rows) {
-    const at::Tensor input = rows.defined() ? b.input.index_select(0, rows) : b.input;
-    const at::Tensor target = rows.defined() ? b.target.index_select(0, rows) : b.target;
-    return TokenLogProbs(m->Forward(input, positions.narrow(0, 0, input.size(0)), at::Tensor(), nullptr), target,
-                         options_.temperature);
-  };
-  at::Tensor ref_logp;
-  if (reference_) {
-    at::NoGradGuard no_grad;
-    ref_logp = log_probs(reference_, at::Tensor());
-  }
+  compute_->train();
+  // With one optimizer step per update pi_prox is the forward pass itself; with several
+  // (minibatches of whole groups) it is the policy at the start of the update, so from the
+  // second minibatch on the clipped ratio against it is a trust region (and decoupled / tis
+  // weigh by pi_prox / pi_behav as AReaL does).
   const int64_t parts = std::min<int64_t>(options_.minibatches, static_cast<int64_t>(groups.size()));
-  if (parts <= 1) {
-    // One optimizer step: pi_prox is the forward pass itself (PolicyLossInputs.prox_logp unset).
-    PolicyLossInputs in;
-    in.logp = log_probs(model_, at::Tensor());
-    in.behav_logp = b.behav;
-    in.advantages = b.adv;
-    in.mask = b.mask;
-    in.ref_logp = ref_logp;
-    PolicyLossOutput out = PolicyLoss(in, options_.loss);
-    LogprobGaps(in.logp.detach(), b, groups.size(), &stats);
-    optimizer_->zero_grad();
-    out.loss.backward();
-    stats.grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
-    optimizer_->step();
-    stats.loss = out.loss.item<double>();
-    stats.clip_frac = out.clip_frac;
-    stats.kl = out.kl;
-    stats.behav_weight_mean = out.behav_weight_mean;
-  } else {
-    // Several optimizer steps over minibatches of whole groups: pi_prox is the policy at the
-    // start of the update, so from the second minibatch on the clipped ratio against it is a
-    // trust region (and decoupled / tis weigh by pi_prox / pi_behav as AReaL does).
+  const std::vector<at::Tensor> minibatches = parts <= 1 ? std::vector<at::Tensor>{at::arange(b.input.size(0), at::kLong)}
+                                                         : MinibatchRows(b, groups.size(), parts);
+  stats.behav_weight_mean = 0;  // averaged over the minibatches below
+  try {
     at::Tensor prox;
-    {
-      at::NoGradGuard no_grad;
-      prox = log_probs(model_, at::Tensor());
+    if (parts > 1) {
+      ECHELON_ASSIGN_OR_RETURN(prox, ProxLogProbs(b));
+      LogprobGaps(prox, b, groups.size(), &stats);
     }
-    LogprobGaps(prox, b, groups.size(), &stats);
-    const std::vector<at::Tensor> minibatches = MinibatchRows(b, groups.size(), parts);
-    stats.behav_weight_mean = 0;  // averaged over the minibatches below
     for (const at::Tensor& rows : minibatches) {
-      PolicyLossInputs in;
-      in.logp = log_probs(model_, rows);
-      in.behav_logp = b.behav.index_select(0, rows);
-      in.prox_logp = prox.index_select(0, rows);
-      in.advantages = b.adv.index_select(0, rows);
-      in.mask = b.mask.index_select(0, rows);
-      if (ref_logp.defined()) in.ref_logp = ref_logp.index_select(0, rows);
-      PolicyLossOutput out = PolicyLoss(in, options_.loss);
-      optimizer_->zero_grad();
-      out.loss.backward();
-      stats.grad_norm += torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.max_grad_norm);
-      optimizer_->step();
-      stats.loss += out.loss.item<double>();
-      stats.clip_frac += out.clip_frac;
-      stats.kl += out.kl;
-      stats.behav_weight_mean += out.behav_weight_mean;
+      Minibatch mb;
+      AccumulateGradients(b, rows, prox, &mb);
+      ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));
+      if (!prox.defined()) LogprobGaps(mb.start_logp, b, groups.size(), &stats);
+      stats.grad_norm += norm;
+      stats.loss += mb.loss;
+      stats.clip_frac += mb.clip_frac;
+      stats.kl += mb.kl;
+      stats.behav_weight_mean += mb.behav_weight_mean;
     }
-    const double n = static_cast<double>(minibatches.size());
-    stats.grad_norm /= n;
-    stats.loss /= n;
-    stats.clip_frac /= n;
-    stats.kl /= n;
-    stats.behav_weight_mean /= n;
+  } catch (const c10::Error& e) {  // LibTorch's errors (out of memory, a device failure) end here
+    return Internal(std::string("learner update failed: ") + e.what_without_backtrace());
   }
+  const double n = static_cast<double>(minibatches.size());
+  stats.grad_norm /= n;
+  stats.loss /= n;
+  stats.clip_frac /= n;
+  stats.kl /= n;
+  stats.behav_weight_mean /= n;
   ++version_;
   return stats;
 }

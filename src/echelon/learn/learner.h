@@ -30,6 +30,11 @@ class AdamW;
 
 namespace echelon::learn {
 
+// What the update computes in. kBf16: parameters and activations in bf16, fp32 master weights
+// and AdamW state; log-probs, the loss and its reductions in fp32 either way.
+enum class Precision { kFp32, kBf16 };
+Result<Precision> ParsePrecision(const std::string& name);  // "fp32", "bf16"
+
 struct LearnerOptions {
   PolicyLossOptions loss;
   double lr = 3e-4;
@@ -43,6 +48,24 @@ struct LearnerOptions {
   // (at most one per group). Above 1, pi_prox is the policy at the start of the update and the
   // PPO clip against it acts from the second minibatch on (a trust region).
   int64_t minibatches = 1;
+  std::string device = "cpu";  // a LibTorch device: cpu, cuda, cuda:N (model::CheckDevice)
+  Precision precision = Precision::kFp32;
+  // Token budget of one forward/backward: a minibatch's rows, sorted by length, go through in
+  // micro-batches of at most this many (padded) tokens with their gradients accumulated, each
+  // padded only to its own longest row. 0: one forward/backward per minibatch.
+  int64_t micro_batch_tokens = 0;
+};
+
+// Data-parallel learner ranks (learn/rank_group.h) plug in here: every rank computes the
+// gradients of its share of the micro-batches; Reduce sums the flat gradient (and partial
+// statistics) over the ranks, so every rank applies the same step.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // Sums `flat` (fp32, on the learner's device) over every rank, in place.
+  virtual Status AllReduceSum(at::Tensor& flat) = 0;
 };
 
 // One prompt group as it reaches the learner.
@@ -63,9 +86,13 @@ struct StepStats {
   int64_t zero_spread_groups = 0;  // groups whose rewards were all equal (no signal)
 };
 
+struct TrainingBatch;  // learner.cc: the padded rows of one update
+
 class Learner {
  public:
-  Learner(model::Qwen3Model model, const LearnerOptions& options);
+  // `model` becomes the fp32 master copy, moved to options.device (CheckDevice first).
+  // `reducer` (may be null: one rank) outlives the learner.
+  Learner(model::Qwen3Model model, const LearnerOptions& options, GradientReducer* reducer = nullptr);
   ~Learner();
   Learner(const Learner&) = delete;
   Learner& operator=(const Learner&) = delete;
@@ -73,6 +100,8 @@ class Learner {
   // Fails (and changes nothing) on an empty batch or episodes with no tokens.
   Result<StepStats> Step(const std::vector<LearnerGroup>& groups);
   int64_t version() const { return version_; }
+  // The master weights (fp32, on the learner's device): snapshots, checkpoints and evaluation
+  // read them (model/qwen3.h StorageStateDict converts to the storage dtype).
   model::Qwen3Model& model() { return model_; }
 
   // AdamW's per-parameter state for a checkpoint: "<param>.exp_avg", "<param>.exp_avg_sq"
@@ -85,9 +114,24 @@ class Learner {
                  const std::map<std::string, at::Tensor>& reference_weights);
 
  private:
-  model::Qwen3Model model_;
+  struct Minibatch;
+  // Forward/backward of one minibatch's rows, micro-batch by micro-batch (this rank's share);
+  // gradients accumulate in the compute model, statistics into `mb`.
+  void AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox, Minibatch* mb);
+  // The compute model's gradients (and the minibatch's statistics) summed over ranks into the
+  // master's gradients; then clipping and the optimizer step, and the compute copy refreshed.
+  Result<double> ApplyGradients(Minibatch* mb);
+  // Start-of-update log-probs of every row, without gradients (pi_prox), summed over ranks.
+  Result<at::Tensor> ProxLogProbs(const TrainingBatch& b);
+  at::Tensor LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len);
+  std::vector<at::Tensor> MicroBatches(const TrainingBatch& b, const at::Tensor& rows) const;
+
+  model::Qwen3Model model_;               // master weights, fp32
+  model::Qwen3Model compute_;             // the forward/backward copy: model_ itself in fp32, bf16 otherwise
   model::Qwen3Model reference_{nullptr};  // frozen copy for the KL term, when kl_coef > 0
   LearnerOptions options_;
+  GradientReducer* reducer_;
+  at::Device device_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t version_ = 0;
 };

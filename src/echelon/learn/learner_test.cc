@@ -3,52 +3,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "echelon/learn/testing.h"
 #include "echelon/model/generate.h"
 
 namespace echelon::learn {
 namespace {
-
-model::ModelConfig TinyConfig() {
-  model::ModelConfig c;
-  c.vocab_size = 16;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.intermediate_size = 64;
-  c.tie_word_embeddings = true;
-  c.rope_theta = 10000;
-  c.max_position_embeddings = 64;
-  return c;
-}
-
-// One group per prompt, sampled by the generator from the learner's own weights (S = 0).
-std::vector<LearnerGroup> SampleGroups(model::Qwen3Model& m, double temperature, int group_size) {
-  const std::vector<std::vector<int64_t>> prompts = {{1, 5, 7, 3}, {1, 9}, {1, 4, 4, 4, 4, 6}};
-  std::vector<LearnerGroup> groups;
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    model::SamplingParams sp;
-    sp.temperature = temperature;
-    sp.max_new_tokens = 5;
-    sp.seed = 100 + p;
-    std::vector<std::vector<int64_t>> batch(group_size, prompts[p]);
-    std::vector<model::Completion> out;
-    {
-      at::NoGradGuard no_grad;
-      out = model::Generate(m, batch, sp);
-    }
-    LearnerGroup g;
-    for (int i = 0; i < group_size; ++i) {
-      data::Episode e;
-      e.turns.push_back({prompts[p], out[i].tokens, out[i].logprobs, ""});
-      e.reward = out[i].tokens.front() % 2 == 0 ? 1.0 : 0.0;  // an arbitrary learnable preference
-      g.episodes.push_back(e);
-    }
-    groups.push_back(g);
-  }
-  return groups;
-}
 
 TEST(LearnerTest, ActorLogprobsEqualLearnerRecomputationOnPolicy) {
   for (double temperature : {1.0, 0.7}) {

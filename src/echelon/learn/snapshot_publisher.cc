@@ -10,7 +10,7 @@
 namespace echelon::learn {
 
 Result<rollout::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version) {
-  ECHELON_ASSIGN_OR_RETURN(std::string bytes, model::SerializeSafetensors(model->StateDict()));
+  ECHELON_ASSIGN_OR_RETURN(std::string bytes, model::SerializeSafetensors(model->StorageStateDict()));
   return rollout::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
 }
 

@@ -40,8 +40,10 @@ Result<double> Warmstart(model::Qwen3Model& model, const model::Vocabulary& voca
         if (static_cast<int64_t>(j) >= prompt_lens[r] - 1) tg[r][j] = seqs[r][j + 1];
       }
     }
-    const at::Tensor positions = at::arange(max_len, at::kLong).unsqueeze(0).expand_as(input);
-    const at::Tensor logits = model->Forward(input, positions, at::Tensor(), nullptr);
+    input = input.to(model->device());
+    target = target.to(model->device());
+    const at::Tensor positions = at::arange(max_len, input.options()).unsqueeze(0).expand_as(input);
+    const at::Tensor logits = model->Forward(input, positions, at::Tensor(), nullptr).to(at::kFloat);
     const at::Tensor loss = at::cross_entropy_loss(logits.reshape({n * max_len, -1}), target.reshape({-1}),
                                                    {}, at::Reduction::Mean, -100);
     optimizer.zero_grad();

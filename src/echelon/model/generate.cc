@@ -50,8 +50,12 @@ at::Tensor TopP(const at::Tensor& probs, double top_p) {
   return at::zeros_like(probs).scatter_(-1, order, sorted.masked_fill(drop, 0.0));
 }
 
-// Chooses the next token of every row; writes its log-probability (see generate.h).
-at::Tensor NextToken(const at::Tensor& logits, const SamplingParams& params, at::Generator& gen, at::Tensor* logprob) {
+// Chooses the next token of every row; writes its log-probability (see generate.h). Sampling
+// runs in fp32 on the CPU whatever the model's device and dtype, so a seed draws the same
+// tokens everywhere.
+at::Tensor NextToken(const at::Tensor& device_logits, const SamplingParams& params, at::Generator& gen,
+                     at::Tensor* logprob) {
+  const at::Tensor logits = device_logits.to(at::kCPU, at::kFloat);
   at::Tensor token;
   at::Tensor logp;
   if (params.temperature <= 0) {
@@ -90,7 +94,11 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
   at::NoGradGuard no_grad;
   const int64_t rows = static_cast<int64_t>(prompts.size()), steps = params.max_new_tokens;
   const int64_t pad_id = std::max<int64_t>(model->config().pad_token_id, 0);
-  const PaddedBatch b = LeftPad(prompts, steps, pad_id);
+  const at::Device device = model->device();
+  PaddedBatch b = LeftPad(prompts, steps, pad_id);
+  b.ids = b.ids.to(device);
+  b.valid = b.valid.to(device);
+  b.positions = b.positions.to(device);
   const int64_t p = b.prompt_len;
   const at::Tensor valid = b.padded ? b.valid : at::Tensor();
   auto slots = [&](const at::Tensor& t, int64_t begin, int64_t len) {
@@ -140,11 +148,11 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
     done.logical_or_(stop);
     if (!keep_going || step + 1 == steps || done.all().item<bool>()) break;
     if (params.use_cache) {
-      logits =
-          model->Forward(token.unsqueeze(1), b.positions.narrow(1, p + step, 1), slots(valid, 0, p + step + 1), &cache)
-              .select(1, -1);
+      logits = model->Forward(token.unsqueeze(1).to(device), b.positions.narrow(1, p + step, 1),
+                              slots(valid, 0, p + step + 1), &cache)
+                   .select(1, -1);
     } else {
-      seq = at::cat({seq, token.unsqueeze(1)}, 1);
+      seq = at::cat({seq, token.unsqueeze(1).to(device)}, 1);
     }
   }
   return Collect(tokens, logprobs, lengths, done);
@@ -159,10 +167,11 @@ std::vector<float> ScoreCompletion(Qwen3Model& model, const std::vector<int64_t>
   all.insert(all.end(), completion.begin(), completion.end());
   const int64_t len = static_cast<int64_t>(all.size()), p = static_cast<int64_t>(prompt.size());
   const int64_t c = static_cast<int64_t>(completion.size());
-  at::Tensor ids = at::tensor(all, at::kLong).unsqueeze(0);
-  at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
+  at::Tensor ids = at::tensor(all, at::kLong).unsqueeze(0).to(model->device());
+  at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0).to(model->device());
   // The logits at position i predict token i + 1.
-  at::Tensor logits = model->Forward(ids, positions, at::Tensor(), nullptr)[0].narrow(0, p - 1, c);
+  at::Tensor logits =
+      model->Forward(ids, positions, at::Tensor(), nullptr)[0].narrow(0, p - 1, c).to(at::kCPU, at::kFloat);
   if (temperature > 0) logits = logits / temperature;
   at::Tensor target = at::tensor(completion, at::kLong).unsqueeze(1);
   at::Tensor lp = at::log_softmax(logits, -1).gather(-1, target).squeeze(1).contiguous();

@@ -132,7 +132,7 @@ Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::
   json config = cfg.ToJson();
   if (!stop_ids.empty()) config["eos_token_id"] = stop_ids.size() == 1 ? json(stop_ids[0]) : json(stop_ids);
   files["config.json"] = config.dump(2) + "\n";
-  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StateDict(), {{"format", "pt"}}));
+  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StorageStateDict(), {{"format", "pt"}}));
   json gen = {{"do_sample", true}};
   if (cfg.bos_token_id >= 0) gen["bos_token_id"] = cfg.bos_token_id;
   if (!stop_ids.empty()) gen["eos_token_id"] = stop_ids.size() == 1 ? json(stop_ids[0]) : json(stop_ids);

@@ -130,6 +130,16 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::st
   ECHELON_RETURN_IF_ERROR(GetTokenId(j, where, "bos_token_id", &c.bos_token_id));
   ECHELON_RETURN_IF_ERROR(GetTokenId(j, where, "eos_token_id", &c.eos_token_id));
   ECHELON_RETURN_IF_ERROR(GetTokenId(j, where, "pad_token_id", &c.pad_token_id));
+  // transformers >= 4.56 writes "dtype"; older versions "torch_dtype".
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_string()) return FieldError(where, key, "must be a string");
+    c.torch_dtype = j[key].get<std::string>();
+    if (c.torch_dtype == "auto") c.torch_dtype = "float32";
+    if (c.torch_dtype != "float32" && c.torch_dtype != "bfloat16" && c.torch_dtype != "float16")
+      return FieldError(where, key, "is \"" + c.torch_dtype + "\"; supported: float32, bfloat16, float16");
+    break;
+  }
   ECHELON_RETURN_IF_ERROR(RejectUnsupported(j, where));
   Status valid = c.Validate();
   if (!valid.ok()) return valid.WithContext(where);
@@ -169,7 +179,7 @@ nlohmann::json ModelConfig::ToJson() const {
       {"hidden_act", "silu"},
       {"attention_bias", attention_bias},
       {"use_sliding_window", false},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", torch_dtype},
   };
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
   return j;

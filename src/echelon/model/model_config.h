@@ -37,6 +37,9 @@ struct ModelConfig {
   int64_t pad_token_id = -1;
   bool attention_bias = false;
   bool mlp_bias = false;
+  // The weights' storage dtype ("float32", "bfloat16" or "float16"; config.json torch_dtype):
+  // checkpoints and snapshots are written in it, whatever the learner computes in.
+  std::string torch_dtype = "float32";
 
   bool qk_norm() const { return model_type == "qwen3"; }
   bool qkv_bias() const { return model_type == "qwen2" || attention_bias; }

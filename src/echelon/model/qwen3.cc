@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 namespace echelon::model {
@@ -41,9 +42,10 @@ class ParamTree {
   std::map<std::string, std::shared_ptr<torch::nn::Module>> nodes_;
 };
 
-// RMSNorm over the last dimension (HF computes it in fp32; the whole model is fp32 here).
+// RMSNorm over the last dimension, computed in fp32 and cast back (as HF does for bf16).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return w * (x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps));
+  const at::Tensor xf = x.to(at::kFloat);
+  return w * (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
 }
 
 // Rotate-half (NeoX) layout: dimension i pairs with i + D/2.
@@ -56,18 +58,19 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 // Additive attention mask [B, 1, 1, T, S] (0 or -inf), or undefined when nothing is masked.
 // A query with no visible key (a padding slot) sees every key instead, so softmax stays
 // finite; such rows are padding and never read.
-at::Tensor AttentionMask(const at::Tensor& key_valid, int64_t batch, int64_t t, int64_t start) {
+at::Tensor AttentionMask(const at::Tensor& key_valid, int64_t batch, int64_t t, int64_t start, at::Device device) {
   const int64_t s = start + t;
   if (!key_valid.defined() && t == 1) return at::Tensor();
-  at::Tensor query_pos = at::arange(start, s, at::kLong).unsqueeze(1);
-  at::Tensor allowed = (at::arange(s, at::kLong).unsqueeze(0) <= query_pos).unsqueeze(0);  // [1, T, S]
+  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor query_pos = at::arange(start, s, longs).unsqueeze(1);
+  at::Tensor allowed = (at::arange(s, longs).unsqueeze(0) <= query_pos).unsqueeze(0);  // [1, T, S]
   if (key_valid.defined()) {
     TORCH_CHECK(key_valid.dim() == 2 && key_valid.size(0) == batch && key_valid.size(1) >= s,
                 "key_valid must be [B, >= ", s, "], got ", key_valid.sizes());
     allowed = allowed & key_valid.narrow(1, 0, s).to(at::kBool).unsqueeze(1);
   }
   allowed = allowed | ~allowed.any(-1, /*keepdim=*/true);
-  at::Tensor mask = at::zeros(allowed.sizes(), at::kFloat);
+  at::Tensor mask = at::zeros(allowed.sizes(), at::TensorOptions().dtype(at::kFloat).device(device));
   mask.masked_fill_(~allowed, -std::numeric_limits<float>::infinity());
   return mask.view({mask.size(0), 1, 1, t, s});
 }
@@ -79,6 +82,35 @@ std::string ShapeString(at::IntArrayRef shape) {
 }
 
 }  // namespace
+
+Status CheckDevice(const std::string& device) {
+  std::optional<at::Device> d;
+  try {
+    d = at::Device(device);
+  } catch (const c10::Error&) {
+    return InvalidArgument("\"" + device + "\" is not a device name (cpu, cuda, cuda:N)");
+  }
+  if (d->is_cuda() && !at::hasCUDA())
+    return FailedPrecondition("\"" + device + "\": this LibTorch was built without CUDA (Debian's libtorch is "
+                              "CPU-only); build echelon against the LibTorch of a PyTorch installation "
+                              "(scripts/gpu-check.sh)");
+  if (d->is_cuda() && d->has_index() && d->index() >= static_cast<int>(at::getNumGPUs()))
+    return FailedPrecondition("\"" + device + "\": this machine has " + std::to_string(at::getNumGPUs()) +
+                              " CUDA device(s)");
+  try {
+    (void)at::empty({1}, at::TensorOptions().device(*d));
+  } catch (const c10::Error& e) {
+    return FailedPrecondition("\"" + device + "\": LibTorch cannot place tensors there: " +
+                              std::string(e.what_without_backtrace()).substr(0, 200));
+  }
+  return Status::Ok();
+}
+
+at::ScalarType StorageDtype(const ModelConfig& config) {
+  if (config.torch_dtype == "bfloat16") return at::kBFloat16;
+  if (config.torch_dtype == "float16") return at::kHalf;
+  return at::kFloat;
+}
 
 Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg) : cfg_(cfg) {
   const Status valid = cfg.Validate();
@@ -134,10 +166,11 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
     TORCH_CHECK(start + t <= cache->capacity, "KV cache capacity ", cache->capacity, " exceeded by ", start + t);
     TORCH_CHECK(!cache->k.empty() && cache->k[0].size(0) == batch, "KV cache batch does not match ids");
   }
-  const at::Tensor mask = AttentionMask(key_valid, batch, t, start);
-  at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, T, D/2]
-  angles = at::cat({angles, angles}, -1).unsqueeze(1);                     // [B, 1, T, D]
-  const at::Tensor cos = angles.cos(), sin = angles.sin();
+  const at::Tensor mask = AttentionMask(key_valid, batch, t, start, ids.device());
+  // Rotary tables in fp32, then in the weights' dtype (as HF).
+  at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(ids.device());  // [B, T, D/2]
+  angles = at::cat({angles, angles}, -1).unsqueeze(1);                                      // [B, 1, T, D]
+  const at::Tensor cos = angles.cos().to(embed_.scalar_type()), sin = angles.sin().to(embed_.scalar_type());
 
   at::Tensor x = at::embedding(embed_, ids);
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -177,8 +210,10 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   // the `group` query heads of one kv head are stacked along the query axis.
   at::Tensor scores = at::matmul(q.reshape({b, kv, group * t, d}), k.transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
   scores = scores.view({b, kv, group, t, s});
+  // Softmax in fp32 whatever the weights' dtype (as HF).
+  scores = scores.to(at::kFloat);
   if (mask.defined()) scores = scores + mask;
-  at::Tensor probs = at::softmax(scores, -1).view({b, kv, group * t, s});
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type()).view({b, kv, group * t, s});
   at::Tensor out = at::matmul(probs, v).view({b, heads, t, d}).transpose(1, 2).reshape({b, t, heads * d});
   return at::linear(out, l.o_proj, l.o_bias);
 }
@@ -192,8 +227,8 @@ KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {
   KVCache cache;
   cache.capacity = capacity;
   for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
-    cache.k.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, at::kFloat));
-    cache.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, at::kFloat));
+    cache.k.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, embed_.options()));
+    cache.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, embed_.options()));
   }
   return cache;
 }
@@ -201,6 +236,14 @@ KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {
 std::map<std::string, at::Tensor> Qwen3ModelImpl::StateDict() const {
   std::map<std::string, at::Tensor> out;
   for (const auto& item : named_parameters(/*recurse=*/true)) out[item.key()] = item.value().detach();
+  return out;
+}
+
+std::map<std::string, at::Tensor> Qwen3ModelImpl::StorageStateDict() const {
+  const at::ScalarType dtype = StorageDtype(cfg_);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : named_parameters(/*recurse=*/true))
+    out[item.key()] = item.value().detach().to(at::kCPU, dtype).contiguous();
   return out;
 }
 
@@ -224,7 +267,7 @@ Status Qwen3ModelImpl::LoadStateDict(const std::map<std::string, at::Tensor>& we
   }
   try {
     at::NoGradGuard no_grad;
-    for (const auto& item : params) item.value().copy_(weights.at(item.key()).to(at::kFloat));
+    for (const auto& item : params) item.value().copy_(weights.at(item.key()));  // converts dtype and device
   } catch (const c10::Error& e) {
     return Internal(where + ": copying weights failed: " + e.what_without_backtrace());
   }

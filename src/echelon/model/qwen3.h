@@ -1,7 +1,9 @@
-// Qwen3-architecture decoder on LibTorch: token embedding; per layer RMSNorm -> attention
-// (q/k/v projections, per-head RMSNorm on q and k, rotary embedding in the rotate-half
-// layout, grouped-query attention, causal + padding mask) -> residual -> RMSNorm -> SwiGLU
-// MLP -> residual; final RMSNorm; lm_head (or the embedding when tied).
+// Qwen3-architecture decoder on LibTorch, on any device and in fp32 or bf16 (Module::to):
+// token embedding; per layer RMSNorm -> attention (q/k/v projections, per-head RMSNorm on q
+// and k, rotary embedding in the rotate-half layout, grouped-query attention, causal +
+// padding mask) -> residual -> RMSNorm -> SwiGLU MLP -> residual; final RMSNorm; lm_head (or
+// the embedding when tied). As transformers does, RMSNorm, the rotary tables and the
+// attention softmax run in fp32 whatever the weights' dtype; logits come in the weights' dtype.
 //
 // Parameter names are exactly Hugging Face's ("model.layers.0.self_attn.q_proj.weight",
 // "lm_head.weight", ...), so NamedParameters() maps one-to-one onto a safetensors file.
@@ -42,17 +44,24 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // ids, positions: [B, T] int64. key_valid: [B, cache->length + T] bool, false for padding
   // slots (nullptr-equivalent: undefined tensor = all valid). With a cache the T new keys are
   // appended at cache->length and attention covers every cached slot (causal within the new
-  // T). Returns logits [B, T, vocab] (fp32 on CPU).
+  // T). Returns logits [B, T, vocab] in the weights' dtype, on their device.
   at::Tensor Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
                      KVCache* cache);
 
   KVCache NewCache(int64_t batch, int64_t capacity) const;
   const ModelConfig& config() const { return cfg_; }
 
-  // Weights by Hugging Face name (tied models have no "lm_head.weight").
+  // Weights by Hugging Face name (tied models have no "lm_head.weight"), as they are (device,
+  // dtype of the parameters).
   std::map<std::string, at::Tensor> StateDict() const;
+  // The same on the CPU in the model's storage dtype (config torch_dtype): what checkpoints and
+  // snapshots hold.
+  std::map<std::string, at::Tensor> StorageStateDict() const;
+  // Where the parameters live and their dtype (Module::to moves and converts them).
+  at::Device device() const { return embed_.device(); }
+  at::ScalarType dtype() const { return embed_.scalar_type(); }
   // Copies weights in; every parameter must be present with the right shape, and no extra
-  // names (lm_head.weight is ignored when tied). Converts dtypes.
+  // names (lm_head.weight is ignored when tied). Converts dtype and device.
   Status LoadStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where);
   // Re-initialises weights (normal(0, 0.02), norms to 1) from a seed; deterministic.
   void InitWeights(uint64_t seed);
@@ -78,5 +87,12 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor inv_freq_;  // [head_dim / 2] rotary frequencies, not a parameter
 };
 TORCH_MODULE(Qwen3Model);
+
+// The ATen dtype of config.torch_dtype.
+at::ScalarType StorageDtype(const ModelConfig& config);
+
+// Fails with one line when LibTorch cannot place tensors on `device` ("cpu", "cuda",
+// "cuda:N"): an unparsable name, a LibTorch built without it, or no such device.
+Status CheckDevice(const std::string& device);
 
 }  // namespace echelon::model

@@ -1,0 +1,154 @@
+// The learner on real hardware settings: micro-batched gradient accumulation, bf16 compute
+// with fp32 master weights, devices, and the storage dtype of snapshots.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "echelon/learn/learner.h"
+#include "echelon/learn/snapshot_publisher.h"
+#include "echelon/learn/testing.h"
+#include "echelon/model/safetensors.h"
+
+namespace echelon::learn {
+namespace {
+
+// Largest |a - b| over every parameter of two models.
+double MaxWeightDiff(const model::Qwen3Model& a, const model::Qwen3Model& b) {
+  double worst = 0;
+  const auto sa = a->StateDict(), sb = b->StateDict();
+  for (const auto& [name, t] : sa) worst = std::max(worst, (t - sb.at(name)).abs().max().item<double>());
+  return worst;
+}
+
+model::Qwen3Model Copy(const model::Qwen3Model& m) {
+  model::Qwen3Model c(m->config());
+  EXPECT_TRUE(c->LoadStateDict(m->StateDict(), "copy").ok());
+  return c;
+}
+
+// The same ten updates on the same batches, whole against micro-batched. The micro-batches see
+// each row once, padded to their own width instead of the batch's: the same arithmetic in
+// another summation order, so the weights agree to float32 rounding (~1e-7 relative), which
+// AdamW can amplify only where a gradient is itself rounding noise: the bound is 1e-5, against
+// an update size of ~1e-3 per step.
+TEST(LearnerMicroBatches, AccumulatedUpdatesEqualWholeBatchUpdates) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(5);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  for (int64_t minibatches : {1, 2}) {
+    LearnerOptions whole_opts;
+    whole_opts.lr = 1e-3;
+    whole_opts.minibatches = minibatches;
+    LearnerOptions micro_opts = whole_opts;
+    micro_opts.micro_batch_tokens = 20;  // 2-3 rows of 7-10 positions per forward
+    Learner whole(Copy(init), whole_opts);
+    Learner micro(Copy(init), micro_opts);
+    for (int step = 0; step < 10; ++step) {
+      Result<StepStats> a = whole.Step(groups);
+      Result<StepStats> b = micro.Step(groups);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_NEAR(a->loss, b->loss, 1e-6) << "step " << step;
+      EXPECT_NEAR(a->grad_norm, b->grad_norm, 1e-5 * std::max(1.0, a->grad_norm)) << "step " << step;
+      EXPECT_NEAR(a->logprob_gap, b->logprob_gap, 1e-6);
+    }
+    EXPECT_LT(MaxWeightDiff(whole.model(), micro.model()), 1e-5) << "minibatches " << minibatches;
+    EXPECT_GT(MaxWeightDiff(whole.model(), init), 1e-3);  // they did move
+  }
+}
+
+TEST(LearnerPrecision, Bf16LogitsMatchFp32WithinBf16Tolerance) {
+  model::Qwen3Model fp32(TinyConfig());
+  fp32->InitWeights(2);
+  model::Qwen3Model bf16 = Copy(fp32);
+  bf16->to(at::kBFloat16);
+  const at::Tensor ids = at::tensor({1, 5, 7, 3, 9, 2, 11, 4}, at::kLong).view({2, 4});
+  const at::Tensor pos = at::arange(4, at::kLong).unsqueeze(0).expand({2, 4});
+  at::NoGradGuard no_grad;
+  const at::Tensor a = fp32->Forward(ids, pos, at::Tensor(), nullptr);
+  const at::Tensor b = bf16->Forward(ids, pos, at::Tensor(), nullptr);
+  EXPECT_EQ(b.scalar_type(), at::kBFloat16);
+  // bf16 keeps 8 significant bits: relative error ~2^-8 per operation, a few operations deep.
+  const double scale = a.abs().max().item<double>();
+  EXPECT_LT((a - b.to(at::kFloat)).abs().max().item<double>(), 3e-2 * scale);
+  const at::Tensor lp_a = at::log_softmax(a, -1), lp_b = at::log_softmax(b.to(at::kFloat), -1);
+  EXPECT_LT((lp_a - lp_b).abs().max().item<double>(), 5e-2);
+}
+
+TEST(LearnerPrecision, Bf16UpdatesKeepFp32MasterWeightsAndFollowTheFp32Update) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(7);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o;
+  o.lr = 1e-3;
+  Learner fp32(Copy(init), o);
+  o.precision = Precision::kBf16;
+  Learner bf16(Copy(init), o);
+  for (int step = 0; step < 5; ++step) {
+    Result<StepStats> a = fp32.Step(groups);
+    Result<StepStats> b = bf16.Step(groups);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+    // The behaviour log-probs came from the fp32 model: bf16 recomputes them within its precision.
+    if (step == 0) EXPECT_LT(b->logprob_gap, 5e-2);
+  }
+  for (const at::Tensor& p : bf16.model()->parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+  // The bf16 run follows the fp32 one: their total updates point the same way. (Elementwise
+  // they differ: AdamW moves every weight by ~lr whatever its gradient's size, so where a
+  // gradient is near zero its sign is bf16 rounding.)
+  EXPECT_GT(MaxWeightDiff(fp32.model(), init), 1e-3);
+  double dot = 0, na = 0, nb = 0;
+  for (const auto& [name, w0] : init->StateDict()) {
+    const at::Tensor da = fp32.model()->StateDict().at(name) - w0, db = bf16.model()->StateDict().at(name) - w0;
+    dot += (da * db).sum().item<double>();
+    na += da.pow(2).sum().item<double>();
+    nb += db.pow(2).sum().item<double>();
+  }
+  EXPECT_GT(dot / std::sqrt(na * nb), 0.9) << "cosine of the fp32 and bf16 updates";
+  // Master weights take updates smaller than bf16's resolution (2^-8 relative): only fp32
+  // master weights can accumulate them.
+  bool below_resolution = false;
+  for (const auto& [name, w] : bf16.model()->StateDict()) {
+    const at::Tensor w0 = init->StateDict().at(name);
+    const at::Tensor delta = (w - w0).abs();
+    below_resolution = below_resolution || (delta > 0).logical_and(delta < w0.abs() / 512).any().item<bool>();
+  }
+  EXPECT_TRUE(below_resolution);
+}
+
+TEST(LearnerDevice, UnavailableDevicesAreOneClearLine) {
+  EXPECT_TRUE(model::CheckDevice("cpu").ok());
+  const Status bogus = model::CheckDevice("tpu-7");
+  EXPECT_FALSE(bogus.ok());
+  EXPECT_NE(bogus.message().find("\"tpu-7\" is not a device name"), std::string::npos) << bogus.message();
+  if (!at::hasCUDA()) {
+    const Status cuda = model::CheckDevice("cuda:0");
+    EXPECT_FALSE(cuda.ok());
+    EXPECT_NE(cuda.message().find("built without CUDA"), std::string::npos) << cuda.message();
+  }
+}
+
+// A model whose config says bfloat16 is published and checkpointed in bf16: half the bytes of
+// fp32, whatever the learner computes in; reading it back gives the same bf16 values.
+TEST(LearnerPrecision, SnapshotsKeepTheModelsStorageDtype) {
+  model::ModelConfig c = TinyConfig();
+  model::Qwen3Model fp32(c);
+  fp32->InitWeights(4);
+  c.torch_dtype = "bfloat16";
+  model::Qwen3Model bf16_stored(c);
+  ASSERT_TRUE(bf16_stored->LoadStateDict(fp32->StateDict(), "copy").ok());
+  Result<rollout::Snapshot> a = MakeSnapshot(fp32, 1);
+  Result<rollout::Snapshot> b = MakeSnapshot(bf16_stored, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Result<model::SafetensorsFile> fa = model::ParseSafetensors(*a->weights, "fp32");
+  Result<model::SafetensorsFile> fb = model::ParseSafetensors(*b->weights, "bf16");
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  for (const auto& [name, t] : fb->tensors) {
+    EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name;
+    EXPECT_EQ(fa->tensors.at(name).scalar_type(), at::kFloat) << name;
+    EXPECT_TRUE(at::equal(t, fa->tensors.at(name).to(at::kBFloat16))) << name;
+  }
+  EXPECT_LT(b->weights->size(), 0.55 * a->weights->size());
+}
+
+}  // namespace
+}  // namespace echelon::learn
