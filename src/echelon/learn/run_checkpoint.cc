@@ -19,6 +19,9 @@ namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+// The fp32 master weights, when the model's storage dtype (model.safetensors) is narrower:
+// a resumed run continues from the exact weights, not from their bf16 rounding.
+constexpr const char* kMasterFile = "master_weights.safetensors";
 
 nlohmann::json CountsToJson(const sched::DispatchCounts& c) {
   return {{"handed_out", c.handed_out}, {"consumed", c.consumed},       {"dropped_stale", c.dropped_stale},
@@ -195,6 +198,11 @@ Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, c
   model::CheckpointFiles extra;
   ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile], model::SerializeSafetensors(learner.OptimizerState(), {}));
   extra[kStateFile] = RunStateToJson(state).dump(1) + "\n";
+  if (model::StorageDtype(learner.model()->config()) != at::kFloat) {
+    std::map<std::string, at::Tensor> master;
+    for (const auto& [name, t] : learner.model()->StateDict()) master[name] = t.to(at::kCPU, at::kFloat);
+    ECHELON_ASSIGN_OR_RETURN(extra[kMasterFile], model::SerializeSafetensors(master, {}));
+  }
   const fs::path dir = fs::path(ckpt_dir) / ("step-" + std::to_string(state.version));
   ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint(dir.string(), learner.model(), vocab, extra));
   Prune(ckpt_dir, keep);
@@ -230,6 +238,15 @@ Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::ve
     if (!opt.ok()) {
       skip(opt.status());
       continue;
+    }
+    if (fs::exists(dir / kMasterFile)) {
+      Result<model::SafetensorsFile> master = model::ReadSafetensors((dir / kMasterFile).string());
+      Status loaded = master.ok() ? ck->model->LoadStateDict(master->tensors, (dir / kMasterFile).string())
+                                  : master.status();
+      if (!loaded.ok()) {
+        skip(loaded);
+        continue;
+      }
     }
     ResumePoint p;
     p.dir = dir.string();

@@ -2,6 +2,8 @@
 // model.safetensors, tokenizer.json, so `echelon eval` reads it) plus everything the run
 // depends on to continue exactly:
 //   optimizer.safetensors   AdamW state per parameter (Learner::OptimizerState)
+//   master_weights.safetensors  the fp32 master weights, when model.safetensors is stored in a
+//                           narrower dtype (a bf16 model): resume continues from them exactly
 //   trainer_state.json      RunState below: version, dispatcher state, counters, metrics
 //                           offset, the process RNG state, wall-clock offsets
 //   checksums.json          size and SHA-256 of every file (model/checkpoint.h)

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "echelon/common/fs.h"
+#include "echelon/model/safetensors.h"
 #include "echelon/obs/metrics_log.h"
 
 namespace echelon::learn {
@@ -83,6 +84,29 @@ TEST_F(RunCheckpointTest, NewestWholeCheckpointRestoresWeightsOptimizerAndState)
   const auto opt = learner_->OptimizerState();
   ASSERT_EQ(p->optimizer.size(), opt.size());
   for (const auto& [name, t] : opt) EXPECT_TRUE(at::equal(t, p->optimizer.at(name))) << name;
+}
+
+// A model stored in bf16 (a Hugging Face BF16 model) writes bf16 weights, and the run
+// checkpoint carries the fp32 master weights too: the resumed run continues from them exactly.
+TEST_F(RunCheckpointTest, Bf16StoredModelResumesFromExactFp32MasterWeights) {
+  model::ModelConfig c = Tiny();
+  c.torch_dtype = "bfloat16";
+  model_ = model::Qwen3Model(c);
+  model_->InitWeights(4);
+  learner_ = std::make_unique<learn::Learner>(model_, learn::LearnerOptions{});
+  StepAndSave(3);
+  Result<model::SafetensorsFile> stored = model::ReadSafetensors((dir_ / "step-1" / "model.safetensors").string());
+  ASSERT_TRUE(stored.ok());
+  for (const auto& [name, t] : stored->tensors) EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name;
+  std::vector<std::string> skipped;
+  Result<ResumePoint> p = LoadNewestRunCheckpoint(dir_.string(), &skipped);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  bool finer_than_bf16 = false;
+  for (const auto& [name, w] : model_->StateDict()) {
+    EXPECT_TRUE(at::equal(w, p->checkpoint.model->StateDict().at(name))) << name;
+    finer_than_bf16 = finer_than_bf16 || !at::equal(w, w.to(at::kBFloat16).to(at::kFloat));
+  }
+  EXPECT_TRUE(finer_than_bf16);
 }
 
 TEST_F(RunCheckpointTest, CorruptOrUnfinishedNewestFallsBackToThePreviousAndSaysWhy) {
