@@ -11,6 +11,7 @@ void AddEvalCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddSimulateCommand(CLI::App& app, int* exit_code);
 void AddLearnerCommand(CLI::App& app, int* exit_code);
+void AddLearnerRankCommand(CLI::App& app, int* exit_code);
 void AddActorCommand(CLI::App& app, int* exit_code);
 void AddBroadcastCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);

@@ -69,7 +69,8 @@ void PrintSummary(const learn::RunSummary& s) {
 bool ChangeableOnResume(const std::string& key) {
   static const std::set<std::string> kKeys = {"rl.steps",         "checkpoint.every",        "checkpoint.keep",
                                               "eval.every",       "rollout.lease_seconds",   "rollout.stall_timeout_seconds",
-                                              "learner.device",   "learner.micro_batch_tokens"};
+                                              "learner.device",   "learner.micro_batch_tokens", "learner.ranks",
+                                              "learner.rank_timeout_seconds"};
   return kKeys.count(key) > 0;
 }
 
@@ -93,8 +94,8 @@ Result<Config> ResumeConfig(const LaunchArgs& args, const std::string& run_dir) 
     for (const std::string& k : refused) keys += (keys.empty() ? "" : ", ") + k;
     return InvalidArgument("resuming " + run_dir + ": the config differs from the run's config.yaml in " + keys +
                            "; a resumed run may change only rl.steps, checkpoint.*, eval.every, "
-                           "rollout.lease_seconds, rollout.stall_timeout_seconds, learner.device and "
-                           "learner.micro_batch_tokens");
+                           "rollout.lease_seconds, rollout.stall_timeout_seconds, learner.device, "
+                           "learner.micro_batch_tokens and learner.ranks");
   }
   if (wanted.ToYaml() != saved.ToYaml()) ECHELON_RETURN_IF_ERROR(WriteFileAtomic(saved_path, wanted.ToYaml()));
   return wanted;
@@ -148,6 +149,39 @@ Result<net::GrpcActorsOptions> NetworkOptions(const LaunchArgs& args, LaunchMode
   return net;
 }
 
+// The learner's data-parallel ranks: torchrun's variables (ranks on any hosts; a rank above 0
+// is a worker), or learner.ranks local worker processes started once rank 0 listens.
+Result<std::optional<learn::RankGroupOptions>> RankOptions(const RunOptions& options, const std::string& run_dir,
+                                                          ProcessGroup* ranks) {
+  ECHELON_ASSIGN_OR_RETURN(std::optional<learn::RankGroupOptions> env, learn::RankOptionsFromEnv());
+  if (env) {
+    if (options.learner_ranks > 1 && options.learner_ranks != env->world)
+      return InvalidArgument("learner.ranks (" + std::to_string(options.learner_ranks) + ") and WORLD_SIZE (" +
+                             std::to_string(env->world) + ") disagree; set one of them");
+    env->timeout_seconds = options.rank_timeout_seconds;
+    return env;
+  }
+  if (options.learner_ranks <= 1) return std::optional<learn::RankGroupOptions>();
+  learn::RankGroupOptions r;
+  r.world = static_cast<int>(options.learner_ranks);
+  r.timeout_seconds = options.rank_timeout_seconds;
+  r.on_listening = [ranks, run_dir, r](int port) -> Status {
+    const std::string dir = run_dir + "/ranks";
+    std::filesystem::create_directories(dir);
+    for (int i = 1; i < r.world; ++i) {
+      const std::string name = "rank-" + std::to_string(i);
+      ECHELON_RETURN_IF_ERROR(ranks->Start(
+          name,
+          {SelfExe(), "learner-rank", "--rank", std::to_string(i), "--world", std::to_string(r.world), "--local-rank",
+           std::to_string(i), "--master", "127.0.0.1:" + std::to_string(port), "--timeout",
+           std::to_string(r.timeout_seconds)},
+          dir + "/" + name + ".log"));
+    }
+    return Status::Ok();
+  };
+  return std::optional<learn::RankGroupOptions>(r);
+}
+
 }  // namespace
 
 void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
@@ -187,7 +221,15 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   std::signal(SIGTERM, OnSignal);
 
   const bool threads = mode == LaunchMode::kLocalCluster && cfg->String("rollout.transport") == "threads";
-  learn::LearnerRunArgs run_args{run_dir, cfg->ToYaml(), args.resume, args.metrics_port};
+  learn::LearnerRunArgs run_args{run_dir, cfg->ToYaml(), args.resume, args.metrics_port, std::nullopt};
+  ProcessGroup ranks(/*max_restarts=*/0);  // a rank cannot rejoin its group: the run stops instead
+  Result<std::optional<learn::RankGroupOptions>> rank_options = RankOptions(options.value(), run_dir, &ranks);
+  if (!rank_options.ok()) {
+    spdlog::error("{}", rank_options.status().message());
+    return 2;
+  }
+  if (rank_options.value() && rank_options.value()->rank > 0) return RunWorkerRank(*rank_options.value());
+  run_args.ranks = rank_options.value();
   ProcessGroup actors;
   std::unique_ptr<learn::ActorTransport> transport;
   if (threads) {
@@ -202,6 +244,7 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   }
   Result<learn::RunSummary> s = learn::RunLearner(options.value(), run_args, *transport, &g_interrupted, std::cout);
   actors.StopAll(5.0);
+  ranks.StopAll(5.0);
   if (!s.ok()) {
     spdlog::error("{}", s.status().message());
     return 1;

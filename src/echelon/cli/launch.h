@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "echelon/learn/rank_group.h"
+
 namespace echelon::cli {
 
 struct LaunchArgs {
@@ -31,6 +33,9 @@ enum class LaunchMode {
 
 // Returns the process exit code (0 done, 1 run failed, 2 bad input, 130 interrupted).
 int Launch(const LaunchArgs& args, LaunchMode mode);
+
+// A data-parallel worker rank until rank 0 stops it (cli/learner_rank.cc); the exit code.
+int RunWorkerRank(const learn::RankGroupOptions& options);
 
 // Registers the options `echelon train` and `echelon learner` share: CONFIG, --out, --resume,
 // --metrics-port, --set. The callback checks that CONFIG is given unless --resume is.

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   echelon::cli::AddPlanCommand(app, &exit_code);
   echelon::cli::AddSimulateCommand(app, &exit_code);
   echelon::cli::AddLearnerCommand(app, &exit_code);
+  echelon::cli::AddLearnerRankCommand(app, &exit_code);
   echelon::cli::AddActorCommand(app, &exit_code);
   echelon::cli::AddBroadcastCommand(app, &exit_code);
   echelon::cli::AddReportCommand(app, &exit_code);

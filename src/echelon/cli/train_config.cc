@@ -1,6 +1,7 @@
 #include "echelon/cli/train_config.h"
 
 #include <sstream>
+#include <thread>
 
 #include "echelon/sched/staleness_gate.h"
 #include "echelon/sched/tunables.h"
@@ -55,6 +56,15 @@ const ConfigSchema& TrainSchema() {
     s.Int("learner.micro_batch_tokens", 0, 0, int64_t{1} << 40,
           "token budget of one forward/backward (gradients accumulated; rows sorted by length, padded per "
           "micro-batch); 0: the whole minibatch at once");
+    s.Int("learner.ranks", 1, 1, 1024,
+          "data-parallel learner ranks on this host (c10d Gloo); across hosts set torchrun's RANK, WORLD_SIZE, "
+          "MASTER_ADDR, MASTER_PORT instead");
+    s.Bool("learner.shard_optimizer", false,
+           "with several learner ranks, each keeps 1/ranks of the AdamW state (ZeRO stage 1)");
+    // Long enough for rank 0's evaluation and checkpoint between updates, while the others
+    // wait; a rank that dies is noticed at once by its closed connection, not by this.
+    s.Float("learner.rank_timeout_seconds", 1800.0, 1.0, 86400.0,
+            "the learner ranks give up on a collective operation after this long");
     s.Int("rl.staleness", 2, 0, 1000, "S: a rollout from version x is used at step t only if t - x <= S");
     s.Int("rl.publish_period", 0, 0, 1000, "kappa: publish a snapshot every kappa steps (0: max(1, S - 1))");
     s.Int("rollout.actors", 1, 0, 256, "rollout workers that `echelon train` starts (remote actors may join too)");
@@ -131,6 +141,14 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   if (Status st = model::CheckDevice(l.device); !st.ok()) return st.WithContext(cfg.source() + ": learner.device");
   ECHELON_ASSIGN_OR_RETURN(l.precision, learn::ParsePrecision(cfg.String("learner.precision")));
   l.micro_batch_tokens = cfg.Int("learner.micro_batch_tokens");
+  o.learner_ranks = cfg.Int("learner.ranks");
+  o.rank_timeout_seconds = cfg.Float("learner.rank_timeout_seconds");
+  l.shard_optimizer = cfg.Bool("learner.shard_optimizer");
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (o.learner_ranks > 1 && l.device == "cpu" && cores > 0 && o.learner_ranks > static_cast<int64_t>(cores))
+    return InvalidArgument(cfg.source() + ": learner.ranks (" + std::to_string(o.learner_ranks) +
+                           ") exceeds this machine's " + std::to_string(cores) +
+                           " cores; more ranks than cores only share them (run ranks on more hosts)");
   l.temperature = cfg.Float("rollout.temperature");
   if (l.temperature == 0.0)
     return InvalidArgument(cfg.source() + ": rollout.temperature = 0 (greedy) gives every group the same samples; "

@@ -53,6 +53,7 @@ class ActorTransport {
   // The loop is over: no work is handed out any more; in-process actors stop.
   virtual void StopWork() = 0;
   // The run is over (final checkpoint and metrics written): actors are told, connections close.
+  // After Finish nothing calls into the intake any more (it may be destroyed).
   virtual void Finish() = 0;
 };
 

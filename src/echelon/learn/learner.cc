@@ -102,14 +102,78 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
     compute_ = FrozenCopy(model_, device_, compute_dtype);
     for (auto& p : compute_->parameters()) p.requires_grad_(true);
   }
+  sharded_ = options.shard_optimizer && reducer_ != nullptr && reducer_->world() > 1;
+  std::vector<at::Tensor> owned;
+  const std::vector<at::Tensor> params = model_->parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (Owns(i)) owned.push_back(params[i]);
   torch::optim::AdamWOptions o(options.lr);
   o.betas({options.beta1, options.beta2});
   o.weight_decay(options.weight_decay);
-  optimizer_ = std::make_unique<torch::optim::AdamW>(model_->parameters(), o);
+  optimizer_ = std::make_unique<torch::optim::AdamW>(owned, o);
   if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
 }
 
+int Learner::Owner(size_t index) const { return sharded_ ? static_cast<int>(index % reducer_->world()) : -1; }
+bool Learner::Owns(size_t index) const { return !sharded_ || Owner(index) == reducer_->rank(); }
+
+Status Learner::ShareStepped() {
+  const std::vector<at::Tensor> params = model_->parameters();
+  for (int owner = 0; owner < reducer_->world(); ++owner) {
+    std::vector<at::Tensor> mine;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (Owner(i) == owner) mine.push_back(params[i].detach().flatten());
+    if (mine.empty()) continue;
+    std::vector<at::Tensor> flat = {at::cat(mine)};
+    ECHELON_RETURN_IF_ERROR(reducer_->Broadcast(flat, owner));
+    at::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (Owner(i) != owner) continue;
+      params[i].copy_(flat[0].narrow(0, offset, params[i].numel()).view_as(params[i]));
+      offset += params[i].numel();
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
+  if (!sharded_) return OptimizerState();
+  const std::map<std::string, at::Tensor> mine = OptimizerState();
+  const auto named = model_->named_parameters(/*recurse=*/true);
+  std::map<std::string, at::Tensor> all;
+  for (size_t i = 0; i < named.size(); ++i) {
+    const std::string& name = named[i].key();
+    const at::Tensor& p = named[i].value();
+    // [step, exp_avg..., exp_avg_sq...] from the owner; step 0: no state yet.
+    at::Tensor buf = at::zeros({1 + 2 * p.numel()}, p.options().dtype(at::kFloat));
+    if (Owns(i) && mine.count(name + ".step")) {
+      buf[0] = static_cast<float>(mine.at(name + ".step").item<int64_t>());
+      buf.narrow(0, 1, p.numel()).copy_(mine.at(name + ".exp_avg").flatten());
+      buf.narrow(0, 1 + p.numel(), p.numel()).copy_(mine.at(name + ".exp_avg_sq").flatten());
+    }
+    std::vector<at::Tensor> t = {buf};
+    ECHELON_RETURN_IF_ERROR(reducer_->Broadcast(t, Owner(i)));
+    const int64_t step = static_cast<int64_t>(t[0][0].item<float>());
+    if (step == 0) continue;
+    all[name + ".step"] = at::full({1}, step, at::kLong);
+    all[name + ".exp_avg"] = t[0].narrow(0, 1, p.numel()).view_as(p).clone();
+    all[name + ".exp_avg_sq"] = t[0].narrow(0, 1 + p.numel(), p.numel()).view_as(p).clone();
+  }
+  return all;
+}
+
+int64_t Learner::OptimizerStateBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : OptimizerState()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes;
+}
+
 Learner::~Learner() = default;
+
+std::map<std::string, at::Tensor> Learner::ReferenceState() const {
+  return reference_ ? reference_->StateDict() : std::map<std::string, at::Tensor>();
+}
 
 std::map<std::string, at::Tensor> Learner::OptimizerState() const {
   std::map<std::string, at::Tensor> out;
@@ -130,8 +194,10 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
   if (version < 0) return InvalidArgument("restoring a negative policy version " + std::to_string(version));
   // Check everything before changing anything.
   std::vector<std::pair<at::Tensor, std::unique_ptr<torch::optim::AdamWParamState>>> restored;
-  size_t used = 0;
-  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+  size_t used = 0, covered = 0;
+  const auto named = model_->named_parameters(/*recurse=*/true);
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& item = named[i];
     const std::string& name = item.key();
     auto step = optimizer_state.find(name + ".step");
     if (step == optimizer_state.end()) continue;
@@ -143,19 +209,21 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
       return DataLoss("optimizer state of " + name + " has the wrong shape");
     if (step->second.numel() != 1 || step->second.scalar_type() != at::kLong)
       return DataLoss("optimizer step count of " + name + " must be one int64");
+    used += 3;
+    ++covered;
+    if (!Owns(i)) continue;  // another rank's share
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     s->step(step->second.item<int64_t>());
     s->exp_avg(m->second.to(device_, at::kFloat).clone());
     s->exp_avg_sq(v->second.to(device_, at::kFloat).clone());
     restored.emplace_back(item.value(), std::move(s));
-    used += 3;
   }
   if (used != optimizer_state.size())
     return DataLoss("optimizer state holds " + std::to_string(optimizer_state.size() - used) +
                     " tensors that name no parameter of this model");
-  if (!restored.empty() && restored.size() != model_->parameters().size())
-    return DataLoss("optimizer state covers " + std::to_string(restored.size()) + " of " +
-                    std::to_string(model_->parameters().size()) + " parameters");
+  if (covered > 0 && covered != named.size())
+    return DataLoss("optimizer state covers " + std::to_string(covered) + " of " + std::to_string(named.size()) +
+                    " parameters");
   if (reference_) ECHELON_RETURN_IF_ERROR(reference_->LoadStateDict(reference_weights, "reference policy"));
   auto& state = optimizer_->state();
   state.clear();
@@ -319,6 +387,7 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
   }
   const double norm = torch::nn::utils::clip_grad_norm_(master, options_.max_grad_norm);
   optimizer_->step();
+  if (sharded_) ECHELON_RETURN_IF_ERROR(ShareStepped());
   if (compute_.get() != model_.get()) {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < master.size(); ++i) compute[i].copy_(master[i]);

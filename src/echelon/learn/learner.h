@@ -54,6 +54,9 @@ struct LearnerOptions {
   // micro-batches of at most this many (padded) tokens with their gradients accumulated, each
   // padded only to its own longest row. 0: one forward/backward per minibatch.
   int64_t micro_batch_tokens = 0;
+  // With several ranks, each keeps the AdamW state of every world-th parameter only (ZeRO
+  // stage 1), steps those parameters, and sends them to the others.
+  bool shard_optimizer = false;
 };
 
 // Data-parallel learner ranks (learn/rank_group.h) plug in here: every rank computes the
@@ -66,6 +69,8 @@ class GradientReducer {
   virtual int world() const = 0;
   // Sums `flat` (fp32, on the learner's device) over every rank, in place.
   virtual Status AllReduceSum(at::Tensor& flat) = 0;
+  // Every rank's `tensors` (same shapes everywhere) become rank `root`'s.
+  virtual Status Broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
 };
 
 // One prompt group as it reaches the learner.
@@ -104,11 +109,20 @@ class Learner {
   // read them (model/qwen3.h StorageStateDict converts to the storage dtype).
   model::Qwen3Model& model() { return model_; }
 
+  // The frozen reference weights of the KL term (empty when kl_coef is 0).
+  std::map<std::string, at::Tensor> ReferenceState() const;
+  const LearnerOptions& options() const { return options_; }
+
   // AdamW's per-parameter state for a checkpoint: "<param>.exp_avg", "<param>.exp_avg_sq"
-  // and "<param>.step" (int64, one element). Empty before the first update.
+  // and "<param>.step" (int64, one element). Empty before the first update. With a sharded
+  // optimizer, this rank's share only; GatherOptimizerState (every rank calls it) gives all.
   std::map<std::string, at::Tensor> OptimizerState() const;
+  Result<std::map<std::string, at::Tensor>> GatherOptimizerState();
+  // Bytes of AdamW state this rank holds.
+  int64_t OptimizerStateBytes() const;
   // Continues from a checkpoint: the model's weights are already loaded; this sets the
-  // version, the optimizer state (as OptimizerState() gave it) and, when the KL term is on,
+  // version, the optimizer state (as OptimizerState() gave it, whole; a sharded optimizer keeps
+  // its share) and, when the KL term is on,
   // the frozen reference weights. On error (naming the tensor) nothing is changed.
   Status Restore(int64_t version, const std::map<std::string, at::Tensor>& optimizer_state,
                  const std::map<std::string, at::Tensor>& reference_weights);
@@ -132,7 +146,14 @@ class Learner {
   LearnerOptions options_;
   GradientReducer* reducer_;
   at::Device device_;
+  // A parameter's AdamW state lives on rank index % world (sharded), else everywhere.
+  int Owner(size_t index) const;
+  bool Owns(size_t index) const;
+  // After a sharded step: every rank's parameters become their owners'.
+  Status ShareStepped();
+
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  bool sharded_ = false;
   int64_t version_ = 0;
 };
 

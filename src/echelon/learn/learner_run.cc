@@ -10,6 +10,7 @@
 
 #include "echelon/common/process.h"
 #include "echelon/learn/batch_collector.h"
+#include "echelon/learn/learner_ranks.h"
 #include "echelon/learn/run_checkpoint.h"
 #include "echelon/learn/run_start.h"
 #include "echelon/learn/snapshot_publisher.h"
@@ -91,7 +92,12 @@ class LearnerRun {
     summary_.warmstart_accuracy = rs.warmstart_accuracy;
     summary_.heldout_n = rs.heldout_n;
     wall_base_ = rs.wall_seconds - (clock_.Now() - t_start_);  // run time before this process
-    learner_ = std::make_unique<Learner>(start_.model, options_.learner);
+    if (args_.ranks && args_.ranks->world > 1) {
+      progress_ << "learner ranks: waiting for " << args_.ranks->world - 1 << " to join" << std::endl;
+      ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<RankGroup> group, RankGroup::Connect(*args_.ranks));
+      ranks_ = std::make_unique<LearnerRanks>(std::move(group));
+    }
+    learner_ = std::make_unique<Learner>(start_.model, options_.learner, ranks_ ? ranks_->group() : nullptr);
     dispatcher_ = std::make_unique<sched::Dispatcher>(
         sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds}, &clock_);
     intake_ = std::make_unique<TrajectoryIntake>(dispatcher_.get(), task_.get(), &start_.vocab,
@@ -99,6 +105,12 @@ class LearnerRun {
                                                  static_cast<int>(options_.group_size));
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
+    if (ranks_) {
+      ECHELON_RETURN_IF_ERROR(ranks_->Setup(*learner_, start_.optimizer));
+      progress_ << "learner ranks: " << ranks_->world() << " (data-parallel, rendezvous port "
+                << ranks_->group()->port() << ")" << std::endl;
+    }
+    start_.optimizer.clear();  // now inside the optimizers: keep no second copy
     busy_seconds_ = rs.busy_seconds;
     consumed_tokens_ = rs.consumed_tokens;
     rl_base_ = rs.rl_wall_seconds;
@@ -122,7 +134,6 @@ class LearnerRun {
         dispatcher_->Restore(rs.dispatcher, FreshLeaseBase(rs.dispatcher.next_lease)).WithContext(where));
     ECHELON_RETURN_IF_ERROR(RestoreRngState(rs.rng_state_hex).WithContext(where));
     intake_->RestoreCounters(rs.refusals, rs.accepted_tokens, rs.actor_groups);
-    start_.optimizer.clear();  // now inside the optimizer: keep no second copy
     ++rs.resumes;
     const sched::DispatchCounts c = dispatcher_->counts();
     return metrics_.Write({{"event", "resume"},
@@ -192,6 +203,7 @@ class LearnerRun {
     groups.reserve(batch.groups.size());
     for (const rollout::GroupRollout& g : batch.groups) groups.push_back({g.behavior_version, g.episodes});
     const double t0 = clock_.Now();
+    if (ranks_) ECHELON_RETURN_IF_ERROR(ranks_->SendStep(groups));
     Result<StepStats> stats = learner_->Step(groups);
     if (!stats.ok()) return stats.status().WithContext("learner step " + std::to_string(learner_->version()));
     last_train_seconds_ = clock_.Now() - t0;
@@ -282,6 +294,7 @@ class LearnerRun {
       r.broadcast_s = b->seconds;
     }
     r.learner_rss_mb = ResidentSetMb();
+    r.learner_ranks = ranks_ ? ranks_->world() : 1;
     return r;
   }
 
@@ -299,7 +312,12 @@ class LearnerRun {
     rs.accepted_tokens = intake_->accepted_tokens();
     rs.actor_groups = intake_->actor_groups();
     rs.rng_state_hex = CaptureRngState();
-    return SaveRunCheckpoint(ckpt_dir_.string(), *learner_, start_.vocab, rs, options_.checkpoint_keep)
+    std::map<std::string, at::Tensor> optimizer;
+    if (ranks_) {
+      ECHELON_ASSIGN_OR_RETURN(optimizer, ranks_->GatherOptimizerState(*learner_));
+    }
+    return SaveRunCheckpoint(ckpt_dir_.string(), *learner_, start_.vocab, rs, options_.checkpoint_keep,
+                             ranks_ ? &optimizer : nullptr)
         .WithContext("checkpoint at version " + std::to_string(rs.version));
   }
 
@@ -316,6 +334,7 @@ class LearnerRun {
         progress_ << "resumable checkpoint " << (ckpt_dir_ / ("step-" + std::to_string(learner_->version()))).string()
                   << std::endl;
     }
+    if (ranks_) ranks_->Stop();  // the workers' part is done; rank 0 evaluates alone
     ECHELON_RETURN_IF_ERROR(failure);
     summary_.interrupted = learner_->version() < options_.steps;
     if (!summary_.interrupted)
@@ -375,6 +394,7 @@ class LearnerRun {
   std::unique_ptr<data::TaskAdapter> task_;
   obs::MetricsLog metrics_;
   RunStart start_;
+  std::unique_ptr<LearnerRanks> ranks_;  // data-parallel workers, when there are any
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<sched::Dispatcher> dispatcher_;
   std::unique_ptr<TrajectoryIntake> intake_;

@@ -28,12 +28,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
 #include "echelon/learn/actor_transport.h"
+#include "echelon/learn/rank_group.h"
 #include "echelon/learn/run_options.h"
 
 namespace echelon::learn {
@@ -43,6 +45,9 @@ struct LearnerRunArgs {
   std::string resolved_yaml;  // written to RUN_DIR/config.yaml by a fresh run
   bool resume = false;        // continue the run in run_dir from its newest whole checkpoint
   int metrics_port = -1;      // >= 0: Prometheus text at http://0.0.0.0:PORT/metrics (0 picks one)
+  // Data-parallel ranks (learn/learner_ranks.h): this process is rank 0 of `ranks->world`;
+  // nullopt or a world of 1: one rank.
+  std::optional<RankGroupOptions> ranks;
 };
 
 struct RunSummary {

@@ -194,9 +194,10 @@ Status RestoreRngState(const std::string& hex) {
 }
 
 Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
-                         const RunState& state, int64_t keep) {
+                         const RunState& state, int64_t keep, const std::map<std::string, at::Tensor>* optimizer_state) {
   model::CheckpointFiles extra;
-  ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile], model::SerializeSafetensors(learner.OptimizerState(), {}));
+  ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile],
+                           model::SerializeSafetensors(optimizer_state ? *optimizer_state : learner.OptimizerState(), {}));
   extra[kStateFile] = RunStateToJson(state).dump(1) + "\n";
   if (model::StorageDtype(learner.model()->config()) != at::kFloat) {
     std::map<std::string, at::Tensor> master;

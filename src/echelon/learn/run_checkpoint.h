@@ -59,9 +59,11 @@ std::string CaptureRngState();
 Status RestoreRngState(const std::string& hex);
 
 // Writes checkpoints/step-<state.version>; then keeps the newest `keep` step-N checkpoints
-// (older ones and leftovers of interrupted writes are deleted).
+// (older ones and leftovers of interrupted writes are deleted). `optimizer_state`: the whole
+// AdamW state when the learner's is sharded across ranks; null: learner.OptimizerState().
 Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
-                         const RunState& state, int64_t keep);
+                         const RunState& state, int64_t keep,
+                         const std::map<std::string, at::Tensor>* optimizer_state = nullptr);
 
 struct ResumePoint {
   std::string dir;

@@ -44,6 +44,8 @@ struct RunOptions {
   int64_t checkpoint_keep = 3;
   bool snapshot_broadcast = true;  // remote actors get snapshots by peer-assisted broadcast
   int64_t wait_for_actors = 0;     // remote actors registered before the first update
+  int64_t learner_ranks = 1;       // data-parallel learner ranks started on this host (rank 0 is this process)
+  double rank_timeout_seconds = 1800;  // one collective of the ranks (learn/rank_group.h)
 };
 
 // The sampling parameters of the run's actors (stop ids come from the vocabulary).

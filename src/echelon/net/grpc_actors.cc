@@ -82,6 +82,8 @@ void GrpcActors::StopWork() {
 void GrpcActors::Finish() {
   // Actors poll at least every heartbeat: let every one of them hear that the run is over.
   if (server_) server_->WaitUntilActorsTold(3 * options_.heartbeat_seconds + 1.0);
+  // Then stop serving: the intake the handlers call into goes away with the run.
+  if (server_) server_->Shutdown();
   if (origin_) origin_->Shutdown();
 }
 

@@ -46,6 +46,7 @@ void VisitFields(R& r, V& v) {
   v.Count("broadcast_version", r.broadcast_version);
   v.Number("broadcast_s", r.broadcast_s);
   v.Number("learner_rss_mb", r.learner_rss_mb);
+  v.Count("learner_ranks", r.learner_ranks);
   v.Count("active_workers", r.active_workers);
   v.Counts("billed_by_class", r.billed_by_class);
   v.Number("cost", r.cost);

@@ -11,7 +11,7 @@
 //   learner     reward_mean, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, loss, grad_norm, clip_frac, kl,
 //               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups, tokens,
-//               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb
+//               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
 // wait_s / train_s / learner_rss_mb read them as missing.
@@ -76,6 +76,7 @@ struct StepRecord {
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
   double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer
   double learner_rss_mb = kMissing;          // the learner process's resident memory
+  std::optional<int64_t> learner_ranks;      // data-parallel learner ranks that took the update
 
   // Simulator.
   std::optional<int64_t> active_workers;

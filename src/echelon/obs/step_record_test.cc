@@ -45,6 +45,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.broadcast_version = 6;
   r.broadcast_s = 0.3;
   r.learner_rss_mb = 300.5;
+  r.learner_ranks = 2;
   r.active_workers = 5;
   r.billed_by_class = {{"a100", 2}};
   r.cost = 1.25;
@@ -53,7 +54,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 40u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 41u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 

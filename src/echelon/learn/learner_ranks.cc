@@ -1,0 +1,222 @@
+#include "echelon/learn/learner_ranks.h"
+
+#include <ATen/ATen.h>
+
+namespace echelon::learn {
+namespace {
+
+using nlohmann::json;
+
+json OptionsToJson(const LearnerOptions& o) {
+  return {{"clip_low", o.loss.clip_low},
+          {"clip_high", o.loss.clip_high},
+          {"correction", static_cast<int>(o.loss.correction)},
+          {"tis_cap", o.loss.tis_cap},
+          {"kl_coef", o.loss.kl_coef},
+          {"lr", o.lr},
+          {"weight_decay", o.weight_decay},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"max_grad_norm", o.max_grad_norm},
+          {"temperature", o.temperature},
+          {"scale_by_std", o.scale_by_std},
+          {"minibatches", o.minibatches},
+          {"cuda", at::Device(o.device).is_cuda()},
+          {"precision", static_cast<int>(o.precision)},
+          {"micro_batch_tokens", o.micro_batch_tokens},
+          {"shard_optimizer", o.shard_optimizer}};
+}
+
+// A worker's options: rank 0's, on this rank's own GPU when rank 0 runs on CUDA.
+LearnerOptions OptionsFromJson(const json& j, int local_rank) {
+  LearnerOptions o;
+  o.loss.clip_low = j.at("clip_low");
+  o.loss.clip_high = j.at("clip_high");
+  o.loss.correction = static_cast<Correction>(j.at("correction").get<int>());
+  o.loss.tis_cap = j.at("tis_cap");
+  o.loss.kl_coef = j.at("kl_coef");
+  o.lr = j.at("lr");
+  o.weight_decay = j.at("weight_decay");
+  o.beta1 = j.at("beta1");
+  o.beta2 = j.at("beta2");
+  o.max_grad_norm = j.at("max_grad_norm");
+  o.temperature = j.at("temperature");
+  o.scale_by_std = j.at("scale_by_std");
+  o.minibatches = j.at("minibatches");
+  o.device = j.at("cuda").get<bool>() ? "cuda:" + std::to_string(local_rank) : "cpu";
+  o.precision = static_cast<Precision>(j.at("precision").get<int>());
+  o.micro_batch_tokens = j.at("micro_batch_tokens");
+  o.shard_optimizer = j.at("shard_optimizer");
+  return o;
+}
+
+Status SendMessage(RankGroup& group, const json& message) {
+  const std::vector<uint8_t> packed = json::to_msgpack(message);
+  std::string bytes(packed.begin(), packed.end());
+  return group.BroadcastBytes(&bytes, 0);
+}
+
+Result<json> ReceiveMessage(RankGroup& group) {
+  std::string bytes;
+  ECHELON_RETURN_IF_ERROR(group.BroadcastBytes(&bytes, 0));
+  json j = json::from_msgpack(bytes, /*strict=*/true, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("op")) return DataLoss("learner rank: a malformed message");
+  return j;
+}
+
+json Names(const std::map<std::string, at::Tensor>& m) {
+  json out = json::array();
+  for (const auto& [name, t] : m) out.push_back(name);
+  return out;
+}
+
+// Tensors in a fixed order, received into tensors of the same shapes on the workers.
+std::vector<at::Tensor> Ordered(const std::map<std::string, at::Tensor>& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, t] : m) out.push_back(t.to(at::kCPU).contiguous());
+  return out;
+}
+
+}  // namespace
+
+json GroupsToJson(const std::vector<LearnerGroup>& groups) {
+  json out = json::array();
+  for (const LearnerGroup& g : groups) {
+    json episodes = json::array();
+    for (const data::Episode& e : g.episodes) {
+      json turns = json::array();
+      for (const data::Turn& t : e.turns) turns.push_back({{"p", t.prompt_ids}, {"k", t.tokens}, {"l", t.logprobs}});
+      episodes.push_back({{"r", e.reward}, {"s", e.success}, {"t", turns}});
+    }
+    out.push_back({{"v", g.behavior_version}, {"e", episodes}});
+  }
+  return out;
+}
+
+Result<std::vector<LearnerGroup>> GroupsFromJson(const json& j) {
+  std::vector<LearnerGroup> groups;
+  try {
+    for (const json& g : j) {
+      LearnerGroup lg;
+      lg.behavior_version = g.at("v");
+      for (const json& e : g.at("e")) {
+        data::Episode ep;
+        ep.reward = e.at("r");
+        ep.success = e.at("s");
+        for (const json& t : e.at("t")) ep.turns.push_back({t.at("p"), t.at("k"), t.at("l"), ""});
+        lg.episodes.push_back(std::move(ep));
+      }
+      groups.push_back(std::move(lg));
+    }
+  } catch (const json::exception& e) {
+    return DataLoss(std::string("learner rank: malformed groups: ") + e.what());
+  }
+  return groups;
+}
+
+LearnerRanks::~LearnerRanks() { Stop(); }
+
+Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer) {
+  const std::map<std::string, at::Tensor> reference = learner.ReferenceState();
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "setup"},
+                                                {"model", learner.model()->config().ToJson()},
+                                                {"options", OptionsToJson(learner.options())},
+                                                {"version", learner.version()},
+                                                {"reference", !reference.empty()},
+                                                {"optimizer", Names(optimizer)}}));
+  std::vector<at::Tensor> weights = Ordered(learner.model()->StateDict());
+  ECHELON_RETURN_IF_ERROR(group_->Broadcast(weights, 0));
+  if (!reference.empty()) {
+    std::vector<at::Tensor> r = Ordered(reference);
+    ECHELON_RETURN_IF_ERROR(group_->Broadcast(r, 0));
+  }
+  if (!optimizer.empty()) {
+    std::vector<at::Tensor> o = Ordered(optimizer);
+    ECHELON_RETURN_IF_ERROR(group_->Broadcast(o, 0));
+  }
+  return Status::Ok();
+}
+
+Status LearnerRanks::SendStep(const std::vector<LearnerGroup>& groups) {
+  return SendMessage(*group_, {{"op", "step"}, {"groups", GroupsToJson(groups)}});
+}
+
+Result<std::map<std::string, at::Tensor>> LearnerRanks::GatherOptimizerState(Learner& learner) {
+  if (!learner.options().shard_optimizer) return learner.OptimizerState();
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_optimizer"}}));
+  return learner.GatherOptimizerState();
+}
+
+void LearnerRanks::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  (void)SendMessage(*group_, {{"op", "stop"}});
+}
+
+Status RunRankWorker(RankGroup& group, std::ostream& progress) {
+  ECHELON_ASSIGN_OR_RETURN(json setup, ReceiveMessage(group));
+  if (setup["op"] != "setup") return DataLoss("learner rank: expected the set-up message first");
+  ECHELON_ASSIGN_OR_RETURN(model::ModelConfig config, model::ModelConfig::FromJson(setup["model"], "rank 0's model"));
+  LearnerOptions options;
+  int64_t version = 0;
+  try {
+    options = OptionsFromJson(setup.at("options"), group.local_rank());
+    version = setup.at("version");
+  } catch (const json::exception& e) {
+    return DataLoss(std::string("learner rank: malformed set-up: ") + e.what());
+  }
+  ECHELON_RETURN_IF_ERROR(model::CheckDevice(options.device).WithContext("learner rank " + std::to_string(group.rank())));
+  // Receive into tensors shaped like this rank's own.
+  model::Qwen3Model model(config);
+  std::map<std::string, at::Tensor> weights = model->StateDict();
+  std::vector<at::Tensor> w = Ordered(weights);
+  ECHELON_RETURN_IF_ERROR(group.Broadcast(w, 0));
+  size_t i = 0;
+  for (auto& [name, t] : weights) t = w[i++];
+  ECHELON_RETURN_IF_ERROR(model->LoadStateDict(weights, "rank 0's weights"));
+  std::map<std::string, at::Tensor> reference;
+  if (setup.value("reference", false)) {
+    reference = model->StateDict();
+    std::vector<at::Tensor> r = Ordered(reference);
+    ECHELON_RETURN_IF_ERROR(group.Broadcast(r, 0));
+    i = 0;
+    for (auto& [name, t] : reference) t = r[i++];
+  }
+  if (options.loss.kl_coef > 0 && reference.empty()) reference = model->StateDict();
+  Learner learner(model, options, &group);
+  std::map<std::string, at::Tensor> optimizer;
+  const json names = setup.value("optimizer", json::array());
+  if (!names.empty()) {
+    // Rank 0's AdamW state by name: "<param>.exp_avg", ".exp_avg_sq" (parameter-shaped) and
+    // ".step" (one int64).
+    const std::map<std::string, at::Tensor> params = model->StateDict();
+    for (const json& n : names) {
+      const std::string name = n.get<std::string>();
+      const std::string param = name.substr(0, name.rfind('.'));
+      if (!params.count(param)) return DataLoss("learner rank: optimizer state for unknown parameter " + param);
+      optimizer[name] = name.size() > 5 && name.compare(name.size() - 5, 5, ".step") == 0
+                            ? at::zeros({1}, at::kLong)
+                            : at::zeros_like(params.at(param), at::TensorOptions().dtype(at::kFloat));
+    }
+    std::vector<at::Tensor> o = Ordered(optimizer);
+    ECHELON_RETURN_IF_ERROR(group.Broadcast(o, 0));
+    i = 0;
+    for (auto& [name, t] : optimizer) t = o[i++];
+  }
+  ECHELON_RETURN_IF_ERROR(learner.Restore(version, optimizer, reference));
+  progress << "learner rank " << group.rank() << " of " << group.world() << " ready at version " << version
+           << " (" << options.device << (options.shard_optimizer ? ", sharded optimizer" : "") << ")" << std::endl;
+  while (true) {
+    ECHELON_ASSIGN_OR_RETURN(json message, ReceiveMessage(group));
+    if (message["op"] == "stop") return Status::Ok();
+    if (message["op"] == "gather_optimizer") {
+      ECHELON_RETURN_IF_ERROR(learner.GatherOptimizerState().status());
+      continue;
+    }
+    if (message["op"] != "step") return DataLoss("learner rank: unknown message " + message["op"].dump());
+    ECHELON_ASSIGN_OR_RETURN(std::vector<LearnerGroup> groups, GroupsFromJson(message["groups"]));
+    ECHELON_RETURN_IF_ERROR(learner.Step(groups).status());
+  }
+}
+
+}  // namespace echelon::learn

@@ -1,0 +1,59 @@
+// Data-parallel learner ranks: rank 0 is the learner of the run (intake, dispatcher,
+// publishing, checkpoints, all in learn/learner_run.h); ranks 1..N-1 are workers that hold the
+// same model and optimizer and take part in every update. Rank 0 sends each worker the model,
+// the learner options and its state at the start (weights, KL reference, AdamW state), then
+// the groups of every update; every rank computes the gradients of its share of the
+// micro-batches, the gradients are summed over the ranks (RankGroup), and every rank applies
+// the same step, so their weights stay equal. The state lives whole on rank 0, so a run
+// resumes with any number of ranks.
+//
+//   rank 0:   LearnerRanks ranks(group);  ranks.Setup(learner);  ranks.SendStep(groups);  learner.Step(groups);
+//   worker:   RunRankWorker(group, std::cout);   // until rank 0 says stop
+//
+// Messages are msgpack (nlohmann's binary JSON): {"op": "setup" | "step" | "stop", ...}.
+// Thread contract: the learner thread of each rank.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "echelon/common/status.h"
+#include "echelon/learn/learner.h"
+#include "echelon/learn/rank_group.h"
+
+namespace echelon::learn {
+
+class LearnerRanks {
+ public:
+  explicit LearnerRanks(std::unique_ptr<RankGroup> group) : group_(std::move(group)) {}
+  ~LearnerRanks();
+  RankGroup* group() { return group_.get(); }
+  int world() const { return group_->world(); }
+
+  // Sends every worker the model config, the options and the state of `learner` (rank 0's,
+  // already restored when resuming) with the whole AdamW state (empty: none yet).
+  Status Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer_state);
+  // The groups of the next update; every rank then runs Learner::Step on them.
+  Status SendStep(const std::vector<LearnerGroup>& groups);
+  // The whole AdamW state, also when it is sharded across the ranks (for a checkpoint).
+  Result<std::map<std::string, at::Tensor>> GatherOptimizerState(Learner& learner);
+  // Workers leave their loop (best effort: a dead group just ends).
+  void Stop();
+
+ private:
+  std::unique_ptr<RankGroup> group_;
+  bool stopped_ = false;
+};
+
+// A worker rank: receives the set-up, then runs every update rank 0 sends, until "stop".
+// Returns the first error (rank 0 gone, a failed update).
+Status RunRankWorker(RankGroup& group, std::ostream& progress);
+
+// The groups of an update as JSON and back (every field the update reads).
+nlohmann::json GroupsToJson(const std::vector<LearnerGroup>& groups);
+Result<std::vector<LearnerGroup>> GroupsFromJson(const nlohmann::json& j);
+
+}  // namespace echelon::learn
