@@ -13,8 +13,15 @@ PACKAGES=(
   libjemalloc-dev
 )
 
+# ECHELON_SKIP_LIBTORCH=1: a GPU machine builds against its PyTorch's LibTorch
+# (scripts/gpu-check.sh), not Debian's CPU one.
+if [ "${ECHELON_SKIP_LIBTORCH:-0}" = 1 ]; then
+  PACKAGES=("${PACKAGES[@]/libtorch-dev/}")
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
+  [ -n "$p" ] || continue
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
