@@ -13,20 +13,6 @@
 namespace echelon::learn {
 namespace {
 
-// Largest |a - b| over every parameter of two models.
-double MaxWeightDiff(const model::Qwen3Model& a, const model::Qwen3Model& b) {
-  double worst = 0;
-  const auto sa = a->StateDict(), sb = b->StateDict();
-  for (const auto& [name, t] : sa) worst = std::max(worst, (t - sb.at(name)).abs().max().item<double>());
-  return worst;
-}
-
-model::Qwen3Model Copy(const model::Qwen3Model& m) {
-  model::Qwen3Model c(m->config());
-  EXPECT_TRUE(c->LoadStateDict(m->StateDict(), "copy").ok());
-  return c;
-}
-
 // The same ten updates on the same batches, whole against micro-batched. The micro-batches see
 // each row once, padded to their own width instead of the batch's: the same arithmetic in
 // another summation order, so the weights agree to float32 rounding (~1e-7 relative), which
@@ -89,7 +75,9 @@ TEST(LearnerPrecision, Bf16UpdatesKeepFp32MasterWeightsAndFollowTheFp32Update) {
     Result<StepStats> b = bf16.Step(groups);
     ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
     // The behaviour log-probs came from the fp32 model: bf16 recomputes them within its precision.
-    if (step == 0) EXPECT_LT(b->logprob_gap, 5e-2);
+    if (step == 0) {
+      EXPECT_LT(b->logprob_gap, 5e-2);
+    }
   }
   for (const at::Tensor& p : bf16.model()->parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
   // The bf16 run follows the fp32 one: their total updates point the same way. (Elementwise

@@ -13,19 +13,6 @@
 namespace echelon::learn {
 namespace {
 
-model::Qwen3Model Copy(const model::Qwen3Model& m) {
-  model::Qwen3Model c(m->config());
-  EXPECT_TRUE(c->LoadStateDict(m->StateDict(), "copy").ok());
-  return c;
-}
-
-double MaxWeightDiff(const model::Qwen3Model& a, const model::Qwen3Model& b) {
-  double worst = 0;
-  const auto sa = a->StateDict(), sb = b->StateDict();
-  for (const auto& [name, t] : sa) worst = std::max(worst, (t - sb.at(name)).abs().max().item<double>());
-  return worst;
-}
-
 // Rank 0 in this thread, rank 1 in another; rank 1 learns rank 0's port from on_listening.
 struct TwoRanks {
   TwoRanks() {

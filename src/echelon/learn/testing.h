@@ -2,6 +2,9 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <vector>
 
@@ -50,6 +53,21 @@ inline std::vector<LearnerGroup> SampleGroups(model::Qwen3Model& m, double tempe
     groups.push_back(g);
   }
   return groups;
+}
+
+// A copy of `m`'s weights in a new module.
+inline model::Qwen3Model Copy(const model::Qwen3Model& m) {
+  model::Qwen3Model c(m->config());
+  EXPECT_TRUE(c->LoadStateDict(m->StateDict(), "copy").ok());
+  return c;
+}
+
+// Largest |a - b| over every parameter of two models.
+inline double MaxWeightDiff(const model::Qwen3Model& a, const model::Qwen3Model& b) {
+  double worst = 0;
+  const auto sa = a->StateDict(), sb = b->StateDict();
+  for (const auto& [name, t] : sa) worst = std::max(worst, (t - sb.at(name)).abs().max().item<double>());
+  return worst;
 }
 
 }  // namespace echelon::learn
