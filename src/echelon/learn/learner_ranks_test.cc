@@ -49,11 +49,12 @@ TEST(LearnerRanks, TwoRanksGiveTheWeightsOfOne) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(5);
   const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
-  for (int64_t minibatches : {1, 2}) {
+  for (int64_t minibatches : {1, 2})
+  for (int64_t micro : {0, 20}) {
     LearnerOptions o;
     o.lr = 1e-3;
     o.minibatches = minibatches;
-    o.micro_batch_tokens = 20;
+    o.micro_batch_tokens = micro;
     Learner one(Copy(init), o);
     TwoRanks two;
     Learner rank0(Copy(init), o, two.ranks->group());
