@@ -90,15 +90,36 @@ std::vector<std::pair<int64_t, fs::path>> ListRunCheckpoints(const fs::path& ckp
   return out;
 }
 
+// Whether `name` is a temporary ("<name>.tmp-<pid>[-...]") of this process.
+bool OwnTemporary(const std::string& name) {
+  const std::string pid = std::to_string(::getpid());
+  const size_t at = name.find(".tmp-");
+  if (at == std::string::npos || name.compare(at + 5, pid.size(), pid) != 0) return false;
+  const size_t end = at + 5 + pid.size();
+  return end == name.size() || name[end] == '-';
+}
+
+// Keeps the newest `keep` whole checkpoints and removes every older step-N directory (also one
+// without its state file: nothing resumes from it) and the temporaries that crashed writes and
+// removals left. A directory is renamed to a temporary before it is removed, so a crash half-way
+// through a removal leaves a temporary that the next prune removes, not a husk named step-N.
 void Prune(const fs::path& ckpt_dir, int64_t keep) {
   std::error_code ec;
-  const std::vector<std::pair<int64_t, fs::path>> all = ListRunCheckpoints(ckpt_dir);
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < all.size(); ++i) fs::remove_all(all[i].second, ec);
-  // Temporaries of writes that a crash interrupted (never of a write in progress here).
-  const std::string own = ".tmp-" + std::to_string(::getpid());
+  const std::vector<std::pair<int64_t, fs::path>> whole = ListRunCheckpoints(ckpt_dir);
+  const size_t kept = std::min(whole.size(), static_cast<size_t>(std::max<int64_t>(keep, 1)));
+  if (kept > 0) {
+    const int64_t oldest_kept = whole[kept - 1].first;
+    for (const auto& entry : fs::directory_iterator(ckpt_dir, ec)) {
+      const int64_t n = StepNumber(entry.path().filename().string());
+      if (n < 0 || n >= oldest_kept || !entry.is_directory(ec)) continue;
+      const fs::path doomed = entry.path().string() + ".tmp-" + std::to_string(::getpid()) + "-pruned";
+      fs::rename(entry.path(), doomed, ec);
+      if (!ec) fs::remove_all(doomed, ec);
+    }
+  }
   for (const auto& entry : fs::directory_iterator(ckpt_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.find(".tmp-") != std::string::npos && name.find(own) == std::string::npos) fs::remove_all(entry.path(), ec);
+    if (name.find(".tmp-") != std::string::npos && !OwnTemporary(name)) fs::remove_all(entry.path(), ec);
   }
 }
 

@@ -148,6 +148,20 @@ TEST_F(RunCheckpointTest, KeepsTheNewestKAndRemovesLeftovers) {
   EXPECT_EQ(names, (std::vector<std::string>{"step-4", "step-5", "warmstart"}));
 }
 
+// A SIGKILL during a prune left step-N without its state file: never listed again, so never
+// removed, and the run kept checkpoint.keep + 1 directories (resume_system, seed 24143).
+TEST_F(RunCheckpointTest, CheckpointHalfRemovedByACrashIsRemovedLater) {
+  StepAndSave(2);
+  fs::remove(dir_ / "step-1" / "trainer_state.json");
+  // Another process's leftover whose pid starts with ours.
+  fs::create_directories(dir_ / ("step-1.tmp-" + std::to_string(::getpid()) + "7"));
+  for (int i = 0; i < 3; ++i) StepAndSave(2);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-3", "step-4"}));
+}
+
 TEST(RunStateJson, RoundTripsAndNamesBadFields) {
   RunState s;
   s.version = 7;
