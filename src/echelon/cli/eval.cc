@@ -1,4 +1,6 @@
 // `echelon eval --checkpoint DIR --data FILE.jsonl`: greedy accuracy of a checkpoint.
+// `echelon eval --checkpoint DIR --task prompts --data RUN/heldout.jsonl --task-option reward=math`:
+// the same on a prompts run's held-out rows (accuracy counts rewards >= 1).
 // `echelon eval --checkpoint DIR --task poker --opponent NAME --hands N --seed S`: greedy
 // duplicate-deal poker evaluation; last line {"mbb_per_hand", "ci95", "hands", ...}.
 #include <iostream>
@@ -25,6 +27,7 @@ struct EvalArgs {
   int64_t batch = 256;
   bool chat = false;  // prompts as chat turns, for runs trained with rollout.chat
   std::string answer = "exact";  // math: how completions are matched (task option `answer`)
+  std::vector<std::string> task_options;     // KEY=VALUE, as in the config's task: section
   std::string opponent = "calling-station";  // poker only
   int64_t hands = 2000;                      // poker only
   uint64_t seed = 0;                         // poker only
@@ -70,6 +73,14 @@ int RunEval(const EvalArgs& args) {
   data::AdapterOptions task_options;
   if (!poker) task_options["eval_file"] = args.data;
   if (args.task == "math") task_options["answer"] = args.answer;
+  for (const std::string& kv : args.task_options) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      spdlog::error("--task-option {}: expected KEY=VALUE", kv);
+      return 2;
+    }
+    task_options[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
   Result<std::unique_ptr<data::TaskAdapter>> task = data::CreateAdapter(args.task, task_options);
   if (!task.ok()) {
     spdlog::error("{}", task.status().message());
@@ -110,7 +121,8 @@ void AddEvalCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("eval", "greedy accuracy of a checkpoint on a JSONL problem set");
   cmd->add_option("--checkpoint", args->checkpoint, "checkpoint directory (config.json, model.safetensors, tokenizer.json)")
       ->required();
-  cmd->add_option("--data", args->data, "JSONL, one {\"question\": \"37+48\", \"answer\": \"85\"} per line (math)");
+  cmd->add_option("--data", args->data,
+                  "JSONL held-out set: a run's heldout.jsonl, or math's {\"question\": \"37+48\", \"answer\": \"85\"} lines");
   cmd->add_option("--task", args->task, "data-plane adapter that reads the file")->capture_default_str();
   cmd->add_option("--opponent", args->opponent, "poker: random, calling-station or tag")->capture_default_str();
   cmd->add_option("--hands", args->hands, "poker: hands played (even; each deal from both seats)")->capture_default_str();
@@ -122,6 +134,8 @@ void AddEvalCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "completion length limit")->capture_default_str();
   cmd->add_option("--answer", args->answer, "math: exact, or last_number (the last integer of the completion)")
       ->capture_default_str();
+  cmd->add_option("--task-option", args->task_options,
+                  "KEY=VALUE task option, repeatable, as in the run's task: section (prompts: reward=math)");
   cmd->add_flag("--chat", args->chat, "prompts as user turns of the model's chat template (runs with rollout.chat)");
   cmd->add_option("--batch", args->batch, "prompts per generation batch")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] { *exit_code = RunEval(*args); });

@@ -56,6 +56,9 @@ class TaskAdapter {
   virtual std::string name() const = 0;
   // Every character prompts and answers may contain (for the character tokenizer).
   virtual std::string Alphabet() const = 0;
+  // Whether the adapter holds what training needs (an adapter built only to score and to play
+  // prompts handed out by the learner, as an actor's is, may not); the error says what is missing.
+  virtual Status ReadyToTrain() const { return Status::Ok(); }
   // The training prompt for a group id; deterministic, so a re-issued group is identical.
   virtual Prompt TrainPrompt(uint64_t group_id) const = 0;
   // The held-out evaluation set (disjoint from training prompts).

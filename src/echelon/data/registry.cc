@@ -5,6 +5,7 @@
 #include "echelon/data/adapter.h"
 #include "echelon/data/math_adapter.h"
 #include "echelon/data/poker/poker_adapter.h"
+#include "echelon/data/prompts_adapter.h"
 
 namespace echelon::data {
 namespace {
@@ -19,6 +20,7 @@ struct Registration {
 const Registration kAdapters[] = {
     {"math", &CreateMathAdapter},
     {"poker", &CreatePokerAdapter},
+    {"prompts", &CreatePromptsAdapter},
 };
 
 }  // namespace

@@ -85,6 +85,7 @@ class LearnerRun {
   Status Prepare() {
     WarnAboutUnclippedCorrection(options_);
     ECHELON_ASSIGN_OR_RETURN(task_, data::CreateAdapter(options_.task_name, options_.task_options));
+    ECHELON_RETURN_IF_ERROR(task_->ReadyToTrain());
     ECHELON_ASSIGN_OR_RETURN(start_, args_.resume ? StartFromCheckpoint(options_, *task_, args_.run_dir, metrics_, progress_)
                                                   : StartFresh(options_, *task_, args_.run_dir, args_.resolved_yaml,
                                                                metrics_, progress_, clock_, t_start_));

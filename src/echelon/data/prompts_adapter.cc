@@ -1,0 +1,258 @@
+#include "echelon/data/prompts_adapter.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "echelon/common/fs.h"
+#include "echelon/data/adapter_options.h"
+#include "echelon/data/reward_spec.h"
+
+namespace echelon::data {
+namespace {
+
+const std::set<std::string> kKnownOptions = {"eval_file", "eval_fraction", "format", "reward",
+                                             "regex",     "seed",          "train_file"};
+constexpr char kDefaultEvalFraction[] = "0.1";  // verl's and OpenRLHF's usual split
+constexpr char kExample[] =
+    R"(a row is {"prompt": [{"role": "user", "content": "..."}], "reward_model": {"ground_truth": "..."}})";
+
+std::string Field(const std::string& name) { return "field \"" + name + "\""; }
+
+// A ground truth as text: a string, or a number as JSON writes it.
+Result<std::string> GroundTruth(const nlohmann::json& v, const std::string& field) {
+  if (v.is_string()) {
+    if (v.get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos)
+      return InvalidArgument(Field(field) + ": the ground truth is empty");
+    return v.get<std::string>();
+  }
+  if (v.is_number()) return v.dump();
+  return InvalidArgument(Field(field) + ": must be a string or a number");
+}
+
+Result<std::string> PromptText(const nlohmann::json& p) {
+  if (p.is_string()) {
+    if (p.get<std::string>().empty()) return InvalidArgument(Field("prompt") + ": empty");
+    return p.get<std::string>();
+  }
+  if (!p.is_array()) return InvalidArgument(Field("prompt") + ": must be a string or a list of chat messages");
+  if (p.size() != 1)
+    return InvalidArgument(Field("prompt") + ": holds " + std::to_string(p.size()) +
+                           " messages; one user message is supported (fold a system prompt into it)");
+  const nlohmann::json& m = p[0];
+  if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+      !m["content"].is_string())
+    return InvalidArgument(Field("prompt[0]") + ": must be {\"role\": \"user\", \"content\": \"...\"}");
+  if (m["role"] != "user")
+    return InvalidArgument(Field("prompt[0].role") + ": \"" + m["role"].get<std::string>() +
+                           "\"; one user message is supported (fold a system prompt into it)");
+  if (m["content"].get<std::string>().empty()) return InvalidArgument(Field("prompt[0].content") + ": empty");
+  return m["content"].get<std::string>();
+}
+
+Result<Prompt> ParseRow(const std::string& line) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(std::string("not valid JSON; ") + kExample);
+  if (!j.is_object()) return InvalidArgument(std::string("not a JSON object; ") + kExample);
+  if (!j.contains("prompt")) return InvalidArgument("missing " + Field("prompt") + "; " + kExample);
+  Prompt p;
+  ECHELON_ASSIGN_OR_RETURN(p.text, PromptText(j["prompt"]));
+  if (j.contains("reward_model")) {
+    const nlohmann::json& rm = j["reward_model"];
+    if (!rm.is_object() || !rm.contains("ground_truth"))
+      return InvalidArgument(Field("reward_model") + ": must be an object with \"ground_truth\"");
+    ECHELON_ASSIGN_OR_RETURN(p.reference, GroundTruth(rm["ground_truth"], "reward_model.ground_truth"));
+  } else if (j.contains("answer")) {
+    ECHELON_ASSIGN_OR_RETURN(p.reference, GroundTruth(j["answer"], "answer"));
+  } else {
+    return InvalidArgument("missing " + Field("reward_model.ground_truth") + " (or \"answer\"); " + kExample);
+  }
+  if (j.contains("data_source") && !j["data_source"].is_string())
+    return InvalidArgument(Field("data_source") + ": must be a string");
+  return p;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A fixed mixing function (not <random>): the split and order are the same on every host.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+uint64_t Hash(uint64_t seed, uint64_t stream, uint64_t i) { return Mix(Mix(Mix(seed) ^ stream) ^ i); }
+constexpr uint64_t kSplitStream = 1;
+constexpr uint64_t kShuffleStream = 2;
+
+struct PromptsOptions {
+  std::string train_file;
+  std::string eval_file;
+  double eval_fraction = 0.1;
+  uint64_t seed = 0;
+};
+
+class PromptsAdapter final : public TaskAdapter {
+ public:
+  PromptsAdapter(PromptsOptions o, RewardSpec reward) : opts_(std::move(o)), reward_(std::move(reward)) {}
+
+  Status Load() {
+    std::vector<PromptRow> train;
+    if (!opts_.train_file.empty()) {
+      ECHELON_ASSIGN_OR_RETURN(train, ReadPromptRows(opts_.train_file));
+    }
+    if (!opts_.eval_file.empty()) {
+      ECHELON_ASSIGN_OR_RETURN(held_out_rows_, ReadPromptRows(opts_.eval_file));
+      train_ = std::move(train);
+    } else if (!train.empty()) {
+      ECHELON_RETURN_IF_ERROR(Split(std::move(train)));
+    }
+    for (size_t i = 0; i < held_out_rows_.size(); ++i) {
+      held_out_.push_back(held_out_rows_[i].prompt);
+      held_out_.back().id = i;
+    }
+    order_.resize(train_.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[Hash(opts_.seed, kShuffleStream, i) % i]);
+    return Status::Ok();
+  }
+
+  std::string name() const override { return "prompts"; }
+
+  std::string Alphabet() const override {
+    std::set<char> chars;
+    for (const std::vector<PromptRow>* rows : {&train_, &held_out_rows_})
+      for (const PromptRow& r : *rows) {
+        chars.insert(r.prompt.text.begin(), r.prompt.text.end());
+        chars.insert(r.prompt.reference.begin(), r.prompt.reference.end());
+      }
+    return std::string(chars.begin(), chars.end());
+  }
+
+  Status ReadyToTrain() const override {
+    if (train_.empty()) return FailedPrecondition("prompts task: set task.train_file (the training rows)");
+    return Status::Ok();
+  }
+
+  Prompt TrainPrompt(uint64_t group_id) const override {
+    if (train_.empty()) return Prompt{group_id, "", ""};
+    Prompt p = train_[order_[group_id % order_.size()]].prompt;
+    p.id = group_id;
+    return p;
+  }
+
+  const std::vector<Prompt>& HeldOut() const override { return held_out_; }
+
+  Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
+                                        uint64_t seed) const override {
+    if (group_size <= 0) return std::vector<Episode>();
+    ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
+                             policy.Sample(std::vector<std::string>(group_size, prompt.text), seed));
+    std::vector<Episode> episodes;
+    episodes.reserve(turns.size());
+    for (Turn& turn : turns) {
+      Episode e;
+      e.reward = Reward(prompt, turn.text);
+      e.success = e.reward >= 1.0;
+      e.turns.push_back(std::move(turn));
+      episodes.push_back(std::move(e));
+    }
+    return episodes;
+  }
+
+  double Reward(const Prompt& prompt, const std::string& completion) const override {
+    return reward_.Score(completion, prompt.reference);
+  }
+
+  std::string Demonstration(const Prompt& prompt) const override { return prompt.reference; }
+
+  Status ExportHeldOut(const std::string& path) const override {
+    std::string out;
+    for (const PromptRow& r : held_out_rows_) out += r.line + "\n";
+    return WriteFileAtomic(path, out);
+  }
+
+ private:
+  // Holds out round(eval_fraction * n) rows (at least one), chosen by the seed; the rest train.
+  Status Split(std::vector<PromptRow> rows) {
+    const size_t n = rows.size();
+    const size_t held = std::max<size_t>(1, static_cast<size_t>(std::llround(opts_.eval_fraction * n)));
+    if (held >= n)
+      return InvalidArgument("prompts task: train_file " + opts_.train_file + " has " + std::to_string(n) +
+                             " rows; eval_fraction " + std::to_string(opts_.eval_fraction) +
+                             " leaves none to train on (give an eval_file or more rows)");
+    std::vector<std::pair<uint64_t, size_t>> keyed;
+    for (size_t i = 0; i < n; ++i) keyed.emplace_back(Hash(opts_.seed, kSplitStream, i), i);
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<bool> is_held(n, false);
+    for (size_t k = 0; k < held; ++k) is_held[keyed[k].second] = true;
+    for (size_t i = 0; i < n; ++i) (is_held[i] ? held_out_rows_ : train_).push_back(std::move(rows[i]));
+    return Status::Ok();
+  }
+
+  const PromptsOptions opts_;
+  const RewardSpec reward_;
+  std::vector<PromptRow> train_;
+  std::vector<PromptRow> held_out_rows_;
+  std::vector<Prompt> held_out_;
+  std::vector<size_t> order_;  // seeded shuffle of train_
+};
+
+}  // namespace
+
+Result<std::vector<PromptRow>> ReadPromptRows(const std::string& path) {
+  ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  if (EndsWith(path, ".parquet") || text.compare(0, 4, "PAR1") == 0)
+    return InvalidArgument(path +
+                           ": Parquet is not read (Debian 12 packages no Arrow library); convert it to JSONL once "
+                           "with: python3 -c \"import pandas as pd; pd.read_parquet('" +
+                           path + "').to_json('" + path + ".jsonl', orient='records', lines=True, force_ascii=False)\"");
+  std::vector<PromptRow> rows;
+  uint64_t line_no = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    Result<Prompt> p = ParseRow(line);
+    if (!p.ok()) return p.status().WithContext(path + ":" + std::to_string(line_no));
+    p->id = line_no;
+    rows.push_back(PromptRow{std::move(p).value(), std::move(line)});
+  }
+  if (rows.empty()) return InvalidArgument(path + ": no rows; " + kExample);
+  return rows;
+}
+
+Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& options) {
+  ECHELON_RETURN_IF_ERROR(CheckOptionNames("prompts", options, kKnownOptions));
+  PromptsOptions o;
+  o.train_file = OptionOr(options, "train_file", "");
+  o.eval_file = OptionOr(options, "eval_file", "");
+  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsignedOption("prompts", "seed", OptionOr(options, "seed", "0"), 0, UINT64_MAX));
+  const std::string fraction = OptionOr(options, "eval_fraction", kDefaultEvalFraction);
+  size_t used = 0;
+  try {
+    o.eval_fraction = std::stod(fraction, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != fraction.size() || fraction.empty() || !(o.eval_fraction > 0 && o.eval_fraction <= 0.5))
+    return InvalidArgument("prompts task option eval_fraction: expected a number in (0, 0.5], got \"" + fraction + "\"");
+  if (!o.eval_file.empty() && options.count("eval_fraction"))
+    return InvalidArgument("prompts task options eval_fraction and eval_file are exclusive");
+  ECHELON_ASSIGN_OR_RETURN(RewardSpec reward, RewardSpec::Parse(OptionOr(options, "reward", "math"),
+                                                                OptionOr(options, "regex", ""),
+                                                                OptionOr(options, "format", "think")));
+  auto adapter = std::make_unique<PromptsAdapter>(std::move(o), std::move(reward));
+  ECHELON_RETURN_IF_ERROR(adapter->Load());
+  return std::unique_ptr<TaskAdapter>(std::move(adapter));
+}
+
+}  // namespace echelon::data

@@ -1,0 +1,46 @@
+// The "prompts" task: the user's own prompt dataset with a verifiable reward, in the JSONL
+// layout verl, OpenRLHF and AReaL users already have, one row per line:
+//   {"data_source": "gsm8k",
+//    "prompt": [{"role": "user", "content": "Natalia sold 48 clips ..."}],   (or a plain string)
+//    "reward_model": {"style": "rule", "ground_truth": "72"},               (or "answer": "72")
+//    "extra_info": {...}}                                                    (any JSON; kept)
+// A chat prompt is one user message; with `rollout.chat: true` it is rendered through the
+// model's chat template, as verl renders it. Every malformed row is refused at load with
+// FILE:LINE and the field. Parquet files are refused with the command that converts them.
+//
+// Options (strings; unknown names are an error):
+//   train_file     ""       JSONL training rows, cycled in a seeded shuffled order (needed to
+//                           train; actors get each prompt with its work and need no files)
+//   eval_file      ""       JSONL held-out rows; without it, eval_fraction of train_file is held out
+//   eval_fraction  "0.1"    share of train_file rows held out (0 < f <= 0.5), chosen by the seed
+//   seed           "0"      shuffle order and held-out choice
+//   reward         "math"   verifier or weighted sum (data/reward_spec.h)
+//   regex          ""       the "regex" verifier's expression
+//   format         "think"  the "format" verifier's form
+//
+//   auto task = CreatePromptsAdapter({{"train_file", "gsm8k.jsonl"}, {"reward", "math"}});
+//
+// Thread contract: immutable after creation; all methods may run concurrently.
+#pragma once
+
+#include <memory>
+
+#include "echelon/common/status.h"
+#include "echelon/data/adapter.h"
+
+namespace echelon::data {
+
+Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& options);
+
+// One dataset row: the prompt (text: the user message or string; reference: the ground truth)
+// and the row's JSON line as written.
+struct PromptRow {
+  Prompt prompt;
+  std::string line;
+};
+
+// Reads a prompts JSONL file (blank lines skipped; each prompt's id is its 1-based line).
+// Errors: "FILE:LINE: field \"F\": what was expected"; an empty file or a Parquet file is one.
+Result<std::vector<PromptRow>> ReadPromptRows(const std::string& path);
+
+}  // namespace echelon::data

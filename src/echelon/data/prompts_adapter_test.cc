@@ -1,0 +1,165 @@
+#include "echelon/data/prompts_adapter.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "echelon/common/fs.h"
+
+namespace echelon::data {
+namespace {
+namespace fs = std::filesystem;
+
+class PromptsAdapterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("prompts_adapter_test." + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    EXPECT_TRUE(WriteFileAtomic(path, text).ok());
+    return path;
+  }
+  // n rows in verl's layout: "What is i+1?" -> i+1.
+  std::string Rows(int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i)
+      out += R"({"data_source": "toy", "prompt": [{"role": "user", "content": "What is )" + std::to_string(i) +
+             R"(+1?"}], "reward_model": {"style": "rule", "ground_truth": ")" + std::to_string(i + 1) +
+             R"("}, "extra_info": {"index": )" + std::to_string(i) + "}}\n";
+    return out;
+  }
+  std::string Error(const AdapterOptions& o) {
+    Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter(o);
+    EXPECT_FALSE(t.ok());
+    return t.ok() ? std::string() : t.status().message();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PromptsAdapterTest, ReadsVerlRowsAndHoldsOutASeededFraction) {
+  const std::string train = Write("train.jsonl", Rows(40));
+  Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter({{"train_file", train}, {"eval_fraction", "0.25"}});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const TaskAdapter& task = *t.value();
+  EXPECT_TRUE(task.ReadyToTrain().ok());
+  ASSERT_EQ(task.HeldOut().size(), 10u);
+  std::set<std::string> held;
+  for (const Prompt& p : task.HeldOut()) held.insert(p.text);
+  // Training prompts cycle through the other 30 rows, never a held-out one.
+  std::set<std::string> trained;
+  for (uint64_t g = 0; g < 30; ++g) {
+    const Prompt p = task.TrainPrompt(g);
+    EXPECT_EQ(p.id, g);
+    EXPECT_EQ(held.count(p.text), 0u) << p.text;
+    trained.insert(p.text);
+    EXPECT_EQ(task.TrainPrompt(g + 30).text, p.text);
+  }
+  EXPECT_EQ(trained.size(), 30u);
+  const Prompt p = task.TrainPrompt(3);
+  const std::string i = p.text.substr(8, p.text.find('+') - 8);
+  EXPECT_EQ(p.reference, std::to_string(std::stoi(i) + 1));
+  EXPECT_EQ(task.Reward(p, "It is \\boxed{" + p.reference + "}"), 1.0);
+  EXPECT_EQ(task.Reward(p, "It is \\boxed{0}"), 0.0);
+  // Another seed holds out other rows.
+  Result<std::unique_ptr<TaskAdapter>> t2 =
+      CreatePromptsAdapter({{"train_file", train}, {"eval_fraction", "0.25"}, {"seed", "1"}});
+  ASSERT_TRUE(t2.ok());
+  std::set<std::string> held2;
+  for (const Prompt& q : t2.value()->HeldOut()) held2.insert(q.text);
+  EXPECT_NE(held, held2);
+}
+
+TEST_F(PromptsAdapterTest, ExportedHeldOutRowsReadBackAsTheEvalFile) {
+  const std::string train = Write("train.jsonl", Rows(20));
+  Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter({{"train_file", train}});
+  ASSERT_TRUE(t.ok());
+  const std::string exported = (dir_ / "heldout.jsonl").string();
+  ASSERT_TRUE(t.value()->ExportHeldOut(exported).ok());
+  Result<std::unique_ptr<TaskAdapter>> e = CreatePromptsAdapter({{"eval_file", exported}});
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  ASSERT_EQ(e.value()->HeldOut().size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(e.value()->HeldOut()[i].text, t.value()->HeldOut()[i].text);
+    EXPECT_EQ(e.value()->HeldOut()[i].reference, t.value()->HeldOut()[i].reference);
+  }
+  // Held-out rows only: not enough to train.
+  EXPECT_NE(e.value()->ReadyToTrain().message().find("set task.train_file"), std::string::npos);
+}
+
+TEST_F(PromptsAdapterTest, PlainStringPromptsAndAnswerField) {
+  const std::string f = Write("plain.jsonl", "{\"prompt\": \"2+2=\", \"answer\": 4}\n\n{\"prompt\": \"3+3=\", \"answer\": \"6\"}\n");
+  Result<std::vector<PromptRow>> rows = ReadPromptRows(f);
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ(rows.value()[0].prompt.text, "2+2=");
+  EXPECT_EQ(rows.value()[0].prompt.reference, "4");
+  EXPECT_EQ(rows.value()[1].prompt.id, 3u);  // its line
+}
+
+TEST_F(PromptsAdapterTest, BadRowsNameFileLineAndField) {
+  struct Case {
+    std::string row;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"{not json", "not valid JSON"},
+      {"[1, 2]", "not a JSON object"},
+      {R"({"answer": "1"})", "missing field \"prompt\""},
+      {R"({"prompt": 5, "answer": "1"})", "field \"prompt\": must be a string or a list of chat messages"},
+      {R"({"prompt": "", "answer": "1"})", "field \"prompt\": empty"},
+      {R"({"prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}], "answer": "1"})",
+       "holds 2 messages; one user message is supported"},
+      {R"({"prompt": [{"role": "assistant", "content": "hi"}], "answer": "1"})", "field \"prompt[0].role\": \"assistant\""},
+      {R"({"prompt": [{"content": "hi"}], "answer": "1"})", "field \"prompt[0]\": must be {\"role\""},
+      {R"({"prompt": "hi"})", "missing field \"reward_model.ground_truth\" (or \"answer\")"},
+      {R"({"prompt": "hi", "reward_model": {"style": "rule"}})", "field \"reward_model\": must be an object with"},
+      {R"({"prompt": "hi", "reward_model": {"ground_truth": ["1", "2"]}})",
+       "field \"reward_model.ground_truth\": must be a string or a number"},
+      {R"({"prompt": "hi", "answer": "  "})", "field \"answer\": the ground truth is empty"},
+      {R"({"prompt": "hi", "answer": "1", "data_source": 7})", "field \"data_source\": must be a string"},
+  };
+  for (const Case& c : cases) {
+    const std::string f = Write("bad.jsonl", Rows(2) + c.row + "\n");
+    const std::string m = Error({{"train_file", f}});
+    EXPECT_NE(m.find(f + ":3: "), std::string::npos) << m;
+    EXPECT_NE(m.find(c.message), std::string::npos) << m;
+  }
+}
+
+TEST_F(PromptsAdapterTest, BadFilesAndOptionsSayWhat) {
+  EXPECT_NE(Error({{"train_file", Write("empty.jsonl", "\n\n")}}).find("empty.jsonl: no rows"), std::string::npos);
+  const std::string parquet = Write("data.parquet", "PAR1....");
+  const std::string m = Error({{"train_file", parquet}});
+  EXPECT_NE(m.find("Parquet is not read"), std::string::npos) << m;
+  EXPECT_NE(m.find("pd.read_parquet('" + parquet + "').to_json("), std::string::npos) << m;
+  EXPECT_NE(Error({{"train_file", Write("disguised.jsonl", "PAR1....")}}).find("Parquet"), std::string::npos);
+  EXPECT_NE(Error({{"train_file", (dir_ / "missing.jsonl").string()}}).find("missing.jsonl"), std::string::npos);
+  const std::string train = Write("train.jsonl", Rows(4));
+  EXPECT_NE(Error({{"train_file", train}, {"eval_fraction", "0.7"}}).find("expected a number in (0, 0.5]"),
+            std::string::npos);
+  EXPECT_NE(Error({{"train_file", train}, {"eval_fraction", "abc"}}).find("eval_fraction"), std::string::npos);
+  EXPECT_NE(Error({{"train_file", Write("one.jsonl", Rows(1))}}).find("leaves none to train on"), std::string::npos);
+  EXPECT_NE(Error({{"train_file", train}, {"reward", "maths"}}).find("unknown verifier"), std::string::npos);
+  EXPECT_NE(Error({{"train_file", train}, {"answer", "exact"}}).find("unknown option \"answer\""), std::string::npos);
+  EXPECT_NE(Error({{"train_file", train}, {"eval_file", train}, {"eval_fraction", "0.1"}}).find("exclusive"),
+            std::string::npos);
+}
+
+// An actor's adapter (no files: prompts come with the work) scores and plays, and says it
+// cannot train.
+TEST_F(PromptsAdapterTest, WithoutFilesItScoresButCannotTrain) {
+  Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter({{"reward", "exact"}});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t.value()->Reward(Prompt{0, "q", "42"}, "42"), 1.0);
+  EXPECT_FALSE(t.value()->ReadyToTrain().ok());
+}
+
+}  // namespace
+}  // namespace echelon::data

@@ -1,0 +1,56 @@
+// Verifiable rewards of the prompts task, written as one verifier or a weighted sum:
+//   "math"                    1 when the final answer equals the ground truth (math_verify.h)
+//   "exact"                   1 when the completion equals the ground truth, both trimmed
+//   "choice"                  1 when the chosen letter equals the ground truth's ("B", "(B)"):
+//                             the letter in \boxed{}, else after "answer is" / "answer:", else
+//                             a completion that is only the letter ("B", "(B)", "B.")
+//   "regex"                   1 when the last match of `regex` (its first group, else the whole
+//                             match) equals the ground truth, both trimmed
+//   "format"                  1 when the completion has the required form: `format` "think"
+//                             (the default) is "<think>...</think>" followed by an answer;
+//                             anything else is a regular expression the whole completion matches
+//   "0.9*math + 0.1*format"   a weighted sum (any finite weights)
+// The answer verifiers read the text after the last "</think>" when there is one, so a
+// thinking model's reasoning never counts as its answer. Regular expressions are ECMAScript
+// (std::regex).
+//
+//   ECHELON_ASSIGN_OR_RETURN(RewardSpec r, RewardSpec::Parse("0.9*math + 0.1*format", "", "think"));
+//   double reward = r.Score(completion, "42");
+//
+// Thread contract: immutable after Parse; Score may run concurrently.
+#pragma once
+
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "echelon/common/status.h"
+
+namespace echelon::data {
+
+class RewardSpec {
+ public:
+  // `regex` is needed by a "regex" term; `format` is read by a "format" term ("" = "think").
+  // Errors name the bad term, weight or expression.
+  static Result<RewardSpec> Parse(const std::string& spec, const std::string& regex, const std::string& format);
+
+  double Score(const std::string& completion, const std::string& ground_truth) const;
+
+ private:
+  enum class Kind { kMath, kExact, kChoice, kRegex, kFormat };
+  struct Term {
+    Kind kind;
+    double weight;
+  };
+  double ScoreTerm(Kind kind, const std::string& completion, const std::string& ground_truth) const;
+
+  std::vector<Term> terms_;
+  std::shared_ptr<const std::regex> regex_;
+  std::shared_ptr<const std::regex> format_;  // null: the "think" form
+};
+
+// The letter a multiple-choice completion picked ('\0' when none); exposed for tests.
+char ChosenLetter(const std::string& completion);
+
+}  // namespace echelon::data
