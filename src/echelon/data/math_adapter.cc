@@ -5,6 +5,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "echelon/data/adapter_kit.h"
 #include "echelon/data/adapter_options.h"
 #include "echelon/data/math_jsonl.h"
 
@@ -41,19 +42,6 @@ std::string LastInteger(const std::string& text) {
   std::string digits = text.substr(first, end - first);
   const bool negative = begin > 0 && text[begin - 1] == '-' && digits != "0";
   return negative ? "-" + digits : digits;
-}
-
-// A fixed mixing function rather than <random> distributions, whose outputs differ between
-// standard libraries: a prompt must be the same on every actor and after a restart.
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t Hash(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  return SplitMix64(SplitMix64(SplitMix64(SplitMix64(a) ^ b) ^ c) ^ d);
 }
 
 constexpr uint64_t kEvalStream = 1;
@@ -151,7 +139,7 @@ class MathAdapter final : public TaskAdapter {
     // Rejection: at most half the space is held out (checked at creation), so the expected
     // number of draws is below 2.
     for (uint64_t attempt = 0;; ++attempt) {
-      uint64_t index = Hash(opts_.seed, kTrainStream, group_id, attempt) % space_;
+      uint64_t index = StableHash(opts_.seed, kTrainStream, group_id, attempt) % space_;
       MathProblem p = ProblemAt(index, opts_.max_operand);
       if (!held_out_keys_.count(p.Question())) return p.ToPrompt(group_id);
     }
@@ -161,20 +149,7 @@ class MathAdapter final : public TaskAdapter {
 
   Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
                                         uint64_t seed) const override {
-    if (group_size <= 0) return std::vector<Episode>();
-    ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
-                             policy.Sample(std::vector<std::string>(group_size, prompt.text), seed));
-    // One episode per returned turn: a policy that returns fewer is visible as a short group.
-    std::vector<Episode> episodes;
-    episodes.reserve(turns.size());
-    for (Turn& turn : turns) {
-      Episode e;
-      e.reward = Reward(prompt, turn.text);
-      e.success = e.reward == 1.0;
-      e.turns.push_back(std::move(turn));
-      episodes.push_back(std::move(e));
-    }
-    return episodes;
+    return RunSingleTurnGroup(*this, prompt, group_size, policy, seed);
   }
 
   // answer=exact: " 85", "85 " and "085" are wrong, so the policy must learn the format.
@@ -210,7 +185,7 @@ std::string KeyOf(const Prompt& p) {
 Status MathAdapter::LoadHeldOut() {
   if (!opts_.eval_file.empty()) return LoadHeldOutFile();
   for (uint64_t draw = 0; static_cast<int64_t>(held_out_.size()) < opts_.eval_size; ++draw) {
-    MathProblem p = ProblemAt(Hash(opts_.seed, kEvalStream, draw, 0) % space_, opts_.max_operand);
+    MathProblem p = ProblemAt(StableHash(opts_.seed, kEvalStream, draw, 0) % space_, opts_.max_operand);
     if (!held_out_keys_.insert(p.Question()).second) continue;
     held_out_.push_back(p.ToPrompt(held_out_.size()));
   }
@@ -255,7 +230,7 @@ Status MathAdapter::LoadTrain() {
   order_.resize(train_.size());
   for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
   for (size_t i = order_.size(); i > 1; --i) {
-    std::swap(order_[i - 1], order_[Hash(opts_.seed, kShuffleStream, i, 0) % i]);
+    std::swap(order_[i - 1], order_[StableHash(opts_.seed, kShuffleStream, i, 0) % i]);
   }
   return Status::Ok();
 }

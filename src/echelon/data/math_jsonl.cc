@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "echelon/common/fs.h"
+#include "echelon/data/adapter_kit.h"
 
 namespace echelon::data {
 namespace {
@@ -53,10 +54,6 @@ Result<Prompt> ParseRecord(const std::string& line) {
   return Prompt{0, question + "=", answer};
 }
 
-bool IsBlank(const std::string& line) {
-  return line.find_first_not_of(" \t\r") == std::string::npos;
-}
-
 }  // namespace
 
 std::optional<MathProblem> ParseMathQuestion(const std::string& question) {
@@ -72,20 +69,12 @@ Result<std::vector<Prompt>> ReadMathJsonl(const std::string& path) {
   Result<std::string> bytes = ReadFile(path);
   if (!bytes.ok()) return bytes.status();
   std::vector<Prompt> prompts;
-  const std::string& text = bytes.value();
-  uint64_t line_no = 0;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (IsBlank(line)) continue;
-    Result<Prompt> p = ParseRecord(line);
-    if (!p.ok()) return p.status().WithContext(path + ":" + std::to_string(line_no));
-    p->id = line_no;
-    prompts.push_back(std::move(p).value());
-  }
+  ECHELON_RETURN_IF_ERROR(ForEachJsonlLine(path, bytes.value(), [&](uint64_t line_no, const std::string& line) -> Status {
+    ECHELON_ASSIGN_OR_RETURN(Prompt p, ParseRecord(line));
+    p.id = line_no;
+    prompts.push_back(std::move(p));
+    return Status::Ok();
+  }));
   if (prompts.empty()) return InvalidArgument(path + ": no problems in file; " + kExample);
   return prompts;
 }

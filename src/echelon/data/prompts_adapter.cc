@@ -7,6 +7,7 @@
 #include <set>
 
 #include "echelon/common/fs.h"
+#include "echelon/data/adapter_kit.h"
 #include "echelon/data/adapter_options.h"
 #include "echelon/data/reward_spec.h"
 
@@ -78,14 +79,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A fixed mixing function (not <random>): the split and order are the same on every host.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-uint64_t Hash(uint64_t seed, uint64_t stream, uint64_t i) { return Mix(Mix(Mix(seed) ^ stream) ^ i); }
 constexpr uint64_t kSplitStream = 1;
 constexpr uint64_t kShuffleStream = 2;
 
@@ -117,7 +110,7 @@ class PromptsAdapter final : public TaskAdapter {
     }
     order_.resize(train_.size());
     for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
-    for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[Hash(opts_.seed, kShuffleStream, i) % i]);
+    for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[StableHash(opts_.seed, kShuffleStream, i, 0) % i]);
     return Status::Ok();
   }
 
@@ -149,19 +142,7 @@ class PromptsAdapter final : public TaskAdapter {
 
   Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
                                         uint64_t seed) const override {
-    if (group_size <= 0) return std::vector<Episode>();
-    ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
-                             policy.Sample(std::vector<std::string>(group_size, prompt.text), seed));
-    std::vector<Episode> episodes;
-    episodes.reserve(turns.size());
-    for (Turn& turn : turns) {
-      Episode e;
-      e.reward = Reward(prompt, turn.text);
-      e.success = e.reward >= 1.0;
-      e.turns.push_back(std::move(turn));
-      episodes.push_back(std::move(e));
-    }
-    return episodes;
+    return RunSingleTurnGroup(*this, prompt, group_size, policy, seed);
   }
 
   double Reward(const Prompt& prompt, const std::string& completion) const override {
@@ -186,7 +167,7 @@ class PromptsAdapter final : public TaskAdapter {
                              " rows; eval_fraction " + std::to_string(opts_.eval_fraction) +
                              " leaves none to train on (give an eval_file or more rows)");
     std::vector<std::pair<uint64_t, size_t>> keyed;
-    for (size_t i = 0; i < n; ++i) keyed.emplace_back(Hash(opts_.seed, kSplitStream, i), i);
+    for (size_t i = 0; i < n; ++i) keyed.emplace_back(StableHash(opts_.seed, kSplitStream, i, 0), i);
     std::sort(keyed.begin(), keyed.end());
     std::vector<bool> is_held(n, false);
     for (size_t k = 0; k < held; ++k) is_held[keyed[k].second] = true;
@@ -212,20 +193,12 @@ Result<std::vector<PromptRow>> ReadPromptRows(const std::string& path) {
                            "with: python3 -c \"import pandas as pd; pd.read_parquet('" +
                            path + "').to_json('" + path + ".jsonl', orient='records', lines=True, force_ascii=False)\"");
   std::vector<PromptRow> rows;
-  uint64_t line_no = 0;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    Result<Prompt> p = ParseRow(line);
-    if (!p.ok()) return p.status().WithContext(path + ":" + std::to_string(line_no));
-    p->id = line_no;
-    rows.push_back(PromptRow{std::move(p).value(), std::move(line)});
-  }
+  ECHELON_RETURN_IF_ERROR(ForEachJsonlLine(path, text, [&](uint64_t line_no, const std::string& line) -> Status {
+    ECHELON_ASSIGN_OR_RETURN(Prompt p, ParseRow(line));
+    p.id = line_no;
+    rows.push_back(PromptRow{std::move(p), line});
+    return Status::Ok();
+  }));
   if (rows.empty()) return InvalidArgument(path + ": no rows; " + kExample);
   return rows;
 }
