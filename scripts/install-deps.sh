@@ -11,6 +11,7 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libicu-dev
   libjemalloc-dev
+  python3
 )
 
 # ECHELON_SKIP_LIBTORCH=1: a GPU machine builds against its PyTorch's LibTorch

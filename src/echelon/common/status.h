@@ -14,7 +14,8 @@
 
 namespace echelon {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kDataLoss, kFailedPrecondition, kInternal, kUnavailable, kAborted };
+enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kDataLoss, kFailedPrecondition, kInternal, kUnavailable, kAborted,
+                        kDeadlineExceeded };
 
 class Status {
  public:
@@ -43,6 +44,8 @@ inline Status DataLoss(std::string m) { return Status(StatusCode::kDataLoss, std
 inline Status FailedPrecondition(std::string m) { return Status(StatusCode::kFailedPrecondition, std::move(m)); }
 inline Status Internal(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 inline Status Aborted(std::string m) { return Status(StatusCode::kAborted, std::move(m)); }
+inline Status Unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
+inline Status DeadlineExceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
 
 template <typename T>
 class Result {

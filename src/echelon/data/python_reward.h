@@ -1,0 +1,73 @@
+// A user's reward function in Python, called as verl calls it:
+//   def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float | dict
+// (keyword arguments; a dict carries "score" and other numbers, which become metrics).
+//
+// The function runs in a Python worker process (python3, the standard library only) that
+// this object starts and talks to over pipes, one JSON line per call, not in an interpreter
+// embedded in the learner: a call that hangs (even inside C code or time.sleep) is killed at
+// its time limit and the worker restarted, and a crash in user code (a segfaulting extension)
+// cannot take the learner down. What the function prints goes to the learner's stderr.
+//
+//   ECHELON_ASSIGN_OR_RETURN(auto py, PythonReward::Start({"reward.py", "compute_score", 10.0}));
+//   ECHELON_ASSIGN_OR_RETURN(PythonScore s, py->Score("gsm8k", "... #### 72", "72", "{}"));
+//
+// Errors name the file and line of the user's code and the sample: an exception, a result
+// that is not a finite number (or a dict without a numeric "score"), the time limit, a worker
+// that died; a file that does not load or has no such function fails Start.
+//
+// Thread contract: Score may be called from any thread; calls are serialised.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "echelon/common/status.h"
+
+namespace echelon::data {
+
+struct PythonRewardOptions {
+  std::string file;                        // path to the .py file
+  std::string function = "compute_score";  // verl's default name
+  double timeout_seconds = 30;             // per call, and for loading the file
+  std::string python = "python3";          // the interpreter (PATH is searched)
+};
+
+struct PythonScore {
+  double score = 0;
+  std::map<std::string, double> extras;  // a dict result's other keys
+};
+
+class PythonReward {
+ public:
+  static Result<std::unique_ptr<PythonReward>> Start(const PythonRewardOptions& options);
+  ~PythonReward();
+  PythonReward(const PythonReward&) = delete;
+  PythonReward& operator=(const PythonReward&) = delete;
+
+  // `extra_info_json`: the row's extra_info as JSON text ("null" when none).
+  Result<PythonScore> Score(const std::string& data_source, const std::string& solution_str,
+                            const std::string& ground_truth, const std::string& extra_info_json);
+
+  const PythonRewardOptions& options() const { return options_; }
+
+ private:
+  explicit PythonReward(PythonRewardOptions options) : options_(std::move(options)) {}
+  // Starts the worker and waits for it to load the file.
+  Status Spawn();
+  void Kill();
+  // One line from the worker within the time limit.
+  Result<std::string> ReadLine(double timeout_seconds);
+
+  const PythonRewardOptions options_;
+  std::mutex mu_;
+  pid_t pid_ = -1;
+  int to_worker_ = -1;
+  int from_worker_ = -1;
+  std::string buffer_;  // bytes read past the last line
+};
+
+}  // namespace echelon::data
