@@ -21,8 +21,10 @@ namespace echelon::data {
 
 struct Prompt {
   uint64_t id = 0;
-  std::string text;       // what the policy sees
-  std::string reference;  // what the adapter checks against (e.g. "85")
+  std::string text;         // what the policy sees
+  std::string reference;    // what the adapter checks against (e.g. "85")
+  std::string data_source;  // prompts task: the row's data_source (learner side only)
+  std::string extra_info;   // prompts task: the row's extra_info as JSON text, "" when none
 };
 
 // One policy decision: the prompt as token ids, the sampled tokens, and their log-probs under
@@ -39,6 +41,15 @@ struct Episode {
   std::vector<Turn> turns;
   double reward = 0.0;
   bool success = false;  // task-defined (math: exact answer)
+  std::map<std::string, double> metrics;  // numbers the reward reported (Scored::metrics)
+};
+
+// A completion's reward and the named numbers its reward function reported with it (the
+// learner writes their means over each update's batch as reward_metrics; an episode without
+// a key counts 0).
+struct Scored {
+  double reward = 0.0;
+  std::map<std::string, double> metrics;
 };
 
 // What an adapter drives: samples one completion per prompt text.
@@ -67,8 +78,13 @@ class TaskAdapter {
   // single-turn tasks) and rewards them. The policy's error fails the group.
   virtual Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
                                         uint64_t seed) const = 0;
-  // Reward of one completion for a prompt (the learner re-checks what it can verify).
-  virtual double Reward(const Prompt& prompt, const std::string& completion) const = 0;
+  // Reward of one completion for a prompt (the learner re-checks what it can verify). An error
+  // (a user's reward function failed) names the function and the sample; it stops a run.
+  virtual Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const = 0;
+  // Whether an actor's adapter computes the same rewards as the learner's (a reward the
+  // learner alone can compute, as a Python function on its host, makes this false: the learner
+  // then scores every group and does not count the actors' rewards as wrong).
+  virtual bool ActorsCanScore() const { return true; }
   // Supervised target text for the warm-start (what a correct answer looks like).
   virtual std::string Demonstration(const Prompt& prompt) const = 0;
   // Writes the held-out set in the form `echelon eval --data` reads back, so a run's

@@ -21,7 +21,9 @@ Result<std::vector<Episode>> RunSingleTurnGroup(const TaskAdapter& task, const P
   episodes.reserve(turns.size());
   for (Turn& turn : turns) {
     Episode e;
-    e.reward = task.Reward(prompt, turn.text);
+    ECHELON_ASSIGN_OR_RETURN(Scored scored, task.Reward(prompt, turn.text));
+    e.reward = scored.reward;
+    e.metrics = std::move(scored.metrics);
     e.success = e.reward >= 1.0;
     e.turns.push_back(std::move(turn));
     episodes.push_back(std::move(e));

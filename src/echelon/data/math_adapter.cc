@@ -154,9 +154,9 @@ class MathAdapter final : public TaskAdapter {
 
   // answer=exact: " 85", "85 " and "085" are wrong, so the policy must learn the format.
   // answer=last_number: the last integer of the completion counts ("The sum is 85." is right).
-  double Reward(const Prompt& prompt, const std::string& completion) const override {
-    if (opts_.last_number) return LastInteger(completion) == prompt.reference ? 1.0 : 0.0;
-    return completion == prompt.reference ? 1.0 : 0.0;
+  Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const override {
+    if (opts_.last_number) return Scored{LastInteger(completion) == prompt.reference ? 1.0 : 0.0, {}};
+    return Scored{completion == prompt.reference ? 1.0 : 0.0, {}};
   }
 
   std::string Demonstration(const Prompt& prompt) const override { return prompt.reference; }

@@ -156,16 +156,16 @@ TEST(MathAdapter, RewardIsExactMatchOnly) {
   const Prompt sub = MathProblem{37, '-', 48}.ToPrompt(1);
   EXPECT_EQ(add.text, "37+48=");
   EXPECT_EQ(sub.reference, "-11");
-  EXPECT_EQ(task->Reward(add, "85"), 1.0);
-  EXPECT_EQ(task->Reward(add, "085"), 0.0);
-  EXPECT_EQ(task->Reward(add, " 85"), 0.0);
-  EXPECT_EQ(task->Reward(add, "85 "), 0.0);
-  EXPECT_EQ(task->Reward(add, "86"), 0.0);
-  EXPECT_EQ(task->Reward(add, ""), 0.0);
-  EXPECT_EQ(task->Reward(add, "+85"), 0.0);
-  EXPECT_EQ(task->Reward(sub, "-11"), 1.0);
-  EXPECT_EQ(task->Reward(sub, "11"), 0.0);
-  EXPECT_EQ(task->Reward(sub, "-011"), 0.0);
+  EXPECT_EQ(task->Reward(add, "85")->reward, 1.0);
+  EXPECT_EQ(task->Reward(add, "085")->reward, 0.0);
+  EXPECT_EQ(task->Reward(add, " 85")->reward, 0.0);
+  EXPECT_EQ(task->Reward(add, "85 ")->reward, 0.0);
+  EXPECT_EQ(task->Reward(add, "86")->reward, 0.0);
+  EXPECT_EQ(task->Reward(add, "")->reward, 0.0);
+  EXPECT_EQ(task->Reward(add, "+85")->reward, 0.0);
+  EXPECT_EQ(task->Reward(sub, "-11")->reward, 1.0);
+  EXPECT_EQ(task->Reward(sub, "11")->reward, 0.0);
+  EXPECT_EQ(task->Reward(sub, "-011")->reward, 0.0);
   EXPECT_EQ(task->Demonstration(sub), "-11");
 }
 
@@ -196,18 +196,18 @@ TEST(MathAdapter, LastNumberAnswersCountTheLastIntegerOfTheCompletion) {
   const Prompt add = MathProblem{37, '+', 48}.ToPrompt(0);
   const Prompt sub = MathProblem{37, '-', 48}.ToPrompt(1);
   const Prompt zero = MathProblem{5, '-', 5}.ToPrompt(2);
-  EXPECT_EQ(task->Reward(add, "85"), 1.0);
-  EXPECT_EQ(task->Reward(add, "37 + 48 = 85."), 1.0);
-  EXPECT_EQ(task->Reward(add, "The answer is 085"), 1.0);
-  EXPECT_EQ(task->Reward(add, "85, not 86"), 0.0) << "the last number counts";
-  EXPECT_EQ(task->Reward(add, "8 5"), 0.0);
-  EXPECT_EQ(task->Reward(add, "no number"), 0.0);
-  EXPECT_EQ(task->Reward(add, ""), 0.0);
-  EXPECT_EQ(task->Reward(sub, "It is -11"), 1.0);
-  EXPECT_EQ(task->Reward(sub, "It is - 11"), 0.0) << "a sign must touch its digits";
-  EXPECT_EQ(task->Reward(sub, "11"), 0.0);
-  EXPECT_EQ(task->Reward(zero, "-0"), 1.0);
-  EXPECT_EQ(task->Reward(zero, "0"), 1.0);
+  EXPECT_EQ(task->Reward(add, "85")->reward, 1.0);
+  EXPECT_EQ(task->Reward(add, "37 + 48 = 85.")->reward, 1.0);
+  EXPECT_EQ(task->Reward(add, "The answer is 085")->reward, 1.0);
+  EXPECT_EQ(task->Reward(add, "85, not 86")->reward, 0.0) << "the last number counts";
+  EXPECT_EQ(task->Reward(add, "8 5")->reward, 0.0);
+  EXPECT_EQ(task->Reward(add, "no number")->reward, 0.0);
+  EXPECT_EQ(task->Reward(add, "")->reward, 0.0);
+  EXPECT_EQ(task->Reward(sub, "It is -11")->reward, 1.0);
+  EXPECT_EQ(task->Reward(sub, "It is - 11")->reward, 0.0) << "a sign must touch its digits";
+  EXPECT_EQ(task->Reward(sub, "11")->reward, 0.0);
+  EXPECT_EQ(task->Reward(zero, "-0")->reward, 1.0);
+  EXPECT_EQ(task->Reward(zero, "0")->reward, 1.0);
   const std::string err = ErrorOf({{"answer", "fuzzy"}});
   EXPECT_NE(err.find("answer: expected exact or last_number, got \"fuzzy\""), std::string::npos) << err;
 }

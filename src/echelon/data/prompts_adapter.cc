@@ -1,21 +1,25 @@
 #include "echelon/data/prompts_adapter.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <set>
 
 #include "echelon/common/fs.h"
 #include "echelon/data/adapter_kit.h"
+#include "echelon/data/python_reward.h"
 #include "echelon/data/adapter_options.h"
 #include "echelon/data/reward_spec.h"
 
 namespace echelon::data {
 namespace {
 
-const std::set<std::string> kKnownOptions = {"eval_file", "eval_fraction", "format", "reward",
-                                             "regex",     "seed",          "train_file"};
+const std::set<std::string> kKnownOptions = {"eval_file",      "eval_fraction",   "format",          "python_file",
+                                             "python_function", "python_on_error", "python_timeout", "reward",
+                                             "regex",          "seed",            "train_file"};
 constexpr char kDefaultEvalFraction[] = "0.1";  // verl's and OpenRLHF's usual split
 constexpr char kExample[] =
     R"(a row is {"prompt": [{"role": "user", "content": "..."}], "reward_model": {"ground_truth": "..."}})";
@@ -70,8 +74,11 @@ Result<Prompt> ParseRow(const std::string& line) {
   } else {
     return InvalidArgument("missing " + Field("reward_model.ground_truth") + " (or \"answer\"); " + kExample);
   }
-  if (j.contains("data_source") && !j["data_source"].is_string())
-    return InvalidArgument(Field("data_source") + ": must be a string");
+  if (j.contains("data_source")) {
+    if (!j["data_source"].is_string()) return InvalidArgument(Field("data_source") + ": must be a string");
+    p.data_source = j["data_source"].get<std::string>();
+  }
+  if (j.contains("extra_info")) p.extra_info = j["extra_info"].dump();
   return p;
 }
 
@@ -87,11 +94,13 @@ struct PromptsOptions {
   std::string eval_file;
   double eval_fraction = 0.1;
   uint64_t seed = 0;
+  bool python_errors_score_zero = false;  // python_on_error: zero
 };
 
 class PromptsAdapter final : public TaskAdapter {
  public:
-  PromptsAdapter(PromptsOptions o, RewardSpec reward) : opts_(std::move(o)), reward_(std::move(reward)) {}
+  PromptsAdapter(PromptsOptions o, RewardSpec reward, std::unique_ptr<PythonReward> python)
+      : opts_(std::move(o)), reward_(std::move(reward)), python_(std::move(python)) {}
 
   Status Load() {
     std::vector<PromptRow> train;
@@ -128,8 +137,13 @@ class PromptsAdapter final : public TaskAdapter {
 
   Status ReadyToTrain() const override {
     if (train_.empty()) return FailedPrecondition("prompts task: set task.train_file (the training rows)");
+    if (reward_.uses_python() && !python_)
+      return FailedPrecondition("prompts task: the reward uses python: set task.python_file (and task.python_function)");
     return Status::Ok();
   }
+
+  // Actors have no python_file: the learner computes a Python reward.
+  bool ActorsCanScore() const override { return !reward_.uses_python(); }
 
   Prompt TrainPrompt(uint64_t group_id) const override {
     if (train_.empty()) return Prompt{group_id, "", ""};
@@ -145,8 +159,24 @@ class PromptsAdapter final : public TaskAdapter {
     return RunSingleTurnGroup(*this, prompt, group_size, policy, seed);
   }
 
-  double Reward(const Prompt& prompt, const std::string& completion) const override {
-    return reward_.Score(completion, prompt.reference);
+  Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const override {
+    Scored out;
+    double python_score = 0;
+    if (python_) {
+      Result<PythonScore> s = python_->Score(prompt.data_source, completion, prompt.reference,
+                                             prompt.extra_info.empty() ? "null" : prompt.extra_info);
+      if (!s.ok() && !opts_.python_errors_score_zero) return s.status();
+      if (s.ok()) {
+        python_score = s->score;
+        out.metrics = std::move(s->extras);
+      } else if (python_errors_.fetch_add(1) % 100 == 0) {
+        spdlog::warn("python reward failed, scored 0 (task.python_on_error: zero; {} so far): {}", python_errors_.load(),
+                     s.status().message());
+      }
+      if (opts_.python_errors_score_zero) out.metrics["python_errors"] = s.ok() ? 0.0 : 1.0;
+    }
+    out.reward = reward_.Score(completion, prompt.reference, python_score);
+    return out;
   }
 
   std::string Demonstration(const Prompt& prompt) const override { return prompt.reference; }
@@ -177,6 +207,8 @@ class PromptsAdapter final : public TaskAdapter {
 
   const PromptsOptions opts_;
   const RewardSpec reward_;
+  const std::unique_ptr<PythonReward> python_;  // null without python_file (an actor's adapter)
+  mutable std::atomic<int64_t> python_errors_{0};
   std::vector<PromptRow> train_;
   std::vector<PromptRow> held_out_rows_;
   std::vector<Prompt> held_out_;
@@ -203,6 +235,30 @@ Result<std::vector<PromptRow>> ReadPromptRows(const std::string& path) {
   return rows;
 }
 
+namespace {
+
+// The Python reward worker when python_file is given (the learner; an actor gets no files).
+Result<std::unique_ptr<PythonReward>> StartPython(const AdapterOptions& options, const RewardSpec& reward,
+                                                  PromptsOptions* o) {
+  const std::string on_error = OptionOr(options, "python_on_error", "fail");
+  if (on_error != "fail" && on_error != "zero")
+    return InvalidArgument("prompts task option python_on_error: expected fail or zero, got \"" + on_error + "\"");
+  o->python_errors_score_zero = on_error == "zero";
+  PythonRewardOptions py;
+  py.file = OptionOr(options, "python_file", "");
+  py.function = OptionOr(options, "python_function", py.function);
+  ECHELON_ASSIGN_OR_RETURN(const uint64_t timeout,
+                           ParseUnsignedOption("prompts", "python_timeout", OptionOr(options, "python_timeout", "30"), 1, 86400));
+  py.timeout_seconds = static_cast<double>(timeout);
+  if (py.file.empty()) return std::unique_ptr<PythonReward>();
+  if (!reward.uses_python())
+    return InvalidArgument("prompts task: task.python_file is set but task.reward does not use it (reward: python, or "
+                           "a sum with python)");
+  return PythonReward::Start(py);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& options) {
   ECHELON_RETURN_IF_ERROR(CheckOptionNames("prompts", options, kKnownOptions));
   PromptsOptions o;
@@ -223,7 +279,8 @@ Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& 
   ECHELON_ASSIGN_OR_RETURN(RewardSpec reward, RewardSpec::Parse(OptionOr(options, "reward", "math"),
                                                                 OptionOr(options, "regex", ""),
                                                                 OptionOr(options, "format", "think")));
-  auto adapter = std::make_unique<PromptsAdapter>(std::move(o), std::move(reward));
+  ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<PythonReward> python, StartPython(options, reward, &o));
+  auto adapter = std::make_unique<PromptsAdapter>(std::move(o), std::move(reward), std::move(python));
   ECHELON_RETURN_IF_ERROR(adapter->Load());
   return std::unique_ptr<TaskAdapter>(std::move(adapter));
 }

@@ -14,9 +14,17 @@
 //   eval_file      ""       JSONL held-out rows; without it, eval_fraction of train_file is held out
 //   eval_fraction  "0.1"    share of train_file rows held out (0 < f <= 0.5), chosen by the seed
 //   seed           "0"      shuffle order and held-out choice
-//   reward         "math"   verifier or weighted sum (data/reward_spec.h)
+//   reward         "math"   verifier or weighted sum (data/reward_spec.h); "python" is the
+//                           user's function below
 //   regex          ""       the "regex" verifier's expression
 //   format         "think"  the "format" verifier's form
+//   python_file    ""       a .py file with the reward function (data/python_reward.h); only
+//                           the learner runs it: an actor's adapter has no files and scores the
+//                           python term 0, and the learner re-scores every group it accepts
+//   python_function "compute_score"
+//   python_timeout "30"     seconds per call (the worker is killed and restarted past it)
+//   python_on_error "fail"  fail: the run stops with the error; zero: the call scores 0 and
+//                           reward_metrics.python_errors counts it
 //
 //   auto task = CreatePromptsAdapter({{"train_file", "gsm8k.jsonl"}, {"reward", "math"}});
 //

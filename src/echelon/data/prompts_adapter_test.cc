@@ -65,8 +65,8 @@ TEST_F(PromptsAdapterTest, ReadsVerlRowsAndHoldsOutASeededFraction) {
   const Prompt p = task.TrainPrompt(3);
   const std::string i = p.text.substr(8, p.text.find('+') - 8);
   EXPECT_EQ(p.reference, std::to_string(std::stoi(i) + 1));
-  EXPECT_EQ(task.Reward(p, "It is \\boxed{" + p.reference + "}"), 1.0);
-  EXPECT_EQ(task.Reward(p, "It is \\boxed{0}"), 0.0);
+  EXPECT_EQ(task.Reward(p, "It is \\boxed{" + p.reference + "}")->reward, 1.0);
+  EXPECT_EQ(task.Reward(p, "It is \\boxed{0}")->reward, 0.0);
   // Another seed holds out other rows.
   Result<std::unique_ptr<TaskAdapter>> t2 =
       CreatePromptsAdapter({{"train_file", train}, {"eval_fraction", "0.25"}, {"seed", "1"}});
@@ -152,12 +152,76 @@ TEST_F(PromptsAdapterTest, BadFilesAndOptionsSayWhat) {
             std::string::npos);
 }
 
+// The user's Python function gets the row's data_source, ground truth and extra_info; a
+// dict's other keys come back as metrics; weighted with the built-in verifiers.
+TEST_F(PromptsAdapterTest, PythonRewardGetsTheRowAndReportsMetrics) {
+  const std::string train = Write("train.jsonl", Rows(10));
+  const std::string py = Write("r.py", R"PY(
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    assert data_source == "toy", data_source
+    right = solution_str.strip() == ground_truth
+    return {"score": 1.0 if right else 0.0, "index": extra_info["index"], "length": len(solution_str)}
+)PY");
+  Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter(
+      {{"train_file", train}, {"python_file", py}, {"reward", "python + 0.5*exact"}, {"eval_fraction", "0.2"}});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const TaskAdapter& task = *t.value();
+  EXPECT_TRUE(task.ReadyToTrain().ok());
+  EXPECT_FALSE(task.ActorsCanScore());
+  const Prompt p = task.TrainPrompt(0);
+  const std::string index = p.text.substr(8, p.text.find('+') - 8);
+  Result<Scored> right = task.Reward(p, p.reference);
+  ASSERT_TRUE(right.ok()) << right.status().message();
+  EXPECT_EQ(right->reward, 1.5);
+  EXPECT_EQ(right->metrics, (std::map<std::string, double>{{"index", std::stod(index)},
+                                                            {"length", static_cast<double>(p.reference.size())}}));
+  EXPECT_EQ(task.Reward(p, "nope")->reward, 0.0);
+}
+
+TEST_F(PromptsAdapterTest, PythonRewardErrorsStopOrScoreZeroAsConfigured) {
+  const std::string train = Write("train.jsonl", Rows(10));
+  const std::string py = Write("r.py", "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                       "    return 1 / int(solution_str == ground_truth)\n");
+  Result<std::unique_ptr<TaskAdapter>> fail =
+      CreatePromptsAdapter({{"train_file", train}, {"python_file", py}, {"reward", "python"}});
+  ASSERT_TRUE(fail.ok()) << fail.status().message();
+  const Prompt p = fail.value()->TrainPrompt(0);
+  Result<Scored> e = fail.value()->Reward(p, "wrong");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find(py + ":2: ZeroDivisionError"), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find("solution_str \"wrong\""), std::string::npos) << e.status().message();
+  Result<std::unique_ptr<TaskAdapter>> zero = CreatePromptsAdapter(
+      {{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"python_on_error", "zero"}});
+  ASSERT_TRUE(zero.ok()) << zero.status().message();
+  Result<Scored> z = zero.value()->Reward(p, "wrong");
+  ASSERT_TRUE(z.ok()) << z.status().message();
+  EXPECT_EQ(z->reward, 0.0);
+  EXPECT_EQ(z->metrics.at("python_errors"), 1.0);
+  EXPECT_EQ(zero.value()->Reward(p, p.reference)->metrics.at("python_errors"), 0.0);
+}
+
+TEST_F(PromptsAdapterTest, PythonOptionsSayWhatIsMissing) {
+  const std::string train = Write("train.jsonl", Rows(10));
+  const std::string py = Write("r.py", "def compute_score(**kw):\n    return 0\n");
+  EXPECT_NE(Error({{"train_file", train}, {"python_file", py}}).find("task.reward does not use it"), std::string::npos);
+  EXPECT_NE(Error({{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"python_on_error", "skip"}})
+                .find("python_on_error: expected fail or zero"),
+            std::string::npos);
+  EXPECT_NE(Error({{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"python_function", "score"}})
+                .find("defines no function score"),
+            std::string::npos);
+  // Without python_file (an actor's adapter) the python term scores 0 and training is refused.
+  Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter({{"train_file", train}, {"reward", "python"}});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_NE(t.value()->ReadyToTrain().message().find("set task.python_file"), std::string::npos);
+}
+
 // An actor's adapter (no files: prompts come with the work) scores and plays, and says it
 // cannot train.
 TEST_F(PromptsAdapterTest, WithoutFilesItScoresButCannotTrain) {
   Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter({{"reward", "exact"}});
   ASSERT_TRUE(t.ok()) << t.status().message();
-  EXPECT_EQ(t.value()->Reward(Prompt{0, "q", "42"}, "42"), 1.0);
+  EXPECT_EQ(t.value()->Reward(Prompt{0, "q", "42"}, "42")->reward, 1.0);
   EXPECT_FALSE(t.value()->ReadyToTrain().ok());
 }
 

@@ -121,8 +121,10 @@ Result<RewardSpec> RewardSpec::Parse(const std::string& spec, const std::string&
       kind = Kind::kRegex;
     } else if (name == "format") {
       kind = Kind::kFormat;
+    } else if (name == "python") {
+      kind = Kind::kPython;
     } else {
-      return InvalidArgument(where + ": unknown verifier \"" + name + "\"; known: math, exact, choice, regex, format");
+      return InvalidArgument(where + ": unknown verifier \"" + name + "\"; known: math, exact, choice, regex, format, python");
     }
     r.terms_.push_back({kind, weight});
   }
@@ -166,14 +168,23 @@ double RewardSpec::ScoreTerm(Kind kind, const std::string& completion, const std
     }
     case Kind::kFormat:
       return (format_ ? std::regex_match(completion, *format_) : ThinkForm(completion)) ? 1.0 : 0.0;
+    case Kind::kPython:
+      return 0.0;  // scored by the caller
   }
   return 0.0;
 }
 
-double RewardSpec::Score(const std::string& completion, const std::string& ground_truth) const {
+double RewardSpec::Score(const std::string& completion, const std::string& ground_truth, double python_score) const {
   double sum = 0;
-  for (const Term& t : terms_) sum += t.weight * ScoreTerm(t.kind, completion, ground_truth);
+  for (const Term& t : terms_)
+    sum += t.weight * (t.kind == Kind::kPython ? python_score : ScoreTerm(t.kind, completion, ground_truth));
   return sum;
+}
+
+bool RewardSpec::uses_python() const {
+  for (const Term& t : terms_)
+    if (t.kind == Kind::kPython) return true;
+  return false;
 }
 
 }  // namespace echelon::data

@@ -9,6 +9,8 @@
 //   "format"                  1 when the completion has the required form: `format` "think"
 //                             (the default) is "<think>...</think>" followed by an answer;
 //                             anything else is a regular expression the whole completion matches
+//   "python"                  the user's Python function (python_reward.h); its score comes
+//                             from the caller (PromptsAdapter runs the function)
 //   "0.9*math + 0.1*format"   a weighted sum (any finite weights)
 // The answer verifiers read the text after the last "</think>" when there is one, so a
 // thinking model's reasoning never counts as its answer. Regular expressions are ECMAScript
@@ -35,10 +37,12 @@ class RewardSpec {
   // Errors name the bad term, weight or expression.
   static Result<RewardSpec> Parse(const std::string& spec, const std::string& regex, const std::string& format);
 
-  double Score(const std::string& completion, const std::string& ground_truth) const;
+  // `python_score`: the Python function's score for a "python" term (0 when there is none).
+  double Score(const std::string& completion, const std::string& ground_truth, double python_score = 0) const;
+  bool uses_python() const;
 
  private:
-  enum class Kind { kMath, kExact, kChoice, kRegex, kFormat };
+  enum class Kind { kMath, kExact, kChoice, kRegex, kFormat, kPython };
   struct Term {
     Kind kind;
     double weight;

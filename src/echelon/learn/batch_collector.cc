@@ -24,6 +24,7 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
   double wait = 0;  // first take what arrived during the update, without waiting
   while (true) {
     std::vector<rollout::GroupRollout> got = arrivals_->Drain(wait);
+    ECHELON_RETURN_IF_ERROR(arrivals_->failure());
     wait = options_.poll_seconds;
     if (!got.empty()) last_arrival_ = clock_->Now();
     for (rollout::GroupRollout& g : got) {

@@ -253,6 +253,7 @@ class LearnerRun {
       for (const data::Episode& e : g.episodes) {
         reward_sum += e.reward;
         success_sum += e.success ? 1 : 0;
+        for (const auto& [name, value] : e.metrics) r.reward_metrics[name] += value;
         ++episodes;
       }
       const int64_t staleness = t - g.behavior_version;
@@ -266,6 +267,7 @@ class LearnerRun {
     }
     for (auto& [name, gap] : r.actor_logprob_gap) gap /= gap_n[name];
     r.reward_mean = reward_sum / episodes;
+    for (auto& [name, sum] : r.reward_metrics) sum /= static_cast<double>(episodes);
     r.accuracy = success_sum / episodes;
     r.staleness_mean = stale_sum / static_cast<double>(batch.groups.size());
     r.staleness_max = stale_max;

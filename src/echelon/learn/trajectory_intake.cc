@@ -68,7 +68,16 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
     return {false, reason};
   }
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
-  const int64_t corrected = RecheckRewards(&rollout);
+  Result<int64_t> rechecked = RecheckRewards(&rollout);
+  if (!rechecked.ok()) {
+    // The learner's own reward failed (a user's reward function): the run stops with it.
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refusals_["reward_error"];
+    if (failure_.ok()) failure_ = rechecked.status().WithContext("reward of group " + std::to_string(rollout.group_id));
+    arrived_.notify_all();
+    return {false, "reward_error"};
+  }
+  const int64_t corrected = rechecked.value();
   int64_t tokens = 0;
   for (const data::Episode& e : rollout.episodes)
     for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
@@ -83,16 +92,22 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
   return {true, ""};
 }
 
-int64_t TrajectoryIntake::RecheckRewards(rollout::GroupRollout* g) const {
+Result<int64_t> TrajectoryIntake::RecheckRewards(rollout::GroupRollout* g) const {
   int64_t corrected = 0;
   for (data::Episode& e : g->episodes) {
     if (e.turns.size() != 1) continue;  // multi-turn episodes are the adapter's to verify
-    const double reward = task_->Reward(g->prompt, vocab_->DecodeCompletion(e.turns[0].tokens));
-    if (reward != e.reward) ++corrected;
-    e.reward = reward;
-    e.success = reward >= 1.0;
+    ECHELON_ASSIGN_OR_RETURN(data::Scored scored, task_->Reward(g->prompt, vocab_->DecodeCompletion(e.turns[0].tokens)));
+    if (scored.reward != e.reward && task_->ActorsCanScore()) ++corrected;
+    e.reward = scored.reward;
+    e.success = scored.reward >= 1.0;
+    e.metrics = std::move(scored.metrics);
   }
   return corrected;
+}
+
+Status TrajectoryIntake::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
 }
 
 int64_t TrajectoryIntake::accepted_tokens() const {

@@ -40,6 +40,8 @@ class ArrivalQueue {
   // Groups submitted since the last call, in submission order; waits up to `timeout_seconds`
   // for at least one.
   virtual std::vector<rollout::GroupRollout> Drain(double timeout_seconds) = 0;
+  // Why no more groups can come (the learner's own reward failed); Ok while they can.
+  virtual Status failure() const { return Status::Ok(); }
 };
 
 class TrajectoryIntake : public rollout::WorkSource,
@@ -56,6 +58,7 @@ class TrajectoryIntake : public rollout::WorkSource,
   rollout::SubmitOutcome Submit(rollout::GroupRollout rollout) override;
   rollout::Snapshot Latest() override;
   std::vector<rollout::GroupRollout> Drain(double timeout_seconds) override;
+  Status failure() const override;
 
   void Publish(rollout::Snapshot snapshot);
   // Submissions refused, by reason, and rewards the learner corrected ("reward_corrected").
@@ -71,19 +74,20 @@ class TrajectoryIntake : public rollout::WorkSource,
   // Empty when well-formed, else the reason it is refused.
   std::string Validate(const rollout::GroupRollout& g) const;
   // Recomputes what the learner can verify itself: the reward of every single-turn episode,
-  // from the tokens (not the actor's text). Returns how many rewards changed.
-  int64_t RecheckRewards(rollout::GroupRollout* g) const;
+  // from the tokens (not the actor's text). Returns how many rewards the actor had wrong.
+  Result<int64_t> RecheckRewards(rollout::GroupRollout* g) const;
 
   sched::Dispatcher* dispatcher_;
   const data::TaskAdapter* task_;
   const model::Vocabulary* vocab_;
   const int group_size_;
   const int64_t vocab_size_;
-  mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, accepted_tokens_, actor_groups_
+  mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, failure_, accepted_tokens_, actor_groups_
   std::condition_variable arrived_;
   std::deque<rollout::GroupRollout> queue_;
   rollout::Snapshot snapshot_;
   std::map<std::string, int64_t> refusals_;
+  Status failure_;
   int64_t accepted_tokens_ = 0;
   std::map<std::string, int64_t> actor_groups_;
 };

@@ -40,6 +40,7 @@ void VisitFields(R& r, V& v) {
   v.Number("behav_weight_mean", r.behav_weight_mean);
   v.Number("logprob_gap", r.logprob_gap);
   v.Numbers("actor_logprob_gap", r.actor_logprob_gap);
+  v.Numbers("reward_metrics", r.reward_metrics);
   v.Count("zero_spread_groups", r.zero_spread_groups);
   v.Count("tokens", r.tokens);
   v.Number("tokens_per_s", r.tokens_per_s);

@@ -8,7 +8,7 @@
 // present. Which side fills what:
 //   both        step, version, wall_s, step_s, wait_s, train_s, staleness_*, groups_*,
 //               learner_busy_frac
-//   learner     reward_mean, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
+//   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, loss, grad_norm, clip_frac, kl,
 //               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups, tokens,
 //               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
@@ -70,6 +70,7 @@ struct StepRecord {
   double behav_weight_mean = kMissing;
   double logprob_gap = kMissing;                      // mean |learner - actor| log-prob
   std::map<std::string, double> actor_logprob_gap;    // the same per actor name
+  std::map<std::string, double> reward_metrics;       // batch means of what the reward reported
   std::optional<int64_t> zero_spread_groups;
   std::optional<int64_t> tokens;                      // completion tokens trained on
 

@@ -40,6 +40,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.behav_weight_mean = 1.0;
   r.logprob_gap = 1e-7;
   r.actor_logprob_gap = {{"actor-0", 1e-7}};
+  r.reward_metrics = {{"length", 12.5}};
   r.zero_spread_groups = 1;
   r.tokens = 96;
   r.broadcast_version = 6;
@@ -54,7 +55,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 41u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 42u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 

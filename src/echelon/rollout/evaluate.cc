@@ -15,7 +15,8 @@ Result<EvalResult> EvaluateGreedy(const data::TaskAdapter& task, const std::vect
     for (size_t i = start; i < end; ++i) texts.push_back(prompts[i].text);
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Turn> turns, policy.Sample(texts, 0));
     for (size_t i = start; i < end; ++i) {
-      const double reward = task.Reward(prompts[i], turns[i - start].text);
+      ECHELON_ASSIGN_OR_RETURN(const data::Scored scored, task.Reward(prompts[i], turns[i - start].text));
+      const double reward = scored.reward;
       reward_sum += reward;
       correct += reward >= 1.0 ? 1 : 0;
     }

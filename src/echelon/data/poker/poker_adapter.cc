@@ -93,9 +93,9 @@ class PokerAdapter final : public TaskAdapter {
     return episodes;
   }
 
-  double Reward(const Prompt& prompt, const std::string& completion) const override {
+  Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const override {
     Result<TableSpec> table = TableOfPrompt(prompt);
-    if (!table.ok()) return 0.0;
+    if (!table.ok()) return Scored{};
     HandState hand(DealFromSeed(table->deal_seed));
     AdvanceOpponent(hand, table.value());
     if (!hand.finished()) ApplyAnswer(hand, completion, opts_.illegal);
@@ -104,7 +104,7 @@ class PokerAdapter final : public TaskAdapter {
       (void)hand.Apply(Action::kCall);
       AdvanceOpponent(hand, table.value());
     }
-    return ChipsToBigBlinds(hand.Payoff(table->policy_seat));
+    return Scored{ChipsToBigBlinds(hand.Payoff(table->policy_seat)), {}};
   }
 
   std::string Demonstration(const Prompt& prompt) const override {

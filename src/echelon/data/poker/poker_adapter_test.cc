@@ -173,7 +173,7 @@ TEST(PokerAdapter, RewardMatchesOneDecisionEpisodes) {
     FakePolicy policy(RandomLetter);
     for (const Episode& e : task->RunGroup(p, 8, policy, g).value()) {
       if (e.turns.size() != 1) continue;
-      EXPECT_EQ(task->Reward(p, e.turns[0].text), e.reward) << p.text << " answer " << e.turns[0].text;
+      EXPECT_EQ(task->Reward(p, e.turns[0].text)->reward, e.reward) << p.text << " answer " << e.turns[0].text;
       ++checked;
     }
   }
@@ -259,7 +259,7 @@ TEST(PokerAdapter, IllegalAnswerConsequences) {
   std::unique_ptr<TaskAdapter> task = Make({{"illegal_action", "fold"}, {"opponent", "calling-station"}});
   const Prompt p = task->TrainPrompt(0);
   const TableSpec t = TableOfPrompt(p).value();
-  EXPECT_EQ(task->Reward(p, "x"), t.policy_seat == 0 ? -0.5 : -1.0);
+  EXPECT_EQ(task->Reward(p, "x")->reward, t.policy_seat == 0 ? -0.5 : -1.0);
   for (const Episode& e : task->RunGroup(p, 3, garbage, 0).value()) EXPECT_EQ(e.reward, t.policy_seat == 0 ? -0.5 : -1.0);
 }
 
