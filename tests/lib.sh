@@ -4,10 +4,12 @@
 #   learner_port FILE       waits up to 60 s for "learner serving actors on port P" in FILE; prints P
 #   wait_exit PID [SECONDS] waits up to SECONDS (default 20) for PID to exit (then kills it);
 #                           returns its status
+#   TINY_MODEL_YAML         the `model:` line of a config for a model that trains in seconds
 #   enter_workdir           makes a temporary WORK dir and cd's into it; on exit every pid in
 #                           PIDS is killed and WORK removed (after `extra_cleanup`, if defined)
 fails=0
 pass=0
+TINY_MODEL_YAML='model: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 16, intermediate_size: 64}'
 check() {
   local name=$1
   shift

@@ -26,8 +26,7 @@ task:
   name: prompts
   train_file: $WORK/train.jsonl
   reward: math
-model: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 16,
-        intermediate_size: 64}
+$TINY_MODEL_YAML
 warmstart: {steps: 150}   # a few right answers, so the verifier's 1s show up
 rl: {steps: 12, groups_per_step: 4, group_size: 8}
 rollout: {actors: 2, max_new_tokens: 4}

@@ -32,8 +32,7 @@ PY
 B=4; G=4; STEPS=8
 cat > run.yaml <<YAML
 task: {name: prompts, train_file: $WORK/train.jsonl, python_file: $WORK/reward.py, reward: python}
-model: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 16,
-        intermediate_size: 64}
+$TINY_MODEL_YAML
 warmstart: {steps: 20}
 rl: {steps: $STEPS, groups_per_step: $B, group_size: $G, staleness: 0}
 rollout: {actors: 2, max_new_tokens: 4}

@@ -81,6 +81,16 @@ class TaskAdapter {
   // Reward of one completion for a prompt (the learner re-checks what it can verify). An error
   // (a user's reward function failed) names the function and the sample; it stops a run.
   virtual Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const = 0;
+  // The rewards of several completions of one prompt (a group); adapters that score in batches
+  // (a scoring service) override it.
+  virtual Result<std::vector<Scored>> RewardGroup(const Prompt& prompt, const std::vector<std::string>& completions) const {
+    std::vector<Scored> out;
+    for (const std::string& c : completions) {
+      ECHELON_ASSIGN_OR_RETURN(Scored s, Reward(prompt, c));
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
   // Whether an actor's adapter computes the same rewards as the learner's (a reward the
   // learner alone can compute, as a Python function on its host, makes this false: the learner
   // then scores every group and does not count the actors' rewards as wrong).

@@ -17,16 +17,15 @@ Result<std::vector<Episode>> RunSingleTurnGroup(const TaskAdapter& task, const P
   if (group_size <= 0) return std::vector<Episode>();
   ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
                            policy.Sample(std::vector<std::string>(group_size, prompt.text), seed));
-  std::vector<Episode> episodes;
-  episodes.reserve(turns.size());
-  for (Turn& turn : turns) {
-    Episode e;
-    ECHELON_ASSIGN_OR_RETURN(Scored scored, task.Reward(prompt, turn.text));
-    e.reward = scored.reward;
-    e.metrics = std::move(scored.metrics);
-    e.success = e.reward >= 1.0;
-    e.turns.push_back(std::move(turn));
-    episodes.push_back(std::move(e));
+  std::vector<std::string> texts;
+  for (const Turn& t : turns) texts.push_back(t.text);
+  ECHELON_ASSIGN_OR_RETURN(std::vector<Scored> scored, task.RewardGroup(prompt, texts));
+  std::vector<Episode> episodes(turns.size());
+  for (size_t i = 0; i < turns.size(); ++i) {
+    episodes[i].reward = scored[i].reward;
+    episodes[i].metrics = std::move(scored[i].metrics);
+    episodes[i].success = episodes[i].reward >= 1.0;
+    episodes[i].turns.push_back(std::move(turns[i]));
   }
   return episodes;
 }

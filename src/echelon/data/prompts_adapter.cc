@@ -10,6 +10,7 @@
 
 #include "echelon/common/fs.h"
 #include "echelon/data/adapter_kit.h"
+#include "echelon/data/http_reward.h"
 #include "echelon/data/python_reward.h"
 #include "echelon/data/adapter_options.h"
 #include "echelon/data/reward_spec.h"
@@ -17,9 +18,9 @@
 namespace echelon::data {
 namespace {
 
-const std::set<std::string> kKnownOptions = {"eval_file",      "eval_fraction",   "format",          "python_file",
-                                             "python_function", "python_on_error", "python_timeout", "reward",
-                                             "regex",          "seed",            "train_file"};
+const std::set<std::string> kKnownOptions = {"eval_file",       "eval_fraction",   "format",         "python_file",
+                                             "python_function", "regex",           "reward",         "reward_on_error",
+                                             "reward_timeout",  "reward_url",      "seed",           "train_file"};
 constexpr char kDefaultEvalFraction[] = "0.1";  // verl's and OpenRLHF's usual split
 constexpr char kExample[] =
     R"(a row is {"prompt": [{"role": "user", "content": "..."}], "reward_model": {"ground_truth": "..."}})";
@@ -94,13 +95,14 @@ struct PromptsOptions {
   std::string eval_file;
   double eval_fraction = 0.1;
   uint64_t seed = 0;
-  bool python_errors_score_zero = false;  // python_on_error: zero
+  bool external_errors_score_zero = false;  // reward_on_error: zero
 };
 
 class PromptsAdapter final : public TaskAdapter {
  public:
-  PromptsAdapter(PromptsOptions o, RewardSpec reward, std::unique_ptr<PythonReward> python)
-      : opts_(std::move(o)), reward_(std::move(reward)), python_(std::move(python)) {}
+  PromptsAdapter(PromptsOptions o, RewardSpec reward, std::unique_ptr<PythonReward> python,
+                 std::unique_ptr<HttpReward> http)
+      : opts_(std::move(o)), reward_(std::move(reward)), python_(std::move(python)), http_(std::move(http)) {}
 
   Status Load() {
     std::vector<PromptRow> train;
@@ -139,11 +141,13 @@ class PromptsAdapter final : public TaskAdapter {
     if (train_.empty()) return FailedPrecondition("prompts task: set task.train_file (the training rows)");
     if (reward_.uses_python() && !python_)
       return FailedPrecondition("prompts task: the reward uses python: set task.python_file (and task.python_function)");
+    if (reward_.uses_http() && !http_)
+      return FailedPrecondition("prompts task: the reward uses http: set task.reward_url");
     return Status::Ok();
   }
 
-  // Actors have no python_file: the learner computes a Python reward.
-  bool ActorsCanScore() const override { return !reward_.uses_python(); }
+  // Actors have neither python_file nor reward_url: the learner computes those rewards.
+  bool ActorsCanScore() const override { return !reward_.uses_python() && !reward_.uses_http(); }
 
   Prompt TrainPrompt(uint64_t group_id) const override {
     if (train_.empty()) return Prompt{group_id, "", ""};
@@ -160,22 +164,32 @@ class PromptsAdapter final : public TaskAdapter {
   }
 
   Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const override {
-    Scored out;
-    double python_score = 0;
+    ECHELON_ASSIGN_OR_RETURN(std::vector<Scored> one, RewardGroup(prompt, {completion}));
+    return std::move(one[0]);
+  }
+
+  // The built-in verifiers, plus one Python call per completion and one HTTP request per
+  // group when the reward uses them.
+  Result<std::vector<Scored>> RewardGroup(const Prompt& prompt, const std::vector<std::string>& completions) const override {
+    const size_t n = completions.size();
+    std::vector<Scored> out(n);
+    std::vector<ExternalScores> external(n);
+    const std::string extra_info = prompt.extra_info.empty() ? "null" : prompt.extra_info;
     if (python_) {
-      Result<PythonScore> s = python_->Score(prompt.data_source, completion, prompt.reference,
-                                             prompt.extra_info.empty() ? "null" : prompt.extra_info);
-      if (!s.ok() && !opts_.python_errors_score_zero) return s.status();
-      if (s.ok()) {
-        python_score = s->score;
-        out.metrics = std::move(s->extras);
-      } else if (python_errors_.fetch_add(1) % 100 == 0) {
-        spdlog::warn("python reward failed, scored 0 (task.python_on_error: zero; {} so far): {}", python_errors_.load(),
-                     s.status().message());
+      for (size_t i = 0; i < n; ++i) {
+        Result<ExternalScore> s = python_->Score(prompt.data_source, completions[i], prompt.reference, extra_info);
+        ECHELON_RETURN_IF_ERROR(Take(s, "python", &external[i].python, &out[i].metrics));
       }
-      if (opts_.python_errors_score_zero) out.metrics["python_errors"] = s.ok() ? 0.0 : 1.0;
     }
-    out.reward = reward_.Score(completion, prompt.reference, python_score);
+    if (http_) {
+      std::vector<RewardSample> samples;
+      for (const std::string& c : completions) samples.push_back({prompt.data_source, c, prompt.reference, extra_info});
+      Result<std::vector<ExternalScore>> s = http_->Score(samples);
+      for (size_t i = 0; i < n; ++i)
+        ECHELON_RETURN_IF_ERROR(Take(s.ok() ? Result<ExternalScore>(s.value()[i]) : Result<ExternalScore>(s.status()),
+                                     "http", &external[i].http, &out[i].metrics));
+    }
+    for (size_t i = 0; i < n; ++i) out[i].reward = reward_.Score(completions[i], prompt.reference, external[i]);
     return out;
   }
 
@@ -205,10 +219,28 @@ class PromptsAdapter final : public TaskAdapter {
     return Status::Ok();
   }
 
+  // One external score into `score` and `metrics`; with reward_on_error: zero a failure scores
+  // 0 and counts in metrics "<name>_errors" (logged every 100th time), else it is the error.
+  Status Take(const Result<ExternalScore>& s, const std::string& name, double* score,
+              std::map<std::string, double>* metrics) const {
+    if (!s.ok() && !opts_.external_errors_score_zero) return s.status();
+    if (opts_.external_errors_score_zero) (*metrics)[name + "_errors"] = s.ok() ? 0.0 : 1.0;
+    if (!s.ok()) {
+      if (external_errors_.fetch_add(1) % 100 == 0)
+        spdlog::warn("{} reward failed, scored 0 (task.reward_on_error: zero; {} so far): {}", name,
+                     external_errors_.load(), s.status().message());
+      return Status::Ok();
+    }
+    *score = s->score;
+    for (const auto& [k, v] : s->extras) (*metrics)[k] = v;
+    return Status::Ok();
+  }
+
   const PromptsOptions opts_;
   const RewardSpec reward_;
   const std::unique_ptr<PythonReward> python_;  // null without python_file (an actor's adapter)
-  mutable std::atomic<int64_t> python_errors_{0};
+  const std::unique_ptr<HttpReward> http_;      // null without reward_url (an actor's adapter)
+  mutable std::atomic<int64_t> external_errors_{0};
   std::vector<PromptRow> train_;
   std::vector<PromptRow> held_out_rows_;
   std::vector<Prompt> held_out_;
@@ -237,24 +269,38 @@ Result<std::vector<PromptRow>> ReadPromptRows(const std::string& path) {
 
 namespace {
 
-// The Python reward worker when python_file is given (the learner; an actor gets no files).
-Result<std::unique_ptr<PythonReward>> StartPython(const AdapterOptions& options, const RewardSpec& reward,
-                                                  PromptsOptions* o) {
-  const std::string on_error = OptionOr(options, "python_on_error", "fail");
+// The external rewards the options name (the learner; an actor gets neither files nor URLs).
+struct External {
+  std::unique_ptr<PythonReward> python;
+  std::unique_ptr<HttpReward> http;
+};
+
+Result<External> StartExternal(const AdapterOptions& options, const RewardSpec& reward, PromptsOptions* o) {
+  const std::string on_error = OptionOr(options, "reward_on_error", "fail");
   if (on_error != "fail" && on_error != "zero")
-    return InvalidArgument("prompts task option python_on_error: expected fail or zero, got \"" + on_error + "\"");
-  o->python_errors_score_zero = on_error == "zero";
+    return InvalidArgument("prompts task option reward_on_error: expected fail or zero, got \"" + on_error + "\"");
+  o->external_errors_score_zero = on_error == "zero";
+  ECHELON_ASSIGN_OR_RETURN(const uint64_t timeout,
+                           ParseUnsignedOption("prompts", "reward_timeout", OptionOr(options, "reward_timeout", "30"), 1, 86400));
+  External e;
   PythonRewardOptions py;
   py.file = OptionOr(options, "python_file", "");
   py.function = OptionOr(options, "python_function", py.function);
-  ECHELON_ASSIGN_OR_RETURN(const uint64_t timeout,
-                           ParseUnsignedOption("prompts", "python_timeout", OptionOr(options, "python_timeout", "30"), 1, 86400));
   py.timeout_seconds = static_cast<double>(timeout);
-  if (py.file.empty()) return std::unique_ptr<PythonReward>();
-  if (!reward.uses_python())
-    return InvalidArgument("prompts task: task.python_file is set but task.reward does not use it (reward: python, or "
-                           "a sum with python)");
-  return PythonReward::Start(py);
+  if (!py.file.empty()) {
+    if (!reward.uses_python())
+      return InvalidArgument("prompts task: task.python_file is set but task.reward does not use it (reward: python, "
+                             "or a sum with python)");
+    ECHELON_ASSIGN_OR_RETURN(e.python, PythonReward::Start(py));
+  }
+  const std::string url = OptionOr(options, "reward_url", "");
+  if (!url.empty()) {
+    if (!reward.uses_http())
+      return InvalidArgument("prompts task: task.reward_url is set but task.reward does not use it (reward: http, or "
+                             "a sum with http)");
+    ECHELON_ASSIGN_OR_RETURN(e.http, HttpReward::Create(url, static_cast<double>(timeout)));
+  }
+  return e;
 }
 
 }  // namespace
@@ -279,8 +325,9 @@ Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& 
   ECHELON_ASSIGN_OR_RETURN(RewardSpec reward, RewardSpec::Parse(OptionOr(options, "reward", "math"),
                                                                 OptionOr(options, "regex", ""),
                                                                 OptionOr(options, "format", "think")));
-  ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<PythonReward> python, StartPython(options, reward, &o));
-  auto adapter = std::make_unique<PromptsAdapter>(std::move(o), std::move(reward), std::move(python));
+  ECHELON_ASSIGN_OR_RETURN(External external, StartExternal(options, reward, &o));
+  auto adapter = std::make_unique<PromptsAdapter>(std::move(o), std::move(reward), std::move(external.python),
+                                                  std::move(external.http));
   ECHELON_RETURN_IF_ERROR(adapter->Load());
   return std::unique_ptr<TaskAdapter>(std::move(adapter));
 }

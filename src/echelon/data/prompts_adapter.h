@@ -18,13 +18,15 @@
 //                           user's function below
 //   regex          ""       the "regex" verifier's expression
 //   format         "think"  the "format" verifier's form
-//   python_file    ""       a .py file with the reward function (data/python_reward.h); only
-//                           the learner runs it: an actor's adapter has no files and scores the
-//                           python term 0, and the learner re-scores every group it accepts
+//   python_file    ""       a .py file with the reward function (data/python_reward.h)
 //   python_function "compute_score"
-//   python_timeout "30"     seconds per call (the worker is killed and restarted past it)
-//   python_on_error "fail"  fail: the run stops with the error; zero: the call scores 0 and
-//                           reward_metrics.python_errors counts it
+//   reward_url     ""       a scoring service, http://HOST:PORT/PATH (data/http_reward.h)
+//   reward_timeout "30"     seconds per Python call or HTTP attempt
+//   reward_on_error "fail"  fail: a failed Python call or service request stops the run;
+//                           zero: it scores 0 and reward_metrics.<python|http>_errors counts it
+// Only the learner runs the Python function and calls the service: an actor's adapter has no
+// `*_file` / `*_url` options and scores those terms 0, and the learner re-scores every group
+// it accepts (ActorsCanScore).
 //
 //   auto task = CreatePromptsAdapter({{"train_file", "gsm8k.jsonl"}, {"reward", "math"}});
 //

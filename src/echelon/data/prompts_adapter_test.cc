@@ -191,7 +191,7 @@ TEST_F(PromptsAdapterTest, PythonRewardErrorsStopOrScoreZeroAsConfigured) {
   EXPECT_NE(e.status().message().find(py + ":2: ZeroDivisionError"), std::string::npos) << e.status().message();
   EXPECT_NE(e.status().message().find("solution_str \"wrong\""), std::string::npos) << e.status().message();
   Result<std::unique_ptr<TaskAdapter>> zero = CreatePromptsAdapter(
-      {{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"python_on_error", "zero"}});
+      {{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"reward_on_error", "zero"}});
   ASSERT_TRUE(zero.ok()) << zero.status().message();
   Result<Scored> z = zero.value()->Reward(p, "wrong");
   ASSERT_TRUE(z.ok()) << z.status().message();
@@ -204,8 +204,8 @@ TEST_F(PromptsAdapterTest, PythonOptionsSayWhatIsMissing) {
   const std::string train = Write("train.jsonl", Rows(10));
   const std::string py = Write("r.py", "def compute_score(**kw):\n    return 0\n");
   EXPECT_NE(Error({{"train_file", train}, {"python_file", py}}).find("task.reward does not use it"), std::string::npos);
-  EXPECT_NE(Error({{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"python_on_error", "skip"}})
-                .find("python_on_error: expected fail or zero"),
+  EXPECT_NE(Error({{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"reward_on_error", "skip"}})
+                .find("reward_on_error: expected fail or zero"),
             std::string::npos);
   EXPECT_NE(Error({{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"python_function", "score"}})
                 .find("defines no function score"),

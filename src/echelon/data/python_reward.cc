@@ -192,7 +192,7 @@ Result<std::string> PythonReward::ReadLine(double timeout_seconds) {
   }
 }
 
-Result<PythonScore> PythonReward::Score(const std::string& data_source, const std::string& solution_str,
+Result<ExternalScore> PythonReward::Score(const std::string& data_source, const std::string& solution_str,
                                         const std::string& ground_truth, const std::string& extra_info_json) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string where = options_.file + ":" + options_.function + " " + SampleText(data_source, solution_str, ground_truth);
@@ -220,7 +220,7 @@ Result<PythonScore> PythonReward::Score(const std::string& data_source, const st
   const nlohmann::json j = nlohmann::json::parse(line.value(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("ok")) return Internal(where + ": garbled answer from the Python worker: " + Clip(line.value(), 200));
   if (j["ok"] != true) return InvalidArgument(j.value("error", std::string("?")) + " (" + where + ")");
-  PythonScore s;
+  ExternalScore s;
   if (!j.contains("score") || !j["score"].is_number())
     return Internal(where + ": garbled answer from the Python worker: " + Clip(line.value(), 200));
   s.score = j["score"].get<double>();

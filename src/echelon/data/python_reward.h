@@ -9,7 +9,7 @@
 // cannot take the learner down. What the function prints goes to the learner's stderr.
 //
 //   ECHELON_ASSIGN_OR_RETURN(auto py, PythonReward::Start({"reward.py", "compute_score", 10.0}));
-//   ECHELON_ASSIGN_OR_RETURN(PythonScore s, py->Score("gsm8k", "... #### 72", "72", "{}"));
+//   ECHELON_ASSIGN_OR_RETURN(ExternalScore s, py->Score("gsm8k", "... #### 72", "72", "{}"));
 //
 // Errors name the file and line of the user's code and the sample: an exception, a result
 // that is not a finite number (or a dict without a numeric "score"), the time limit, a worker
@@ -26,6 +26,7 @@
 #include <string>
 
 #include "echelon/common/status.h"
+#include "echelon/data/reward_spec.h"
 
 namespace echelon::data {
 
@@ -36,11 +37,6 @@ struct PythonRewardOptions {
   std::string python = "python3";          // the interpreter (PATH is searched)
 };
 
-struct PythonScore {
-  double score = 0;
-  std::map<std::string, double> extras;  // a dict result's other keys
-};
-
 class PythonReward {
  public:
   static Result<std::unique_ptr<PythonReward>> Start(const PythonRewardOptions& options);
@@ -49,7 +45,7 @@ class PythonReward {
   PythonReward& operator=(const PythonReward&) = delete;
 
   // `extra_info_json`: the row's extra_info as JSON text ("null" when none).
-  Result<PythonScore> Score(const std::string& data_source, const std::string& solution_str,
+  Result<ExternalScore> Score(const std::string& data_source, const std::string& solution_str,
                             const std::string& ground_truth, const std::string& extra_info_json);
 
   const PythonRewardOptions& options() const { return options_; }

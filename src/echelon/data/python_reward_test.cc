@@ -52,7 +52,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 TEST_F(PythonRewardTest, CallsTheFunctionAsVerlDoes) {
   auto py = Start(Write("r.py", kVerlStyle));
   ASSERT_TRUE(py);
-  Result<PythonScore> s = py->Score("toy", " 72 ", "72", "null");
+  Result<ExternalScore> s = py->Score("toy", " 72 ", "72", "null");
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->score, 1.0);
   EXPECT_TRUE(s->extras.empty());
@@ -77,7 +77,7 @@ TEST_F(PythonRewardTest, AnExceptionNamesFileLineAndSample) {
                                          "ground_truth, extra_info=None):\n    return helper(0)\n");
   auto py = Start(file);
   ASSERT_TRUE(py);
-  Result<PythonScore> s = py->Score("gsm8k", "the answer is 4", "4", "null");
+  Result<ExternalScore> s = py->Score("gsm8k", "the answer is 4", "4", "null");
   ASSERT_FALSE(s.ok());
   const std::string m = s.status().message();
   EXPECT_NE(m.find(file + ":2: ZeroDivisionError: division by zero"), std::string::npos) << m;
@@ -103,7 +103,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
       {"badextra", "returned why = 'x': the other keys must be finite numbers"},
   };
   for (const auto& [source, message] : cases) {
-    Result<PythonScore> s = py->Score(source, "a", "b", "null");
+    Result<ExternalScore> s = py->Score(source, "a", "b", "null");
     ASSERT_FALSE(s.ok()) << source;
     EXPECT_NE(s.status().message().find(message), std::string::npos) << s.status().message();
   }
@@ -115,13 +115,13 @@ TEST_F(PythonRewardTest, AHungCallIsKilledAtItsLimitAndTheNextCallWorks) {
                   1.0);
   ASSERT_TRUE(py);
   const auto t0 = std::chrono::steady_clock::now();
-  Result<PythonScore> s = py->Score("slow", "a", "b", "null");
+  Result<ExternalScore> s = py->Score("slow", "a", "b", "null");
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.status().message().find("no answer within 1"), std::string::npos) << s.status().message();
   EXPECT_LT(took, 5.0);
-  Result<PythonScore> next = py->Score("fast", "a", "b", "null");
+  Result<ExternalScore> next = py->Score("fast", "a", "b", "null");
   ASSERT_TRUE(next.ok()) << next.status().message();
   EXPECT_EQ(next->score, 1.0);
 }
@@ -130,7 +130,7 @@ TEST_F(PythonRewardTest, AWorkerThatDiesIsNamedAndRestarted) {
   auto py = Start(Write("r.py", "import os\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                                 "    if data_source == 'die':\n        os._exit(3)\n    return 2.0\n"));
   ASSERT_TRUE(py);
-  Result<PythonScore> s = py->Score("die", "a", "b", "null");
+  Result<ExternalScore> s = py->Score("die", "a", "b", "null");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("the Python worker exited (status 3)"), std::string::npos) << s.status().message();
   EXPECT_EQ(py->Score("ok", "a", "b", "null")->score, 2.0);
@@ -155,7 +155,7 @@ TEST_F(PythonRewardTest, ConcurrentCallersGetTheirOwnAnswers) {
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       for (int i = 0; i < 25; ++i) {
-        Result<PythonScore> s = py->Score("c", std::to_string(t * 100 + i), "", "null");
+        Result<ExternalScore> s = py->Score("c", std::to_string(t * 100 + i), "", "null");
         if (!s.ok() || s->score != 2.0 * (t * 100 + i)) ++wrong;
       }
     });

@@ -123,8 +123,11 @@ Result<RewardSpec> RewardSpec::Parse(const std::string& spec, const std::string&
       kind = Kind::kFormat;
     } else if (name == "python") {
       kind = Kind::kPython;
+    } else if (name == "http") {
+      kind = Kind::kHttp;
     } else {
-      return InvalidArgument(where + ": unknown verifier \"" + name + "\"; known: math, exact, choice, regex, format, python");
+      return InvalidArgument(where + ": unknown verifier \"" + name +
+                             "\"; known: math, exact, choice, regex, format, python, http");
     }
     r.terms_.push_back({kind, weight});
   }
@@ -169,21 +172,27 @@ double RewardSpec::ScoreTerm(Kind kind, const std::string& completion, const std
     case Kind::kFormat:
       return (format_ ? std::regex_match(completion, *format_) : ThinkForm(completion)) ? 1.0 : 0.0;
     case Kind::kPython:
+    case Kind::kHttp:
       return 0.0;  // scored by the caller
   }
   return 0.0;
 }
 
-double RewardSpec::Score(const std::string& completion, const std::string& ground_truth, double python_score) const {
+double RewardSpec::Score(const std::string& completion, const std::string& ground_truth,
+                         const ExternalScores& external) const {
   double sum = 0;
-  for (const Term& t : terms_)
-    sum += t.weight * (t.kind == Kind::kPython ? python_score : ScoreTerm(t.kind, completion, ground_truth));
+  for (const Term& t : terms_) {
+    const double score = t.kind == Kind::kPython ? external.python
+                         : t.kind == Kind::kHttp ? external.http
+                                                 : ScoreTerm(t.kind, completion, ground_truth);
+    sum += t.weight * score;
+  }
   return sum;
 }
 
-bool RewardSpec::uses_python() const {
+bool RewardSpec::Uses(Kind kind) const {
   for (const Term& t : terms_)
-    if (t.kind == Kind::kPython) return true;
+    if (t.kind == kind) return true;
   return false;
 }
 

@@ -9,8 +9,9 @@
 //   "format"                  1 when the completion has the required form: `format` "think"
 //                             (the default) is "<think>...</think>" followed by an answer;
 //                             anything else is a regular expression the whole completion matches
-//   "python"                  the user's Python function (python_reward.h); its score comes
-//                             from the caller (PromptsAdapter runs the function)
+//   "python"                  the user's Python function (python_reward.h)
+//   "http"                    a scoring service over HTTP (http_reward.h); both scores come
+//                             from the caller (PromptsAdapter calls them)
 //   "0.9*math + 0.1*format"   a weighted sum (any finite weights)
 // The answer verifiers read the text after the last "</think>" when there is one, so a
 // thinking model's reasoning never counts as its answer. Regular expressions are ECMAScript
@@ -22,6 +23,7 @@
 // Thread contract: immutable after Parse; Score may run concurrently.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <regex>
 #include <string>
@@ -31,23 +33,36 @@
 
 namespace echelon::data {
 
+// What an external reward (a Python function, a scoring service) returned for one sample.
+struct ExternalScore {
+  double score = 0;
+  std::map<std::string, double> extras;  // other numbers it reported (they become metrics)
+};
+
+// The external rewards' scores of one completion, for Score's "python" and "http" terms.
+struct ExternalScores {
+  double python = 0;
+  double http = 0;
+};
+
 class RewardSpec {
  public:
   // `regex` is needed by a "regex" term; `format` is read by a "format" term ("" = "think").
   // Errors name the bad term, weight or expression.
   static Result<RewardSpec> Parse(const std::string& spec, const std::string& regex, const std::string& format);
 
-  // `python_score`: the Python function's score for a "python" term (0 when there is none).
-  double Score(const std::string& completion, const std::string& ground_truth, double python_score = 0) const;
-  bool uses_python() const;
+  double Score(const std::string& completion, const std::string& ground_truth, const ExternalScores& external = {}) const;
+  bool uses_python() const { return Uses(Kind::kPython); }
+  bool uses_http() const { return Uses(Kind::kHttp); }
 
  private:
-  enum class Kind { kMath, kExact, kChoice, kRegex, kFormat, kPython };
+  enum class Kind { kMath, kExact, kChoice, kRegex, kFormat, kPython, kHttp };
   struct Term {
     Kind kind;
     double weight;
   };
   double ScoreTerm(Kind kind, const std::string& completion, const std::string& ground_truth) const;
+  bool Uses(Kind kind) const;
 
   std::vector<Term> terms_;
   std::shared_ptr<const std::regex> regex_;

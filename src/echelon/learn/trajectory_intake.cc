@@ -93,14 +93,22 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
 }
 
 Result<int64_t> TrajectoryIntake::RecheckRewards(rollout::GroupRollout* g) const {
-  int64_t corrected = 0;
+  std::vector<data::Episode*> single;  // multi-turn episodes are the adapter's to verify
+  std::vector<std::string> texts;
   for (data::Episode& e : g->episodes) {
-    if (e.turns.size() != 1) continue;  // multi-turn episodes are the adapter's to verify
-    ECHELON_ASSIGN_OR_RETURN(data::Scored scored, task_->Reward(g->prompt, vocab_->DecodeCompletion(e.turns[0].tokens)));
-    if (scored.reward != e.reward && task_->ActorsCanScore()) ++corrected;
-    e.reward = scored.reward;
-    e.success = scored.reward >= 1.0;
-    e.metrics = std::move(scored.metrics);
+    if (e.turns.size() != 1) continue;
+    single.push_back(&e);
+    texts.push_back(vocab_->DecodeCompletion(e.turns[0].tokens));
+  }
+  if (single.empty()) return int64_t{0};
+  ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task_->RewardGroup(g->prompt, texts));
+  int64_t corrected = 0;
+  for (size_t i = 0; i < single.size(); ++i) {
+    data::Episode& e = *single[i];
+    if (scored[i].reward != e.reward && task_->ActorsCanScore()) ++corrected;
+    e.reward = scored[i].reward;
+    e.success = scored[i].reward >= 1.0;
+    e.metrics = std::move(scored[i].metrics);
   }
   return corrected;
 }

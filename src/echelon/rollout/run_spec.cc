@@ -19,11 +19,15 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
     const nlohmann::json j = nlohmann::json::parse(json_text);
     ActorSetup s;
     data::AdapterOptions task_options = j.at("task").at("options").get<data::AdapterOptions>();
-    // Data files live on the learner's host; an actor gets each prompt (and what its reward
-    // needs) with the work, so it builds the adapter without them.
+    // Data files and reward services are the learner's: an actor gets each prompt (and what
+    // its reward needs) with the work, so it builds the adapter without `*_file` / `*_url`.
+    auto learner_only = [](const std::string& k) {
+      for (const std::string suffix : {"_file", "_url"})
+        if (k.size() > suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+      return false;
+    };
     for (auto it = task_options.begin(); it != task_options.end();)
-      it = it->first.size() > 5 && it->first.compare(it->first.size() - 5, 5, "_file") == 0 ? task_options.erase(it)
-                                                                                              : std::next(it);
+      it = learner_only(it->first) ? task_options.erase(it) : std::next(it);
     ECHELON_ASSIGN_OR_RETURN(s.task, data::CreateAdapter(j.at("task").at("name").get<std::string>(), task_options));
     ECHELON_ASSIGN_OR_RETURN(s.model, model::ModelConfig::FromJson(j.at("model"), where));
     ECHELON_ASSIGN_OR_RETURN(s.vocab, model::Vocabulary::FromJson(j.at("vocabulary"), where));
