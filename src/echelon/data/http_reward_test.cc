@@ -8,6 +8,8 @@
 #include <chrono>
 #include <thread>
 
+#include "echelon/common/listen_thread.h"
+
 namespace echelon::data {
 namespace {
 
@@ -22,21 +24,16 @@ class Service {
       handler(q, r);
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // stop() before the loop runs would be lost and join() would wait forever.
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    listen_.Start(&server_);
   }
-  ~Service() {
-    server_.stop();
-    thread_.join();
-  }
+  ~Service() { listen_.Stop(); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/score"; }
   std::atomic<int> requests{0};
 
  private:
   httplib::Server server_;
   int port_ = 0;
-  std::thread thread_;
+  ListenThread<httplib::Server> listen_;
 };
 
 std::vector<RewardSample> Samples() {

@@ -40,16 +40,11 @@ Status MetricsHttpServer::Start(const std::string& host, int port) {
   server_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
   port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) return Internal("cannot listen for metrics on " + host + ":" + std::to_string(port));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  listen_.Start(server_.get());
   return Status::Ok();
 }
 
-void MetricsHttpServer::Stop() {
-  if (thread_.joinable()) {
-    server_->stop();
-    thread_.join();
-  }
-}
+void MetricsHttpServer::Stop() { listen_.Stop(); }
 
 void MetricsHttpServer::Set(const std::string& name, double value, const Labels& labels) {
   std::lock_guard<std::mutex> lock(mu_);

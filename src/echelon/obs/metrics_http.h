@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "echelon/common/listen_thread.h"
 #include "echelon/common/status.h"
 
 namespace httplib {
@@ -42,7 +43,7 @@ class MetricsHttpServer {
 
  private:
   std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  ListenThread<httplib::Server> listen_;
   int port_ = 0;
   mutable std::mutex mu_;  // guards values_
   std::map<std::string, std::map<std::string, double>> values_;  // name -> rendered labels -> value

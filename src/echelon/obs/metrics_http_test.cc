@@ -28,5 +28,15 @@ TEST(MetricsHttpTest, ServesPrometheusTextWithLabels) {
   http.Stop();
 }
 
+// Stop right after Start: stopping before the accept loop ran was lost, and Stop waited for
+// that loop forever.
+TEST(MetricsHttpTest, StopRightAfterStartReturns) {
+  for (int i = 0; i < 200; ++i) {
+    MetricsHttpServer http;
+    ASSERT_TRUE(http.Start("127.0.0.1", 0).ok());
+    http.Stop();
+  }
+}
+
 }  // namespace
 }  // namespace echelon::obs

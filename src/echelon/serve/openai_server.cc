@@ -139,18 +139,13 @@ Status OpenAiServer::Start(const std::string& host, int port) {
   });
   port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) return Internal("cannot listen on " + host + ":" + std::to_string(port) + " (in use?)");
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  listen_.Start(http_.get());
   return Status::Ok();
 }
 
-void OpenAiServer::Stop() {
-  if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
-}
+void OpenAiServer::Stop() { listen_.Stop(); }
 
-void OpenAiServer::Wait() {
-  if (thread_.joinable()) thread_.join();
-}
+void OpenAiServer::Wait() { listen_.Wait(); }
 
 void OpenAiServer::HandleModels(httplib::Response& res) const {
   std::string root;

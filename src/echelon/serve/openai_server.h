@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "echelon/common/listen_thread.h"
 #include "echelon/common/status.h"
 #include "echelon/model/hf_model.h"
 #include "echelon/serve/openai_protocol.h"
@@ -104,7 +105,7 @@ class OpenAiServer {
   std::vector<int64_t> text_prefix_;  // ids put before an encoded text prompt
   int64_t created_ = 0;
   std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  ListenThread<httplib::Server> listen_;
   int port_ = 0;
 };
 
