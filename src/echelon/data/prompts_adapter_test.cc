@@ -1,30 +1,16 @@
 #include "echelon/data/prompts_adapter.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <set>
 
-#include "echelon/common/fs.h"
+#include "echelon/common/testing.h"
 
 namespace echelon::data {
 namespace {
-namespace fs = std::filesystem;
 
-class PromptsAdapterTest : public ::testing::Test {
+class PromptsAdapterTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("prompts_adapter_test." + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    EXPECT_TRUE(WriteFileAtomic(path, text).ok());
-    return path;
-  }
   // n rows in verl's layout: "What is i+1?" -> i+1.
   std::string Rows(int n) {
     std::string out;
@@ -39,8 +25,6 @@ class PromptsAdapterTest : public ::testing::Test {
     EXPECT_FALSE(t.ok());
     return t.ok() ? std::string() : t.status().message();
   }
-
-  fs::path dir_;
 };
 
 TEST_F(PromptsAdapterTest, ReadsVerlRowsAndHoldsOutASeededFraction) {

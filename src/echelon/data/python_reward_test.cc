@@ -1,32 +1,18 @@
 #include "echelon/data/python_reward.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <thread>
 #include <vector>
 
-#include "echelon/common/fs.h"
+#include "echelon/common/testing.h"
 
 namespace echelon::data {
 namespace {
-namespace fs = std::filesystem;
 
-class PythonRewardTest : public ::testing::Test {
+class PythonRewardTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("python_reward_test." + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    EXPECT_TRUE(WriteFileAtomic(path, text).ok());
-    return path;
-  }
   std::unique_ptr<PythonReward> Start(const std::string& file, double timeout = 10) {
     Result<std::unique_ptr<PythonReward>> r = PythonReward::Start({file, "compute_score", timeout});
     EXPECT_TRUE(r.ok()) << r.status().message();
@@ -37,8 +23,6 @@ class PythonRewardTest : public ::testing::Test {
     EXPECT_FALSE(r.ok());
     return r.ok() ? std::string() : r.status().message();
   }
-
-  fs::path dir_;
 };
 
 constexpr char kVerlStyle[] = R"PY(
