@@ -2,51 +2,48 @@
 
 #include <ATen/ATen.h>
 
+#include <type_traits>
+
 namespace echelon::learn {
 namespace {
 
 using nlohmann::json;
 
+// The options a worker takes from rank 0, listed once for both directions. The enums travel
+// as ints and the device as "on CUDA or not" (each rank uses its own GPU); see below.
+template <typename Options, typename Field>
+void VisitOptions(Options& o, Field&& field) {
+  field("clip_low", o.loss.clip_low);
+  field("clip_high", o.loss.clip_high);
+  field("tis_cap", o.loss.tis_cap);
+  field("kl_coef", o.loss.kl_coef);
+  field("lr", o.lr);
+  field("weight_decay", o.weight_decay);
+  field("beta1", o.beta1);
+  field("beta2", o.beta2);
+  field("max_grad_norm", o.max_grad_norm);
+  field("temperature", o.temperature);
+  field("scale_by_std", o.scale_by_std);
+  field("minibatches", o.minibatches);
+  field("micro_batch_tokens", o.micro_batch_tokens);
+  field("shard_optimizer", o.shard_optimizer);
+}
+
 json OptionsToJson(const LearnerOptions& o) {
-  return {{"clip_low", o.loss.clip_low},
-          {"clip_high", o.loss.clip_high},
-          {"correction", static_cast<int>(o.loss.correction)},
-          {"tis_cap", o.loss.tis_cap},
-          {"kl_coef", o.loss.kl_coef},
-          {"lr", o.lr},
-          {"weight_decay", o.weight_decay},
-          {"beta1", o.beta1},
-          {"beta2", o.beta2},
-          {"max_grad_norm", o.max_grad_norm},
-          {"temperature", o.temperature},
-          {"scale_by_std", o.scale_by_std},
-          {"minibatches", o.minibatches},
-          {"cuda", at::Device(o.device).is_cuda()},
-          {"precision", static_cast<int>(o.precision)},
-          {"micro_batch_tokens", o.micro_batch_tokens},
-          {"shard_optimizer", o.shard_optimizer}};
+  json j = {{"correction", static_cast<int>(o.loss.correction)},
+            {"precision", static_cast<int>(o.precision)},
+            {"cuda", at::Device(o.device).is_cuda()}};
+  VisitOptions(o, [&](const char* key, const auto& value) { j[key] = value; });
+  return j;
 }
 
 // A worker's options: rank 0's, on this rank's own GPU when rank 0 runs on CUDA.
 LearnerOptions OptionsFromJson(const json& j, int local_rank) {
   LearnerOptions o;
-  o.loss.clip_low = j.at("clip_low");
-  o.loss.clip_high = j.at("clip_high");
+  VisitOptions(o, [&](const char* key, auto& value) { value = j.at(key).get<std::decay_t<decltype(value)>>(); });
   o.loss.correction = static_cast<Correction>(j.at("correction").get<int>());
-  o.loss.tis_cap = j.at("tis_cap");
-  o.loss.kl_coef = j.at("kl_coef");
-  o.lr = j.at("lr");
-  o.weight_decay = j.at("weight_decay");
-  o.beta1 = j.at("beta1");
-  o.beta2 = j.at("beta2");
-  o.max_grad_norm = j.at("max_grad_norm");
-  o.temperature = j.at("temperature");
-  o.scale_by_std = j.at("scale_by_std");
-  o.minibatches = j.at("minibatches");
-  o.device = j.at("cuda").get<bool>() ? "cuda:" + std::to_string(local_rank) : "cpu";
   o.precision = static_cast<Precision>(j.at("precision").get<int>());
-  o.micro_batch_tokens = j.at("micro_batch_tokens");
-  o.shard_optimizer = j.at("shard_optimizer");
+  o.device = j.at("cuda").get<bool>() ? "cuda:" + std::to_string(local_rank) : "cpu";
   return o;
 }
 
