@@ -54,7 +54,7 @@ task: {name: prompts, train_file: $WORK/train.jsonl, reward_url: "http://127.0.0
 $TINY_MODEL_YAML
 warmstart: {steps: 20}
 rl: {steps: $STEPS, groups_per_step: $B, group_size: $G, staleness: 0}
-rollout: {actors: 2, max_new_tokens: 4}
+rollout: {actors: 2, max_new_tokens: 4, wait_for_actors: 2}  # both actors take part, even on a loaded machine
 eval: {every: 0}
 YAML
 timeout 300 "$ECHELON" train run.yaml --out run > train.out 2> train.err

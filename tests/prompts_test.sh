@@ -29,7 +29,7 @@ task:
 $TINY_MODEL_YAML
 warmstart: {steps: 150}   # a few right answers, so the verifier's 1s show up
 rl: {steps: 12, groups_per_step: 4, group_size: 8}
-rollout: {actors: 2, max_new_tokens: 4}
+rollout: {actors: 2, max_new_tokens: 4, wait_for_actors: 2}  # both actors take part, even on a loaded machine
 eval: {every: 3}
 YAML
 

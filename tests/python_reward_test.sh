@@ -35,7 +35,7 @@ task: {name: prompts, train_file: $WORK/train.jsonl, python_file: $WORK/reward.p
 $TINY_MODEL_YAML
 warmstart: {steps: 20}
 rl: {steps: $STEPS, groups_per_step: $B, group_size: $G, staleness: 0}
-rollout: {actors: 2, max_new_tokens: 4}
+rollout: {actors: 2, max_new_tokens: 4, wait_for_actors: 2}  # both actors take part, even on a loaded machine
 eval: {every: 0}
 checkpoint: {every: 2}
 YAML
