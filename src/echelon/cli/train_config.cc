@@ -14,7 +14,9 @@ const ConfigSchema& TrainSchema() {
     s.Int("seed", 1, 0, 1LL << 40, "seeds model init, data order and sampling");
     s.String("task.name", "math", "data-plane adapter, by registered name");
     s.OpenSection("task.", "options of the selected adapter (math: seed, max_operand, eval_size, train_file, eval_file, answer; "
-                            "prompts: train_file, eval_file, eval_fraction, seed, reward, regex, format; poker: seed, opponent, eval_hands, illegal_action)");
+                            "prompts: train_file, eval_file, eval_fraction, seed, reward, regex, format, python_file, python_function, "
+                            "reward_url, reward_timeout, reward_on_error; poker: seed, opponent, eval_hands, illegal_action; "
+                            "http-env: server, max_turns, eval_size, eval_file, seed, timeout)");
     s.String("model.init", "",
              "start from this model directory (Hugging Face Qwen3/Qwen2/Llama with its tokenizer, or an echelon "
              "checkpoint) instead of a new character model; the other model.* keys are then unused");

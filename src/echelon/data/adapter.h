@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,18 @@ class TaskAdapter {
     }
     return out;
   }
+  // The reward of a whole episode from its actions (the decoded text of each turn, zero or
+  // several), for episodes that are not one turn; nullopt when the adapter cannot recompute it
+  // and the actor's reward stands. An error stops a run, as Reward's does.
+  virtual Result<std::optional<Scored>> RewardEpisode(const Prompt& prompt,
+                                                      const std::vector<std::string>& actions) const {
+    (void)prompt;
+    (void)actions;
+    return std::optional<Scored>();
+  }
+  // Whether greedy evaluation plays whole episodes with RunGroup (a multi-turn environment)
+  // rather than scoring one completion per held-out prompt with Reward.
+  virtual bool EvalPlaysEpisodes() const { return false; }
   // Whether an actor's adapter computes the same rewards as the learner's (a reward the
   // learner alone can compute, as a Python function on its host, makes this false: the learner
   // then scores every group and does not count the actors' rewards as wrong).

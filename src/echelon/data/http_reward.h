@@ -4,27 +4,22 @@
 //                           "extra_info": <the row's extra_info or null>}, ...]}
 //   response  {"scores": [0.5, {"score": 1.0, "passed": 3}, ...]}   one per sample, in order;
 //             a dict's other numbers become metrics
-// Connection failures and HTTP 5xx are retried (3 attempts in all, 0.5 s then 1 s apart);
-// every attempt has the time limit. A service that stays down, a 4xx, or an answer of the
-// wrong shape is one error naming the URL and what came back.
+// Retries, time limit and errors as data/json_http.h says; an answer of the wrong shape is one
+// error naming the URL and what came back.
 //
 //   ECHELON_ASSIGN_OR_RETURN(auto http, HttpReward::Create("http://127.0.0.1:8000/score", 30));
 //   ECHELON_ASSIGN_OR_RETURN(std::vector<ExternalScore> s, http->Score(samples));
 //
-// Thread contract: Score may be called from any thread; calls are serialised.
+// Thread contract: Score may be called from any thread at once.
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "echelon/common/status.h"
+#include "echelon/data/json_http.h"
 #include "echelon/data/reward_spec.h"
-
-namespace httplib {
-class Client;
-}
 
 namespace echelon::data {
 
@@ -39,17 +34,13 @@ class HttpReward {
  public:
   // `url`: http://HOST:PORT/PATH. Errors name a malformed URL.
   static Result<std::unique_ptr<HttpReward>> Create(const std::string& url, double timeout_seconds);
-  ~HttpReward();
 
-  Result<std::vector<ExternalScore>> Score(const std::vector<RewardSample>& samples);
+  Result<std::vector<ExternalScore>> Score(const std::vector<RewardSample>& samples) const;
 
  private:
-  HttpReward(std::string url, std::string path, std::unique_ptr<httplib::Client> client);
+  explicit HttpReward(JsonHttp service) : service_(std::move(service)) {}
 
-  const std::string url_;
-  const std::string path_;
-  std::mutex mu_;
-  std::unique_ptr<httplib::Client> client_;
+  const JsonHttp service_;
 };
 
 }  // namespace echelon::data

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "echelon/data/adapter.h"
+#include "echelon/data/http_env.h"
 #include "echelon/data/math_adapter.h"
 #include "echelon/data/poker/poker_adapter.h"
 #include "echelon/data/prompts_adapter.h"
@@ -18,6 +19,7 @@ struct Registration {
 };
 
 const Registration kAdapters[] = {
+    {"http-env", &CreateHttpEnvAdapter},
     {"math", &CreateMathAdapter},
     {"poker", &CreatePokerAdapter},
     {"prompts", &CreatePromptsAdapter},

@@ -93,23 +93,31 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
 }
 
 Result<int64_t> TrajectoryIntake::RecheckRewards(rollout::GroupRollout* g) const {
-  std::vector<data::Episode*> single;  // multi-turn episodes are the adapter's to verify
+  int64_t corrected = 0;
+  const auto take = [&](data::Episode& e, data::Scored s) {
+    if (s.reward != e.reward && task_->ActorsCanScore()) ++corrected;
+    e.reward = s.reward;
+    e.success = s.reward >= 1.0;
+    e.metrics = std::move(s.metrics);
+  };
+  // One-turn episodes are scored together (a scoring service takes the group in one request);
+  // the others are the adapter's to replay when it can.
+  std::vector<data::Episode*> single;
   std::vector<std::string> texts;
   for (data::Episode& e : g->episodes) {
-    if (e.turns.size() != 1) continue;
-    single.push_back(&e);
-    texts.push_back(vocab_->DecodeCompletion(e.turns[0].tokens));
+    if (e.turns.size() == 1) {
+      single.push_back(&e);
+      texts.push_back(vocab_->DecodeCompletion(e.turns[0].tokens));
+      continue;
+    }
+    std::vector<std::string> actions;
+    for (const data::Turn& t : e.turns) actions.push_back(vocab_->DecodeCompletion(t.tokens));
+    ECHELON_ASSIGN_OR_RETURN(std::optional<data::Scored> s, task_->RewardEpisode(g->prompt, actions));
+    if (s) take(e, std::move(*s));
   }
-  if (single.empty()) return int64_t{0};
+  if (single.empty()) return corrected;
   ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task_->RewardGroup(g->prompt, texts));
-  int64_t corrected = 0;
-  for (size_t i = 0; i < single.size(); ++i) {
-    data::Episode& e = *single[i];
-    if (scored[i].reward != e.reward && task_->ActorsCanScore()) ++corrected;
-    e.reward = scored[i].reward;
-    e.success = scored[i].reward >= 1.0;
-    e.metrics = std::move(scored[i].metrics);
-  }
+  for (size_t i = 0; i < single.size(); ++i) take(*single[i], std::move(scored[i]));
   return corrected;
 }
 

@@ -12,10 +12,39 @@
 namespace echelon::learn {
 namespace {
 
+// The math task, plus a replay of multi-turn episodes: reward 0.25 per action that is the
+// prompt's answer; it records the actions it was given.
+class ReplayingMath : public data::TaskAdapter {
+ public:
+  ReplayingMath() : math_(data::CreateAdapter("math", {{"seed", "1"}, {"eval_size", "10"}}).value()) {}
+  std::string name() const override { return "replaying-math"; }
+  std::string Alphabet() const override { return math_->Alphabet(); }
+  data::Prompt TrainPrompt(uint64_t g) const override { return math_->TrainPrompt(g); }
+  const std::vector<data::Prompt>& HeldOut() const override { return math_->HeldOut(); }
+  Result<std::vector<data::Episode>> RunGroup(const data::Prompt& p, int n, data::Policy& policy,
+                                              uint64_t seed) const override {
+    return math_->RunGroup(p, n, policy, seed);
+  }
+  Result<data::Scored> Reward(const data::Prompt& p, const std::string& c) const override { return math_->Reward(p, c); }
+  Result<std::optional<data::Scored>> RewardEpisode(const data::Prompt& p,
+                                                    const std::vector<std::string>& actions) const override {
+    replayed.push_back(actions);
+    data::Scored s;
+    for (const std::string& a : actions) s.reward += a == p.reference ? 0.25 : 0.0;
+    return std::optional<data::Scored>(s);
+  }
+  std::string Demonstration(const data::Prompt& p) const override { return math_->Demonstration(p); }
+  Status ExportHeldOut(const std::string& path) const override { return math_->ExportHeldOut(path); }
+  mutable std::vector<std::vector<std::string>> replayed;
+
+ private:
+  std::unique_ptr<data::TaskAdapter> math_;
+};
+
 struct HubFixture {
   HubFixture()
       : dispatcher({/*max_staleness=*/1, /*batch_groups=*/2, /*lease_seconds=*/10}, &clock),
-        task(data::CreateAdapter("math", {{"seed", "1"}, {"eval_size", "10"}}).value()),
+        task(std::make_unique<ReplayingMath>()),
         tok(model::CharTokenizer::ForAlphabet(task->Alphabet())),
         vocab(model::Vocabulary::Characters(task->Alphabet())),
         hub(&dispatcher, task.get(), &vocab, vocab.id_end(), /*group_size=*/2) {
@@ -48,7 +77,7 @@ struct HubFixture {
 
   SimulatedClock clock;
   sched::Dispatcher dispatcher;
-  std::unique_ptr<data::TaskAdapter> task;
+  std::unique_ptr<ReplayingMath> task;
   model::CharTokenizer tok;
   model::Vocabulary vocab;
   TrajectoryIntake hub;
@@ -106,6 +135,29 @@ TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
   EXPECT_EQ(got[1].episodes[1].reward, 1.0);
   EXPECT_EQ(f.hub.refusals().at("reward_corrected"), 1);
   EXPECT_EQ(f.hub.actor_groups().at("a"), 2);
+}
+
+TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
+  HubFixture f;
+  rollout::GroupRollout g = f.Valid();
+  // Episode 0: three turns (right, wrong, right) claiming reward 5; episode 1: no turn at all,
+  // claiming 1. The replay gives 0.5 and 0.
+  data::Turn wrong = g.episodes[0].turns[0];
+  wrong.tokens = {f.tok.Encode("7").value()[0], model::CharTokenizer::kEos};
+  wrong.logprobs = {-0.1f, -0.1f};
+  g.episodes[0].turns = {g.episodes[0].turns[0], wrong, g.episodes[0].turns[0]};
+  g.episodes[0].reward = 5.0;
+  g.episodes[1].turns.clear();
+  ASSERT_TRUE(f.hub.Submit(g).accepted);
+  std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
+  ASSERT_EQ(got.size(), 1u);
+  const std::string answer = got[0].prompt.reference;
+  ASSERT_EQ(f.task->replayed.size(), 2u);
+  EXPECT_EQ(f.task->replayed[0], (std::vector<std::string>{answer, "7", answer}));
+  EXPECT_TRUE(f.task->replayed[1].empty());
+  EXPECT_EQ(got[0].episodes[0].reward, 0.5);
+  EXPECT_EQ(got[0].episodes[1].reward, 0.0);
+  EXPECT_EQ(f.hub.refusals().at("reward_corrected"), 2);
 }
 
 }  // namespace

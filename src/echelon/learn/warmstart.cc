@@ -21,7 +21,10 @@ Result<double> Warmstart(model::Qwen3Model& model, const model::Vocabulary& voca
     for (int64_t i = 0; i < options.batch_size; ++i) {
       data::Prompt p = task.TrainPrompt(base + step * options.batch_size + i);
       ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, vocab.EncodePrompt(p.text));
-      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> answer, vocab.Encode(task.Demonstration(p)));
+      const std::string demonstration = task.Demonstration(p);
+      if (demonstration.empty())
+        return FailedPrecondition("the " + task.name() + " task has no demonstrations to warm-start from; set warmstart.steps: 0");
+      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> answer, vocab.Encode(demonstration));
       prompt_lens.push_back(ids.size());
       ids.insert(ids.end(), answer.begin(), answer.end());
       ids.push_back(vocab.stop_ids().front());

@@ -15,7 +15,8 @@ struct EvalResult {
   int64_t n = 0;
 };
 
-// `policy` must sample greedily (temperature 0). Prompts are run in batches of `batch`. The
+// `policy` must sample greedily (temperature 0). Prompts are run in batches of `batch`, or one
+// whole episode each when the task plays episodes (TaskAdapter::EvalPlaysEpisodes). The
 // policy's error fails the evaluation.
 Result<EvalResult> EvaluateGreedy(const data::TaskAdapter& task, const std::vector<data::Prompt>& prompts,
                           data::Policy& policy, size_t batch = 256);
