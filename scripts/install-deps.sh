@@ -11,7 +11,7 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libicu-dev
   libjemalloc-dev
-  python3
+  python3 python3-jinja2 jq iproute2
 )
 
 # ECHELON_SKIP_LIBTORCH=1: a GPU machine builds against its PyTorch's LibTorch

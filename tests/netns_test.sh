@@ -2,13 +2,14 @@
 # System test across network namespaces: the learner in one namespace, two actors in two
 # others, joined by a bridge in a fourth, so learner and actors talk over real (virtual)
 # links with their own addresses. Everything it creates is named with a per-run prefix and
-# deleted by name on exit. Skips (exit 0, with a clear message) where namespaces cannot be
-# created (not root, no iproute2, no CAP_SYS_ADMIN).
+# deleted by name on exit. Skips (exit 77, with a clear message) where namespaces cannot be
+# created (not root, no iproute2, no CAP_SYS_ADMIN), and fails then under CI=true.
 # Usage: tests/netns_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/skip.sh"
 P="ech$$"
 NS_BR=${P}br NS_L=${P}l NS_A1=${P}a1 NS_A2=${P}a2
 extra_cleanup() {
@@ -17,8 +18,7 @@ extra_cleanup() {
 enter_workdir
 
 if ! command -v ip >/dev/null || ! ip netns add "$NS_BR" 2>/dev/null; then
-  echo "SKIPPED: cannot create network namespaces here (needs root and iproute2)"
-  exit 0
+  skip_or_fail "cannot create network namespaces here (needs root and iproute2)"
 fi
 set -e
 ip netns exec "$NS_BR" ip link add br0 type bridge

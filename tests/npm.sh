@@ -1,14 +1,16 @@
 # npm_install_or_skip DIR PURPOSE PACKAGE@VERSION...   (sourced, not run)
 # Installs the pinned npm packages into DIR/node_modules unless each is there already (never
-# into the source tree). Exits the test with 77 (CTest "skipped"), saying why, only when Node
-# or npm is missing or npm cannot install (offline); PURPOSE completes "node and npm are
-# needed to ...".
+# into the source tree). When Node or npm is missing or npm cannot install (offline), the test
+# exits 77 (CTest "skipped") saying why, or fails under CI=true: a check against an independent
+# reference that cannot run is not a pass. PURPOSE completes "node and npm are needed to ...".
+
+source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
+
 npm_install_or_skip() {
   local dir=$1 purpose=$2
   shift 2
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "SKIPPED: node and npm are needed to $purpose"
-    exit 77
+    skip_or_fail "node and npm are needed to $purpose"
   fi
   mkdir -p "$dir"
   local pkg missing=0
@@ -17,7 +19,6 @@ npm_install_or_skip() {
   done
   [ "$missing" -eq 0 ] && return 0
   if ! (cd "$dir" && timeout 300 npm install --no-save --no-audit --no-fund --loglevel=error "$@"); then
-    echo "SKIPPED: npm could not install $* (offline?)"
-    exit 77
+    skip_or_fail "npm could not install $* (offline?)"
   fi
 }

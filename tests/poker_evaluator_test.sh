@@ -11,7 +11,8 @@
 #   3. over all hands together, echelon's values order them exactly as phe's ranks do
 #      (equal values <=> equal ranks), so ties are exact too.
 # Installs phe with npm into WORK_DIR/poker_npm (never into the source tree); exits 77
-# (CTest "skipped") with a message only when Node/npm are missing or npm cannot install.
+# (CTest "skipped") with a message only when Node/npm are missing or npm cannot install, and
+# fails then under CI=true.
 set -euo pipefail
 
 TESTS_BIN=${1:?usage: poker_evaluator_test.sh ECHELON_TESTS_BINARY [WORK_DIR] [HANDS]}

@@ -5,10 +5,11 @@
 # screenshot is not blank (many distinct colours, the series colours present), and that bad
 # input gives one clear error naming the directory or file:line.
 # Installs Debian's `chromium` with apt-get when it is missing; exits 77 (skipped) only when
-# it cannot be installed.
+# it cannot be installed, and fails then under CI=true.
 # Usage: tests/report_test.sh path/to/echelon     (REPORT_TEST_KEEP=DIR keeps the artefacts)
 set -uo pipefail
 ECHELON=$(realpath "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -24,7 +25,11 @@ if ! command -v chromium > /dev/null; then
   echo "installing chromium (apt-get)"
   { apt-get install -y --no-install-recommends chromium || { apt-get update && apt-get install -y --no-install-recommends chromium; }; } \
     > apt.log 2>&1
-  command -v chromium > /dev/null || { echo "SKIP: chromium is not installed and apt-get could not install it"; tail -3 apt.log; exit 77; }
+  if ! command -v chromium > /dev/null; then
+    tail -3 apt.log
+    source "$HERE/skip.sh"
+    skip_or_fail "chromium is not installed and apt-get could not install it"
+  fi
 fi
 chrome() {  # chrome ARGS... : headless, no network services, a fresh profile each time
   local profile

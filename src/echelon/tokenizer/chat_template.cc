@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "echelon/common/sha256.h"
+
 namespace echelon::tokenizer {
 namespace {
 
@@ -118,33 +120,50 @@ std::string PyStrip(const std::string& s) {
   return s.substr(begin, SkipSpaceBackward(s, begin) - begin);
 }
 
+namespace {
+
+// The templates rendered byte for byte (by SHA-256 of the raw text; tests/chat_template_test.sh
+// compares every one with Python's jinja2 on generated conversations).
+struct KnownTemplate {
+  const char* sha256;
+  ChatFormat format;
+  const char* models;
+};
+constexpr KnownTemplate kKnownTemplates[] = {
+    {"87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5", ChatFormat::kQwen3, "Qwen3 (thinking)"},
+    {"cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f", ChatFormat::kChatMl, "Qwen2.5 Instruct"},
+    {"af9c0233881b083b52ff773580215222b5440ac3d0beeeca99b76329b048f8db", ChatFormat::kChatMl, "Qwen1.5 Chat"},
+    {"ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122", ChatFormat::kLlama3, "Llama-3 Instruct"},
+    {"b48c47f6443892716176eb200bf4ef108f64e06ca26ed0fa8ebc0a4b3992fcb2", ChatFormat::kLlama3,
+     "Llama-3 (always ends with the assistant header)"},
+};
+
+}  // namespace
+
+std::string KnownChatTemplates() {
+  std::string out;
+  for (const KnownTemplate& k : kKnownTemplates) out += std::string(out.empty() ? "" : ", ") + k.models;
+  return out;
+}
+
 Result<ChatTemplate> ChatTemplate::FromRaw(const std::string& raw, const std::string& bos_token) {
   ChatTemplate t;
   t.bos_token_ = bos_token;
   if (raw.empty()) return t;
-  if (Contains(raw, "<|im_start|>")) {
-    if (Contains(raw, "reasoning_content") || Contains(raw, "</think>")) {
-      t.format_ = ChatFormat::kQwen3;
-      t.reads_enable_thinking_ = Contains(raw, "enable_thinking");
-    } else {
-      t.format_ = ChatFormat::kChatMl;
-      t.default_system_ = DefaultSystem(raw);
-    }
-    return t;
-  }
-  if (Contains(raw, "<|start_header_id|>") && Contains(raw, "<|eot_id|>")) {
-    if (Contains(raw, "Cutting Knowledge Date")) {
-      return InvalidArgument("unsupported chat template: the Llama-3.1+ template (a \"Cutting Knowledge Date\" "
-                             "system header and tool definitions) is not implemented, only the Llama-3 one: " +
-                             Describe(raw));
-    }
-    t.format_ = ChatFormat::kLlama3;
-    t.reads_generation_prompt_ = Contains(raw, "add_generation_prompt");
-    return t;
-  }
-  return InvalidArgument("unsupported chat template (neither ChatML <|im_start|> as Qwen2/Qwen3 use nor "
-                         "Llama-3 <|start_header_id|>): " +
-                         Describe(raw));
+  const std::string digest = Sha256Hex(raw);
+  const KnownTemplate* known = nullptr;
+  for (const KnownTemplate& k : kKnownTemplates)
+    if (digest == k.sha256) known = &k;
+  if (known == nullptr)
+    return InvalidArgument("unsupported chat template (sha256 " + digest.substr(0, 12) + ", " + Describe(raw) +
+                           "): echelon renders only templates it reproduces byte for byte (" + KnownChatTemplates() +
+                           "); a template that differs in any byte is refused rather than rendered differently "
+                           "from how the model was trained");
+  t.format_ = known->format;
+  t.default_system_ = DefaultSystem(raw);
+  t.reads_enable_thinking_ = Contains(raw, "enable_thinking");
+  t.reads_generation_prompt_ = Contains(raw, "add_generation_prompt");
+  return t;
 }
 
 std::string ChatTemplate::name() const {

@@ -3,25 +3,28 @@
 //   ECHELON_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::FromRaw(raw_jinja, "<|begin_of_text|>"));
 //   ECHELON_ASSIGN_OR_RETURN(std::string prompt, t.Render({{"user", "Hi!"}}, {}));
 //
-// There is no Jinja engine. The family is recognised from the raw `chat_template` text of
-// tokenizer_config.json and rendered by hand, byte for byte as the real templates render
-// (checked against @huggingface/jinja with the shipped templates, tests/chat_template_test.sh):
-//   qwen3   ChatML with <think> handling (the template mentions `reasoning_content`): an
-//           assistant turn after the last user query keeps its reasoning as
-//           "<think>\n...\n</think>\n\n"; earlier turns lose it; `enable_thinking: false`
-//           appends an empty think block to the generation prompt when the template reads it.
-//   chatml  Qwen2 / Qwen2.5 style: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message; a
-//           default system message written in the template (Qwen2.5: "You are Qwen, created by
-//           Alibaba Cloud. ...") is inserted when the conversation has none.
+// There is no Jinja engine. A template is accepted only when its raw text (tokenizer_config.json
+// `chat_template` or chat_template.jinja) is, byte for byte, one of the known templates below
+// (by SHA-256), and rendered by hand exactly as Python's jinja2 renders it under transformers'
+// settings (tests/chat_template_test.sh checks every known template on generated
+// conversations). Every other template is refused with an error naming its digest and the
+// known ones: a template that differs in any byte may render differently, and a model prompted
+// in a format it was not trained on fails silently. The renderers:
+//   qwen3   Qwen3: ChatML with <think> handling: an assistant turn after the last user query
+//           keeps its reasoning as "<think>\n...\n</think>\n\n"; earlier turns lose it;
+//           `enable_thinking: false` appends an empty think block to the generation prompt.
+//   chatml  Qwen1.5 / Qwen2.5: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message; the default
+//           system message written in the template ("You are Qwen, created by Alibaba Cloud.
+//           ...") is inserted when the conversation has none.
 //   llama3  Llama-3 Instruct: BOS, then "<|start_header_id|>ROLE<|end_header_id|>\n\n" +
-//           CONTENT (Python str.strip()) + "<|eot_id|>" per message; templates that never read
-//           add_generation_prompt always end with the assistant header, as they render.
+//           CONTENT (Python str.strip()) + "<|eot_id|>" per message; the base tokenizer's
+//           template, which never reads add_generation_prompt, always ends with the assistant
+//           header, as it renders.
 //   plain   no template (an echelon checkpoint, a base model): the message contents joined by
 //           "\n", roles dropped, nothing appended for the generation prompt, so a character-
 //           tokenizer model sees exactly the text it was trained on.
-// Anything else, including the Llama-3.1+ templates with a "Cutting Knowledge Date" system
-// header and tool definitions, is refused with an error naming the template. Roles other than
-// system/user/assistant (tool calls, tool results) are refused too.
+// Tool definitions and roles other than system/user/assistant (tool calls, tool results) are
+// refused.
 //
 // Thread contract: immutable after construction; Render is safe for concurrent use.
 #pragma once
@@ -77,6 +80,9 @@ class ChatTemplate {
   bool reads_enable_thinking_ = false;      // qwen3
   bool reads_generation_prompt_ = true;     // llama3: false -> the assistant header is always added
 };
+
+// The models whose templates FromRaw accepts, comma-separated (for error messages and docs).
+std::string KnownChatTemplates();
 
 // Python's str.strip() / lstrip() / rstrip() without arguments: Unicode whitespace
 // (str.isspace) at the ends of UTF-8 text.

