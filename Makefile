@@ -6,7 +6,7 @@ CONFIG ?= configs/math-tiny.yaml
 # ccache keys on relative paths, so clones in other folders (CI) reuse the cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps configure build test run bench fuzz clean
+.PHONY: all deps configure build test run bench fuzz clean gsm8k-style
 
 all: build
 
@@ -26,6 +26,13 @@ test: build
 
 run: build
 	./$(BUILD)/echelon train $(CONFIG)
+
+# Your own data end to end (configs/gsm8k-style.yaml): writes the tiny Qwen3 once, then trains.
+GSM8K_MODEL := $(BUILD)/models/qwen3-tiny
+gsm8k-style: configure
+	cmake --build $(BUILD) -j $(JOBS) --target echelon
+	[ -d $(GSM8K_MODEL) ] || bash scripts/tiny-qwen3.sh $(GSM8K_MODEL) $(BUILD)/echelon
+	./$(BUILD)/echelon train configs/gsm8k-style.yaml --set model.init=$(GSM8K_MODEL)
 
 bench: configure
 	cmake --build $(BUILD) -j $(JOBS) --target generate_bench learner_step_bench simulate_bench

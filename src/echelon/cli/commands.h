@@ -17,5 +17,6 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
+void AddInitModelCommand(CLI::App& app, int* exit_code);
 
 }  // namespace echelon::cli

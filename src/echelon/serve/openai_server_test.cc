@@ -283,27 +283,5 @@ TEST_F(OpenAiServerTest, UpdateWeightsSwapsAndRefusesMismatches) {
   EXPECT_EQ(Post("/v1/completions", greedy).second["choices"][0]["token_ids"].get<std::vector<int64_t>>(), want_b);
 }
 
-// Writes a random tiny Qwen3 model in the Hugging Face layout with a real tokenizer, for
-// tests/serve_test.sh; skipped unless ECHELON_TINY_HF_OUT (the directory to write) and
-// ECHELON_TINY_HF_TOKENIZER (a directory with tokenizer.json and tokenizer_config.json) are set.
-// The vocabulary is Qwen3's 151,936 rows (above the tokenizer's ids) with hidden size 32.
-TEST(TinyHfModelDump, Writes) {
-  const char* out = std::getenv("ECHELON_TINY_HF_OUT");
-  const char* tok_dir = std::getenv("ECHELON_TINY_HF_TOKENIZER");
-  if (out == nullptr || tok_dir == nullptr) GTEST_SKIP() << "ECHELON_TINY_HF_OUT / ECHELON_TINY_HF_TOKENIZER not set";
-  Result<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(tok_dir);
-  ASSERT_TRUE(tok.ok()) << tok.status().message();
-  model::ModelConfig c = TinyConfig(151936, 32);
-  c.max_position_embeddings = 512;
-  c.bos_token_id = -1;
-  c.eos_token_id = tok->TokenToId("<|im_end|>").value();
-  c.pad_token_id = tok->TokenToId("<|endoftext|>").value();
-  c.tie_word_embeddings = true;
-  model::Qwen3Model m(c);
-  m->InitWeights(2024);
-  const Status st = model::SaveModelDir(out, m, "Qwen3ForCausalLM", {c.eos_token_id, c.pad_token_id}, tok_dir);
-  ASSERT_TRUE(st.ok()) << st.message();
-}
-
 }  // namespace
 }  // namespace echelon::serve

