@@ -10,11 +10,13 @@ ECHELON=$(realpath "$1")
 enter_workdir
 contains() { grep -q -- "$2" "$1"; }
 
-# 300 rows "What is A+B?" -> A+B: even rows as chat messages with reward_model, odd rows as a
-# plain string with answer (a number).
+# 300 rows "What is A+B?" -> A+B: even rows as chat messages with reward_model (every fourth
+# after a system message), odd rows as a plain string with answer (a number).
 for i in $(seq 0 299); do
   a=$((i % 20)); b=$((i / 20))
-  if [ $((i % 2)) -eq 0 ]; then
+  if [ $((i % 4)) -eq 0 ]; then
+    printf '{"data_source": "toy", "prompt": [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "What is %d+%d?"}], "reward_model": {"style": "rule", "ground_truth": "%d"}, "extra_info": {"index": %d}}\n' $a $b $((a + b)) $i
+  elif [ $((i % 2)) -eq 0 ]; then
     printf '{"data_source": "toy", "prompt": [{"role": "user", "content": "What is %d+%d?"}], "reward_model": {"style": "rule", "ground_truth": "%d"}, "extra_info": {"index": %d}}\n' $a $b $((a + b)) $i
   else
     printf '{"prompt": "What is %d+%d?", "answer": %d}\n' $a $b $((a + b))
@@ -51,10 +53,10 @@ check "eval of the held-out rows exits 0" test $? -eq 0
 check "eval prints accuracy over the 30 rows" sh -c "tail -n1 eval.out | grep -Eq '^\{\"accuracy\":[0-9.e-]+,\"n\":30\}$'"
 
 # Errors: one line naming file:line and field; nothing trained.
-{ head -6 train.jsonl; echo '{"prompt": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}], "answer": "1"}'; } > bad.jsonl
+{ head -6 train.jsonl; echo '{"prompt": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "answer": "1"}'; } > bad.jsonl
 "$ECHELON" train prompts.yaml --out bad --set task.train_file="$WORK/bad.jsonl" > /dev/null 2> bad.err
 check "a bad row fails the run" test $? -ne 0
-check "a bad row is named by file:line and field" contains bad.err "bad.jsonl:7: field \"prompt\": holds 2 messages"
+check "a bad row is named by file:line and field" contains bad.err "bad.jsonl:7: field \"prompt\[0\].role\": \"user\", expected \"system\""
 check "a bad row trains nothing" test ! -e bad/checkpoints/final
 cp train.jsonl data.parquet
 "$ECHELON" train prompts.yaml --out pq --set task.train_file="$WORK/data.parquet" > /dev/null 2> pq.err

@@ -63,7 +63,7 @@ Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& arg
   o.snapshot_files = setup.vocab.files();
   o.snapshot_files["config.json"] = config.dump(2) + "\n";
   const model::Vocabulary vocab = setup.vocab;
-  rollout::PromptEncoder encode = [vocab](const std::string& text) { return vocab.EncodePrompt(text); };
+  rollout::PromptEncoder encode = [vocab](const data::PolicyPrompt& p) { return vocab.EncodePrompt(p.system, p.user); };
   rollout::TokenDecoder decode = [vocab](const std::vector<int64_t>& ids) { return vocab.DecodeCompletion(ids); };
   spdlog::info("{}: generating through {} (snapshots written to {})", args.name, o.url, o.snapshot_dir);
   return std::unique_ptr<rollout::SnapshotPolicy>(

@@ -22,10 +22,11 @@ namespace echelon::data {
 
 struct Prompt {
   uint64_t id = 0;
-  std::string text;         // what the policy sees
+  std::string text;         // what the policy sees (the user message of a chat prompt)
   std::string reference;    // what the adapter checks against (e.g. "85")
   std::string data_source;  // prompts task: the row's data_source (learner side only)
   std::string extra_info;   // prompts task: the row's extra_info as JSON text, "" when none
+  std::string system;       // a chat prompt's system message, "" when none
 };
 
 // One policy decision: the prompt as token ids, the sampled tokens, and their log-probs under
@@ -53,13 +54,27 @@ struct Scored {
   std::map<std::string, double> metrics;
 };
 
-// What an adapter drives: samples one completion per prompt text.
+// What the policy continues: a user message after an optional system message. With a chat
+// template both are rendered as chat turns; without one they are joined by "\n" (see
+// model::Vocabulary::EncodePrompt).
+struct PolicyPrompt {
+  PolicyPrompt(std::string user_text) : user(std::move(user_text)) {}  // NOLINT: a plain prompt
+  PolicyPrompt(const char* user_text) : user(user_text) {}             // NOLINT
+  PolicyPrompt(std::string system_text, std::string user_text)
+      : system(std::move(system_text)), user(std::move(user_text)) {}
+  static PolicyPrompt Of(const Prompt& p) { return PolicyPrompt(p.system, p.text); }
+
+  std::string system;
+  std::string user;
+};
+
+// What an adapter drives: samples one completion per prompt.
 class Policy {
  public:
   virtual ~Policy() = default;
   // One completion per prompt, in order; an error (the prompt cannot be encoded, the inference
   // server failed) fails the whole call.
-  virtual Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) = 0;
+  virtual Result<std::vector<Turn>> Sample(const std::vector<PolicyPrompt>& prompts, uint64_t seed) = 0;
 };
 
 class TaskAdapter {

@@ -16,7 +16,7 @@ Result<std::vector<Episode>> RunSingleTurnGroup(const TaskAdapter& task, const P
                                                 Policy& policy, uint64_t seed) {
   if (group_size <= 0) return std::vector<Episode>();
   ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
-                           policy.Sample(std::vector<std::string>(group_size, prompt.text), seed));
+                           policy.Sample(std::vector<PolicyPrompt>(group_size, PolicyPrompt::Of(prompt)), seed));
   std::vector<std::string> texts;
   for (const Turn& t : turns) texts.push_back(t.text);
   ECHELON_ASSIGN_OR_RETURN(std::vector<Scored> scored, task.RewardGroup(prompt, texts));

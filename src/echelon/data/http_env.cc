@@ -136,7 +136,7 @@ class HttpEnvAdapter final : public TaskAdapter {
     }
     for (uint64_t turn = 0; turn < opts_.max_turns; ++turn) {
       std::vector<size_t> going;
-      std::vector<std::string> prompts;
+      std::vector<PolicyPrompt> prompts;
       for (size_t i = 0; i < live.size(); ++i)
         if (!live[i].done) {
           going.push_back(i);

@@ -81,7 +81,7 @@ class GuessEnv {
 class ScriptedPolicy : public Policy {
  public:
   explicit ScriptedPolicy(std::function<std::string(size_t call, size_t i)> answer) : answer_(std::move(answer)) {}
-  Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t) override {
+  Result<std::vector<Turn>> Sample(const std::vector<PolicyPrompt>& prompts, uint64_t) override {
     std::vector<Turn> out;
     for (size_t i = 0; i < prompts.size(); ++i) {
       Turn t;
@@ -90,7 +90,8 @@ class ScriptedPolicy : public Policy {
       t.logprobs = {-0.5f};
       out.push_back(t);
     }
-    batches.push_back(prompts);
+    batches.emplace_back();
+    for (const PolicyPrompt& p : prompts) batches.back().push_back(p.user);
     return out;
   }
   std::vector<std::vector<std::string>> batches;

@@ -39,9 +39,10 @@ std::string Solve(const std::string& text) {
 class ScriptedPolicy : public Policy {
  public:
   explicit ScriptedPolicy(std::vector<std::string> answers) : answers_(std::move(answers)) {}
-  Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) override {
+  Result<std::vector<Turn>> Sample(const std::vector<PolicyPrompt>& prompts, uint64_t seed) override {
     ++calls;
-    seen_prompts = prompts;
+    seen_prompts.clear();
+    for (const PolicyPrompt& p : prompts) seen_prompts.push_back(p.user);
     seen_seed = seed;
     std::vector<Turn> turns;
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -38,24 +38,32 @@ Result<std::string> GroundTruth(const nlohmann::json& v, const std::string& fiel
   return InvalidArgument(Field(field) + ": must be a string or a number");
 }
 
-Result<std::string> PromptText(const nlohmann::json& p) {
-  if (p.is_string()) {
-    if (p.get<std::string>().empty()) return InvalidArgument(Field("prompt") + ": empty");
-    return p.get<std::string>();
+// The prompt into p->text (and p->system): a string, or chat messages [system?, user].
+Status PromptText(const nlohmann::json& j, Prompt* p) {
+  if (j.is_string()) {
+    if (j.get<std::string>().empty()) return InvalidArgument(Field("prompt") + ": empty");
+    p->text = j.get<std::string>();
+    return Status::Ok();
   }
-  if (!p.is_array()) return InvalidArgument(Field("prompt") + ": must be a string or a list of chat messages");
-  if (p.size() != 1)
-    return InvalidArgument(Field("prompt") + ": holds " + std::to_string(p.size()) +
-                           " messages; one user message is supported (fold a system prompt into it)");
-  const nlohmann::json& m = p[0];
-  if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
-      !m["content"].is_string())
-    return InvalidArgument(Field("prompt[0]") + ": must be {\"role\": \"user\", \"content\": \"...\"}");
-  if (m["role"] != "user")
-    return InvalidArgument(Field("prompt[0].role") + ": \"" + m["role"].get<std::string>() +
-                           "\"; one user message is supported (fold a system prompt into it)");
-  if (m["content"].get<std::string>().empty()) return InvalidArgument(Field("prompt[0].content") + ": empty");
-  return m["content"].get<std::string>();
+  if (!j.is_array()) return InvalidArgument(Field("prompt") + ": must be a string or a list of chat messages");
+  const size_t n = j.size();
+  if (n == 0 || n > 2)
+    return InvalidArgument(Field("prompt") + ": holds " + std::to_string(n) +
+                           " messages; supported are one user message, or a system message then a user message");
+  for (size_t i = 0; i < n; ++i) {
+    const nlohmann::json& m = j[i];
+    const std::string at = "prompt[" + std::to_string(i) + "]";
+    const std::string role = i + 1 == n ? "user" : "system";
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+        !m["content"].is_string())
+      return InvalidArgument(Field(at) + ": must be {\"role\": \"" + role + "\", \"content\": \"...\"}");
+    if (m["role"] != role)
+      return InvalidArgument(Field(at + ".role") + ": \"" + m["role"].get<std::string>() + "\", expected \"" + role +
+                             "\" (supported are one user message, or a system message then a user message)");
+    if (m["content"].get<std::string>().empty()) return InvalidArgument(Field(at + ".content") + ": empty");
+    (role == "user" ? p->text : p->system) = m["content"].get<std::string>();
+  }
+  return Status::Ok();
 }
 
 Result<Prompt> ParseRow(const std::string& line) {
@@ -64,7 +72,7 @@ Result<Prompt> ParseRow(const std::string& line) {
   if (!j.is_object()) return InvalidArgument(std::string("not a JSON object; ") + kExample);
   if (!j.contains("prompt")) return InvalidArgument("missing " + Field("prompt") + "; " + kExample);
   Prompt p;
-  ECHELON_ASSIGN_OR_RETURN(p.text, PromptText(j["prompt"]));
+  ECHELON_RETURN_IF_ERROR(PromptText(j["prompt"], &p));
   if (j.contains("reward_model")) {
     const nlohmann::json& rm = j["reward_model"];
     if (!rm.is_object() || !rm.contains("ground_truth"))
@@ -132,6 +140,8 @@ class PromptsAdapter final : public TaskAdapter {
     for (const std::vector<PromptRow>* rows : {&train_, &held_out_rows_})
       for (const PromptRow& r : *rows) {
         chars.insert(r.prompt.text.begin(), r.prompt.text.end());
+        chars.insert(r.prompt.system.begin(), r.prompt.system.end());
+        if (!r.prompt.system.empty()) chars.insert('\n');  // joins system and user without a chat template
         chars.insert(r.prompt.reference.begin(), r.prompt.reference.end());
       }
     return std::string(chars.begin(), chars.end());

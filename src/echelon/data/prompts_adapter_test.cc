@@ -87,6 +87,23 @@ TEST_F(PromptsAdapterTest, PlainStringPromptsAndAnswerField) {
   EXPECT_EQ(rows.value()[1].prompt.id, 3u);  // its line
 }
 
+TEST_F(PromptsAdapterTest, ASystemMessageTravelsWithThePrompt) {
+  const std::string f = Write("chat.jsonl", R"({"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2=?"}], "answer": 4})"
+                                            "\n");
+  Result<std::vector<PromptRow>> rows = ReadPromptRows(f);
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  EXPECT_EQ(rows.value()[0].prompt.system, "Be brief.");
+  EXPECT_EQ(rows.value()[0].prompt.text, "2+2=?");
+  const PolicyPrompt p = PolicyPrompt::Of(rows.value()[0].prompt);
+  EXPECT_EQ(p.system, "Be brief.");
+  EXPECT_EQ(p.user, "2+2=?");
+  // A character tokenizer's alphabet covers the system message too.
+  Result<std::unique_ptr<TaskAdapter>> t = CreatePromptsAdapter({{"eval_file", f}});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_NE(t.value()->Alphabet().find('B'), std::string::npos);
+  EXPECT_NE(t.value()->Alphabet().find('\n'), std::string::npos);  // the line between them
+}
+
 TEST_F(PromptsAdapterTest, BadRowsNameFileLineAndField) {
   struct Case {
     std::string row;
@@ -98,8 +115,13 @@ TEST_F(PromptsAdapterTest, BadRowsNameFileLineAndField) {
       {R"({"answer": "1"})", "missing field \"prompt\""},
       {R"({"prompt": 5, "answer": "1"})", "field \"prompt\": must be a string or a list of chat messages"},
       {R"({"prompt": "", "answer": "1"})", "field \"prompt\": empty"},
-      {R"({"prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}], "answer": "1"})",
-       "holds 2 messages; one user message is supported"},
+      {R"({"prompt": [{"role": "system", "content": "a"}, {"role": "user", "content": "b"}, {"role": "user", "content": "c"}], "answer": "1"})",
+       "holds 3 messages; supported are one user message, or a system message then a user message"},
+      {R"({"prompt": [], "answer": "1"})", "holds 0 messages"},
+      {R"({"prompt": [{"role": "user", "content": "be brief"}, {"role": "user", "content": "hi"}], "answer": "1"})",
+       "field \"prompt[0].role\": \"user\", expected \"system\""},
+      {R"({"prompt": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}], "answer": "1"})",
+       "field \"prompt[0].content\": empty"},
       {R"({"prompt": [{"role": "assistant", "content": "hi"}], "answer": "1"})", "field \"prompt[0].role\": \"assistant\""},
       {R"({"prompt": [{"content": "hi"}], "answer": "1"})", "field \"prompt[0]\": must be {\"role\""},
       {R"({"prompt": "hi"})", "missing field \"reward_model.ground_truth\" (or \"answer\")"},

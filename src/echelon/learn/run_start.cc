@@ -64,7 +64,8 @@ Result<InitialModel> LoadInitialModel(const RunOptions& options, const data::Tas
   }
   m.weights = dir.model;
   // Every prompt of the task must encode (a character tokenizer has a fixed alphabet).
-  if (Result<std::vector<int64_t>> probe = m.vocab.EncodePrompt(task.TrainPrompt(0).text); !probe.ok())
+  const data::Prompt first = task.TrainPrompt(0);
+  if (Result<std::vector<int64_t>> probe = m.vocab.EncodePrompt(first.system, first.text); !probe.ok())
     return InvalidArgument(where + ": its tokenizer cannot encode the task's prompts: " + probe.status().message());
   return m;
 }

@@ -20,7 +20,7 @@ Result<double> Warmstart(model::Qwen3Model& model, const model::Vocabulary& voca
     std::vector<int64_t> prompt_lens;
     for (int64_t i = 0; i < options.batch_size; ++i) {
       data::Prompt p = task.TrainPrompt(base + step * options.batch_size + i);
-      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, vocab.EncodePrompt(p.text));
+      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, vocab.EncodePrompt(p.system, p.text));
       const std::string demonstration = task.Demonstration(p);
       if (demonstration.empty())
         return FailedPrecondition("the " + task.name() + " task has no demonstrations to warm-start from; set warmstart.steps: 0");

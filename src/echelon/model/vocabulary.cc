@@ -252,12 +252,15 @@ Result<Vocabulary> Vocabulary::FromJson(const json& j, const std::string& where)
   return v.WithChat(think.is_null() ? std::nullopt : std::optional<bool>(think.get<bool>()));
 }
 
-Result<std::vector<int64_t>> Vocabulary::EncodePrompt(const std::string& text) const {
+Result<std::vector<int64_t>> Vocabulary::EncodePrompt(const std::string& system, const std::string& user) const {
   if (chat_) {
-    ECHELON_ASSIGN_OR_RETURN(std::string rendered, chat_->Render({{"user", text}}, chat_options_));
+    std::vector<tokenizer::ChatMessage> messages;
+    if (!system.empty()) messages.emplace_back("system", system);
+    messages.emplace_back("user", user);
+    ECHELON_ASSIGN_OR_RETURN(std::string rendered, chat_->Render(messages, chat_options_));
     return codec_->Encode(rendered);
   }
-  ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, codec_->Encode(text));
+  ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, codec_->Encode(system.empty() ? user : system + "\n" + user));
   ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
   return ids;
 }

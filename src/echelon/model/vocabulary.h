@@ -99,7 +99,10 @@ class Vocabulary {
 
   Result<std::vector<int64_t>> Encode(const std::string& text) const { return codec_->Encode(text); }
   // The prompt prefix followed by the text's ids; with chat, the rendered user turn's ids.
-  Result<std::vector<int64_t>> EncodePrompt(const std::string& text) const;
+  Result<std::vector<int64_t>> EncodePrompt(const std::string& text) const { return EncodePrompt("", text); }
+  // The same after a system message ("" none): with chat a system turn then the user turn;
+  // without, the system text, "\n", then the user text.
+  Result<std::vector<int64_t>> EncodePrompt(const std::string& system, const std::string& user) const;
   // The text of a sampled completion: a trailing stop id and special tokens dropped, ids the
   // tokenizer does not know (rows of a padded embedding) as U+FFFD.
   std::string DecodeCompletion(std::vector<int64_t> ids) const;

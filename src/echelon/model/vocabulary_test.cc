@@ -144,6 +144,12 @@ TEST(Vocabulary, ChatPromptsAreOneRenderedUserTurn) {
   EXPECT_EQ(want.front(), 259);
   EXPECT_EQ(chat->EncodePrompt("7+8=").value(), want);
   EXPECT_EQ(v->EncodePrompt("7+8=").value(), (std::vector<int64_t>{'7', '+', '8', '='})) << "the original is unchanged";
+  // A system message is a system turn with chat, and a line before the prompt without.
+  EXPECT_EQ(chat->EncodePrompt("Be brief.", "7+8=").value(),
+            chat->Encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n7+8=<|im_end|>\n"
+                         "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+                .value());
+  EXPECT_EQ(v->EncodePrompt("S", "7+8=").value(), (std::vector<int64_t>{'S', '\n', '7', '+', '8', '='}));
   // The chat setting travels with the run spec.
   Result<Vocabulary> back = Vocabulary::FromJson(json::parse(chat->ToJson().dump()), "run spec");
   ASSERT_TRUE(back.ok()) << back.status().message();

@@ -80,6 +80,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_prompt_id(a->prompt.id);
     reply->set_prompt_text(a->prompt.text);
     reply->set_prompt_reference(a->prompt.reference);
+    reply->set_prompt_system(a->prompt.system);
     reply->set_group_size(a->group_size);
     return grpc::Status::OK;
   }

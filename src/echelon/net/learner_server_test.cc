@@ -21,6 +21,7 @@ class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, 
     a.work.group_id = next++;
     a.work.lease_id = 100 + a.work.group_id;
     a.prompt = data::Prompt{a.work.group_id, "1+2=", "3"};
+    a.prompt.system = "Answer with a number.";
     a.group_size = 2;
     holders.push_back(actor);
     return a;
@@ -127,6 +128,7 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   std::optional<rollout::Assignment> a = learner.Acquire("ignored");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->prompt.text, "1+2=");
+  EXPECT_EQ(a->prompt.system, "Answer with a number.");  // a chat prompt's system message travels
   EXPECT_EQ(a->group_size, 2);
 
   rollout::GroupRollout g;

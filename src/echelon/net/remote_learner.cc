@@ -166,6 +166,7 @@ std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*a
   a.work.lease_id = reply.lease_id();
   a.work.dispatch_version = reply.dispatch_version();
   a.prompt = data::Prompt{reply.prompt_id(), reply.prompt_text(), reply.prompt_reference()};
+  a.prompt.system = reply.prompt_system();
   a.group_size = reply.group_size();
   return a;
 }

@@ -21,8 +21,8 @@ Result<EvalResult> EvaluateGreedy(const data::TaskAdapter& task, const std::vect
   } else {
     for (size_t start = 0; start < prompts.size(); start += batch) {
       const size_t end = std::min(prompts.size(), start + batch);
-      std::vector<std::string> texts;
-      for (size_t i = start; i < end; ++i) texts.push_back(prompts[i].text);
+      std::vector<data::PolicyPrompt> texts;
+      for (size_t i = start; i < end; ++i) texts.push_back(data::PolicyPrompt::Of(prompts[i]));
       ECHELON_ASSIGN_OR_RETURN(std::vector<data::Turn> turns, policy.Sample(texts, 0));
       for (size_t i = start; i < end; ++i) {
         ECHELON_ASSIGN_OR_RETURN(const data::Scored scored, task.Reward(prompts[i], turns[i - start].text));

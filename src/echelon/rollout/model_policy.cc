@@ -11,10 +11,10 @@ ModelPolicy::ModelPolicy(model::Qwen3Model model, model::Vocabulary vocab, model
   vocab_.SetStops(&params_);
 }
 
-Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
+Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) {
   std::vector<std::vector<int64_t>> ids;
-  for (const std::string& p : prompts) {
-    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> enc, vocab_.EncodePrompt(p));
+  for (const data::PolicyPrompt& p : prompts) {
+    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> enc, vocab_.EncodePrompt(p.system, p.user));
     ids.push_back(std::move(enc));
   }
   model::SamplingParams sp = params_;

@@ -24,7 +24,7 @@ class ModelPolicy : public SnapshotPolicy {
 
   // Throws std::invalid_argument when a prompt cannot be encoded (a character outside the
   // character tokenizer's alphabet, ill-formed UTF-8).
-  Result<std::vector<data::Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) override;
+  Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) override;
   // Replaces the weights with a snapshot's safetensors bytes.
   Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
   int64_t version() const override { return version_; }

@@ -122,7 +122,7 @@ Status ParseChoice(const json& c, size_t index, const std::string& where, data::
 
 }  // namespace
 
-Result<std::vector<data::Turn>> OpenAiHttpPolicy::Sample(const std::vector<std::string>& prompts, uint64_t seed) {
+Result<std::vector<data::Turn>> OpenAiHttpPolicy::Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) {
   std::vector<data::Turn> turns(prompts.size());
   if (prompts.empty()) return turns;
   json prompt_ids = json::array();

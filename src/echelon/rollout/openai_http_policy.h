@@ -52,7 +52,7 @@ struct OpenAiHttpOptions {
 };
 
 // Prompt text -> the token ids the model sees (ModelPolicy's encoding: BOS + characters).
-using PromptEncoder = std::function<Result<std::vector<int64_t>>(const std::string&)>;
+using PromptEncoder = std::function<Result<std::vector<int64_t>>(const data::PolicyPrompt&)>;
 // Sampled ids -> the completion text the task adapter reads.
 using TokenDecoder = std::function<std::string(const std::vector<int64_t>&)>;
 
@@ -62,7 +62,7 @@ class OpenAiHttpPolicy : public SnapshotPolicy {
                    model::SamplingParams params);
   ~OpenAiHttpPolicy() override;
 
-  Result<std::vector<data::Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) override;
+  Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) override;
   Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
   int64_t version() const override { return version_; }
 

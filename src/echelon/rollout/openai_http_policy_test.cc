@@ -63,8 +63,8 @@ class OpenAiHttpPolicyTest : public ::testing::Test {
     o.snapshot_files = {{"config.json", TinyConfig(tok_.vocab_size(), 32).ToJson().dump()},
                         {"tokenizer.json", tok_.ToJson().dump()}};
     const model::CharTokenizer tok = tok_;
-    PromptEncoder encode = [tok](const std::string& text) -> Result<std::vector<int64_t>> {
-      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tok.Encode(text));
+    PromptEncoder encode = [tok](const data::PolicyPrompt& p) -> Result<std::vector<int64_t>> {
+      ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tok.Encode(p.user));
       ids.insert(ids.begin(), model::CharTokenizer::kBos);
       return ids;
     };
@@ -89,12 +89,12 @@ class OpenAiHttpPolicyTest : public ::testing::Test {
 };
 
 TEST_F(OpenAiHttpPolicyTest, GreedyTokensAndLogprobsEqualLocalGeneration) {
-  const std::vector<std::string> prompts = {"12+34=", "7-3=", "99+1="};
+  const std::vector<data::PolicyPrompt> prompts = {"12+34=", "7-3=", "99+1="};
   ExpectSameTurns(Remote(0.0)->Sample(prompts, 5).value(), Local(0.0)->Sample(prompts, 5).value());
 }
 
 TEST_F(OpenAiHttpPolicyTest, SeededSamplingEqualsLocalSampling) {
-  const std::vector<std::string> group(4, "45+45=");
+  const std::vector<data::PolicyPrompt> group(4, "45+45=");
   auto remote = Remote(1.0);
   auto local = Local(1.0);
   const std::vector<data::Turn> a = remote->Sample(group, 77).value();
@@ -114,7 +114,7 @@ TEST_F(OpenAiHttpPolicyTest, SnapshotsReachTheServer) {
   ASSERT_TRUE(remote->LoadSnapshot(bytes, 4).ok());
   ASSERT_TRUE(local->LoadSnapshot(bytes, 4).ok());
   EXPECT_EQ(remote->version(), 4);
-  const std::vector<std::string> prompts = {"1+2=", "30-4="};
+  const std::vector<data::PolicyPrompt> prompts = {"1+2=", "30-4="};
   ExpectSameTurns(remote->Sample(prompts, 1).value(), local->Sample(prompts, 1).value());
   EXPECT_TRUE(fs::exists(root_ / "snapshots" / "v4" / "model.safetensors"));
 
@@ -133,7 +133,7 @@ TEST_F(OpenAiHttpPolicyTest, UnreachableServerIsNamed) {
   OpenAiHttpOptions o;
   o.url = "http://127.0.0.1:1";
   o.model = "m";
-  OpenAiHttpPolicy p(o, [](const std::string&) { return Result<std::vector<int64_t>>(std::vector<int64_t>{1}); }, {},
+  OpenAiHttpPolicy p(o, [](const data::PolicyPrompt&) { return Result<std::vector<int64_t>>(std::vector<int64_t>{1}); }, {},
                      Sampling(0.0));
   Result<std::vector<data::Turn>> r = p.Sample({"x"}, 0);
   ASSERT_FALSE(r.ok());

@@ -11,11 +11,11 @@ namespace {
 // the same answer whatever the batching.
 class TextHashPolicy : public Policy {
  public:
-  Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t) override {
+  Result<std::vector<Turn>> Sample(const std::vector<PolicyPrompt>& prompts, uint64_t) override {
     std::vector<Turn> out(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
       uint64_t h = 0;
-      for (char c : prompts[i]) h = HashCombine(h, static_cast<uint64_t>(c));
+      for (char c : prompts[i].user) h = HashCombine(h, static_cast<uint64_t>(c));
       out[i].text = std::string(1, "fcr"[h % 3]);
     }
     return out;

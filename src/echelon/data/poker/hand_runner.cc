@@ -44,7 +44,7 @@ Result<std::vector<PlayedHand>> PlayHands(const std::vector<TableSpec>& tables, 
     const size_t batch = options.max_batch == 0 ? waiting.size() : options.max_batch;
     for (size_t start = 0; start < waiting.size(); start += batch) {
       const size_t end = std::min(waiting.size(), start + batch);
-      std::vector<std::string> prompts;
+      std::vector<PolicyPrompt> prompts;
       for (size_t k = start; k < end; ++k)
         prompts.push_back(PromptText(hands[waiting[k]], tables[waiting[k]].policy_seat));
       ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,

@@ -16,14 +16,14 @@ namespace {
 class FakePolicy : public Policy {
  public:
   explicit FakePolicy(std::function<std::string(const std::string&, uint64_t)> answer) : answer_(std::move(answer)) {}
-  Result<std::vector<Turn>> Sample(const std::vector<std::string>& prompts, uint64_t seed) override {
+  Result<std::vector<Turn>> Sample(const std::vector<PolicyPrompt>& prompts, uint64_t seed) override {
     batches.push_back(prompts.size());
     std::vector<Turn> out;
     for (size_t i = 0; i < prompts.size(); ++i) {
       Turn t;
-      t.text = answer_(prompts[i], HashCombine(seed, i));
+      t.text = answer_(prompts[i].user, HashCombine(seed, i));
       t.prompt_ids = {1};
-      seen.push_back(prompts[i]);
+      seen.push_back(prompts[i].user);
       out.push_back(t);
     }
     return out;
