@@ -1,10 +1,12 @@
 #include "echelon/learn/learner.h"
 
 #include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace echelon::learn {
 
@@ -389,6 +391,10 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
       if (compute[i].grad().defined()) master[i].mutable_grad() = compute[i].grad().to(at::kFloat);
   }
   const double norm = torch::nn::utils::clip_grad_norm_(master, options_.max_grad_norm);
+  // A non-finite loss or gradient (a ratio overflowing on hostile behaviour log-probs, a
+  // numerical blow-up) would write NaN weights that every actor then receives: no step. Every
+  // rank sees the same summed values, so all of them skip together.
+  if (!std::isfinite(norm) || !std::isfinite(mb->loss)) return std::numeric_limits<double>::quiet_NaN();
   optimizer_->step();
   if (sharded_) ECHELON_RETURN_IF_ERROR(ShareStepped());
   if (compute_.get() != model_.get()) {
@@ -450,6 +456,10 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       AccumulateGradients(b, rows, prox, &mb);
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));
       if (!prox.defined()) LogprobGaps(mb.start_logp, b, groups.size(), &stats);
+      if (std::isnan(norm)) {
+        ++stats.skipped_nonfinite;
+        continue;
+      }
       stats.grad_norm += norm;
       stats.loss += mb.loss;
       stats.clip_frac += mb.clip_frac;
@@ -459,7 +469,10 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   } catch (const c10::Error& e) {  // LibTorch's errors (out of memory, a device failure) end here
     return Internal(std::string("learner update failed: ") + e.what_without_backtrace());
   }
-  const double n = static_cast<double>(minibatches.size());
+  if (stats.skipped_nonfinite > 0)
+    spdlog::warn("learner: {} of {} optimizer steps skipped: non-finite loss or gradient (weights unchanged by them)",
+                 stats.skipped_nonfinite, minibatches.size());
+  const double n = std::max<double>(1.0, static_cast<double>(minibatches.size()) - stats.skipped_nonfinite);
   stats.grad_norm /= n;
   stats.loss /= n;
   stats.clip_frac /= n;

@@ -89,6 +89,7 @@ struct StepStats {
   std::vector<double> group_logprob_gap;  // the same per group, in the order given
   int64_t tokens = 0;            // completion tokens trained on
   int64_t zero_spread_groups = 0;  // groups whose rewards were all equal (no signal)
+  int64_t skipped_nonfinite = 0;   // optimizer steps not taken: non-finite loss or gradient
 };
 
 struct TrainingBatch;  // learner.cc: the padded rows of one update
@@ -134,6 +135,7 @@ class Learner {
   void AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox, Minibatch* mb);
   // The compute model's gradients (and the minibatch's statistics) summed over ranks into the
   // master's gradients; then clipping and the optimizer step, and the compute copy refreshed.
+  // Returns the gradient norm, or NaN with no step taken when the loss or gradient is not finite.
   Result<double> ApplyGradients(Minibatch* mb);
   // Start-of-update log-probs of every row, without gradients (pi_prox), summed over ranks.
   Result<at::Tensor> ProxLogProbs(const TrainingBatch& b);

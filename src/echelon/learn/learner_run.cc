@@ -291,6 +291,7 @@ class LearnerRun {
     r.behav_weight_mean = stats.behav_weight_mean;
     r.logprob_gap = stats.logprob_gap;
     r.zero_spread_groups = stats.zero_spread_groups;
+    r.skipped_nonfinite = stats.skipped_nonfinite;
     r.tokens = stats.tokens;
     if (std::optional<BroadcastCompletion> b = transport_.TakeCompletedBroadcast()) {
       r.broadcast_version = b->version;

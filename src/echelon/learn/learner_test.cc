@@ -84,6 +84,33 @@ TEST(LearnerTest, GroupsWithoutRewardSpreadAreCountedAndGiveNoGradient) {
   EXPECT_TRUE(at::equal(before, learner.model()->StateDict().begin()->second));
 }
 
+// Behaviour log-probs of -1e30 make the importance ratio overflow: the loss is not finite, and
+// the optimizer step that would write NaN weights (published to every actor) is not taken.
+TEST(LearnerTest, NonFiniteLossSkipsTheStepAndLeavesWeightsUnchanged) {
+  model::Qwen3Model m(TinyConfig());
+  m->InitWeights(7);
+  LearnerOptions o;
+  o.loss.correction = Correction::kDecoupled;  // weighs by pi_prox / pi_behav: exp(1e30) overflows
+  Learner learner(m, o);
+  std::vector<LearnerGroup> groups = SampleGroups(learner.model(), 1.0, 4);
+  for (float& lp : groups[0].episodes[0].turns[0].logprobs) lp = -1e30f;
+  std::map<std::string, at::Tensor> before;
+  for (const auto& [k, v] : learner.model()->StateDict()) before[k] = v.clone();
+  Result<StepStats> s = learner.Step(groups);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->skipped_nonfinite, 1);
+  for (const auto& [k, v] : learner.model()->StateDict()) {
+    EXPECT_TRUE(at::equal(before.at(k), v)) << k;
+    EXPECT_TRUE(at::isfinite(v).all().item<bool>()) << k;
+  }
+  // The next honest batch trains normally.
+  for (float& lp : groups[0].episodes[0].turns[0].logprobs) lp = -1.0f;
+  s = learner.Step(SampleGroups(learner.model(), 1.0, 4));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->skipped_nonfinite, 0);
+  EXPECT_GT(s->grad_norm, 0.0);
+}
+
 TEST(LearnerTest, EmptyBatchIsRefused) {
   model::Qwen3Model m(TinyConfig());
   Learner learner(m, LearnerOptions{});

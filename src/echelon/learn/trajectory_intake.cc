@@ -7,6 +7,15 @@
 
 namespace echelon::learn {
 
+namespace {
+
+// The lowest log-prob a sampled token can carry: a sampler drawing from fp32 (or bf16, fp16)
+// probabilities never draws a token whose probability is below the smallest fp32 subnormal,
+// e^-103.3. A lower claim is forged, and it overflows the importance weight in the loss.
+constexpr float kMinBehaviorLogprob = -110.0f;
+
+}  // namespace
+
 std::string ActorName(const std::string& actor_id) { return actor_id.substr(0, actor_id.find('#')); }
 
 TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::Vocabulary* vocab,
@@ -38,7 +47,7 @@ std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
       for (int64_t id : t.tokens)
         if (id < 0 || id >= vocab_size_) return "token_out_of_vocab";
       for (float lp : t.logprobs)
-        if (!std::isfinite(lp) || lp > 1e-4f) return "bad_logprob";
+        if (!std::isfinite(lp) || lp > 1e-4f || lp < kMinBehaviorLogprob) return "bad_logprob";
     }
   }
   return "";

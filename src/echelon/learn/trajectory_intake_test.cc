@@ -96,6 +96,9 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
       {"bad_logprob",
        [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = std::numeric_limits<float>::quiet_NaN(); }},
       {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = 3.0f; }},
+      // Below what any sampled token can have: overflows the importance weight in the loss.
+      {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].logprobs[1] = -1e30f; }},
+      {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].logprobs[0] = -111.0f; }},
       {"wrong_group_size", [](rollout::GroupRollout& g) { g.episodes.pop_back(); }},
       {"bad_version", [](rollout::GroupRollout& g) { g.behavior_version = 7; }},
       {"not_lease_holder", [](rollout::GroupRollout& g) { g.lease_id += 1000; }},

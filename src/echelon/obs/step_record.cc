@@ -42,6 +42,7 @@ void VisitFields(R& r, V& v) {
   v.Numbers("actor_logprob_gap", r.actor_logprob_gap);
   v.Numbers("reward_metrics", r.reward_metrics);
   v.Count("zero_spread_groups", r.zero_spread_groups);
+  v.Count("skipped_nonfinite", r.skipped_nonfinite);
   v.Count("tokens", r.tokens);
   v.Number("tokens_per_s", r.tokens_per_s);
   v.Count("broadcast_version", r.broadcast_version);

@@ -10,7 +10,8 @@
 //               learner_busy_frac
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, loss, grad_norm, clip_frac, kl,
-//               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups, tokens,
+//               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups,
+//               skipped_nonfinite, tokens,
 //               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
@@ -72,6 +73,7 @@ struct StepRecord {
   std::map<std::string, double> actor_logprob_gap;    // the same per actor name
   std::map<std::string, double> reward_metrics;       // batch means of what the reward reported
   std::optional<int64_t> zero_spread_groups;
+  std::optional<int64_t> skipped_nonfinite;  // optimizer steps skipped: non-finite loss or gradient
   std::optional<int64_t> tokens;                      // completion tokens trained on
 
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
