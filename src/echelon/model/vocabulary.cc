@@ -237,6 +237,12 @@ Result<Vocabulary> Vocabulary::FromJson(const json& j, const std::string& where)
     return InvalidArgument(where + ": the vocabulary must be {\"files\": {name: text}, \"stop_ids\": [ids]}");
   TokenizerFiles files;
   for (const auto& [name, text] : j["files"].items()) {
+    // The names become file names on an actor's disk (the openai-http backend writes them
+    // beside each snapshot): only the tokenizer files a model directory has, never a path.
+    const std::vector<std::string>& known = FileNames();
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      return InvalidArgument(where + ": vocabulary file \"" + name + "\" is not a tokenizer file name (tokenizer.json, "
+                             "tokenizer_config.json, ...)");
     if (!text.is_string()) return InvalidArgument(where + ": vocabulary file " + name + " is not a string");
     files[name] = text.get<std::string>();
   }

@@ -126,6 +126,20 @@ TEST(Vocabulary, RunSpecRoundTripAndErrors) {
   EXPECT_FALSE(Vocabulary::FromJson(json{{"stop_ids", {1}}}, "spec").ok());
 }
 
+// The run spec's file names become files on an actor's disk (the openai-http backend writes
+// them beside each snapshot): a learner naming "../x" must not write outside that directory.
+TEST(Vocabulary, RunSpecFileNamesThatAreNotTokenizerFilesAreRefused) {
+  json spec = json::parse(Vocabulary::Characters("0123").ToJson().dump());
+  for (const std::string name : {"../../etc/cron.d/x", "/tmp/x", "sub/tokenizer.json", "model.safetensors", ""}) {
+    json bad = spec;
+    bad["files"][name] = "payload";
+    Result<Vocabulary> v = Vocabulary::FromJson(bad, "run spec");
+    ASSERT_FALSE(v.ok()) << name;
+    EXPECT_NE(v.status().message().find("vocabulary file \"" + name + "\" is not a tokenizer file name"), std::string::npos)
+        << v.status().message();
+  }
+}
+
 TEST(Vocabulary, ChatPromptsAreOneRenderedUserTurn) {
   // Qwen3's real template (tests/data/chat_templates/qwen3.jinja): templates are accepted byte for byte.
   std::ifstream in(std::string(ECHELON_TEST_DATA) + "/chat_templates/qwen3.jinja", std::ios::binary);
