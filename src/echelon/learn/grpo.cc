@@ -27,6 +27,16 @@ std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool sca
   return adv;
 }
 
+namespace {
+
+// exp of a log-ratio clamped to [-20, 20], as verl clamps it: a token whose ratio leaves
+// [e^-20, e^20] (only a forged or broken behaviour log-prob gets there) adds no gradient and
+// cannot overflow fp32 (e^88.7) into an infinite loss.
+constexpr double kMaxLogRatio = 20.0;
+at::Tensor ExpClamped(const at::Tensor& log_ratio) { return at::exp(at::clamp(log_ratio, -kMaxLogRatio, kMaxLogRatio)); }
+
+}  // namespace
+
 PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options) {
   const at::Tensor mask = in.mask;
   const at::Tensor prox = in.prox_logp.defined() ? in.prox_logp : in.logp.detach();
@@ -35,11 +45,11 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   at::Tensor ratio;
   at::Tensor weight;
   if (options.correction == Correction::kNone) {
-    ratio = at::exp(in.logp - in.behav_logp);
+    ratio = ExpClamped(in.logp - in.behav_logp);
     weight = at::ones_like(in.logp);
   } else {
-    ratio = at::exp(in.logp - prox);
-    weight = at::exp(prox - in.behav_logp);
+    ratio = ExpClamped(in.logp - prox);
+    weight = ExpClamped(prox - in.behav_logp);
     if (options.correction == Correction::kTruncatedIS) weight = at::clamp_max(weight, options.tis_cap);
   }
   const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);

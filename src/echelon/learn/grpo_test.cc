@@ -92,6 +92,32 @@ TEST(PolicyLossTest, DecoupledPpoUsesFullBehaviourWeightAndProximalRatio) {
   EXPECT_NEAR(out.behav_weight_mean, 2.5, 1e-5);
 }
 
+// A behaviour log-prob of -100 (the intake lets it through; -110 is its floor) would make
+// exp(logp - behav) overflow fp32: the log-ratio is clamped to 20, the loss and gradient stay
+// finite, and the clamped token adds no gradient.
+TEST(PolicyLossTest, ExtremeLogRatiosAreClampedAndStayFinite) {
+  for (Correction c : {Correction::kNone, Correction::kDecoupled}) {
+    PolicyLossInputs in;
+    in.logp = Logs({0.5, 0.5}).requires_grad_(true);
+    in.behav_logp = at::tensor({-100.0f, std::log(0.5f)}).unsqueeze(0);
+    in.advantages = at::tensor({-1.0f});
+    in.mask = at::ones({1, 2});
+    PolicyLossOptions opt;
+    opt.correction = c;
+    PolicyLossOutput out = PolicyLoss(in, opt);
+    ASSERT_TRUE(std::isfinite(out.loss.item<double>()));
+    out.loss.backward();
+    EXPECT_TRUE(at::isfinite(in.logp.grad()).all().item<bool>());
+    if (c == Correction::kNone) {
+      // Token 0: ratio e^20 with A = -1 (the unclipped branch), clamped: loss e^20 / 2, no gradient.
+      EXPECT_NEAR(out.loss.item<double>(), (std::exp(20.0) + 1.0) / 2, std::exp(20.0) * 1e-5);
+      EXPECT_EQ(in.logp.grad()[0][0].item<float>(), 0.0f);
+    } else {
+      EXPECT_NEAR(out.behav_weight_mean, (std::exp(20.0) + 1.0) / 2, std::exp(20.0) * 1e-5);
+    }
+  }
+}
+
 TEST(PolicyLossTest, KlToReferenceIsK3Estimator) {
   // ref = log 0.5, logp = log 0.25: d = ln 2, k3 = 2 - ln 2 - 1.
   PolicyLossInputs in;

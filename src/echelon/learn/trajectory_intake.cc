@@ -11,7 +11,7 @@ namespace {
 
 // The lowest log-prob a sampled token can carry: a sampler drawing from fp32 (or bf16, fp16)
 // probabilities never draws a token whose probability is below the smallest fp32 subnormal,
-// e^-103.3. A lower claim is forged, and it overflows the importance weight in the loss.
+// e^-103.3. A lower claim is forged (and would sit at the loss's log-ratio clamp).
 constexpr float kMinBehaviorLogprob = -110.0f;
 
 }  // namespace

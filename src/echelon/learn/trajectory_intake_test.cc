@@ -96,7 +96,7 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
       {"bad_logprob",
        [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = std::numeric_limits<float>::quiet_NaN(); }},
       {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = 3.0f; }},
-      // Below what any sampled token can have: overflows the importance weight in the loss.
+      // Below what any sampled token can have.
       {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].logprobs[1] = -1e30f; }},
       {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].logprobs[0] = -111.0f; }},
       {"wrong_group_size", [](rollout::GroupRollout& g) { g.episodes.pop_back(); }},
