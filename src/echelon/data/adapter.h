@@ -116,6 +116,10 @@ class TaskAdapter {
     (void)actions;
     return std::optional<Scored>();
   }
+  // The most turns (policy calls) one episode can have; the learner refuses an episode with no
+  // turn or more than this (bad_turn_count), so a single-turn task never trains on an episode
+  // of zero or two turns whose reward it could not check.
+  virtual size_t MaxTurns() const { return 1; }
   // Whether greedy evaluation plays whole episodes with RunGroup (a multi-turn environment)
   // rather than scoring one completion per held-out prompt with Reward.
   virtual bool EvalPlaysEpisodes() const { return false; }

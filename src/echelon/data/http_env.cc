@@ -118,6 +118,7 @@ class HttpEnvAdapter final : public TaskAdapter {
   const std::vector<Prompt>& HeldOut() const override { return held_out_; }
 
   bool EvalPlaysEpisodes() const override { return true; }
+  size_t MaxTurns() const override { return opts_.max_turns; }
 
   // The G episodes start from the prompt's seed and advance together: one policy call per turn
   // for every episode still going.

@@ -39,7 +39,9 @@ std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
   if (g.behavior_version < 0 || g.behavior_version > published) return "bad_version";
   for (const data::Episode& e : g.episodes) {
     if (!std::isfinite(e.reward)) return "nonfinite_reward";
+    if (e.turns.empty() || e.turns.size() > task_->MaxTurns()) return "bad_turn_count";
     for (const data::Turn& t : e.turns) {
+      if (t.tokens.empty()) return "empty_completion";  // a sampler emits at least its stop token
       if (t.tokens.size() != t.logprobs.size()) return "length_mismatch";
       if (t.prompt_ids.empty()) return "empty_prompt";
       for (int64_t id : t.prompt_ids)

@@ -33,6 +33,7 @@ class ReplayingMath : public data::TaskAdapter {
     for (const std::string& a : actions) s.reward += a == p.reference ? 0.25 : 0.0;
     return std::optional<data::Scored>(s);
   }
+  size_t MaxTurns() const override { return 3; }
   std::string Demonstration(const data::Prompt& p) const override { return math_->Demonstration(p); }
   Status ExportHeldOut(const std::string& path) const override { return math_->ExportHeldOut(path); }
   mutable std::vector<std::vector<std::string>> replayed;
@@ -93,6 +94,17 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
       {"token_out_of_vocab", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].tokens[0] = 9999; }},
       {"token_out_of_vocab", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].prompt_ids[0] = -1; }},
       {"length_mismatch", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs.pop_back(); }},
+      // An episode of no turn, or of more turns than the task plays (ReplayingMath: 3).
+      {"bad_turn_count", [](rollout::GroupRollout& g) { g.episodes[1].turns.clear(); }},
+      {"bad_turn_count", [](rollout::GroupRollout& g) {
+         g.episodes[0].turns.push_back(g.episodes[0].turns[0]);
+         g.episodes[0].turns.push_back(g.episodes[0].turns[0]);
+         g.episodes[0].turns.push_back(g.episodes[0].turns[0]);
+       }},
+      {"empty_completion", [](rollout::GroupRollout& g) {
+         g.episodes[0].turns[0].tokens.clear();
+         g.episodes[0].turns[0].logprobs.clear();
+       }},
       {"bad_logprob",
        [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = std::numeric_limits<float>::quiet_NaN(); }},
       {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = 3.0f; }},
@@ -143,21 +155,21 @@ TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
 TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
   HubFixture f;
   rollout::GroupRollout g = f.Valid();
-  // Episode 0: three turns (right, wrong, right) claiming reward 5; episode 1: no turn at all,
+  // Episode 0: three turns (right, wrong, right) claiming reward 5; episode 1: two wrong turns,
   // claiming 1. The replay gives 0.5 and 0.
   data::Turn wrong = g.episodes[0].turns[0];
   wrong.tokens = {f.tok.Encode("7").value()[0], model::CharTokenizer::kEos};
   wrong.logprobs = {-0.1f, -0.1f};
   g.episodes[0].turns = {g.episodes[0].turns[0], wrong, g.episodes[0].turns[0]};
   g.episodes[0].reward = 5.0;
-  g.episodes[1].turns.clear();
+  g.episodes[1].turns = {wrong, wrong};
   ASSERT_TRUE(f.hub.Submit(g).accepted);
   std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
   ASSERT_EQ(got.size(), 1u);
   const std::string answer = got[0].prompt.reference;
   ASSERT_EQ(f.task->replayed.size(), 2u);
   EXPECT_EQ(f.task->replayed[0], (std::vector<std::string>{answer, "7", answer}));
-  EXPECT_TRUE(f.task->replayed[1].empty());
+  EXPECT_EQ(f.task->replayed[1], (std::vector<std::string>{"7", "7"}));
   EXPECT_EQ(got[0].episodes[0].reward, 0.5);
   EXPECT_EQ(got[0].episodes[1].reward, 0.0);
   EXPECT_EQ(f.hub.refusals().at("reward_corrected"), 2);

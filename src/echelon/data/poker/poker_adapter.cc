@@ -75,6 +75,8 @@ class PokerAdapter final : public TaskAdapter {
   }
 
   std::string name() const override { return "poker"; }
+  // A player acts at most kMaxBetsPerRound times in each of the four betting rounds.
+  size_t MaxTurns() const override { return 4 * kMaxBetsPerRound; }
   std::string Alphabet() const override { return PokerAlphabet(); }
   Prompt TrainPrompt(uint64_t group_id) const override { return PromptFor(kTrainStream, group_id); }
   const std::vector<Prompt>& HeldOut() const override { return held_out_; }
