@@ -15,11 +15,7 @@ enter_workdir
 contains() { grep -q -- "$2" "$1"; }
 extra_cleanup() { [ -n "${SERVER:-}" ] && kill "$SERVER" 2>/dev/null; }
 
-python3 "$EXAMPLE" --port 0 --log episodes.jsonl > server.port 2> server.err &
-SERVER=$!
-PIDS+=("$SERVER")
-for _ in $(seq 1 100); do [ -s server.port ] && break; sleep 0.1; done
-PORT=$(cat server.port)
+start_server python3 "$EXAMPLE" --port 0 --log episodes.jsonl
 check "the example environment started" test -n "$PORT"
 B=4; G=4; STEPS=8; H=6
 cat > run.yaml <<YAML

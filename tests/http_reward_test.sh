@@ -42,11 +42,7 @@ server = HTTPServer(("127.0.0.1", 0), Scorer)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 PY
-python3 server.py > server.port 2> server.err &
-SERVER=$!
-PIDS+=("$SERVER")
-for _ in $(seq 1 100); do [ -s server.port ] && break; sleep 0.1; done
-PORT=$(cat server.port)
+start_server python3 server.py
 check "the scoring service started" test -n "$PORT"
 B=4; G=4; STEPS=8; H=20
 cat > run.yaml <<YAML

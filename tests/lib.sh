@@ -4,6 +4,9 @@
 #   learner_port FILE       waits up to 60 s for "learner serving actors on port P" in FILE; prints P
 #   wait_exit PID [SECONDS] waits up to SECONDS (default 20) for PID to exit (then kills it);
 #                           returns its status
+#   start_server CMD...     starts CMD in the background (stdout to server.port, whose first line
+#                           is the port it listens on; stderr to server.err), adds it to PIDS,
+#                           waits up to 10 s for the port; sets SERVER (the pid) and PORT
 #   TINY_MODEL_YAML         the `model:` line of a config for a model that trains in seconds
 #   enter_workdir           makes a temporary WORK dir and cd's into it; on exit every pid in
 #                           PIDS is killed and WORK removed (after `extra_cleanup`, if defined)
@@ -36,6 +39,13 @@ wait_exit() {
   kill -9 "$1"
   wait "$1"
   return 124
+}
+start_server() {
+  "$@" > server.port 2> server.err &
+  SERVER=$!
+  PIDS+=("$SERVER")
+  for _ in $(seq 1 100); do [ -s server.port ] && break; sleep 0.1; done
+  PORT=$(head -n1 server.port)
 }
 enter_workdir() {
   WORK=$(mktemp -d)

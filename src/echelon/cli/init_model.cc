@@ -17,6 +17,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/model/hf_model.h"
 #include "echelon/model/qwen3.h"
+#include "echelon/model/vocabulary.h"
 #include "echelon/tokenizer/tokenizer.h"
 
 namespace echelon::cli {
@@ -29,15 +30,6 @@ struct InitModelArgs {
   uint64_t seed = 2024;
 };
 
-// A special token of tokenizer_config.json (a string or {"content": ...}); "" when absent.
-std::string SpecialToken(const nlohmann::json& config, const std::string& key) {
-  if (!config.contains(key)) return "";
-  const nlohmann::json& v = config[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return "";
-}
-
 Status InitModel(InitModelArgs args) {
   if (std::filesystem::exists(args.out)) return FailedPrecondition(args.out + " exists; give a new --out directory");
   ECHELON_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::Load(args.tokenizer_dir));
@@ -47,7 +39,7 @@ Status InitModel(InitModelArgs args) {
   if (!config.is_object()) return InvalidArgument(config_path + ": not a JSON object");
   std::vector<int64_t> stops;
   for (const std::string key : {"eos_token", "pad_token"}) {
-    const std::string token = SpecialToken(config, key);
+    const std::string token = model::SpecialTokenText(config, key).value_or("");
     if (token.empty()) continue;
     const std::optional<int32_t> id = tok.TokenToId(token);
     if (!id) return InvalidArgument(config_path + ": " + key + " \"" + token + "\" is not in tokenizer.json");
@@ -58,7 +50,7 @@ Status InitModel(InitModelArgs args) {
   c.vocab_size = (static_cast<int64_t>(tok.id_end()) + 127) / 128 * 128;
   c.eos_token_id = stops[0];
   c.pad_token_id = stops.size() > 1 ? stops[1] : -1;
-  const std::string bos = SpecialToken(config, "bos_token");
+  const std::string bos = model::SpecialTokenText(config, "bos_token").value_or("");
   c.bos_token_id = bos.empty() || !tok.TokenToId(bos) ? -1 : *tok.TokenToId(bos);
   if (c.head_dim == 0) c.head_dim = c.hidden_size / c.num_attention_heads;
   ECHELON_RETURN_IF_ERROR(c.Validate().WithContext("init-model"));

@@ -60,16 +60,29 @@ class BpeCodec final : public TextCodec {
   tokenizer::Tokenizer tok_;
 };
 
+}  // namespace
+
+std::optional<std::string> SpecialTokenText(const json& tokenizer_config, const std::string& key) {
+  if (!tokenizer_config.is_object() || !tokenizer_config.contains(key)) return std::nullopt;
+  const json& v = tokenizer_config[key];
+  const json text = v.is_object() ? v.value("content", json()) : v;
+  if (!text.is_string()) return std::nullopt;
+  return text.get<std::string>();
+}
+
+namespace {
+
 // The ids a Hugging Face tokenizer puts in front of a text (see the header).
 Result<std::vector<int64_t>> BpePromptPrefix(const json& tokenizer_json, const json& config_json,
                                              const TextCodec& codec, const std::string& tok_name,
                                              const std::string& config_name) {
   if (config_json.is_object() && config_json.contains("add_bos_token") && config_json["add_bos_token"].is_boolean()) {
     if (!config_json["add_bos_token"].get<bool>()) return std::vector<int64_t>{};
-    const json b = config_json.value("bos_token", json());
-    const json text = b.is_object() ? b.value("content", json()) : b;
-    const int64_t id = text.is_string() ? codec.SpecialTokenId(text.get<std::string>()) : -1;
-    if (id < 0) return InvalidArgument(config_name + ": add_bos_token is true but bos_token " + b.dump() + " is not a token");
+    const std::optional<std::string> text = SpecialTokenText(config_json, "bos_token");
+    const int64_t id = text ? codec.SpecialTokenId(*text) : -1;
+    if (id < 0)
+      return InvalidArgument(config_name + ": add_bos_token is true but bos_token " +
+                             config_json.value("bos_token", json()).dump() + " is not a token");
     return std::vector<int64_t>{id};
   }
   // TemplateProcessing, alone or inside a Sequence: its leading special tokens.
@@ -181,16 +194,13 @@ Result<Vocabulary> Vocabulary::FromFiles(TokenizerFiles files, std::vector<int64
   }
   if (auto jinja = files.find("chat_template.jinja"); v.chat_template_.empty() && jinja != files.end())
     v.chat_template_ = jinja->second;
-  const json bos = config_json.is_object() ? config_json.value("bos_token", json()) : json();
-  const json bos_text = bos.is_object() ? bos.value("content", json()) : bos;
-  if (bos_text.is_string()) {
-    v.bos_text_ = bos_text.get<std::string>();
-  } else if (!bos.is_null()) {
+  if (const std::optional<std::string> bos = SpecialTokenText(config_json, "bos_token")) {
+    v.bos_text_ = *bos;
+  } else if (config_json.is_object() && !config_json.value("bos_token", json()).is_null()) {
     return InvalidArgument(config_name + ": bos_token must be a string or {\"content\": ...}");
   }
-  const json pad = config_json.is_object() ? config_json.value("pad_token", json()) : json();
-  const json pad_text = pad.is_object() ? pad.value("content", json()) : pad;
-  v.pad_ = pad_text.is_string() ? v.codec_->SpecialTokenId(pad_text.get<std::string>()) : -1;
+  const std::optional<std::string> pad = SpecialTokenText(config_json, "pad_token");
+  v.pad_ = pad ? v.codec_->SpecialTokenId(*pad) : -1;
   v.files_ = std::make_shared<const TokenizerFiles>(std::move(files));
   return v;
 }

@@ -54,6 +54,10 @@ class TextCodec {
 // File name -> bytes (tokenizer.json, tokenizer_config.json, ...).
 using TokenizerFiles = std::map<std::string, std::string>;
 
+// A special token named in tokenizer_config.json (`key`: "bos_token", "eos_token",
+// "pad_token"), written as a string or as {"content": ...}; nullopt when absent or neither.
+std::optional<std::string> SpecialTokenText(const nlohmann::json& tokenizer_config, const std::string& key);
+
 class Vocabulary {
  public:
   Vocabulary();  // the empty alphabet; for default construction of holders only
