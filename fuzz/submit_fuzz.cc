@@ -14,7 +14,7 @@ struct Learner {
       : dispatcher({2, 4, 60}, &clock),
         task(echelon::data::CreateAdapter("math", {{"eval_size", "4"}}).value()),
         vocab(echelon::model::Vocabulary::Characters(task->Alphabet())),
-        hub(&dispatcher, task.get(), &vocab, vocab.id_end(), 8) {
+        hub(&dispatcher, task.get(), &vocab, {vocab.id_end(), 8, 64}) {
     hub.Publish({0, std::make_shared<const std::string>()});  // version 0 exists, as in a run
   }
   echelon::SimulatedClock clock;

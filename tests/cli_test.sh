@@ -67,4 +67,15 @@ check "truncated checkpoint names the file" contains broken.err "broken/model.sa
 check "missing checkpoint exits non-zero" test $? -ne 0
 check "missing checkpoint names it" contains missing.err "nowhere"
 
+# A learner serving remote actors needs their tokens, or --insecure said out loud.
+"$ECHELON" learner "$CONFIG" --out run4 > /dev/null 2> notoken.err
+check "learner without --token-file exits 2" test $? -eq 2
+check "learner without --token-file says what to do" contains notoken.err "needs --token-file"
+echo "short" > short-token
+"$ECHELON" learner "$CONFIG" --out run4 --token-file short-token > /dev/null 2> short.err
+check "a short token is refused with file and line" contains short.err "short-token:1: token shorter than 16 characters"
+"$ECHELON" actor --learner 127.0.0.1:1 --token-file short-token --tls-ca nowhere.pem > /dev/null 2> ca.err
+check "unreadable --tls-ca exits 2" test $? -eq 2
+check "unreadable --tls-ca is named, no fallback to system roots" contains ca.err "tls-ca nowhere.pem"
+
 finish

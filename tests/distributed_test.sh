@@ -12,7 +12,7 @@ enter_workdir
 
 S=2
 STEPS=300
-echo "s3cret-token" > token
+echo "s3cret-token-0123456789" > token
 echo "wrong-token" > bad-token
 timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file token --out run \
   --set warmstart.steps=20 --set rl.steps=$STEPS --set rl.groups_per_step=8 --set rl.staleness=$S \

@@ -39,7 +39,7 @@ for ns in "$NS_L" "$NS_A1" "$NS_A2"; do
 done
 set +e
 LEARNER_IP=$(ip netns exec "$NS_L" ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)
-echo "netns-token" > token
+echo "netns-token-0123456789" > token
 STEPS=120
 ip netns exec "$NS_L" timeout 300 "$ECHELON" learner "$CONFIG" --listen "$LEARNER_IP:7700" --token-file token \
   --out run --set warmstart.steps=10 --set rl.steps=$STEPS --set rl.groups_per_step=8 --set task.eval_size=50 \

@@ -226,7 +226,10 @@ check "server stops on SIGTERM within 20 s, exit 0" test $? -eq 0
 
 # ---- Part 2: an actor generating through echelon serve ----
 STEPS=3
-timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --out run \
+# The actor has a token of its own: the learner's file names it (per-worker tokens).
+echo "http-actor-token-0123456789" > actor-token
+echo "http-actor $(cat actor-token)" > worker-tokens
+timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file worker-tokens --out run \
   --set warmstart.steps=20 --set rl.steps=$STEPS --set rl.groups_per_step=4 --set task.eval_size=20 \
   --set eval.every=0 > learner.out 2> learner.err &
 LEARNER=$!
@@ -238,7 +241,7 @@ SERVER2=$!
 PIDS+=("$SERVER2")
 SPORT=$(serve_port serve2.out)
 check "server on the warm-start checkpoint listens" test -n "$SPORT"
-"$ECHELON" actor --learner "127.0.0.1:$LPORT" --name http-actor --backend openai-http \
+"$ECHELON" actor --learner "127.0.0.1:$LPORT" --name http-actor --token-file actor-token --backend openai-http \
   --backend-url "http://127.0.0.1:$SPORT" --backend-snapshot-dir "$WORK/snapshots" > actor.out 2> actor.err &
 ACTOR=$!
 PIDS+=("$ACTOR")

@@ -11,7 +11,7 @@ command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq 
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
   -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout learner.key -out learner.crt 2>/dev/null
 check "certificate made" test -s learner.crt
-echo "tls-token" > token
+echo "tls-token-0123456789" > token
 timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file token --tls-cert learner.crt \
   --tls-key learner.key --out run --set warmstart.steps=5 --set rl.steps=10 --set rl.groups_per_step=4 \
   --set task.eval_size=20 --set eval.every=0 --set model.num_hidden_layers=1 > learner.out 2> learner.err &

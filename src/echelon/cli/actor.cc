@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "echelon/cli/commands.h"
+#include "echelon/common/fs.h"
 #include "echelon/rollout/run_spec.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/remote_learner.h"
@@ -84,7 +85,15 @@ int RunActor(const ActorArgs& args) {
   net::RemoteLearnerOptions ro;
   ro.address = args.learner;
   ro.name = args.name;
-  ro.tls_ca_file = args.tls_ca;
+  if (!args.tls_ca.empty()) {
+    // Never fall back to the system's roots: the learner's CA is the one the user named.
+    Result<std::string> ca = ReadFile(args.tls_ca);
+    if (!ca.ok() || ca->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      spdlog::error("--tls-ca {}: {}", args.tls_ca, ca.ok() ? "no PEM certificate in it" : ca.status().message());
+      return 2;
+    }
+    ro.tls_ca_pem = std::move(ca).value();
+  }
   ro.broadcast = !args.no_broadcast;
   ro.broadcast_listen = args.broadcast_listen;
   ro.broadcast_advertise = args.broadcast_advertise;

@@ -28,6 +28,9 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 void OnSignal(int) { g_interrupted = true; }
+// SIGHUP: the learner re-reads its --token-file (revocation without a restart).
+std::atomic<bool> g_reload_tokens{false};
+void OnHangup(int) { g_reload_tokens = true; }
 const RealClock g_clock;
 
 std::string DefaultRunDir(const std::string& config_path) {
@@ -36,13 +39,6 @@ std::string DefaultRunDir(const std::string& config_path) {
   localtime_r(&now, &tm);
   std::ostringstream ss;
   ss << "runs/" << std::filesystem::path(config_path).stem().string() << "-" << std::put_time(&tm, "%Y%m%d-%H%M%S");
-  return ss.str();
-}
-
-std::string RandomToken() {
-  std::random_device rd;
-  std::ostringstream ss;
-  for (int i = 0; i < 4; ++i) ss << std::hex << std::setw(8) << std::setfill('0') << rd();
   return ss.str();
 }
 
@@ -113,19 +109,27 @@ Result<net::GrpcActorsOptions> NetworkOptions(const LaunchArgs& args, LaunchMode
   if (mode == LaunchMode::kLearnerOnly) {
     net.listen = args.listen;
     net.broadcast_listen = args.broadcast_listen;
-    if (!args.token_file.empty()) {
-      Result<std::string> token = net::LoadToken(args.token_file);
-      if (!token.ok()) return token.status().WithContext("--token-file");
-      net.token = std::move(token).value();
-    } else {
-      spdlog::warn("no --token-file: any host that reaches {} can join this run", args.listen);
+    if (!args.token_file.empty() && args.insecure) return InvalidArgument("--token-file and --insecure contradict each other");
+    if (args.token_file.empty() && !args.insecure)
+      return InvalidArgument("echelon learner needs --token-file (the actors' tokens; see docs/DEPLOY.md), or "
+                             "--insecure to let anyone who reaches " + args.listen + " join the run");
+    if (args.insecure) {
+      spdlog::warn("--insecure: any host that reaches {} can join this run", args.listen);
+      return net;
     }
+    Result<net::TokenTable> tokens = net::TokenTable::Load(args.token_file);
+    if (!tokens.ok()) return tokens.status().WithContext("--token-file");
+    net.tokens = std::move(tokens).value();
+    net.token_file = args.token_file;
+    net.reload_tokens = &g_reload_tokens;
+    std::signal(SIGHUP, OnHangup);
     return net;
   }
   // A local cluster: actors are child processes on loopback with a fresh token.
   net.listen = "127.0.0.1:0";
-  net.token = RandomToken();
-  net.on_listening = [actors, run_dir, token = net.token, options](int port) {
+  const std::string token = net::RandomToken();
+  net.tokens = net::TokenTable::Shared(token);
+  net.on_listening = [actors, run_dir, token, options](int port) {
     const std::string exe = SelfExe();
     const std::string dir = run_dir + "/actors";
     std::filesystem::create_directories(dir);

@@ -18,9 +18,10 @@ struct LaunchArgs {
   bool resume = false;     // continue the run in resume_dir (or `out`) from its newest checkpoint
   std::string resume_dir;
   // Learner service (echelon learner; echelon train with rollout.transport=processes).
-  std::string listen = "0.0.0.0:7700";
+  std::string listen = "127.0.0.1:7700";  // loopback unless told otherwise
   std::string broadcast_listen;  // snapshot broadcast origin; empty: listen's host, any port
   std::string token_file;
+  bool insecure = false;  // serve without a token (echelon learner refuses to otherwise)
   std::string tls_cert;
   std::string tls_key;
   int metrics_port = -1;

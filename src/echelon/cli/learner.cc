@@ -10,10 +10,14 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<LaunchArgs>();
   CLI::App* cmd = app.add_subcommand("learner", "learning plane: serves remote actors over gRPC and trains");
   AddRunOptions(cmd, args.get());
-  cmd->add_option("--listen", args->listen, "address to serve actors on, HOST:PORT")->capture_default_str();
+  cmd->add_option("--listen", args->listen, "address to serve actors on, HOST:PORT (0.0.0.0:PORT for every interface)")
+      ->capture_default_str();
   cmd->add_option("--broadcast-listen", args->broadcast_listen,
                   "address of the snapshot broadcast origin, HOST:PORT (default: --listen's host, any port)");
-  cmd->add_option("--token-file", args->token_file, "file holding the bearer token actors must present");
+  cmd->add_option("--token-file", args->token_file,
+                  "the token every actor presents, or one \"NAME TOKEN\" line per worker (re-read on SIGHUP; "
+                  "see docs/DEPLOY.md)");
+  cmd->add_flag("--insecure", args->insecure, "serve actors without a token (anyone who reaches --listen joins)");
   cmd->add_option("--tls-cert", args->tls_cert, "PEM certificate chain (with --tls-key enables TLS)");
   cmd->add_option("--tls-key", args->tls_key, "PEM private key of --tls-cert");
   cmd->footer("Config keys: see `echelon train --help`.");

@@ -68,6 +68,15 @@ struct PolicyPrompt {
   std::string user;
 };
 
+// An episode replayed by the learner from its actions: its reward, and the prompt the policy
+// saw before each action the task took. Fewer prompts than actions means the episode had
+// ended (or hit the task's turn limit) before the rest: an honest actor never sends those.
+struct Replay {
+  Scored scored;
+  bool success = false;
+  std::vector<PolicyPrompt> prompts;
+};
+
 // What an adapter drives: samples one completion per prompt.
 class Policy {
  public:
@@ -107,18 +116,20 @@ class TaskAdapter {
     }
     return out;
   }
-  // The reward of a whole episode from its actions (the decoded text of each turn, zero or
-  // several), for episodes that are not one turn; nullopt when the adapter cannot recompute it
-  // and the actor's reward stands. An error stops a run, as Reward's does.
-  virtual Result<std::optional<Scored>> RewardEpisode(const Prompt& prompt,
+  // Replays an episode of a multi-turn task from its actions (the decoded text of each turn):
+  // what the learner trains on instead of the actor's word. nullopt when the adapter cannot
+  // replay (the actor's reward then stands and its prompts are not checked). An error stops a
+  // run, as Reward's does.
+  virtual Result<std::optional<Replay>> ReplayEpisode(const Prompt& prompt,
                                                       const std::vector<std::string>& actions) const {
     (void)prompt;
     (void)actions;
-    return std::optional<Scored>();
+    return std::optional<Replay>();
   }
   // The most turns (policy calls) one episode can have; the learner refuses an episode with no
-  // turn or more than this (bad_turn_count), so a single-turn task never trains on an episode
-  // of zero or two turns whose reward it could not check.
+  // turn or more than this (bad_turn_count). Above 1, every episode is replayed with
+  // ReplayEpisode; at 1 the learner scores the group with RewardGroup and checks that the
+  // prompt is the group's.
   virtual size_t MaxTurns() const { return 1; }
   // Whether greedy evaluation plays whole episodes with RunGroup (a multi-turn environment)
   // rather than scoring one completion per held-out prompt with Reward.

@@ -167,29 +167,30 @@ class HttpEnvAdapter final : public TaskAdapter {
   }
 
   Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const override {
-    ECHELON_ASSIGN_OR_RETURN(std::optional<Scored> s, RewardEpisode(prompt, {completion}));
-    return std::move(s).value();
+    ECHELON_ASSIGN_OR_RETURN(std::optional<Replay> r, ReplayEpisode(prompt, {completion}));
+    return std::move(r->scored);
   }
 
-  // Replays the actions from the prompt's seed. Actions after the environment said done, or past
-  // max_turns, earn nothing and are counted in the metric env_extra_actions.
-  Result<std::optional<Scored>> RewardEpisode(const Prompt& prompt, const std::vector<std::string>& actions) const override {
+  // Replays the actions from the prompt's seed, up to the environment's done or max_turns; the
+  // prompts are the observations the environment answered with.
+  Result<std::optional<Replay>> ReplayEpisode(const Prompt& prompt, const std::vector<std::string>& actions) const override {
     ECHELON_RETURN_IF_ERROR(ReadyToTrain());
     json session;
     std::string observation;
     ECHELON_ASSIGN_OR_RETURN(std::tie(session, observation), env_->Reset(SeedOf(prompt)));
-    Scored out;
+    Replay out;
     bool done = false;
-    size_t played = 0;
-    for (; played < actions.size() && played < opts_.max_turns && !done; ++played) {
-      ECHELON_ASSIGN_OR_RETURN(StepAnswer s, env_->Step(session, actions[played]));
-      out.reward += s.reward;
+    for (size_t i = 0; i < actions.size() && i < opts_.max_turns && !done; ++i) {
+      out.prompts.push_back(std::move(observation));
+      ECHELON_ASSIGN_OR_RETURN(StepAnswer s, env_->Step(session, actions[i]));
+      out.scored.reward += s.reward;
+      observation = std::move(s.observation);
       done = s.done;
-      if (done) out.metrics = std::move(s.metrics);
+      if (done) out.scored.metrics = std::move(s.metrics);
     }
     if (!done) env_->Close(session);
-    if (played < actions.size()) out.metrics["env_extra_actions"] = static_cast<double>(actions.size() - played);
-    return std::optional<Scored>(std::move(out));
+    out.success = out.scored.reward >= 1.0;
+    return std::optional<Replay>(std::move(out));
   }
 
   // An environment has no demonstrations: the warm-start refuses it.

@@ -138,24 +138,30 @@ TEST(HttpEnv, PlaysTheGroupTurnByTurnAndSumsStepRewards) {
   EXPECT_EQ(env.closes.load(), 0);
 }
 
-TEST(HttpEnv, ReplayGivesTheEnvironmentsRewardNotTheActors) {
+TEST(HttpEnv, ReplayGivesTheEnvironmentsRewardAndObservationsNotTheActors) {
   GuessEnv env;
   auto task = Make({{"server", env.url()}});
   const Prompt p = task->TrainPrompt(4);
-  Result<std::optional<Scored>> replay = task->RewardEpisode(p, {"1", "9", "4"});
+  Result<std::optional<Replay>> replay = task->ReplayEpisode(p, {"1", "9", "4"});
   ASSERT_TRUE(replay.ok()) << replay.status().message();
   ASSERT_TRUE(replay->has_value());
-  EXPECT_DOUBLE_EQ(replay.value()->reward, 1.2);
-  EXPECT_EQ(replay.value()->metrics, (std::map<std::string, double>{{"guesses", 3}}));
-  // Actions after the end earn nothing and are counted; a one-turn episode scores the same way.
-  replay = task->RewardEpisode(p, {"4", "4", "4"});
-  EXPECT_DOUBLE_EQ(replay.value()->reward, 1.0);
-  EXPECT_EQ(replay.value()->metrics.at("env_extra_actions"), 2.0);
+  EXPECT_DOUBLE_EQ(replay.value()->scored.reward, 1.2);
+  EXPECT_EQ(replay.value()->scored.metrics, (std::map<std::string, double>{{"guesses", 3}}));
+  ASSERT_EQ(replay.value()->prompts.size(), 3u);
+  EXPECT_EQ(replay.value()->prompts[0].user, "Guess 0-9:");
+  EXPECT_EQ(replay.value()->prompts[1].user, "Higher:");
+  EXPECT_EQ(replay.value()->prompts[2].user, "Lower:");
+  // Actions after the end are not taken: two prompts fewer than actions; a one-turn episode
+  // scores the same way.
+  replay = task->ReplayEpisode(p, {"4", "4", "4"});
+  EXPECT_DOUBLE_EQ(replay.value()->scored.reward, 1.0);
+  EXPECT_EQ(replay.value()->prompts.size(), 1u);
   EXPECT_DOUBLE_EQ(task->Reward(p, "4").value().reward, 1.0);
   EXPECT_DOUBLE_EQ(task->Reward(p, "x").value().reward, 0.0);
   // No action at all: an episode cut before its first step is closed and scores 0.
-  replay = task->RewardEpisode(p, {});
-  EXPECT_DOUBLE_EQ(replay.value()->reward, 0.0);
+  replay = task->ReplayEpisode(p, {});
+  EXPECT_DOUBLE_EQ(replay.value()->scored.reward, 0.0);
+  EXPECT_TRUE(replay.value()->prompts.empty());
   EXPECT_EQ(env.closes.load(), 2);  // "x" (one guess of three) and the empty one
 }
 
@@ -167,8 +173,8 @@ TEST(HttpEnv, MaxTurnsCutsAndClosesTheEpisode) {
   ASSERT_TRUE(got.ok()) << got.status().message();
   EXPECT_EQ(got.value()[0].turns.size(), 2u);
   EXPECT_EQ(env.closes.load(), 2);
-  // The replay stops at max_turns too: a third action is extra.
-  EXPECT_EQ(task->RewardEpisode(task->TrainPrompt(3), {"x", "x", "3"}).value()->metrics.at("env_extra_actions"), 1.0);
+  // The replay stops at max_turns too: a third action is not taken.
+  EXPECT_EQ(task->ReplayEpisode(task->TrainPrompt(3), {"x", "x", "3"}).value()->prompts.size(), 2u);
 }
 
 TEST(HttpEnv, BadAnswersNameTheEndpointAndWhatCameBack) {

@@ -101,9 +101,9 @@ class LearnerRun {
     learner_ = std::make_unique<Learner>(start_.model, options_.learner, ranks_ ? ranks_->group() : nullptr);
     dispatcher_ = std::make_unique<sched::Dispatcher>(
         sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds}, &clock_);
-    intake_ = std::make_unique<TrajectoryIntake>(dispatcher_.get(), task_.get(), &start_.vocab,
-                                                 start_.model->config().vocab_size,
-                                                 static_cast<int>(options_.group_size));
+    intake_ = std::make_unique<TrajectoryIntake>(
+        dispatcher_.get(), task_.get(), &start_.vocab,
+        IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens});
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
     if (ranks_) {
@@ -134,7 +134,7 @@ class LearnerRun {
     ECHELON_RETURN_IF_ERROR(
         dispatcher_->Restore(rs.dispatcher, FreshLeaseBase(rs.dispatcher.next_lease)).WithContext(where));
     ECHELON_RETURN_IF_ERROR(RestoreRngState(rs.rng_state_hex).WithContext(where));
-    intake_->RestoreCounters(rs.refusals, rs.accepted_tokens, rs.actor_groups);
+    intake_->RestoreCounters(rs.refusals, rs.accepted_tokens, rs.actor_groups, rs.actor_forged);
     ++rs.resumes;
     const sched::DispatchCounts c = dispatcher_->counts();
     return metrics_.Write({{"event", "resume"},
@@ -281,6 +281,7 @@ class LearnerRun {
     r.refused = AllRefusals();
     r.actors = transport_.live_actors();
     r.actor_groups = intake_->actor_groups();
+    r.actor_forged = intake_->actor_forged();
     const double rl_wall = std::max(RlWallNow(), 1e-9);
     r.learner_busy_frac = busy_seconds_ / rl_wall;
     r.tokens_per_s = intake_->accepted_tokens() / rl_wall;
@@ -315,6 +316,7 @@ class LearnerRun {
     rs.refusals = intake_->refusals();
     rs.accepted_tokens = intake_->accepted_tokens();
     rs.actor_groups = intake_->actor_groups();
+    rs.actor_forged = intake_->actor_forged();
     rs.rng_state_hex = CaptureRngState();
     std::map<std::string, at::Tensor> optimizer;
     if (ranks_) {
@@ -359,6 +361,7 @@ class LearnerRun {
                                             {"groups_reissued", c.reissued},
                                             {"groups_in_flight", c.outstanding + c.pending},
                                             {"actor_groups", intake_->actor_groups()},
+                                            {"actor_forged", intake_->actor_forged()},
                                             {"refused", AllRefusals()},
                                             {"learner_busy_frac", busy_seconds_ / std::max(RlWallNow(), 1e-9)},
                                             {"learner_rss_mb", ResidentSetMb()},

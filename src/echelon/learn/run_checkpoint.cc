@@ -145,6 +145,7 @@ nlohmann::json RunStateToJson(const RunState& s) {
           {"refusals", s.refusals},
           {"accepted_tokens", s.accepted_tokens},
           {"actor_groups", s.actor_groups},
+          {"actor_forged", s.actor_forged},
           {"rng_state", s.rng_state_hex}};
 }
 
@@ -165,6 +166,7 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   s.refusals = r.Get<std::map<std::string, int64_t>>("refusals");
   s.accepted_tokens = r.Get<int64_t>("accepted_tokens");
   s.actor_groups = r.Get<std::map<std::string, int64_t>>("actor_groups");
+  if (j.contains("actor_forged")) s.actor_forged = r.Get<std::map<std::string, int64_t>>("actor_forged");
   s.rng_state_hex = r.Get<std::string>("rng_state");
   Reader d(r.Sub("dispatcher"), where + " dispatcher");
   s.dispatcher.version = d.Get<int64_t>("version");

@@ -47,6 +47,7 @@ struct RunState {
   std::map<std::string, int64_t> refusals;
   int64_t accepted_tokens = 0;
   std::map<std::string, int64_t> actor_groups;
+  std::map<std::string, int64_t> actor_forged;  // absent in checkpoints of older releases: empty
   std::string rng_state_hex;      // the process's default CPU generator
 };
 

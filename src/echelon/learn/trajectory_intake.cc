@@ -18,18 +18,18 @@ constexpr float kMinBehaviorLogprob = -110.0f;
 
 std::string ActorName(const std::string& actor_id) { return actor_id.substr(0, actor_id.find('#')); }
 
-TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::Vocabulary* vocab,
-                   int64_t model_vocab_size, int group_size)
-    : dispatcher_(dispatcher), task_(task), vocab_(vocab), group_size_(group_size), vocab_size_(model_vocab_size) {}
+TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task,
+                                   const model::Vocabulary* vocab, const IntakeLimits& limits)
+    : dispatcher_(dispatcher), task_(task), vocab_(vocab), limits_(limits) {}
 
 std::optional<rollout::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
   std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
   if (!w) return std::nullopt;
-  return rollout::Assignment{*w, task_->TrainPrompt(w->group_id), group_size_};
+  return rollout::Assignment{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size)};
 }
 
 std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
-  if (static_cast<int>(g.episodes.size()) != group_size_) return "wrong_group_size";
+  if (static_cast<int64_t>(g.episodes.size()) != limits_.group_size) return "wrong_group_size";
   int64_t published;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -42,12 +42,13 @@ std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
     if (e.turns.empty() || e.turns.size() > task_->MaxTurns()) return "bad_turn_count";
     for (const data::Turn& t : e.turns) {
       if (t.tokens.empty()) return "empty_completion";  // a sampler emits at least its stop token
+      if (static_cast<int64_t>(t.tokens.size()) > limits_.max_completion_tokens) return "too_long";
       if (t.tokens.size() != t.logprobs.size()) return "length_mismatch";
       if (t.prompt_ids.empty()) return "empty_prompt";
       for (int64_t id : t.prompt_ids)
-        if (id < 0 || id >= vocab_size_) return "token_out_of_vocab";
+        if (id < 0 || id >= limits_.model_vocab_size) return "token_out_of_vocab";
       for (int64_t id : t.tokens)
-        if (id < 0 || id >= vocab_size_) return "token_out_of_vocab";
+        if (id < 0 || id >= limits_.model_vocab_size) return "token_out_of_vocab";
       for (float lp : t.logprobs)
         if (!std::isfinite(lp) || lp > 1e-4f || lp < kMinBehaviorLogprob) return "bad_logprob";
     }
@@ -63,38 +64,54 @@ const char* RefusalName(sched::SubmitResult r) {
     case sched::SubmitResult::kUnknownGroup: return "unknown_group";
     case sched::SubmitResult::kNotLeaseHolder: return "not_lease_holder";
     case sched::SubmitResult::kAlreadySettled: return "already_settled";
+    case sched::SubmitResult::kForeignLease: return "foreign_lease";
   }
   return "unknown";
 }
 
+// Refusals an honest actor can earn: its lease expired and the group went to another actor,
+// or it repeated a submission whose reply it did not see.
+bool HonestRefusal(const std::string& reason) {
+  return reason == "not_lease_holder" || reason == "already_settled" || reason == "unknown_group";
+}
+
 }  // namespace
+
+rollout::SubmitOutcome TrajectoryIntake::Refuse(const rollout::GroupRollout& g, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refusals_[reason];
+  const bool forged = !HonestRefusal(reason);
+  if (forged) ++actor_forged_[ActorName(g.actor)];
+  spdlog::warn("refused group {} from {}: {}", g.group_id, g.actor, reason);
+  return {false, reason, forged};
+}
 
 rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
   std::string reason = Validate(rollout);
-  if (reason.empty()) reason = RefusalName(dispatcher_->Submit(rollout.group_id, rollout.lease_id));
-  if (!reason.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++refusals_[reason];
-    spdlog::warn("refused group {} from {}: {}", rollout.group_id, rollout.actor, reason);
-    return {false, reason};
-  }
+  if (reason.empty()) reason = RefusalName(dispatcher_->Submit(rollout.group_id, rollout.lease_id, rollout.actor));
+  if (!reason.empty()) return Refuse(rollout, reason);
+  // The lease was current: from here on a refusal hands the group to another actor.
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
-  Result<int64_t> rechecked = RecheckRewards(&rollout);
-  if (!rechecked.ok()) {
+  Result<Verdict> verdict = Verify(&rollout);
+  if (!verdict.ok()) {
     // The learner's own reward failed (a user's reward function): the run stops with it.
+    dispatcher_->Reissue(rollout.group_id);
     std::lock_guard<std::mutex> lock(mu_);
     ++refusals_["reward_error"];
-    if (failure_.ok()) failure_ = rechecked.status().WithContext("reward of group " + std::to_string(rollout.group_id));
+    if (failure_.ok()) failure_ = verdict.status().WithContext("reward of group " + std::to_string(rollout.group_id));
     arrived_.notify_all();
     return {false, "reward_error"};
   }
-  const int64_t corrected = rechecked.value();
+  if (!verdict->refusal.empty()) {
+    dispatcher_->Reissue(rollout.group_id);
+    return Refuse(rollout, verdict->refusal);
+  }
   int64_t tokens = 0;
   for (const data::Episode& e : rollout.episodes)
     for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (corrected > 0) refusals_["reward_corrected"] += corrected;
+    if (verdict->corrected > 0) refusals_["reward_corrected"] += verdict->corrected;
     accepted_tokens_ += tokens;
     ++actor_groups_[ActorName(rollout.actor)];
     queue_.push_back(std::move(rollout));
@@ -103,33 +120,46 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
   return {true, ""};
 }
 
-Result<int64_t> TrajectoryIntake::RecheckRewards(rollout::GroupRollout* g) const {
-  int64_t corrected = 0;
+Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout* g) const {
+  Verdict v;
   const auto take = [&](data::Episode& e, data::Scored s) {
-    if (s.reward != e.reward && task_->ActorsCanScore()) ++corrected;
+    if (s.reward != e.reward && task_->ActorsCanScore()) ++v.corrected;
     e.reward = s.reward;
     e.success = s.reward >= 1.0;
     e.metrics = std::move(s.metrics);
   };
-  // One-turn episodes are scored together (a scoring service takes the group in one request);
-  // the others are the adapter's to replay when it can.
-  std::vector<data::Episode*> single;
-  std::vector<std::string> texts;
-  for (data::Episode& e : g->episodes) {
-    if (e.turns.size() == 1) {
-      single.push_back(&e);
+  const auto same_prompt = [&](const data::Turn& t, const data::PolicyPrompt& p) -> Result<bool> {
+    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, vocab_->EncodePrompt(p.system, p.user));
+    return ids == t.prompt_ids;
+  };
+  if (task_->MaxTurns() == 1) {
+    // Single-turn: every episode answers the group's prompt; the group is scored together (a
+    // scoring service takes it in one request).
+    std::vector<std::string> texts;
+    for (data::Episode& e : g->episodes) {
+      ECHELON_ASSIGN_OR_RETURN(bool same, same_prompt(e.turns[0], data::PolicyPrompt::Of(g->prompt)));
+      if (!same) return Verdict{"prompt_mismatch", 0};
       texts.push_back(vocab_->DecodeCompletion(e.turns[0].tokens));
-      continue;
     }
+    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task_->RewardGroup(g->prompt, texts));
+    for (size_t i = 0; i < scored.size(); ++i) take(g->episodes[i], std::move(scored[i]));
+    return v;
+  }
+  // Multi-turn: each episode is replayed from its actions, when the adapter can.
+  for (data::Episode& e : g->episodes) {
     std::vector<std::string> actions;
     for (const data::Turn& t : e.turns) actions.push_back(vocab_->DecodeCompletion(t.tokens));
-    ECHELON_ASSIGN_OR_RETURN(std::optional<data::Scored> s, task_->RewardEpisode(g->prompt, actions));
-    if (s) take(e, std::move(*s));
+    ECHELON_ASSIGN_OR_RETURN(std::optional<data::Replay> r, task_->ReplayEpisode(g->prompt, actions));
+    if (!r) continue;
+    if (r->prompts.size() < e.turns.size()) return Verdict{"actions_after_done", 0};
+    for (size_t i = 0; i < e.turns.size(); ++i) {
+      ECHELON_ASSIGN_OR_RETURN(bool same, same_prompt(e.turns[i], r->prompts[i]));
+      if (!same) return Verdict{"prompt_mismatch", 0};
+    }
+    take(e, std::move(r->scored));
+    e.success = r->success;
   }
-  if (single.empty()) return corrected;
-  ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task_->RewardGroup(g->prompt, texts));
-  for (size_t i = 0; i < single.size(); ++i) take(*single[i], std::move(scored[i]));
-  return corrected;
+  return v;
 }
 
 Status TrajectoryIntake::failure() const {
@@ -147,12 +177,19 @@ std::map<std::string, int64_t> TrajectoryIntake::actor_groups() const {
   return actor_groups_;
 }
 
+std::map<std::string, int64_t> TrajectoryIntake::actor_forged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return actor_forged_;
+}
+
 void TrajectoryIntake::RestoreCounters(std::map<std::string, int64_t> refusals, int64_t accepted_tokens,
-                               std::map<std::string, int64_t> actor_groups) {
+                                       std::map<std::string, int64_t> actor_groups,
+                                       std::map<std::string, int64_t> actor_forged) {
   std::lock_guard<std::mutex> lock(mu_);
   refusals_ = std::move(refusals);
   accepted_tokens_ = accepted_tokens;
   actor_groups_ = std::move(actor_groups);
+  actor_forged_ = std::move(actor_forged);
 }
 
 rollout::Snapshot TrajectoryIntake::Latest() {

@@ -6,10 +6,13 @@
 //
 // A submission is read as an attacker with a valid token would write it: the group size,
 // version, token ids, lengths and log-probs are checked (Validate; a refusal is counted by
-// reason), the lease must be the dispatcher's current one, the prompt is the adapter's for the
-// group id (never the message's), and every single-turn reward is recomputed from the tokens.
+// reason), the lease must be the dispatcher's current one and the submitter's, every turn's
+// prompt ids must be the learner's own encoding of the task's prompt (the group's, or the
+// replayed episode's observation), and rewards are the learner's: single-turn groups are
+// rescored from the tokens, multi-turn episodes replayed from their actions (Verify). A group
+// refused after its lease check goes back to the dispatcher for another actor.
 //
-//   TrajectoryIntake intake(&dispatcher, task.get(), &vocab, model_vocab_size, group_size);
+//   TrajectoryIntake intake(&dispatcher, task.get(), &vocab, {model_vocab_size, group_size, max_new_tokens});
 //   intake.Publish(snapshot);                  // actors can start
 //   std::vector<GroupRollout> got = intake.Drain(0.05);
 //
@@ -44,15 +47,20 @@ class ArrivalQueue {
   virtual Status failure() const { return Status::Ok(); }
 };
 
+// What a well-formed group looks like to the intake.
+struct IntakeLimits {
+  int64_t model_vocab_size = 0;       // token ids must be below it (the model's rows)
+  int64_t group_size = 0;             // episodes per group
+  int64_t max_completion_tokens = 0;  // tokens of one turn (rollout.max_new_tokens)
+};
+
 class TrajectoryIntake : public rollout::WorkSource,
                          public rollout::TrajectorySink,
                          public rollout::SnapshotSource,
                          public ArrivalQueue {
  public:
-  // Token ids must be below `model_vocab_size` (the model's rows, which may exceed the
-  // tokenizer's ids).
   TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::Vocabulary* vocab,
-                   int64_t model_vocab_size, int group_size);
+                   const IntakeLimits& limits);
 
   std::optional<rollout::Assignment> Acquire(const std::string& actor) override;
   rollout::SubmitOutcome Submit(rollout::GroupRollout rollout) override;
@@ -63,26 +71,33 @@ class TrajectoryIntake : public rollout::WorkSource,
   void Publish(rollout::Snapshot snapshot);
   // Submissions refused, by reason, and rewards the learner corrected ("reward_corrected").
   std::map<std::string, int64_t> refusals() const;
-  // Completion tokens in accepted groups, and accepted groups per actor name.
+  // Completion tokens in accepted groups, accepted groups per actor name, and forged
+  // submissions (SubmitOutcome::forged) per actor name.
   int64_t accepted_tokens() const;
   std::map<std::string, int64_t> actor_groups() const;
+  std::map<std::string, int64_t> actor_forged() const;
   // Continues the counters above from a checkpoint.
   void RestoreCounters(std::map<std::string, int64_t> refusals, int64_t accepted_tokens,
-                       std::map<std::string, int64_t> actor_groups);
+                       std::map<std::string, int64_t> actor_groups, std::map<std::string, int64_t> actor_forged);
 
  private:
   // Empty when well-formed, else the reason it is refused.
   std::string Validate(const rollout::GroupRollout& g) const;
-  // Recomputes what the learner can verify itself: the reward of every single-turn episode,
-  // from the tokens (not the actor's text). Returns how many rewards the actor had wrong.
-  Result<int64_t> RecheckRewards(rollout::GroupRollout* g) const;
+  struct Verdict {
+    std::string refusal;    // empty: the group stands
+    int64_t corrected = 0;  // rewards the actor had wrong (replaced by the learner's)
+  };
+  // Checks the prompts and replaces the rewards with the learner's own (see the top); an error
+  // is the learner's reward failing.
+  Result<Verdict> Verify(rollout::GroupRollout* g) const;
+  rollout::SubmitOutcome Refuse(const rollout::GroupRollout& g, const std::string& reason);
 
   sched::Dispatcher* dispatcher_;
   const data::TaskAdapter* task_;
   const model::Vocabulary* vocab_;
-  const int group_size_;
-  const int64_t vocab_size_;
-  mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, failure_, accepted_tokens_, actor_groups_
+  const IntakeLimits limits_;
+  mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, failure_, accepted_tokens_, actor_groups_,
+                           // actor_forged_
   std::condition_variable arrived_;
   std::deque<rollout::GroupRollout> queue_;
   rollout::Snapshot snapshot_;
@@ -90,6 +105,7 @@ class TrajectoryIntake : public rollout::WorkSource,
   Status failure_;
   int64_t accepted_tokens_ = 0;
   std::map<std::string, int64_t> actor_groups_;
+  std::map<std::string, int64_t> actor_forged_;
 };
 
 // The actor's name without its connection suffix ("actor-0#3" -> "actor-0"): metrics count

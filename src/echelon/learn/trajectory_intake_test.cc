@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/data/adapter.h"
@@ -12,11 +13,13 @@
 namespace echelon::learn {
 namespace {
 
-// The math task, plus a replay of multi-turn episodes: reward 0.25 per action that is the
-// prompt's answer; it records the actions it was given.
+// The math task. With max_turns > 1 it replays episodes of several turns: every turn sees the
+// group's prompt, each right answer earns 0.25, and the episode ends after two right answers;
+// it records the actions it was given.
 class ReplayingMath : public data::TaskAdapter {
  public:
-  ReplayingMath() : math_(data::CreateAdapter("math", {{"seed", "1"}, {"eval_size", "10"}}).value()) {}
+  explicit ReplayingMath(size_t max_turns)
+      : math_(data::CreateAdapter("math", {{"seed", "1"}, {"eval_size", "10"}}).value()), max_turns_(max_turns) {}
   std::string name() const override { return "replaying-math"; }
   std::string Alphabet() const override { return math_->Alphabet(); }
   data::Prompt TrainPrompt(uint64_t g) const override { return math_->TrainPrompt(g); }
@@ -26,29 +29,37 @@ class ReplayingMath : public data::TaskAdapter {
     return math_->RunGroup(p, n, policy, seed);
   }
   Result<data::Scored> Reward(const data::Prompt& p, const std::string& c) const override { return math_->Reward(p, c); }
-  Result<std::optional<data::Scored>> RewardEpisode(const data::Prompt& p,
+  Result<std::optional<data::Replay>> ReplayEpisode(const data::Prompt& p,
                                                     const std::vector<std::string>& actions) const override {
     replayed.push_back(actions);
-    data::Scored s;
-    for (const std::string& a : actions) s.reward += a == p.reference ? 0.25 : 0.0;
-    return std::optional<data::Scored>(s);
+    data::Replay r;
+    int right = 0;
+    for (size_t i = 0; i < actions.size() && right < 2; ++i) {
+      r.prompts.push_back(data::PolicyPrompt::Of(p));
+      if (actions[i] == p.reference) ++right;
+    }
+    r.scored.reward = 0.25 * right;
+    return std::optional<data::Replay>(r);
   }
-  size_t MaxTurns() const override { return 3; }
+  size_t MaxTurns() const override { return max_turns_; }
   std::string Demonstration(const data::Prompt& p) const override { return math_->Demonstration(p); }
   Status ExportHeldOut(const std::string& path) const override { return math_->ExportHeldOut(path); }
   mutable std::vector<std::vector<std::string>> replayed;
 
  private:
   std::unique_ptr<data::TaskAdapter> math_;
+  const size_t max_turns_;
 };
 
+constexpr int64_t kMaxNewTokens = 16;
+
 struct HubFixture {
-  HubFixture()
+  explicit HubFixture(size_t max_turns = 1)
       : dispatcher({/*max_staleness=*/1, /*batch_groups=*/2, /*lease_seconds=*/10}, &clock),
-        task(std::make_unique<ReplayingMath>()),
+        task(std::make_unique<ReplayingMath>(max_turns)),
         tok(model::CharTokenizer::ForAlphabet(task->Alphabet())),
         vocab(model::Vocabulary::Characters(task->Alphabet())),
-        hub(&dispatcher, task.get(), &vocab, vocab.id_end(), /*group_size=*/2) {
+        hub(&dispatcher, task.get(), &vocab, {vocab.id_end(), /*group_size=*/2, kMaxNewTokens}) {
     hub.Publish({0, std::make_shared<const std::string>()});  // the learner publishes v0 first
   }
 
@@ -94,13 +105,9 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
       {"token_out_of_vocab", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].tokens[0] = 9999; }},
       {"token_out_of_vocab", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].prompt_ids[0] = -1; }},
       {"length_mismatch", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs.pop_back(); }},
-      // An episode of no turn, or of more turns than the task plays (ReplayingMath: 3).
+      // An episode of no turn, or of more turns than the task plays (one).
       {"bad_turn_count", [](rollout::GroupRollout& g) { g.episodes[1].turns.clear(); }},
-      {"bad_turn_count", [](rollout::GroupRollout& g) {
-         g.episodes[0].turns.push_back(g.episodes[0].turns[0]);
-         g.episodes[0].turns.push_back(g.episodes[0].turns[0]);
-         g.episodes[0].turns.push_back(g.episodes[0].turns[0]);
-       }},
+      {"bad_turn_count", [](rollout::GroupRollout& g) { g.episodes[0].turns.push_back(g.episodes[0].turns[0]); }},
       {"empty_completion", [](rollout::GroupRollout& g) {
          g.episodes[0].turns[0].tokens.clear();
          g.episodes[0].turns[0].logprobs.clear();
@@ -114,8 +121,21 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
       {"wrong_group_size", [](rollout::GroupRollout& g) { g.episodes.pop_back(); }},
       {"bad_version", [](rollout::GroupRollout& g) { g.behavior_version = 7; }},
       {"not_lease_holder", [](rollout::GroupRollout& g) { g.lease_id += 1000; }},
+      {"foreign_lease", [](rollout::GroupRollout& g) { g.actor = "b#2"; }},
+      // A completion longer than rollout.max_new_tokens (a 50k-token completion, in short).
+      {"too_long", [](rollout::GroupRollout& g) {
+         data::Turn& t = g.episodes[1].turns[0];
+         t.tokens.assign(kMaxNewTokens + 1, t.tokens[0]);
+         t.logprobs.assign(kMaxNewTokens + 1, -0.1f);
+       }},
+      // Prompt ids that are not the group's prompt: another prompt, or one token more.
+      {"prompt_mismatch", [&f](rollout::GroupRollout& g) {
+         g.episodes[1].turns[0].prompt_ids = f.vocab.EncodePrompt(f.task->TrainPrompt(g.group_id + 7).text).value();
+       }},
+      {"prompt_mismatch", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].prompt_ids.push_back(4); }},
       {"unknown_group", [](rollout::GroupRollout& g) { g.group_id = 424242; }},
   };
+  const std::set<std::string> honest = {"not_lease_holder", "unknown_group"};
   std::map<std::string, int64_t> expected;
   for (const Case& c : cases) {
     rollout::GroupRollout g = f.Valid();
@@ -123,6 +143,7 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
     rollout::SubmitOutcome out = f.hub.Submit(g);
     EXPECT_FALSE(out.accepted) << c.reason;
     EXPECT_EQ(out.reason, c.reason);
+    EXPECT_EQ(out.forged, honest.count(c.reason) == 0) << c.reason;
     ++expected[c.reason];
     // Dispatcher capacity would otherwise run out; expire the refused hand-out's lease.
     f.clock.Advance(11);
@@ -130,6 +151,28 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
   }
   EXPECT_EQ(f.hub.refusals(), expected);
   EXPECT_TRUE(f.hub.Drain(0.0).empty());
+}
+
+TEST(TrajectoryIntakeTest, AGroupRefusedAfterItsLeaseCheckGoesToTheNextActor) {
+  HubFixture f;
+  rollout::GroupRollout g = f.Valid();
+  g.episodes[0].turns[0].prompt_ids.push_back(4);
+  ASSERT_EQ(f.hub.Submit(g).reason, "prompt_mismatch");
+  std::optional<rollout::Assignment> next = f.hub.Acquire("c#3");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->work.group_id, g.group_id);
+  EXPECT_TRUE(next->work.reissue);
+  EXPECT_EQ(f.dispatcher.counts().reissued, 1u);
+}
+
+TEST(TrajectoryIntakeTest, AReplayedOldSubmissionIsRefusedAsAlreadySettled) {
+  HubFixture f;
+  rollout::GroupRollout g = f.Valid();
+  ASSERT_TRUE(f.hub.Submit(g).accepted);
+  rollout::SubmitOutcome again = f.hub.Submit(g);
+  EXPECT_EQ(again.reason, "already_settled");
+  EXPECT_FALSE(again.forged);
+  EXPECT_EQ(f.hub.Drain(0.0).size(), 1u);
 }
 
 TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
@@ -153,7 +196,7 @@ TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
 }
 
 TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
-  HubFixture f;
+  HubFixture f(/*max_turns=*/3);
   rollout::GroupRollout g = f.Valid();
   // Episode 0: three turns (right, wrong, right) claiming reward 5; episode 1: two wrong turns,
   // claiming 1. The replay gives 0.5 and 0.
@@ -173,6 +216,27 @@ TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
   EXPECT_EQ(got[0].episodes[0].reward, 0.5);
   EXPECT_EQ(got[0].episodes[1].reward, 0.0);
   EXPECT_EQ(f.hub.refusals().at("reward_corrected"), 2);
+}
+
+TEST(TrajectoryIntakeTest, MultiTurnActionsAfterTheEpisodeEndedAreForged) {
+  HubFixture f(/*max_turns=*/3);
+  rollout::GroupRollout g = f.Valid();
+  // Two right answers end the episode: a third action was never asked for.
+  g.episodes[0].turns = {g.episodes[0].turns[0], g.episodes[0].turns[0], g.episodes[0].turns[0]};
+  rollout::SubmitOutcome out = f.hub.Submit(g);
+  EXPECT_EQ(out.reason, "actions_after_done");
+  EXPECT_TRUE(out.forged);
+}
+
+TEST(TrajectoryIntakeTest, MultiTurnPromptIdsMustBeTheReplayedObservations) {
+  HubFixture f(/*max_turns=*/3);
+  rollout::GroupRollout g = f.Valid();
+  data::Turn swapped = g.episodes[1].turns[0];
+  swapped.prompt_ids = f.vocab.EncodePrompt("1+1=").value();
+  g.episodes[1].turns = {g.episodes[1].turns[0], swapped};
+  g.episodes[1].turns[0].tokens = {f.tok.Encode("7").value()[0], model::CharTokenizer::kEos};
+  g.episodes[1].turns[0].logprobs = {-0.1f, -0.1f};
+  EXPECT_EQ(f.hub.Submit(g).reason, "prompt_mismatch");
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "echelon/broadcast/ed25519.h"
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/net/address.h"
@@ -17,7 +19,8 @@ GrpcActors::~GrpcActors() = default;
 Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) {
   LearnerServerOptions so;
   so.listen = options_.listen;
-  so.token = options_.token;
+  so.tokens = options_.tokens;
+  so.token_file = options_.token_file;
   so.tls_cert_file = options_.tls_cert_file;
   so.tls_key_file = options_.tls_key_file;
   so.heartbeat_seconds = options_.heartbeat_seconds;
@@ -27,7 +30,8 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
     ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
     BroadcastOriginOptions bo;
     bo.listen = options_.broadcast_listen.empty() ? HostOf(options_.listen) + ":0" : options_.broadcast_listen;
-    bo.token = options_.token;
+    // The broadcast has its own token: per-worker tokens are never shown to other workers.
+    so.broadcast_token = bo.token = options_.tokens.off() ? "" : RandomToken();
     bo.log_each_version = false;  // one snapshot per update: the metrics carry broadcast_s
     origin_ = std::make_unique<BroadcastOrigin>(bo, std::move(key), clock_);
     ECHELON_RETURN_IF_ERROR(origin_->Start().WithContext("snapshot broadcast origin"));
@@ -44,7 +48,14 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
 
 int64_t GrpcActors::live_actors() const { return server_ ? static_cast<int64_t>(server_->Actors().size()) : 0; }
 
-std::vector<std::string> GrpcActors::EvictSilent() { return server_ ? server_->EvictSilent() : std::vector<std::string>(); }
+std::vector<std::string> GrpcActors::EvictSilent() {
+  if (!server_) return {};
+  if (options_.reload_tokens != nullptr && options_.reload_tokens->exchange(false)) {
+    Status st = server_->ReloadTokens();
+    if (!st.ok()) spdlog::error("SIGHUP: {}; the tokens loaded before stay in force", st.message());
+  }
+  return server_->EvictSilent();
+}
 
 std::map<std::string, int64_t> GrpcActors::Refusals() const {
   return server_ ? server_->Counters() : std::map<std::string, int64_t>();

@@ -4,7 +4,7 @@
 // published snapshot out by peer-assisted broadcast from a BroadcastOrigin signed with a key
 // made for this learner process (actors learn its port and public key at registration).
 //
-//   GrpcActorsOptions o;  o.listen = "0.0.0.0:7700";  o.token = token;
+//   GrpcActorsOptions o;  o.listen = "0.0.0.0:7700";  o.tokens = TokenTable::Shared(token);
 //   GrpcActors transport(o, &clock);
 //   RunLearner(options, args, transport, ...);
 //
@@ -12,6 +12,7 @@
 // threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -23,6 +24,7 @@
 
 #include "echelon/common/clock.h"
 #include "echelon/learn/actor_transport.h"
+#include "echelon/net/auth.h"
 #include "echelon/sched/tunables.h"
 
 namespace echelon::net {
@@ -32,7 +34,10 @@ class LearnerServer;
 
 struct GrpcActorsOptions {
   std::string listen = "127.0.0.1:0";
-  std::string token;  // bearer token every actor must present
+  TokenTable tokens;       // who may call (net/auth.h); empty: anyone (tests, --insecure)
+  std::string token_file;  // where `tokens` came from, re-read when *reload_tokens is set
+  // Set by a SIGHUP handler; checked (and cleared) whenever silent actors are collected.
+  std::atomic<bool>* reload_tokens = nullptr;
   std::string tls_cert_file;
   std::string tls_key_file;
   double heartbeat_seconds = sched::kHeartbeatSeconds;

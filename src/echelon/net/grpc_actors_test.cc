@@ -22,10 +22,10 @@ TEST(GrpcActorsTest, IntakeMayGoAfterFinishWhileActorsKeepCalling) {
   sched::Dispatcher dispatcher({1, 2, 60}, &clock);
   std::unique_ptr<data::TaskAdapter> task = data::CreateAdapter("math", {{"eval_size", "10"}}).value();
   const model::Vocabulary vocab = model::Vocabulary::Characters(task->Alphabet());
-  auto intake = std::make_unique<learn::TrajectoryIntake>(&dispatcher, task.get(), &vocab, vocab.id_end(), 2);
+  auto intake = std::make_unique<learn::TrajectoryIntake>(&dispatcher, task.get(), &vocab, learn::IntakeLimits{vocab.id_end(), 2, 64});
   intake->Publish({0, std::make_shared<const std::string>("weights")});
   GrpcActorsOptions o;
-  o.token = "tok";
+  o.tokens = TokenTable::Shared("tok");
   o.broadcast = false;
   GrpcActors transport(o, &clock);
   int port = 0;

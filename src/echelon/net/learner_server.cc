@@ -22,7 +22,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
   explicit Service(LearnerServer* s) : s_(s) {}
 
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req, v1::RegisterReply* reply) override {
-    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
+    std::optional<std::string> who = Authenticate(*ctx);
+    if (!who) return Unauthenticated(*ctx);
     if (req->protocol_version() != kProtocolVersion) {
       Count("protocol_version");
       const std::string msg = "actor speaks protocol version " + std::to_string(req->protocol_version()) +
@@ -31,17 +32,19 @@ class LearnerServer::Service final : public v1::Learner::Service {
       spdlog::warn("refused registration from {}: {}", ctx->peer(), msg);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
     }
-    std::string name = req->actor_name().substr(0, 64);
+    // A worker with its own token is named by it, whatever name it asks for.
+    std::string name = who->empty() ? req->actor_name().substr(0, 64) : *who;
     if (name.empty()) name = "actor";
     std::lock_guard<std::mutex> lock(s_->mu_);
+    if (s_->quarantined_.count(name)) return QuarantinedLocked(name);
     ActorInfo info;
-    // Ids are unique across learner restarts, so an id from before a restart is unknown after it.
-    info.id = name + "#" + s_->incarnation_ + "-" + std::to_string(++s_->next_actor_);
+    info.id = name + "#" + RandomToken();
     info.name = name;
+    info.identity = *who;
     info.peer = ctx->peer();
     info.registered_at = info.last_seen = s_->clock_->Now();
     s_->actors_[info.id] = info;
-    spdlog::info("actor {} registered from {}", info.id, info.peer);
+    spdlog::info("actor {} registered from {}", name, info.peer);
     reply->set_actor_id(info.id);
     reply->set_run_spec_json(s_->options_.run_spec_json);
     reply->set_heartbeat_seconds(s_->options_.heartbeat_seconds);
@@ -49,13 +52,20 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_learner_incarnation(s_->incarnation_);
     reply->set_broadcast_port(static_cast<uint32_t>(s_->options_.broadcast_port));
     reply->set_broadcast_key_pem(s_->options_.broadcast_key_pem);
+    reply->set_broadcast_token(s_->options_.broadcast_token);
     return grpc::Status::OK;
   }
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatReply* reply) override {
-    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
-    reply->set_known(Touch(req->actor_id()));
+    grpc::Status st = Admit(*ctx, req->actor_id());
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      reply->set_known(false);  // register again
+    } else if (!st.ok()) {
+      return st;
+    } else {
+      reply->set_known(true);
+    }
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
     reply->set_done(Done());
     if (reply->done()) MarkTold(req->actor_id());
@@ -63,8 +73,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
   }
 
   grpc::Status Acquire(grpc::ServerContext* ctx, const v1::AcquireRequest* req, v1::AcquireReply* reply) override {
-    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
-    if (!Touch(req->actor_id())) return UnknownActor(req->actor_id());
+    if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
     reply->set_done(Done());
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
     if (reply->done()) {
@@ -86,13 +95,15 @@ class LearnerServer::Service final : public v1::Learner::Service {
   }
 
   grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req, v1::SubmitReply* reply) override {
-    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
-    if (!Touch(req->actor_id())) return UnknownActor(req->actor_id());
+    if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
     rollout::SubmitOutcome out = s_->sink_->Submit(DecodeRollout(*req, req->actor_id()));
     {
       std::lock_guard<std::mutex> lock(s_->mu_);
       auto it = s_->actors_.find(req->actor_id());
-      if (it != s_->actors_.end()) ++(out.accepted ? it->second.submitted : it->second.refused);
+      if (it != s_->actors_.end()) {
+        ++(out.accepted ? it->second.submitted : it->second.refused);
+        if (out.forged) StrikeLocked(it->second, out.reason);
+      }
     }
     reply->set_accepted(out.accepted);
     reply->set_reason(out.reason);
@@ -101,8 +112,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
 
   grpc::Status GetSnapshot(grpc::ServerContext* ctx, const v1::SnapshotRequest* req,
                            grpc::ServerWriter<v1::SnapshotPiece>* writer) override {
-    if (grpc::Status st = Authenticate(*ctx); !st.ok()) return st;
-    if (!Touch(req->actor_id())) return UnknownActor(req->actor_id());
+    if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
     rollout::Snapshot snap = s_->snapshots_->Latest();
     if (snap.version < 0 || snap.version < req->min_version() || !snap.weights)
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no snapshot at or above version " +
@@ -121,25 +131,51 @@ class LearnerServer::Service final : public v1::Learner::Service {
   }
 
  private:
-  grpc::Status Authenticate(const grpc::ServerContext& ctx) {
-    if (TokenMatches(ctx, s_->options_.token)) return grpc::Status::OK;
+  std::optional<std::string> Authenticate(const grpc::ServerContext& ctx) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    return s_->tokens_.Identify(ctx);
+  }
+
+  grpc::Status Unauthenticated(const grpc::ServerContext& ctx) {
     Count("unauthenticated");
     spdlog::warn("refused a call from {}: missing or wrong bearer token", ctx.peer());
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token (--token-file)");
   }
 
-  grpc::Status UnknownActor(const std::string& id) {
-    Count("unknown_actor");
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "actor '" + id + "' is not registered (evicted?); register again");
-  }
-
-  // Marks the actor alive; false when it is not registered.
-  bool Touch(const std::string& id) {
+  // A call about a registered actor: the caller's token must be the one the actor registered
+  // with, and its worker not quarantined. Marks the actor alive.
+  grpc::Status Admit(const grpc::ServerContext& ctx, const std::string& id) {
+    std::optional<std::string> who = Authenticate(ctx);
+    if (!who) return Unauthenticated(ctx);
     std::lock_guard<std::mutex> lock(s_->mu_);
     auto it = s_->actors_.find(id);
-    if (it == s_->actors_.end()) return false;
+    if (it == s_->actors_.end() || it->second.identity != *who) {
+      // Another worker's actor reads as unknown: its existence is not the caller's to learn.
+      ++s_->counters_[it == s_->actors_.end() ? "unknown_actor" : "foreign_actor"];
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "actor is not registered (evicted?); register again");
+    }
     it->second.last_seen = s_->clock_->Now();
-    return true;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status QuarantinedLocked(const std::string& worker) {
+    ++s_->counters_["quarantined_call"];
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "worker '" + worker + "' is quarantined: its submissions were refused as forged " +
+                            std::to_string(s_->forged_[worker]) + " times (see the learner's log)");
+  }
+
+  // Counts a forged submission against the actor's worker; quarantines it at the limit.
+  void StrikeLocked(ActorInfo& actor, const std::string& reason) {
+    ++actor.forged;
+    const std::string worker = actor.name;
+    const int64_t n = ++s_->forged_[worker];
+    if (n < s_->options_.quarantine_after_forged || s_->quarantined_.count(worker)) return;
+    s_->quarantined_.insert(worker);
+    ++s_->counters_["quarantined"];
+    spdlog::error("quarantined worker {}: {} submissions refused as forged (the last: {}); its leases are re-issued",
+                  worker, n, reason);
+    s_->RemoveActorsLocked([&](const ActorInfo& a) { return a.name == worker; });
   }
 
   bool Done() {
@@ -169,6 +205,7 @@ LearnerServer::LearnerServer(LearnerServerOptions options, rollout::WorkSource* 
       sink_(sink),
       snapshots_(snapshots),
       clock_(clock),
+      tokens_(options_.tokens),
       incarnation_([] {
         std::random_device rd;
         char buf[9];
@@ -226,9 +263,45 @@ void LearnerServer::WaitUntilActorsTold(double timeout_seconds) {
   }
 }
 
-std::vector<std::string> LearnerServer::EvictSilent() {
-  std::vector<std::string> evicted;
+void LearnerServer::RemoveActorsLocked(const std::function<bool(const ActorInfo&)>& which) {
+  for (auto it = actors_.begin(); it != actors_.end();) {
+    if (which(it->second)) {
+      removed_.push_back(it->first);
+      it = actors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Status LearnerServer::ReloadTokens() {
+  if (options_.token_file.empty()) return FailedPrecondition("no token file to reload");
+  ECHELON_ASSIGN_OR_RETURN(TokenTable tokens, TokenTable::Load(options_.token_file));
+  std::set<std::string> names;
+  for (const std::string& n : tokens.names()) names.insert(n);
   std::lock_guard<std::mutex> lock(mu_);
+  const size_t before = removed_.size();
+  // With per-worker tokens, an actor whose worker's line is gone loses its registration; a
+  // shared token that changed leaves every actor of the old one unable to call, and evicted
+  // when silent.
+  if (tokens.per_actor())
+    RemoveActorsLocked([&](const ActorInfo& a) { return !a.identity.empty() && names.count(a.identity) == 0; });
+  counters_["revoked"] += static_cast<int64_t>(removed_.size() - before);
+  tokens_ = std::move(tokens);
+  spdlog::info("reloaded {}: {} worker tokens, {} actors revoked", options_.token_file, names.size(),
+               removed_.size() - before);
+  return Status::Ok();
+}
+
+std::set<std::string> LearnerServer::Quarantined() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return quarantined_;
+}
+
+std::vector<std::string> LearnerServer::EvictSilent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> evicted = std::move(removed_);
+  removed_.clear();
   const double now = clock_->Now();
   for (auto it = actors_.begin(); it != actors_.end();) {
     if (now - it->second.last_seen > options_.evict_after_seconds) {

@@ -3,6 +3,13 @@
 // snapshots to the learner's in-process hub through the rollout/transport.h interfaces, so the
 // learner loop is the same whether actors are threads or remote processes.
 //
+// Identities: an actor id is its name, '#', and 128 random bits, so no caller can guess
+// another's; with per-worker tokens (TokenTable) an actor's name is its token's and a call
+// about an actor must carry that actor's token. A worker whose submissions are refused as
+// forged kQuarantineAfterForged times is quarantined: its calls are refused and its actors
+// evicted (their leases re-issued). ReloadTokens re-reads the token file (SIGHUP): the
+// actors of a worker whose token is gone are evicted the same way.
+//
 //   LearnerServer server(opts, &hub, &hub, &hub, &clock);
 //   ECHELON_RETURN_IF_ERROR(server.Start());          // opts.listen "0.0.0.0:7700" or ":0"
 //   for (const std::string& id : server.EvictSilent()) dispatcher.Evict(id);
@@ -11,14 +18,17 @@
 // use (one mutex guards the actor table and counters).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
+#include "echelon/net/auth.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/sched/tunables.h"
 
@@ -30,7 +40,9 @@ namespace echelon::net {
 
 struct LearnerServerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: the system picks one (see port())
-  std::string token;                   // empty: no authentication (loopback tests only)
+  TokenTable tokens;                   // empty: no authentication (tests; --insecure)
+  std::string token_file;              // where `tokens` came from: ReloadTokens re-reads it
+  int quarantine_after_forged = sched::kQuarantineAfterForged;
   std::string run_spec_json;           // handed to every actor at registration
   double heartbeat_seconds = sched::kHeartbeatSeconds;  // reasons: sched/tunables.h
   double evict_after_seconds = sched::kEvictAfterSeconds;
@@ -38,16 +50,19 @@ struct LearnerServerOptions {
   std::string tls_key_file;
   int broadcast_port = 0;          // > 0: actors are told to join the snapshot broadcast here
   std::string broadcast_key_pem;   // the broadcast origin's public key, for actors to pin
+  std::string broadcast_token;     // what broadcast peers present to the origin and to each other
 };
 
 struct ActorInfo {
   std::string id;
   std::string name;
+  std::string identity;  // the name of the token it registered with ("" for a shared token)
   std::string peer;
   double registered_at = 0;
   double last_seen = 0;
   int64_t submitted = 0;
   int64_t refused = 0;
+  int64_t forged = 0;
   bool told_done = false;
 };
 
@@ -69,9 +84,15 @@ class LearnerServer {
   // so actors leave cleanly instead of retrying against a learner that is gone.
   void WaitUntilActorsTold(double timeout_seconds);
 
-  // Forgets actors silent for longer than evict_after_seconds and returns their ids (the
-  // caller re-issues their work).
+  // Forgets actors silent for longer than evict_after_seconds, and returns their ids with
+  // those of actors quarantined or revoked since the last call (the caller re-issues their
+  // work).
   std::vector<std::string> EvictSilent();
+  // Re-reads options.token_file. Actors whose token is no longer listed are evicted; on an
+  // error (the file is unreadable or malformed) the current tokens stay in force.
+  Status ReloadTokens();
+  // Quarantined workers (token names, or actor names with a shared token).
+  std::set<std::string> Quarantined() const;
   std::vector<ActorInfo> Actors() const;
   // Calls refused before reaching the hub, by reason ("unauthenticated", "protocol_version",
   // "unknown_actor", ...), plus evictions.
@@ -81,6 +102,9 @@ class LearnerServer {
 
  private:
   friend class Service;
+  // Unregisters the actors `which` selects; EvictSilent returns them next.
+  void RemoveActorsLocked(const std::function<bool(const ActorInfo&)>& which);
+
   LearnerServerOptions options_;
   rollout::WorkSource* work_;
   rollout::TrajectorySink* sink_;
@@ -93,9 +117,12 @@ class LearnerServer {
   mutable std::mutex mu_;  // guards everything below
   std::map<std::string, ActorInfo> actors_;
   std::map<std::string, int64_t> counters_;
-  uint64_t next_actor_ = 0;
+  TokenTable tokens_;
+  std::map<std::string, int64_t> forged_;     // by worker (see Quarantined)
+  std::set<std::string> quarantined_;
+  std::vector<std::string> removed_;          // quarantined or revoked, not yet returned by EvictSilent
   bool done_ = false;
-  const std::string incarnation_;  // random, per process; part of every actor id
+  const std::string incarnation_;  // random, per process
 };
 
 }  // namespace echelon::net

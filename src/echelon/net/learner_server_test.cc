@@ -3,6 +3,11 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
 
 #include "echelon/net/auth.h"
 #include "echelon/net/protocol.h"
@@ -26,9 +31,11 @@ class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, 
     holders.push_back(actor);
     return a;
   }
+  // Lease 999 stands for a forged group (a swapped prompt, say).
   rollout::SubmitOutcome Submit(rollout::GroupRollout g) override {
     std::lock_guard<std::mutex> lock(mu);
     submitted.push_back(g);
+    if (g.lease_id == 999) return {false, "prompt_mismatch", true};
     return {g.lease_id == 100 + g.group_id, g.lease_id == 100 + g.group_id ? "" : "not_lease_holder"};
   }
   rollout::Snapshot Latest() override {
@@ -43,9 +50,11 @@ class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, 
 };
 
 struct Fixture {
-  explicit Fixture(const std::string& token) {
+  explicit Fixture(const std::string& token) : Fixture(TokenTable::Shared(token), "") {}
+  Fixture(TokenTable tokens, const std::string& token_file) {
     LearnerServerOptions o;
-    o.token = token;
+    o.tokens = std::move(tokens);
+    o.token_file = token_file;
     o.run_spec_json = "{\"spec\": 1}";
     o.evict_after_seconds = 3.0;
     server = std::make_unique<LearnerServer>(o, &hub, &hub, &hub, &clock);
@@ -53,13 +62,29 @@ struct Fixture {
     address = "127.0.0.1:" + std::to_string(server->port());
     stub = v1::Learner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   }
-  grpc::Status Register(const std::string& token, uint32_t version, v1::RegisterReply* reply) {
+  grpc::Status Register(const std::string& token, uint32_t version, v1::RegisterReply* reply,
+                        const std::string& name = "t") {
     grpc::ClientContext ctx;
     AttachToken(ctx, token);
     v1::RegisterRequest req;
     req.set_protocol_version(version);
-    req.set_actor_name("t");
+    req.set_actor_name(name);
     return stub->Register(&ctx, req, reply);
+  }
+  grpc::Status Acquire(const std::string& token, const std::string& actor_id, v1::AcquireReply* reply) {
+    grpc::ClientContext ctx;
+    AttachToken(ctx, token);
+    v1::AcquireRequest req;
+    req.set_actor_id(actor_id);
+    return stub->Acquire(&ctx, req, reply);
+  }
+  grpc::Status Submit(const std::string& token, const std::string& actor_id, uint64_t lease, v1::SubmitReply* reply) {
+    grpc::ClientContext ctx;
+    AttachToken(ctx, token);
+    v1::SubmitRequest req;
+    req.set_actor_id(actor_id);
+    req.set_lease_id(lease);
+    return stub->Submit(&ctx, req, reply);
   }
   ScriptedHub hub;
   SimulatedClock clock;
@@ -77,6 +102,104 @@ TEST(LearnerServerTest, RefusesMissingOrWrongTokenAndKeepsServing) {
   ASSERT_TRUE(f.Register("right", kProtocolVersion, &reply).ok());
   EXPECT_EQ(reply.run_spec_json(), "{\"spec\": 1}");
   EXPECT_EQ(f.server->Actors().size(), 1u);
+}
+
+constexpr char kAliceToken[] = "alice-0123456789abcdef";
+constexpr char kBobToken[] = "bob-0123456789abcdef00";
+
+std::string WriteTokens(const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/tokens-" + std::to_string(::getpid());
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(TokenTableTest, LoadsOneSharedTokenOrNamedWorkersAndNamesTheBadLine) {
+  const std::string path = WriteTokens("# workers\nalice " + std::string(kAliceToken) + "\n\nbob " + kBobToken + "  # home\n");
+  Result<TokenTable> t = TokenTable::Load(path);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE(t->per_actor());
+  const std::vector<std::string> names = t->names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), (std::set<std::string>{"alice", "bob"}));
+  ASSERT_TRUE(TokenTable::Load(WriteTokens(std::string(kAliceToken) + "\n")).ok());
+  EXPECT_FALSE(TokenTable::Load(WriteTokens(std::string(kAliceToken) + "\n"))->per_actor());
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "no token"},
+      {"alice short\n", ":1: token shorter than 16 characters"},
+      {"alice " + std::string(kAliceToken) + "\nalice " + kBobToken + "\n", ":2: worker \"alice\" listed twice"},
+      {"alice " + std::string(kAliceToken) + "\nbob " + kAliceToken + "\n", ":2: token listed twice"},
+      {"a/b " + std::string(kAliceToken) + "\n", ":1: worker name \"a/b\""},
+      {"a b c\n", ":1: expected \"NAME TOKEN\""},
+      {std::string(kAliceToken) + "\nbob " + kBobToken + "\n", "a bare token is only allowed"},
+  };
+  for (const auto& [text, message] : bad) {
+    Result<TokenTable> r = TokenTable::Load(WriteTokens(text));
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(LearnerServerTest, ActorIdsAreUnguessableAndBoundToTheirWorkersToken) {
+  Fixture f(TokenTable::Load(WriteTokens("alice " + std::string(kAliceToken) + "\nbob " + kBobToken + "\n")).value(), "");
+  v1::RegisterReply a, b;
+  // A worker is named by its token, whatever name it asks for.
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &a, "bob").ok());
+  ASSERT_TRUE(f.Register(kBobToken, kProtocolVersion, &b, "bob").ok());
+  EXPECT_EQ(a.actor_id().substr(0, 6), "alice#");
+  EXPECT_EQ(a.actor_id().size(), 6u + 32u);  // 128 random bits
+  EXPECT_NE(a.broadcast_token(), kAliceToken);
+  // Bob cannot act as Alice's actor, even knowing its id; Alice can.
+  v1::AcquireReply reply;
+  EXPECT_EQ(f.Acquire(kBobToken, a.actor_id(), &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(f.server->Counters().at("foreign_actor"), 1);
+  EXPECT_TRUE(f.hub.holders.empty());
+  ASSERT_TRUE(f.Acquire(kAliceToken, a.actor_id(), &reply).ok());
+  EXPECT_EQ(f.hub.holders, std::vector<std::string>{a.actor_id()});
+}
+
+TEST(LearnerServerTest, AWorkerWhoseSubmissionsAreForgedIsQuarantinedAndItsActorsEvicted) {
+  Fixture f(TokenTable::Load(WriteTokens("alice " + std::string(kAliceToken) + "\nbob " + kBobToken + "\n")).value(), "");
+  v1::RegisterReply a1, a2, b;
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &a1).ok());
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &a2).ok());
+  ASSERT_TRUE(f.Register(kBobToken, kProtocolVersion, &b).ok());
+  v1::SubmitReply reply;
+  for (int i = 0; i < sched::kQuarantineAfterForged; ++i) {
+    ASSERT_TRUE(f.Submit(kAliceToken, a1.actor_id(), 999, &reply).ok());
+    EXPECT_EQ(reply.reason(), "prompt_mismatch");
+  }
+  EXPECT_EQ(f.server->Quarantined(), std::set<std::string>{"alice"});
+  std::vector<std::string> evicted = f.server->EvictSilent();
+  std::sort(evicted.begin(), evicted.end());
+  std::vector<std::string> want = {a1.actor_id(), a2.actor_id()};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(evicted, want);
+  // Alice can neither call with her old actors nor register again; Bob is untouched.
+  v1::AcquireReply acquired;
+  EXPECT_EQ(f.Acquire(kAliceToken, a2.actor_id(), &acquired).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::RegisterReply again;
+  grpc::Status st = f.Register(kAliceToken, kProtocolVersion, &again);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(st.error_message().find("quarantined"), std::string::npos);
+  EXPECT_TRUE(f.Acquire(kBobToken, b.actor_id(), &acquired).ok());
+}
+
+TEST(LearnerServerTest, ReloadingTheTokenFileRevokesARemovedWorker) {
+  const std::string path = WriteTokens("alice " + std::string(kAliceToken) + "\nbob " + kBobToken + "\n");
+  Fixture f(TokenTable::Load(path).value(), path);
+  v1::RegisterReply a, b;
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &a).ok());
+  ASSERT_TRUE(f.Register(kBobToken, kProtocolVersion, &b).ok());
+  // A malformed file changes nothing.
+  std::ofstream(path) << "bob short\n";
+  EXPECT_FALSE(f.server->ReloadTokens().ok());
+  v1::AcquireReply reply;
+  EXPECT_TRUE(f.Acquire(kAliceToken, a.actor_id(), &reply).ok());
+  std::ofstream(path) << "bob " << kBobToken << "\n";
+  ASSERT_TRUE(f.server->ReloadTokens().ok());
+  EXPECT_EQ(f.server->EvictSilent(), std::vector<std::string>{a.actor_id()});
+  EXPECT_EQ(f.Acquire(kAliceToken, a.actor_id(), &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(f.Acquire(kBobToken, b.actor_id(), &reply).ok());
+  EXPECT_EQ(f.server->Counters().at("revoked"), 1);
 }
 
 TEST(LearnerServerTest, ProtocolMismatchNamesBothVersions) {

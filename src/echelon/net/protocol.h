@@ -7,7 +7,7 @@
 namespace echelon::net {
 
 // Bumped on any incompatible change to learner.proto; checked at registration.
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // Largest message either side accepts. A group of 8 x 6-token math samples is ~1 KiB; a
 // 64-sample group of 4k-token episodes is ~4 MiB. Anything larger is refused as hostile.

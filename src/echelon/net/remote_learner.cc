@@ -21,11 +21,9 @@ void SleepSeconds(double s) { std::this_thread::sleep_for(std::chrono::duration<
 
 RemoteLearner::RemoteLearner(RemoteLearnerOptions options) : options_(std::move(options)) {
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!options_.tls_ca_file.empty()) {
+  if (!options_.tls_ca_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
-    Result<std::string> ca = ReadFile(options_.tls_ca_file);
-    if (ca.ok()) ssl.pem_root_certs = ca.value();
-    else spdlog::error("cannot read --tls-ca {}: {}", options_.tls_ca_file, ca.status().message());
+    ssl.pem_root_certs = options_.tls_ca_pem;
     creds = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;
@@ -85,7 +83,7 @@ Status RemoteLearner::Register() {
   incarnation_ = reply.learner_incarnation();
   known_version_ = reply.snapshot_version();
   cached_run_spec_ = reply.run_spec_json();
-  if (restarted || !peer_) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem());
+  if (restarted || !peer_) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem(), reply.broadcast_token());
   spdlog::info("registered with learner {} as {}", options_.address, reply.actor_id());
   return Status::Ok();
 }
@@ -191,7 +189,7 @@ rollout::SubmitOutcome RemoteLearner::Submit(rollout::GroupRollout rollout) {
   return {false, "learner_unreachable"};
 }
 
-void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem) {
+void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, const std::string& token) {
   peer_.reset();
   if (!options_.broadcast || port == 0) return;
   Result<broadcast::VerifyKey> key = broadcast::VerifyKey::FromPem(key_pem, "the learner's broadcast key");
@@ -204,7 +202,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem) {
   o.listen = options_.broadcast_listen;
   o.name = options_.name;
   o.origin_key = std::move(key).value();
-  o.token = options_.token;
+  o.token = token;
   o.log_each_version = false;
   o.join_timeout_seconds = 5;
   o.advertise = options_.broadcast_advertise;

@@ -36,7 +36,7 @@ struct RemoteLearnerOptions {
   std::string address;        // host:port
   std::string token;          // bearer token; empty sends none
   std::string name = "actor";
-  std::string tls_ca_file;    // PEM of the CA that signed the learner's certificate; enables TLS
+  std::string tls_ca_pem;     // the CA that signed the learner's certificate (PEM text); enables TLS
   double rpc_timeout_seconds = 30;
   bool broadcast = true;                     // join the learner's snapshot broadcast if it has one
   std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors
@@ -64,7 +64,9 @@ class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink
  private:
   Status Register();
   // (Re)joins the broadcast the registration reply names; on failure snapshots come directly.
-  void JoinBroadcast(uint32_t port, const std::string& key_pem);
+  // Joins the learner's broadcast with the token it handed out (a worker's own token never
+  // goes to other workers).
+  void JoinBroadcast(uint32_t port, const std::string& key_pem, const std::string& token);
   // The snapshot of at least `version` by broadcast, or nullopt (none, or it timed out).
   std::optional<rollout::Snapshot> FromBroadcast(int64_t version);
   void HeartbeatLoop();

@@ -32,6 +32,7 @@ void VisitFields(R& r, V& v) {
   v.Count("groups_in_flight", r.groups_in_flight);
   v.Count("actors", r.actors);
   v.Counts("actor_groups", r.actor_groups);
+  v.Counts("actor_forged", r.actor_forged);
   v.Number("learner_busy_frac", r.learner_busy_frac);
   v.Number("loss", r.loss);
   v.Number("grad_norm", r.grad_norm);

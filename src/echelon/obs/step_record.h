@@ -9,7 +9,7 @@
 //   both        step, version, wall_s, step_s, wait_s, train_s, staleness_*, groups_*,
 //               learner_busy_frac
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
-//               refused, actors, actor_groups, loss, grad_norm, clip_frac, kl,
+//               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
 //               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups,
 //               skipped_nonfinite, tokens,
 //               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
@@ -63,6 +63,7 @@ struct StepRecord {
   std::map<std::string, int64_t> refused;       // refused submissions and calls, by reason (totals)
   std::optional<int64_t> actors;                // live actors
   std::map<std::string, int64_t> actor_groups;  // accepted groups per actor name (totals)
+  std::map<std::string, int64_t> actor_forged;  // forged submissions per actor name (totals)
   double learner_busy_frac = kMissing;          // update time / RL wall time, so far
   double tokens_per_s = kMissing;               // accepted completion tokens / RL wall time
 

@@ -116,7 +116,7 @@ void Simulation::StartGroup(int id, const sched::WorkItem& item) {
 void Simulation::OnGroupDone(const Event& e) {
   Worker& w = workers_[e.worker];
   if (e.epoch != w.epoch) return;  // the worker failed meanwhile; the group is re-issued
-  if (dispatcher_.Submit(e.group, e.lease) == sched::SubmitResult::kAccepted) {
+  if (dispatcher_.Submit(e.group, e.lease, w.actor) == sched::SubmitResult::kAccepted) {
     intake_.Add(e.group, e.version);
     if (opt_.on_arrival) opt_.on_arrival(now_, e.group, e.version);
   } else {

@@ -49,9 +49,12 @@ class WorkSource {
 
 // The learner's answer to a submission: accepted, or refused with a reason that the learner
 // counts under that name ("not_lease_holder", "token_out_of_vocab", ...).
+// `forged`: the refusal is one an honest actor can never earn (a malformed group, a foreign
+// lease, a prompt or an episode that is not the task's); late or repeated submissions are not.
 struct SubmitOutcome {
   bool accepted = false;
   std::string reason;
+  bool forged = false;
 };
 
 class TrajectorySink {

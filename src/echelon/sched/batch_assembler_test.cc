@@ -47,7 +47,7 @@ TEST(BatchAssembler, SettlesDropsAtOnceAndTheBatchOnCommit) {
   while (auto w = d.Acquire("a")) items.push_back(*w);
   ASSERT_EQ(items.size(), 2u);
   for (const WorkItem& w : items) {
-    ASSERT_EQ(d.Submit(w.group_id, w.lease_id), SubmitResult::kAccepted);
+    ASSERT_EQ(d.Submit(w.group_id, w.lease_id, "a"), SubmitResult::kAccepted);
     a.Add(w.group_id, 0);
   }
   const IntakeDecision first = a.Assemble(0);
@@ -59,7 +59,7 @@ TEST(BatchAssembler, SettlesDropsAtOnceAndTheBatchOnCommit) {
   items.clear();
   while (auto w = d.Acquire("a")) items.push_back(*w);
   ASSERT_EQ(items.size(), 2u);
-  ASSERT_EQ(d.Submit(items[0].group_id, items[0].lease_id), SubmitResult::kAccepted);
+  ASSERT_EQ(d.Submit(items[0].group_id, items[0].lease_id, "a"), SubmitResult::kAccepted);
   a.Add(items[0].group_id, /*behavior_version=*/0);  // generated with the old policy
   const IntakeDecision second = a.Assemble(1);     // S = 0: unusable at step 1
   EXPECT_EQ(Ids(second.dropped), std::vector<uint64_t>{items[0].group_id});

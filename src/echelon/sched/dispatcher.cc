@@ -27,13 +27,14 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   return item;
 }
 
-SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id) {
+SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLeasesLocked();
   if (group_id >= next_group_) return RefuseLocked(SubmitResult::kUnknownGroup);
   auto run = running_.find(group_id);
   if (run != running_.end()) {
     if (run->second.lease_id != lease_id) return RefuseLocked(SubmitResult::kNotLeaseHolder);
+    if (run->second.actor != actor) return RefuseLocked(SubmitResult::kForeignLease);
     running_.erase(run);
     pending_[group_id] = lease_id;
     return SubmitResult::kAccepted;
@@ -45,6 +46,13 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id) {
   const bool same_lease = (pending != pending_.end() && pending->second == lease_id) ||
                           (settled != settled_.end() && settled->second == lease_id);
   return RefuseLocked(same_lease ? SubmitResult::kAlreadySettled : SubmitResult::kNotLeaseHolder);
+}
+
+void Dispatcher::Reissue(uint64_t group_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_.erase(group_id) == 0) return;
+  reissue_queue_.push_back(group_id);
+  ++counts_.reissued;
 }
 
 void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {

@@ -46,7 +46,9 @@ struct DispatcherOptions {
   double lease_seconds = kDefaultLeaseSeconds;  // a hand-out not submitted by then is re-issued
 };
 
-enum class SubmitResult { kAccepted, kUnknownGroup, kNotLeaseHolder, kAlreadySettled };
+// kForeignLease: the lease is current but was handed to another actor (a forgery: an honest
+// actor only submits the leases it was given).
+enum class SubmitResult { kAccepted, kUnknownGroup, kNotLeaseHolder, kAlreadySettled, kForeignLease };
 enum class Outcome { kConsumed, kDroppedStale };
 
 struct DispatchCounts {
@@ -82,8 +84,12 @@ class Dispatcher {
   std::optional<WorkItem> Acquire(const std::string& actor);
   // The lease holder hands in its group's rollouts; they now wait for the learner. Expired
   // leases are collected first, so a late holder gets kNotLeaseHolder whether or not anyone
-  // called ExpireLeases; the same lease submitting twice gets kAlreadySettled.
-  SubmitResult Submit(uint64_t group_id, uint64_t lease_id);
+  // called ExpireLeases; the same lease submitting twice gets kAlreadySettled; a lease is
+  // bound to the actor it was handed to.
+  SubmitResult Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor);
+  // The learner refused a submitted (pending) group after its lease was checked (its content
+  // was forged): the hand-out ends as re-issued and the group goes to the next Acquire.
+  void Reissue(uint64_t group_id);
   // The learner's verdict on a submitted (pending) group; anything else is ignored, so a
   // group is settled at most once.
   void Settle(uint64_t group_id, Outcome outcome);

@@ -59,7 +59,7 @@ TEST(DispatcherCapacity, ConsumedKeepsItsSlotDroppedFreesIt) {
   while (auto w = d.Acquire("a")) items.push_back(*w);
   ASSERT_EQ(items.size(), 4u);
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(d.Submit(items[i].group_id, items[i].lease_id), SubmitResult::kAccepted);
+    ASSERT_EQ(d.Submit(items[i].group_id, items[i].lease_id, "a"), SubmitResult::kAccepted);
   }
   d.Settle(items[0].group_id, Outcome::kConsumed);
   d.Settle(items[1].group_id, Outcome::kConsumed);
@@ -81,7 +81,7 @@ TEST(Dispatcher, ScriptedLeaseExpiryReissueAndRefusals) {
   EXPECT_EQ(g1->group_id, 1u);
   EXPECT_FALSE(g0->reissue);
   EXPECT_FALSE(d.Acquire("a2"));  // S=0, B=2: two groups in flight at v=0
-  EXPECT_EQ(d.Submit(0, g0->lease_id), SubmitResult::kAccepted);
+  EXPECT_EQ(d.Submit(0, g0->lease_id, "a0"), SubmitResult::kAccepted);
 
   clock.Set(11);  // a1's lease (deadline 10) has expired
   auto again = d.Acquire("a2");
@@ -95,15 +95,15 @@ TEST(Dispatcher, ScriptedLeaseExpiryReissueAndRefusals) {
   EXPECT_EQ(c.outstanding, 1u);
   EXPECT_EQ(c.pending, 1u);
 
-  EXPECT_EQ(d.Submit(1, g1->lease_id), SubmitResult::kNotLeaseHolder);  // late, after re-issue
-  EXPECT_EQ(d.Submit(1, again->lease_id), SubmitResult::kAccepted);
-  EXPECT_EQ(d.Submit(1, again->lease_id), SubmitResult::kAlreadySettled);  // duplicate
+  EXPECT_EQ(d.Submit(1, g1->lease_id, "a1"), SubmitResult::kNotLeaseHolder);  // late, after re-issue
+  EXPECT_EQ(d.Submit(1, again->lease_id, "a2"), SubmitResult::kAccepted);
+  EXPECT_EQ(d.Submit(1, again->lease_id, "a2"), SubmitResult::kAlreadySettled);  // duplicate
   d.Settle(0, Outcome::kConsumed);
   d.Settle(1, Outcome::kConsumed);
   d.Settle(0, Outcome::kConsumed);  // settled at most once: ignored
-  EXPECT_EQ(d.Submit(0, g0->lease_id), SubmitResult::kAlreadySettled);
-  EXPECT_EQ(d.Submit(1, g1->lease_id), SubmitResult::kNotLeaseHolder);
-  EXPECT_EQ(d.Submit(99, 1), SubmitResult::kUnknownGroup);
+  EXPECT_EQ(d.Submit(0, g0->lease_id, "a0"), SubmitResult::kAlreadySettled);
+  EXPECT_EQ(d.Submit(1, g1->lease_id, "a1"), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(d.Submit(99, 1, "a0"), SubmitResult::kUnknownGroup);
 
   c = d.counts();
   EXPECT_EQ(c.consumed, 2u);
@@ -124,12 +124,38 @@ TEST(Dispatcher, LeaseHoldsUntilItsDeadlineInclusive) {
   auto a = d.Acquire("a");
   auto b = d.Acquire("b");
   clock.Set(10);
-  EXPECT_EQ(d.Submit(a->group_id, a->lease_id), SubmitResult::kAccepted);
+  EXPECT_EQ(d.Submit(a->group_id, a->lease_id, "a"), SubmitResult::kAccepted);
   clock.Set(10.5);
-  EXPECT_EQ(d.Submit(b->group_id, b->lease_id), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(d.Submit(b->group_id, b->lease_id, "b"), SubmitResult::kNotLeaseHolder);
   EXPECT_EQ(d.counts().reissued, 1u);
   EXPECT_EQ(d.counts().awaiting_reissue, 1u);
   EXPECT_EQ(d.ExpireLeases(), 0);  // already collected by Submit
+}
+
+TEST(Dispatcher, ALeaseSubmittedByAnotherActorIsForeignAndStaysWithItsHolder) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/0, /*b=*/2, /*lease=*/10), &clock);
+  auto a = d.Acquire("a");
+  EXPECT_EQ(d.Submit(a->group_id, a->lease_id, "b"), SubmitResult::kForeignLease);
+  EXPECT_EQ(d.Submit(a->group_id, a->lease_id, "a"), SubmitResult::kAccepted);
+  EXPECT_EQ(d.counts().refused, 1u);
+}
+
+TEST(Dispatcher, AForgedSubmissionIsReissuedOnceAndCountedAsReissued) {
+  SimulatedClock clock;
+  Dispatcher d(Options(/*s=*/0, /*b=*/2, /*lease=*/10), &clock);
+  auto a = d.Acquire("a");
+  ASSERT_EQ(d.Submit(a->group_id, a->lease_id, "a"), SubmitResult::kAccepted);
+  d.Reissue(a->group_id);
+  d.Reissue(a->group_id);  // no longer pending: ignored
+  EXPECT_EQ(d.counts().reissued, 1u);
+  EXPECT_EQ(d.counts().awaiting_reissue, 1u);
+  auto again = d.Acquire("b");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->group_id, a->group_id);
+  EXPECT_TRUE(again->reissue);
+  EXPECT_EQ(d.Submit(a->group_id, a->lease_id, "a"), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(d.Submit(again->group_id, again->lease_id, "b"), SubmitResult::kAccepted);
 }
 
 TEST(Dispatcher, EvictReissuesOnlyThatActorsWorkInOrderBeforeNewGroups) {
@@ -152,8 +178,8 @@ TEST(Dispatcher, EvictReissuesOnlyThatActorsWorkInOrderBeforeNewGroups) {
   EXPECT_TRUE(r0->reissue && r1->reissue);
   EXPECT_EQ(fresh->group_id, 3u);
   EXPECT_FALSE(fresh->reissue);
-  EXPECT_EQ(d.Submit(a0->group_id, a0->lease_id), SubmitResult::kNotLeaseHolder);
-  EXPECT_EQ(d.Submit(b0->group_id, b0->lease_id), SubmitResult::kAccepted);
+  EXPECT_EQ(d.Submit(a0->group_id, a0->lease_id, "a"), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(d.Submit(b0->group_id, b0->lease_id, "b"), SubmitResult::kAccepted);
   ExpectCountsAddUp(d);
 }
 
@@ -165,7 +191,7 @@ TEST(Dispatcher, SettleIgnoresGroupsThatWereNotSubmitted) {
   d.Settle(42, Outcome::kDroppedStale);
   EXPECT_EQ(d.counts().consumed, 0u);
   EXPECT_EQ(d.counts().dropped_stale, 0u);
-  EXPECT_EQ(d.Submit(w->group_id, w->lease_id), SubmitResult::kAccepted);
+  EXPECT_EQ(d.Submit(w->group_id, w->lease_id, "a"), SubmitResult::kAccepted);
   ExpectCountsAddUp(d);
 }
 
@@ -185,7 +211,7 @@ TEST(Dispatcher, ConcurrentActorsGetDistinctGroups) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&d, &got, t] {
       while (auto w = d.Acquire("actor-" + std::to_string(t))) {
-        if (d.Submit(w->group_id, w->lease_id) == SubmitResult::kAccepted) {
+        if (d.Submit(w->group_id, w->lease_id, "actor-" + std::to_string(t)) == SubmitResult::kAccepted) {
           got[t].push_back(w->group_id);
         }
       }
@@ -211,9 +237,9 @@ TEST(DispatcherRestore, UnsettledGroupsAreReissuedOnceAndCountsStillAddUp) {
   Dispatcher d(Options(/*s=*/2, /*b=*/2, /*lease=*/5), &clock);
   std::vector<WorkItem> items;
   for (int i = 0; i < 6; ++i) items.push_back(*d.Acquire("a"));
-  ASSERT_EQ(d.Submit(items[0].group_id, items[0].lease_id), SubmitResult::kAccepted);
-  ASSERT_EQ(d.Submit(items[1].group_id, items[1].lease_id), SubmitResult::kAccepted);
-  ASSERT_EQ(d.Submit(items[2].group_id, items[2].lease_id), SubmitResult::kAccepted);
+  ASSERT_EQ(d.Submit(items[0].group_id, items[0].lease_id, "a"), SubmitResult::kAccepted);
+  ASSERT_EQ(d.Submit(items[1].group_id, items[1].lease_id, "a"), SubmitResult::kAccepted);
+  ASSERT_EQ(d.Submit(items[2].group_id, items[2].lease_id, "a"), SubmitResult::kAccepted);
   d.Settle(items[0].group_id, Outcome::kConsumed);
   d.Settle(items[1].group_id, Outcome::kConsumed);
   d.SetVersion(1);
@@ -234,7 +260,7 @@ TEST(DispatcherRestore, UnsettledGroupsAreReissuedOnceAndCountsStillAddUp) {
   EXPECT_EQ(r.counts().consumed, 2u);
   EXPECT_EQ(r.counts().awaiting_reissue, 4u);
   // The old leases are dead: their holders are refused, whatever they held.
-  EXPECT_EQ(r.Submit(items[2].group_id, items[2].lease_id), SubmitResult::kNotLeaseHolder);
+  EXPECT_EQ(r.Submit(items[2].group_id, items[2].lease_id, "a"), SubmitResult::kNotLeaseHolder);
   // Re-issued in the saved order, with fresh lease ids, before any new group.
   std::vector<uint64_t> order;
   for (int i = 0; i < 4; ++i) {
@@ -243,7 +269,7 @@ TEST(DispatcherRestore, UnsettledGroupsAreReissuedOnceAndCountsStillAddUp) {
     EXPECT_TRUE(w->reissue);
     EXPECT_GE(w->lease_id, 1000u);
     order.push_back(w->group_id);
-    EXPECT_EQ(r.Submit(w->group_id, w->lease_id), SubmitResult::kAccepted);
+    EXPECT_EQ(r.Submit(w->group_id, w->lease_id, "c"), SubmitResult::kAccepted);
     r.Settle(w->group_id, Outcome::kConsumed);
   }
   EXPECT_EQ(order, saved.unsettled);

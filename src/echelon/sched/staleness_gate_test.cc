@@ -169,7 +169,7 @@ class Simulation {
     ModelCollect();
     auto it = leases_.find(a.item.lease_id);
     const bool holder = it != leases_.end();
-    SubmitResult got = dispatcher_->Submit(a.item.group_id, a.item.lease_id);
+    SubmitResult got = dispatcher_->Submit(a.item.group_id, a.item.lease_id, a.name);
     if (holder) {
       ASSERT_EQ(got, SubmitResult::kAccepted);
       leases_.erase(it);

@@ -24,6 +24,13 @@ inline constexpr double kHeartbeatSeconds = 1.0;
 // the run at most three seconds of its work.
 inline constexpr double kEvictAfterSeconds = 3.0;
 
+// A worker whose submissions were refused as forged this many times (SubmitOutcome::forged:
+// refusals an honest actor never earns, such as a swapped prompt or an impossible log-prob) is
+// quarantined until the learner restarts: its calls are refused and its leases re-issued.
+// One forged group may be a bug on the worker's side and costs the run nothing (it is
+// refused and re-issued); three are a pattern, and cost at most three groups of work.
+inline constexpr int kQuarantineAfterForged = 3;
+
 // The learner gives up when no rollout arrives for this long: every actor is failing or gone.
 // Five minutes lets remote actors boot, load a model and fetch the first snapshot.
 inline constexpr double kDefaultStallTimeoutSeconds = 300;

@@ -27,6 +27,23 @@ bool ApplyAnswer(HandState& hand, const std::string& answer, IllegalAction illeg
   return false;
 }
 
+ReplayedHand ReplayHand(const TableSpec& table, const std::vector<std::string>& answers, IllegalAction illegal) {
+  ReplayedHand out;
+  HandState hand(DealFromSeed(table.deal_seed));
+  AdvanceOpponent(hand, table);
+  for (size_t i = 0; i < answers.size() && !hand.finished(); ++i) {
+    out.prompts.push_back(PromptText(hand, table.policy_seat));
+    (void)ApplyAnswer(hand, answers[i], illegal);
+    AdvanceOpponent(hand, table);
+  }
+  while (!hand.finished()) {
+    (void)hand.Apply(Action::kCall);
+    AdvanceOpponent(hand, table);
+  }
+  out.chips = hand.Payoff(table.policy_seat);
+  return out;
+}
+
 Result<std::vector<PlayedHand>> PlayHands(const std::vector<TableSpec>& tables, Policy& policy, uint64_t seed,
                                   const RunnerOptions& options) {
   std::vector<HandState> hands;

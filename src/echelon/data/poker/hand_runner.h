@@ -53,6 +53,15 @@ struct RunnerOptions {
 Result<std::vector<PlayedHand>> PlayHands(const std::vector<TableSpec>& tables, Policy& policy, uint64_t seed,
                                   const RunnerOptions& options);
 
+// A hand replayed from its deal and the policy's answers: the prompt before each answer the
+// hand took (answers after its end are not taken), and the policy's net chips. A hand the
+// answers leave unfinished is finished by check/call.
+struct ReplayedHand {
+  std::vector<std::string> prompts;
+  int chips = 0;
+};
+ReplayedHand ReplayHand(const TableSpec& table, const std::vector<std::string>& answers, IllegalAction illegal);
+
 // The opponent acts until the policy is to act or the hand is over.
 void AdvanceOpponent(HandState& hand, const TableSpec& table);
 // Applies the policy's answer; returns false when it was illegal or unparsable (and the

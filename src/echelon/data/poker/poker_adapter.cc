@@ -98,15 +98,18 @@ class PokerAdapter final : public TaskAdapter {
   Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const override {
     Result<TableSpec> table = TableOfPrompt(prompt);
     if (!table.ok()) return Scored{};
-    HandState hand(DealFromSeed(table->deal_seed));
-    AdvanceOpponent(hand, table.value());
-    if (!hand.finished()) ApplyAnswer(hand, completion, opts_.illegal);
-    AdvanceOpponent(hand, table.value());
-    while (!hand.finished()) {
-      (void)hand.Apply(Action::kCall);
-      AdvanceOpponent(hand, table.value());
-    }
-    return Scored{ChipsToBigBlinds(hand.Payoff(table->policy_seat)), {}};
+    return Scored{ChipsToBigBlinds(ReplayHand(table.value(), {completion}, opts_.illegal).chips), {}};
+  }
+
+  // A hand is replayed from its deal: the learner never takes an actor's chips on its word.
+  Result<std::optional<Replay>> ReplayEpisode(const Prompt& prompt, const std::vector<std::string>& actions) const override {
+    ECHELON_ASSIGN_OR_RETURN(TableSpec table, TableOfPrompt(prompt));
+    ReplayedHand hand = ReplayHand(table, actions, opts_.illegal);
+    Replay out;
+    out.scored.reward = ChipsToBigBlinds(hand.chips);
+    out.success = hand.chips > 0;
+    for (std::string& p : hand.prompts) out.prompts.emplace_back(std::move(p));
+    return std::optional<Replay>(std::move(out));
   }
 
   std::string Demonstration(const Prompt& prompt) const override {

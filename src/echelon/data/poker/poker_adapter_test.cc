@@ -44,6 +44,40 @@ std::unique_ptr<TaskAdapter> Make(const AdapterOptions& options) {
   return std::move(task).value();
 }
 
+TEST(PokerAdapter, ReplayGivesEveryHandsChipsAndPromptsNotTheActors) {
+  std::unique_ptr<TaskAdapter> task = Make({{"opponent", "tag"}, {"seed", "5"}});
+  for (uint64_t group = 0; group < 20; ++group) {
+    const Prompt p = task->TrainPrompt(group);
+    FakePolicy policy(RandomLetter);
+    Result<std::vector<Episode>> played = task->RunGroup(p, 4, policy, group);
+    ASSERT_TRUE(played.ok()) << played.status().message();
+    size_t seen = 0;
+    for (const Episode& e : played.value()) {
+      std::vector<std::string> actions;
+      for (const Turn& t : e.turns) actions.push_back(t.text);
+      Result<std::optional<Replay>> r = task->ReplayEpisode(p, actions);
+      ASSERT_TRUE(r.ok() && r->has_value());
+      EXPECT_DOUBLE_EQ(r.value()->scored.reward, e.reward) << "group " << group;
+      EXPECT_EQ(r.value()->success, e.success);
+      ASSERT_EQ(r.value()->prompts.size(), e.turns.size());
+      seen += e.turns.size();
+      // A claim of one action more than the hand took is visible: no prompt for it.
+      actions.push_back("c");
+      EXPECT_EQ(task->ReplayEpisode(p, actions).value()->prompts.size(), e.turns.size());
+    }
+    // The prompts the policy saw, each one replayed (lockstep order differs; compare as sets).
+    std::multiset<std::string> want(policy.seen.begin(), policy.seen.end()), got;
+    for (const Episode& e : played.value()) {
+      std::vector<std::string> actions;
+      for (const Turn& t : e.turns) actions.push_back(t.text);
+      const std::optional<Replay> r = task->ReplayEpisode(p, actions).value();
+      for (const PolicyPrompt& q : r->prompts) got.insert(q.user);
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(seen, policy.seen.size());
+  }
+}
+
 TEST(PokerAdapter, RegisteredAndOptionsValidated) {
   std::unique_ptr<TaskAdapter> task = Make({{"eval_hands", "7"}, {"opponent", "tag"}, {"seed", "3"}});
   EXPECT_EQ(task->name(), "poker");
