@@ -89,6 +89,11 @@ const ConfigSchema& TrainSchema() {
             "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction)");
     s.Float("rollout.stall_timeout_seconds", sched::kDefaultStallTimeoutSeconds, 1.0, 86400.0,
             "abort when no rollout arrives for this long");
+    s.Float("rollout.verify_fraction", 0.05, 0.0, 1.0,
+            "fraction of groups whose behaviour log-probs the learner recomputes under the claimed version "
+            "(every group of an actor caught forging); a mismatch refuses the group");
+    s.Float("rollout.verify_tolerance", 0.02, 0.0, 100.0,
+            "largest mean |recomputed - claimed| log-prob of a verified group (honest actors' gap: verify_gap_max)");
     s.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)");
     s.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group");
     s.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)");
@@ -180,6 +185,8 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
     return InvalidArgument(cfg.source() + ": rollout.chat needs model.init (a new character model has no chat template)");
   o.lease_seconds = cfg.Float("rollout.lease_seconds");
   o.stall_timeout_seconds = cfg.Float("rollout.stall_timeout_seconds");
+  o.verify_fraction = cfg.Float("rollout.verify_fraction");
+  o.verify_tolerance = cfg.Float("rollout.verify_tolerance");
   const int64_t slow = cfg.Int("rollout.slow_actors");
   if (slow > o.actors)
     return InvalidArgument(cfg.source() + ": rollout.slow_actors (" + std::to_string(slow) +

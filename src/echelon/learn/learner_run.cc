@@ -104,6 +104,10 @@ class LearnerRun {
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
         IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens});
+    verifier_ = std::make_unique<BehaviourVerifier>(
+        start_.model->config(), VerifyOptions{options_.verify_fraction, options_.verify_tolerance,
+                                              options_.staleness + 2, options_.temperature});
+    intake_->SetVerifier(verifier_.get());
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
     if (ranks_) {
@@ -293,6 +297,9 @@ class LearnerRun {
     r.logprob_gap = stats.logprob_gap;
     r.zero_spread_groups = stats.zero_spread_groups;
     r.skipped_nonfinite = stats.skipped_nonfinite;
+    const VerifyStats verified = verifier_->stats();
+    r.verified_groups = verified.checked;
+    r.verify_gap_max = verified.max_gap;
     r.tokens = stats.tokens;
     if (std::optional<BroadcastCompletion> b = transport_.TakeCompletedBroadcast()) {
       r.broadcast_version = b->version;
@@ -404,6 +411,7 @@ class LearnerRun {
   std::unique_ptr<LearnerRanks> ranks_;  // data-parallel workers, when there are any
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<sched::Dispatcher> dispatcher_;
+  std::unique_ptr<BehaviourVerifier> verifier_;  // outlives intake_, which calls it
   std::unique_ptr<TrajectoryIntake> intake_;
   std::unique_ptr<SnapshotPublisher> publisher_;
   std::unique_ptr<obs::MetricsHttpServer> http_;

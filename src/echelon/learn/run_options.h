@@ -38,6 +38,8 @@ struct RunOptions {
   bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
   double lease_seconds = sched::kDefaultLeaseSeconds;
   double stall_timeout_seconds = sched::kDefaultStallTimeoutSeconds;
+  double verify_fraction = 0.0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
+  double verify_tolerance = 0.02;  // largest mean log-prob difference a checked group may have
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
   int64_t checkpoint_every = 50;

@@ -93,14 +93,30 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
   // The lease was current: from here on a refusal hands the group to another actor.
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
   Result<Verdict> verdict = Verify(&rollout);
+  std::string failed = "reward_error";
+  if (verdict.ok() && verdict->refusal.empty() && verifier_ != nullptr) {
+    bool suspect;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      suspect = actor_forged_.count(ActorName(rollout.actor)) > 0;
+    }
+    Result<std::string> why = verifier_->Check(rollout, suspect);
+    if (!why.ok()) {
+      verdict = why.status();
+      failed = "verify_error";
+    } else {
+      verdict->refusal = why.value();
+    }
+  }
   if (!verdict.ok()) {
-    // The learner's own reward failed (a user's reward function): the run stops with it.
+    // The learner's own reward (a user's reward function) or verification failed: the run
+    // stops with it.
     dispatcher_->Reissue(rollout.group_id);
     std::lock_guard<std::mutex> lock(mu_);
-    ++refusals_["reward_error"];
-    if (failure_.ok()) failure_ = verdict.status().WithContext("reward of group " + std::to_string(rollout.group_id));
+    ++refusals_[failed];
+    if (failure_.ok()) failure_ = verdict.status().WithContext("group " + std::to_string(rollout.group_id));
     arrived_.notify_all();
-    return {false, "reward_error"};
+    return {false, failed};
   }
   if (!verdict->refusal.empty()) {
     dispatcher_->Reissue(rollout.group_id);
@@ -198,6 +214,7 @@ rollout::Snapshot TrajectoryIntake::Latest() {
 }
 
 void TrajectoryIntake::Publish(rollout::Snapshot snapshot) {
+  if (verifier_ != nullptr) verifier_->Remember(snapshot);
   std::lock_guard<std::mutex> lock(mu_);
   snapshot_ = std::move(snapshot);
 }

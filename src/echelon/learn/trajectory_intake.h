@@ -10,7 +10,9 @@
 // prompt ids must be the learner's own encoding of the task's prompt (the group's, or the
 // replayed episode's observation), and rewards are the learner's: single-turn groups are
 // rescored from the tokens, multi-turn episodes replayed from their actions (Verify). A group
-// refused after its lease check goes back to the dispatcher for another actor.
+// refused after its lease check goes back to the dispatcher for another actor. With a
+// BehaviourVerifier, drawn groups (and every group of an actor caught forging before) also have
+// their behaviour log-probs recomputed under the version they claim.
 //
 //   TrajectoryIntake intake(&dispatcher, task.get(), &vocab, {model_vocab_size, group_size, max_new_tokens});
 //   intake.Publish(snapshot);                  // actors can start
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "echelon/data/adapter.h"
+#include "echelon/learn/behaviour_verifier.h"
 #include "echelon/model/vocabulary.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/sched/dispatcher.h"
@@ -69,6 +72,9 @@ class TrajectoryIntake : public rollout::WorkSource,
   Status failure() const override;
 
   void Publish(rollout::Snapshot snapshot);
+  // Checks behaviour log-probs with `verifier` from now on (it sees every published snapshot);
+  // nullptr: never. Call before actors start.
+  void SetVerifier(BehaviourVerifier* verifier) { verifier_ = verifier; }
   // Submissions refused, by reason, and rewards the learner corrected ("reward_corrected").
   std::map<std::string, int64_t> refusals() const;
   // Completion tokens in accepted groups, accepted groups per actor name, and forged
@@ -96,6 +102,7 @@ class TrajectoryIntake : public rollout::WorkSource,
   const data::TaskAdapter* task_;
   const model::Vocabulary* vocab_;
   const IntakeLimits limits_;
+  BehaviourVerifier* verifier_ = nullptr;
   mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, failure_, accepted_tokens_, actor_groups_,
                            // actor_forged_
   std::condition_variable arrived_;

@@ -44,6 +44,8 @@ void VisitFields(R& r, V& v) {
   v.Numbers("reward_metrics", r.reward_metrics);
   v.Count("zero_spread_groups", r.zero_spread_groups);
   v.Count("skipped_nonfinite", r.skipped_nonfinite);
+  v.Count("verified_groups", r.verified_groups);
+  v.Number("verify_gap_max", r.verify_gap_max);
   v.Count("tokens", r.tokens);
   v.Number("tokens_per_s", r.tokens_per_s);
   v.Count("broadcast_version", r.broadcast_version);

@@ -11,7 +11,7 @@
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
 //               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups,
-//               skipped_nonfinite, tokens,
+//               skipped_nonfinite, verified_groups, verify_gap_max, tokens,
 //               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
@@ -75,6 +75,8 @@ struct StepRecord {
   std::map<std::string, double> reward_metrics;       // batch means of what the reward reported
   std::optional<int64_t> zero_spread_groups;
   std::optional<int64_t> skipped_nonfinite;  // optimizer steps skipped: non-finite loss or gradient
+  std::optional<int64_t> verified_groups;    // groups whose behaviour log-probs were recomputed (total, this process)
+  double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
   std::optional<int64_t> tokens;                      // completion tokens trained on
 
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...

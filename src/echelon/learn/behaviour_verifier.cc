@@ -1,0 +1,104 @@
+#include "echelon/learn/behaviour_verifier.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <random>
+
+#include "echelon/learn/learner.h"
+#include "echelon/model/safetensors.h"
+
+namespace echelon::learn {
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t RandomSalt() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
+BehaviourVerifier::BehaviourVerifier(const model::ModelConfig& config, const VerifyOptions& options)
+    : options_(options), salt_(RandomSalt()), model_(config) {
+  model_->eval();
+  for (auto& p : model_->parameters()) p.requires_grad_(false);
+}
+
+void BehaviourVerifier::Remember(const rollout::Snapshot& snapshot) {
+  if (!snapshot.weights) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshots_[snapshot.version] = snapshot.weights;
+  while (static_cast<int64_t>(snapshots_.size()) > std::max<int64_t>(options_.keep_versions, 1))
+    snapshots_.erase(snapshots_.begin());
+}
+
+bool BehaviourVerifier::Drawn(const rollout::GroupRollout& g) const {
+  if (options_.fraction <= 0) return false;
+  if (options_.fraction >= 1) return true;
+  const uint64_t h = Mix(salt_ ^ Mix(g.group_id ^ Mix(g.lease_id)));
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < options_.fraction;
+}
+
+Result<std::string> BehaviourVerifier::Check(const rollout::GroupRollout& g, bool suspect) {
+  if (!suspect && !Drawn(g)) return std::string();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto snap = snapshots_.find(g.behavior_version);
+  if (snap == snapshots_.end()) {
+    ++stats_.unverifiable;
+    return std::string();
+  }
+  if (loaded_ != g.behavior_version) {
+    const std::string where = "snapshot v" + std::to_string(g.behavior_version) + " (verifier)";
+    ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ParseSafetensors(*snap->second, where));
+    ECHELON_RETURN_IF_ERROR(model_->LoadStateDict(f.tensors, where));
+    loaded_ = g.behavior_version;
+  }
+  at::NoGradGuard no_grad;
+  double sum = 0;
+  int64_t n = 0;
+  try {
+    for (const data::Episode& e : g.episodes)
+      for (const data::Turn& t : e.turns) {
+        std::vector<int64_t> seq(t.prompt_ids);
+        seq.insert(seq.end(), t.tokens.begin(), t.tokens.end());
+        const int64_t len = static_cast<int64_t>(seq.size()) - 1;
+        const at::Tensor all = at::tensor(seq, at::kLong).unsqueeze(0);
+        const at::Tensor input = all.slice(1, 0, len), target = all.slice(1, 1, len + 1);
+        const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
+        const at::Tensor lp = TokenLogProbs(model_->Forward(input, positions, at::Tensor(), nullptr), target,
+                                            options_.temperature)
+                                  .squeeze(0)
+                                  .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
+        const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat);
+        sum += (lp - claimed).abs().sum().item<double>();
+        n += static_cast<int64_t>(t.tokens.size());
+      }
+  } catch (const std::exception& ex) {
+    return Internal(std::string("behaviour verification failed: ") + ex.what());
+  }
+  ++stats_.checked;
+  const double gap = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  if (!(gap <= options_.tolerance)) {
+    ++stats_.mismatched;
+    spdlog::warn("group {} from {}: behaviour log-probs differ from version {}'s by {:.4g} on average (tolerance {})",
+                 g.group_id, g.actor, g.behavior_version, gap, options_.tolerance);
+    return std::string("logprob_mismatch");
+  }
+  stats_.max_gap = std::max(stats_.max_gap, gap);
+  return std::string();
+}
+
+VerifyStats BehaviourVerifier::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace echelon::learn

@@ -1,0 +1,77 @@
+// BehaviourVerifier recomputes behaviour log-probs under the claimed version: honest groups pass
+// (the generator's log-probs equal the recomputation), a lie about the version, made-up
+// log-probs and a sample from other weights are refused.
+#include "echelon/learn/behaviour_verifier.h"
+
+#include <gtest/gtest.h>
+
+#include "echelon/learn/snapshot_publisher.h"
+#include "echelon/learn/testing.h"
+
+namespace echelon::learn {
+namespace {
+
+rollout::GroupRollout Sampled(model::Qwen3Model& m, int64_t claimed_version, uint64_t group_id) {
+  std::vector<LearnerGroup> groups = SampleGroups(m, /*temperature=*/0.8, /*group_size=*/3);
+  rollout::GroupRollout g;
+  g.group_id = group_id;
+  g.lease_id = group_id + 1;
+  g.actor = "a#1";
+  g.behavior_version = claimed_version;
+  g.episodes = groups[group_id % groups.size()].episodes;
+  return g;
+}
+
+struct Versions {
+  Versions() : v0(TinyConfig()), v1(TinyConfig()) {
+    v0->InitWeights(1);
+    v1->InitWeights(2);
+  }
+  model::Qwen3Model v0, v1;
+};
+
+TEST(BehaviourVerifierTest, HonestGroupsPassAndLiesAboutTheVersionOrTheLogprobsAreRefused) {
+  Versions m;
+  BehaviourVerifier v(TinyConfig(), {/*fraction=*/1.0, /*tolerance=*/1e-3, /*keep_versions=*/2, /*temperature=*/0.8});
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  v.Remember(MakeSnapshot(m.v1, 1).value());
+  EXPECT_EQ(v.Check(Sampled(m.v0, 0, 0), false).value(), "");
+  EXPECT_EQ(v.Check(Sampled(m.v1, 1, 1), false).value(), "");
+  EXPECT_LT(v.stats().max_gap, 1e-5);
+  // Sampled under v0, claimed as v1 (a version it never fetched).
+  EXPECT_EQ(v.Check(Sampled(m.v0, 1, 2), false).value(), "logprob_mismatch");
+  // The right version, made-up log-probs.
+  rollout::GroupRollout madeup = Sampled(m.v1, 1, 0);
+  for (data::Episode& e : madeup.episodes)
+    for (float& lp : e.turns[0].logprobs) lp = -0.01f;
+  EXPECT_EQ(v.Check(madeup, false).value(), "logprob_mismatch");
+  EXPECT_EQ(v.stats().checked, 4);
+  EXPECT_EQ(v.stats().mismatched, 2);
+}
+
+TEST(BehaviourVerifierTest, OnlyDrawnGroupsAndSuspectsAreCheckedAndOldVersionsAreForgotten) {
+  Versions m;
+  BehaviourVerifier none(TinyConfig(), {/*fraction=*/0.0, 1e-3, 2, 0.8});
+  none.Remember(MakeSnapshot(m.v0, 0).value());
+  rollout::GroupRollout lie = Sampled(m.v1, 0, 0);
+  EXPECT_EQ(none.Check(lie, /*suspect=*/false).value(), "");  // not drawn
+  EXPECT_EQ(none.Check(lie, /*suspect=*/true).value(), "logprob_mismatch");
+
+  BehaviourVerifier some(TinyConfig(), {/*fraction=*/0.25, 1e-3, /*keep_versions=*/1, 0.8});
+  some.Remember(MakeSnapshot(m.v0, 0).value());
+  some.Remember(MakeSnapshot(m.v1, 1).value());  // v0 is forgotten
+  rollout::GroupRollout old = Sampled(m.v0, 0, 0);
+  EXPECT_EQ(some.Check(old, true).value(), "");
+  EXPECT_EQ(some.stats().unverifiable, 1);
+  rollout::GroupRollout g = Sampled(m.v0, 1, 0);  // a lie: the drawn ones are refused
+  int drawn = 0;
+  for (uint64_t id = 0; id < 200; ++id) {
+    g.group_id = id;
+    if (some.Check(g, false).value() == "logprob_mismatch") ++drawn;
+  }
+  EXPECT_GT(drawn, 25);  // 50 expected, sd 6
+  EXPECT_LT(drawn, 75);
+}
+
+}  // namespace
+}  // namespace echelon::learn

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# System test of a run with an authenticated attacker: a learner with per-worker tokens, two
+# honest actors, and `echelon_testkit hostile-actor` holding twelve valid worker tokens, which
+# throughout the run samples real groups from the first snapshot and forges them (a log-prob
+# of -1e30, another prompt's ids, zero- and two-turn episodes claiming reward 1, another
+# actor's lease, a 50,000-token completion, the newest version claimed for a group sampled
+# from the first, an accepted group sent again). Checks: every forgery refused with its reason
+# (0 accepted; the version lie refused by recomputation), each forging worker quarantined,
+# the run completes, the final weights are finite, and held-out accuracy is not below the
+# warm-start's.
+# Usage: tests/hostile_actor_test.sh path/to/echelon path/to/echelon_testkit
+set -uo pipefail
+ECHELON=$(realpath "$1")
+TESTKIT=$(realpath "$2")
+CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+source "$(dirname "$0")/lib.sh"
+enter_workdir
+command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
+token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+for w in honest-0 honest-1; do echo "$w $(token)"; done > honest
+for i in $(seq 0 11); do echo "hostile-$i $(token)"; done > hostile
+cat honest hostile > workers
+STEPS=450
+timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out run \
+  --set rl.steps=$STEPS --set eval.every=0 > learner.out 2> learner.err &
+LEARNER=$!
+PIDS+=("$LEARNER")
+port=$(learner_port learner.out)
+check "learner listens" test -n "$port"
+for w in honest-0 honest-1; do
+  awk -v w=$w '$1 == w {print $2}' honest > $w.token
+  "$ECHELON" actor --learner "127.0.0.1:$port" --name $w --token-file $w.token > $w.out 2> $w.err &
+  PIDS+=("$!")
+done
+"$TESTKIT" hostile-actor "127.0.0.1:$port" hostile hostile.jsonl 600 3 > hostile.out 2> hostile.err &
+HOSTILE=$!
+PIDS+=("$HOSTILE")
+wait "$LEARNER"
+check "learner completes the run with an attacker" test $? -eq 0
+check "all steps ran" test "$(grep -c '^step ' learner.out)" -eq $STEPS
+wait_exit "$HOSTILE" 60 > /dev/null
+
+# Every forgery was tried and refused with its reason; the honest group went in once.
+expect() {  # kind reason
+  check "$1 was tried" test "$(jq -c "select(.kind == \"$1\")" hostile.jsonl | wc -l)" -ge 1
+  check "every $1 refused as $2" test "$(jq -c "select(.kind == \"$1\" and (.accepted or .reason != \"$2\"))" hostile.jsonl | wc -l)" -eq 0
+}
+expect bad_logprob bad_logprob
+expect swapped_prompt prompt_mismatch
+expect zero_turns bad_turn_count
+expect two_turns bad_turn_count
+expect too_long too_long
+expect foreign_lease foreign_lease
+expect stale_version logprob_mismatch
+expect replay already_settled
+check "the honest group was accepted" test "$(jq -c 'select(.kind == "honest" and .accepted)' hostile.jsonl | wc -l)" -eq 1
+check "0 forgeries accepted" test "$(jq -c 'select(.kind != "honest" and .accepted)' hostile.jsonl | wc -l)" -eq 0
+forgers=$(jq -r 'select(.kind != "honest" and .kind != "replay") | .worker' hostile.jsonl | sort -u | wc -l)
+check "several workers forged ($forgers)" test "$forgers" -ge 6
+check "each forging worker quarantined" test "$(grep -c 'quarantined worker hostile-' learner.err)" -eq "$forgers"
+
+final=$(grep '"event":"final"' run/metrics.jsonl)
+check "the attacker's only accepted group is the honest one" \
+  test "$(echo "$final" | jq -c '.actor_groups | with_entries(select(.key | startswith("hostile"))) | add')" = 1
+check "honest actors did the run" test "$(echo "$final" | jq '.actor_groups["honest-0"] + .actor_groups["honest-1"]')" -gt 1000
+check "forgeries counted per worker" test "$(echo "$final" | jq '[.actor_forged[]] | add')" -ge "$((2 * forgers))"
+acc=$(echo "$final" | jq .heldout_accuracy)
+warm=$(echo "$final" | jq .warmstart_heldout_accuracy)
+echo "held-out accuracy: warm-start $warm -> final $acc; honest gap $(grep '"step"' run/metrics.jsonl | tail -1 | jq .verify_gap_max)"
+check "held-out accuracy not below the warm-start's" jq -ne "$acc >= $warm"
+/usr/bin/python3 - run/checkpoints/final/model.safetensors > finite.out <<'PY'
+import json, math, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+bad = 0
+for name, t in header.items():
+    if name == "__metadata__": continue
+    assert t["dtype"] == "F32", t["dtype"]
+    a, b = t["data_offsets"]
+    values = struct.unpack("<%df" % ((b - a) // 4), data[8 + n + a:8 + n + b])
+    bad += sum(1 for v in values if not math.isfinite(v))
+print(bad)
+PY
+check "final weights finite" test "$(cat finite.out)" = 0
+[ "$fails" -eq 0 ] || { tail -5 learner.err hostile.err; }
+finish

@@ -1,0 +1,259 @@
+// `echelon_testkit hostile-actor`: an authenticated attacker for the hostile-actor system test
+// (tests/hostile_actor_test.sh). It holds valid worker tokens and a real copy of the run's
+// model (the first snapshot, never refreshed), samples real groups, and forges them: a
+// log-prob of -1e30, prompt ids of another prompt, zero- and two-turn episodes claiming reward
+// 1, another actor's lease, a 50,000-token completion, the newest version claimed for a group
+// sampled from the first, and an accepted group sent again. When a worker is quarantined it
+// takes the next token. Every submission is logged as one JSON line
+// {"kind", "worker", "accepted", "reason"}.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "echelon/common/fs.h"
+#include "echelon/net/auth.h"
+#include "echelon/net/codec.h"
+#include "echelon/net/protocol.h"
+#include "echelon/rollout/model_policy.h"
+#include "echelon/rollout/run_spec.h"
+#include "echelon/v1/learner.grpc.pb.h"
+
+namespace echelon::testkit {
+namespace {
+
+struct Worker {
+  std::string name;
+  std::string token;
+};
+
+class Attacker {
+ public:
+  Attacker(const std::string& address, std::vector<Worker> workers, std::ostream& log, double pace)
+      : stub_(v1::Learner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        workers_(std::move(workers)),
+        log_(log),
+        pace_(pace) {}
+
+  int Run(double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    if (!NextWorker()) return 1;
+    const std::vector<std::string> structural = {"bad_logprob", "swapped_prompt", "zero_turns",
+                                                 "two_turns",   "too_long",       "foreign_lease"};
+    size_t k = 0;
+    bool replayed = false;
+    while (std::chrono::steady_clock::now() < deadline && !done_) {
+      // Each worker: a structural forgery, then (now suspect) the version lie, then another.
+      std::vector<std::string> plan;
+      if (!replayed) plan.push_back("replay");
+      plan.push_back(structural[k++ % structural.size()]);
+      plan.push_back("stale_version");
+      plan.push_back(structural[k++ % structural.size()]);
+      replayed = true;
+      for (const std::string& kind : plan) {
+        if (!Attack(kind)) break;  // quarantined (or the run is over)
+        std::this_thread::sleep_for(std::chrono::duration<double>(pace_));
+      }
+      if (done_ || !NextWorker()) break;
+    }
+    std::cerr << "hostile actor: " << submissions_ << " submissions, " << accepted_ << " accepted" << std::endl;
+    return 0;
+  }
+
+ private:
+  // Registers with the next token; false when none is left (every worker quarantined).
+  bool NextWorker() {
+    while (next_worker_ < workers_.size()) {
+      worker_ = workers_[next_worker_++];
+      Result<std::string> id = Register();
+      if (id.ok()) {
+        actor_ = id.value();
+        return true;
+      }
+      std::cerr << "hostile actor: " << id.status().message() << std::endl;
+    }
+    return false;
+  }
+
+  Result<std::string> Register() {
+    grpc::ClientContext ctx;
+    net::AttachToken(ctx, worker_.token);
+    v1::RegisterRequest req;
+    req.set_protocol_version(net::kProtocolVersion);
+    req.set_actor_name("honest-looking");
+    v1::RegisterReply reply;
+    grpc::Status st = stub_->Register(&ctx, req, &reply);
+    if (!st.ok()) return FailedPrecondition(worker_.name + ": " + st.error_message());
+    if (!setup_) {
+      ECHELON_ASSIGN_OR_RETURN(rollout::ActorSetup s, rollout::ParseRunSpec(reply.run_spec_json()));
+      setup_ = std::make_unique<rollout::ActorSetup>(std::move(s));
+      policy_ = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup_->model), setup_->vocab, setup_->sampling);
+      ECHELON_RETURN_IF_ERROR(FetchSnapshot(reply.actor_id()));
+    }
+    return reply.actor_id();
+  }
+
+  Status FetchSnapshot(const std::string& actor) {
+    for (int attempt = 0; attempt < 600; ++attempt) {
+      grpc::ClientContext ctx;
+      net::AttachToken(ctx, worker_.token);
+      v1::SnapshotRequest req;
+      req.set_actor_id(actor);
+      auto reader = stub_->GetSnapshot(&ctx, req);
+      v1::SnapshotPiece piece;
+      std::string bytes;
+      int64_t version = -1;
+      while (reader->Read(&piece)) {
+        version = piece.version();
+        bytes += piece.data();
+      }
+      if (reader->Finish().ok() && version >= 0) {
+        held_version_ = version;
+        return policy_->LoadSnapshot(bytes, version);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return Unavailable("no snapshot from the learner");
+  }
+
+  struct Work {
+    v1::AcquireReply reply;
+  };
+
+  // Work for `actor`; nullopt when quarantined or evicted (or the run is over).
+  std::optional<v1::AcquireReply> Acquire(const std::string& actor) {
+    for (int attempt = 0; attempt < 5000; ++attempt) {
+      grpc::ClientContext ctx;
+      net::AttachToken(ctx, worker_.token);
+      v1::AcquireRequest req;
+      req.set_actor_id(actor);
+      v1::AcquireReply reply;
+      if (!stub_->Acquire(&ctx, req, &reply).ok()) return std::nullopt;
+      if (reply.done()) {
+        done_ = true;
+        return std::nullopt;
+      }
+      if (reply.has_work()) return reply;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return std::nullopt;
+  }
+
+  // A real group for the work, sampled with the first snapshot, claiming that version.
+  Result<rollout::GroupRollout> Sample(const v1::AcquireReply& w) {
+    data::Prompt p{w.prompt_id(), w.prompt_text(), w.prompt_reference()};
+    p.system = w.prompt_system();
+    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Episode> episodes,
+                             setup_->task->RunGroup(p, w.group_size(), *policy_, w.group_id()));
+    rollout::GroupRollout g;
+    g.group_id = w.group_id();
+    g.lease_id = w.lease_id();
+    g.behavior_version = held_version_;
+    g.episodes = std::move(episodes);
+    return g;
+  }
+
+  std::optional<v1::SubmitReply> Submit(const rollout::GroupRollout& g, const std::string& actor) {
+    grpc::ClientContext ctx;
+    net::AttachToken(ctx, worker_.token);
+    v1::SubmitRequest req;
+    net::EncodeRollout(g, actor, &req);
+    v1::SubmitReply reply;
+    if (!stub_->Submit(&ctx, req, &reply).ok()) return std::nullopt;
+    return reply;
+  }
+
+  void Log(const std::string& kind, const v1::SubmitReply& r) {
+    ++submissions_;
+    if (r.accepted()) ++accepted_;
+    log_ << nlohmann::json{{"kind", kind}, {"worker", worker_.name}, {"accepted", r.accepted()}, {"reason", r.reason()}}.dump()
+         << std::endl;
+  }
+
+  bool Attack(const std::string& kind) {
+    std::optional<v1::AcquireReply> w = Acquire(actor_);
+    if (!w) return false;
+    Result<rollout::GroupRollout> sampled = Sample(*w);
+    if (!sampled.ok()) {
+      std::cerr << "hostile actor: " << sampled.status().message() << std::endl;
+      return false;
+    }
+    rollout::GroupRollout g = std::move(sampled).value();
+    data::Turn& t = g.episodes[0].turns[0];
+    std::string actor = actor_;
+    if (kind == "replay") {
+      std::optional<v1::SubmitReply> first = Submit(g, actor);  // honest: accepted
+      if (!first) return false;
+      Log("honest", *first);
+    } else if (kind == "bad_logprob") {
+      t.logprobs[0] = -1e30f;
+    } else if (kind == "swapped_prompt") {
+      t.prompt_ids = setup_->vocab.EncodePrompt("12+34=").value();
+    } else if (kind == "zero_turns") {
+      g.episodes[0].turns.clear();
+      g.episodes[0].reward = 1;
+    } else if (kind == "two_turns") {
+      g.episodes[0].turns.push_back(t);
+      for (data::Episode& e : g.episodes) e.reward = 1;
+    } else if (kind == "too_long") {
+      t.tokens.assign(50000, t.tokens[0]);
+      t.logprobs.assign(50000, -0.5f);
+    } else if (kind == "stale_version") {
+      g.behavior_version = w->snapshot_version();  // never fetched: sampled with the first
+      if (g.behavior_version == held_version_) return true;  // nothing to lie about yet
+    } else if (kind == "foreign_lease") {
+      // A second actor of this worker takes a group; the first submits under its lease.
+      Result<std::string> other = Register();
+      if (!other.ok()) return false;
+      std::optional<v1::AcquireReply> theirs = Acquire(other.value());
+      if (!theirs) return false;
+      g.group_id = theirs->group_id();
+      g.lease_id = theirs->lease_id();
+    }
+    std::optional<v1::SubmitReply> r = Submit(g, actor);
+    if (!r) return false;
+    Log(kind, *r);
+    return true;
+  }
+
+  std::unique_ptr<v1::Learner::Stub> stub_;
+  std::vector<Worker> workers_;
+  std::ostream& log_;
+  const double pace_;
+  size_t next_worker_ = 0;
+  Worker worker_;
+  std::string actor_;
+  std::unique_ptr<rollout::ActorSetup> setup_;
+  std::unique_ptr<rollout::ModelPolicy> policy_;
+  int64_t held_version_ = -1;
+  bool done_ = false;
+  int64_t submissions_ = 0, accepted_ = 0;
+};
+
+}  // namespace
+
+// hostile-actor LEARNER_ADDR WORKERS_FILE LOG_FILE SECONDS PACE_SECONDS
+int HostileActorMain(int argc, char** argv) {
+  if (argc != 6) {
+    std::cerr << "usage: echelon_testkit hostile-actor LEARNER WORKERS_FILE LOG SECONDS PACE" << std::endl;
+    return 2;
+  }
+  Result<std::string> text = ReadFile(argv[2]);
+  if (!text.ok()) {
+    std::cerr << text.status().message() << std::endl;
+    return 2;
+  }
+  std::vector<Worker> workers;
+  std::istringstream in(text.value());
+  for (Worker w; in >> w.name >> w.token;) workers.push_back(w);
+  std::ofstream log(argv[3]);
+  Attacker a(argv[1], std::move(workers), log, std::stod(argv[5]));
+  return a.Run(std::stod(argv[4]));
+}
+
+}  // namespace echelon::testkit
