@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System test of TLS between learner and actors: a self-signed certificate for localhost;
-# an actor that trusts it completes a short run, a plaintext actor cannot join.
+# an actor that trusts it completes a short run, receiving its snapshots by the broadcast,
+# which then runs over TLS too; a plaintext actor cannot join.
 # Usage: tests/tls_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -31,5 +32,8 @@ check "learner completes over TLS" test $? -eq 0
 check "all steps ran" test "$(grep -c '^step ' learner.out)" -eq 10
 for _ in $(seq 1 100); do kill -0 "$ACTOR" 2>/dev/null || break; sleep 0.1; done
 check "TLS actor registered" grep -q "registered with learner" secure.err
+check "TLS actor joined the broadcast (over TLS)" grep -q "joined the snapshot broadcast" secure.err
+check "snapshots went by the broadcast" test "$(grep -c '"broadcast_version"' run/metrics.jsonl)" -ge 5
+check "no broadcast fell back to a direct fetch" sh -c "! grep -q 'fetching snapshots directly' secure.err"
 [ "$fails" -eq 0 ] || { tail -5 learner.err secure.err plain.err; }
 finish

@@ -114,7 +114,7 @@ TEST(BroadcastSimTest, CorruptSenderIsPenalisedAndChunkRefetched) {
     EXPECT_EQ(r.banned[n], n == 3) << "node " << n;
     EXPECT_EQ(r.received[n], 32) << "node " << n;  // incl. the refetched chunk
   }
-  EXPECT_EQ(r.stats.corrupt, 1u);  // banned on its first bad chunk
+  EXPECT_EQ(r.stats.corrupt, 2u);  // banned once two receivers reported it
   EXPECT_EQ(r.stats.verified, 8u * 32u);
   EXPECT_LE(r.last_completion, 1.3 * kT1);
 }
@@ -200,7 +200,7 @@ TEST(BroadcastSimTest, EndToEndRealChunksVerifyAssembleAndDelta) {
       EXPECT_EQ(Sha256Hex(stores[n]->Assemble(version).value()), origin_manifest.file_sha256) << "node " << n;
     }
     if (version == 1) {
-      EXPECT_EQ(corrupt_deliveries, 1);  // then the liar is banned
+      EXPECT_EQ(corrupt_deliveries, 2);  // two receivers report it: then the liar is banned
       EXPECT_TRUE(planner.IsBanned(kLiar));
       EXPECT_EQ(session.bytes_moved(), uint64_t{kPeers} * 16 * kChunk);
     } else {

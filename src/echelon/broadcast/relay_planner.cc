@@ -68,6 +68,11 @@ bool RelayPlanner::AllComplete() const {
   return true;
 }
 
+bool RelayPlanner::Reported(NodeId sender, NodeId receiver) const {
+  const std::vector<bool>& r = nodes_[sender].reported;
+  return static_cast<size_t>(receiver) < r.size() && r[receiver];
+}
+
 int RelayPlanner::UploadSlots(NodeId n) const {
   if (options_.mode == RelayMode::kStar) return n == kOrigin ? std::max(1, live_peers_) : 0;
   return std::max(1, options_.upload_slots);
@@ -89,6 +94,7 @@ NodeId RelayPlanner::BestReceiver(NodeId u, int chunk) const {
   for (NodeId r = 1; r < num_nodes(); ++r) {
     const Node& n = nodes_[r];
     if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= options_.max_inbound) continue;
+    if (Reported(u, r)) continue;  // r found u's chunks corrupt before
     auto key = std::make_tuple(n.incoming_count, -BandwidthBucket(r), n.held_count + n.incoming_count, r);
     if (best < 0 || key < best_key) {
       best = r;
@@ -194,8 +200,13 @@ void RelayPlanner::OnTransferDone(uint64_t transfer_id, TransferOutcome outcome)
     case TransferOutcome::kCorrupt: {
       stats_.corrupt++;
       Node& from = nodes_[t.from];
-      from.strikes++;
-      if (t.from != kOrigin && from.strikes >= options_.ban_after_corrupt) from.banned = true;
+      // The origin's chunks are the learner's own: a report against it is the receiver's fault.
+      if (t.from != kOrigin && !Reported(t.from, t.to)) {
+        if (from.reported.size() <= static_cast<size_t>(t.to)) from.reported.resize(t.to + 1, false);
+        from.reported[t.to] = true;
+        from.strikes++;
+        if (from.strikes >= options_.ban_after_corrupt) from.banned = true;
+      }
       MarkAllDirty();  // the chunk must come from someone else
       break;
     }

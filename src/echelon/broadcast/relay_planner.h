@@ -23,8 +23,10 @@
 // upload is busy, so the last peer finishes about one file time plus log2(N) chunk times.
 // There are no fixed trees to repair: when a relay dies, the chunks it was sending go back
 // to "needed" and are re-planned from any other holder; its receivers keep every verified
-// chunk and resume. A sender of a chunk that failed verification gets a strike and after
-// `ban_after_corrupt` strikes never uploads again; the chunk is refetched from elsewhere.
+// chunk and resume. A sender of a chunk that failed verification is never asked to send to
+// that receiver again and gets a strike (one per distinct receiver: the report may be the
+// receiver's lie); after `ban_after_corrupt` strikes it never uploads again. The chunk is
+// refetched from elsewhere.
 // A late joiner is simply a peer with nothing (or an older version's chunks) held.
 //
 // Star policy (the baseline): only the origin uploads, to every peer at once, each peer's
@@ -90,7 +92,8 @@ class RelayPlanner {
     bool alive = true;
     bool banned = false;
     bool dirty = true;  // may have something new to send
-    int strikes = 0;
+    int strikes = 0;             // distinct receivers that reported this node's chunks corrupt
+    std::vector<bool> reported;  // by receiver: it reported this node (never takes from it again)
     double bps = 0;
     std::vector<bool> held;
     std::vector<bool> incoming;
@@ -106,6 +109,7 @@ class RelayPlanner {
   bool PickSwarm(NodeId u, int* chunk, NodeId* receiver) const;
   bool PickStar(NodeId u, int* chunk, NodeId* receiver) const;
   NodeId BestReceiver(NodeId u, int chunk) const;
+  bool Reported(NodeId sender, NodeId receiver) const;
   void MarkAllDirty();
   void Forget(const Transfer& t);  // undoes a transfer's bookkeeping
 

@@ -75,7 +75,7 @@ TEST(RelayPlannerTest, RelayDeathReturnsItsTransfersAndReceiversResume) {
   EXPECT_EQ(p.stats().verified, static_cast<uint64_t>(6 + 6 + p.HeldCount(1)));
 }
 
-TEST(RelayPlannerTest, CorruptSenderIsBannedAndTheChunkComesFromElsewhere) {
+TEST(RelayPlannerTest, OneCorruptReportKeepsThatReceiverFromTheSenderWithoutBanningIt) {
   RelayPlanner p(RelayOptions{}, /*num_chunks=*/2, 1e6);
   p.AddPeer(1e6);
   p.AddPeer(1e6);
@@ -90,13 +90,34 @@ TEST(RelayPlannerTest, CorruptSenderIsBannedAndTheChunkComesFromElsewhere) {
     p.OnTransferDone(t.id, bad ? TransferOutcome::kCorrupt : TransferOutcome::kVerified);
   }
   ASSERT_TRUE(corrupted);
-  EXPECT_TRUE(p.IsBanned(1));
+  // Node 2 may be the liar: node 1 is not banned, but never sends to node 2 again.
+  EXPECT_FALSE(p.IsBanned(1));
   EXPECT_EQ(p.strikes(1), 1);
   EXPECT_EQ(p.stats().corrupt, 1u);
   std::vector<Transfer> log;
   RoundsToComplete(p, &log);
   EXPECT_TRUE(p.AllComplete());
-  for (const Transfer& t : log) EXPECT_NE(t.from, 1);  // banned: receives, never uploads
+  for (const Transfer& t : log) EXPECT_FALSE(t.from == 1 && t.to == 2);
+}
+
+TEST(RelayPlannerTest, TwoReceiversReportingASenderBanItAndTheOriginIsNeverBlamed) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/1, 1e6);
+  for (int i = 0; i < 5; ++i) p.AddPeer(1e6);
+  std::vector<Transfer> log;
+  int reports = 0;
+  for (int round = 0; round < 20 && !p.AllComplete(); ++round) {
+    for (const Transfer& t : p.NextTransfers()) {
+      log.push_back(t);
+      // Node 1 corrupts everything it relays; node 3 also claims the origin's chunk is corrupt.
+      const bool bad = t.from == 1 || (t.from == kOrigin && t.to == 3 && reports++ == 0);
+      p.OnTransferDone(t.id, bad ? TransferOutcome::kCorrupt : TransferOutcome::kVerified);
+    }
+  }
+  EXPECT_TRUE(p.AllComplete());
+  EXPECT_TRUE(p.IsBanned(1));
+  EXPECT_EQ(p.strikes(1), 2);
+  EXPECT_FALSE(p.IsBanned(kOrigin));
+  EXPECT_EQ(p.strikes(kOrigin), 0);
 }
 
 TEST(RelayPlannerTest, DeltaPeersOnlyReceiveMissingChunks) {

@@ -42,7 +42,7 @@ void RelaySession::Pump() {
     const double now = clock_->Now();
     for (const Transfer& t : todo) {
       int concurrent = ++uploads_[t.from];
-      started_[t.id] = Started{now, concurrent};
+      started_[t.id] = Started{t, now, concurrent};
     }
   }
   for (const Transfer& t : todo) {
@@ -69,6 +69,18 @@ void RelaySession::OnDone(const Transfer& t, TransferOutcome outcome) {
     NoteCompletionLocked(t.to);
   }
   Pump();
+}
+
+int RelaySession::ExpireOverdue(double max_seconds) {
+  std::vector<Transfer> overdue;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double now = clock_->Now();
+    for (const auto& [id, s] : started_)
+      if (now - s.at > max_seconds) overdue.push_back(s.transfer);
+  }
+  for (const Transfer& t : overdue) OnDone(t, TransferOutcome::kFailed);
+  return static_cast<int>(overdue.size());
 }
 
 void RelaySession::NoteCompletionLocked(NodeId n) {

@@ -40,6 +40,9 @@ class RelaySession {
   NodeId AddPeer(double upload_bps, const std::vector<bool>& held = {});  // pumps
   void PeerDied(NodeId peer);                                             // pumps
   void Pump();
+  // Transfers started more than `max_seconds` ago end as failed (a receiver that never reports,
+  // or never reads, must not hold a sender's upload slot); returns how many. Pumps.
+  int ExpireOverdue(double max_seconds);
 
   bool AllComplete() const;
   // Seconds (Clock time) at which `peer` first held every chunk; nullopt if it never did.
@@ -60,6 +63,7 @@ class RelaySession {
 
   mutable std::mutex mu_;  // guards planner_ calls and everything below
   struct Started {
+    Transfer transfer;
     double at;
     int concurrent;  // uploads the sender had in flight, this one included
   };

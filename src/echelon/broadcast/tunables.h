@@ -38,9 +38,12 @@ struct RelayOptions {
   // Concurrent downloads per receiver: bounds the receiver's download link share and
   // spreads senders across receivers. 4 x 100 Mbit/s senders still fit a 1 Gbit/s NIC.
   int max_inbound = 4;
-  // A node whose chunks failed verification this many times never uploads again (it still
-  // receives). TCP already catches line noise, so one corrupt chunk means a faulty host.
-  int ban_after_corrupt = 1;
+  // A node reported corrupt by this many distinct receivers never uploads again (it still
+  // receives). TCP already catches line noise, so one corrupt chunk means a faulty host, but
+  // the report comes from the receiver, who may be the liar: one report only stops that
+  // receiver taking from that sender again (a lying receiver hurts itself), and two distinct
+  // reporters ban the sender for everyone.
+  int ban_after_corrupt = 2;
   // Bandwidths within this ratio are treated as equal when ranking receivers, so that
   // measurement noise does not reorder otherwise identical peers.
   double bandwidth_bucket_ratio = 1.25;

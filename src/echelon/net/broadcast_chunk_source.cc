@@ -24,6 +24,46 @@ void ApplyBroadcastLimits(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
 }
 
+ChunkSourceService::ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter,
+                                       std::string token, double upload_deadline_seconds)
+    : store_(store),
+      serialize_uploads_(serialize_uploads),
+      filter_(std::move(filter)),
+      token_(std::move(token)),
+      upload_deadline_seconds_(upload_deadline_seconds),
+      reaper_([this] { ReapLoop(); }) {}
+
+ChunkSourceService::~ChunkSourceService() {
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    stopping_ = true;
+  }
+  reap_cv_.notify_all();
+  reaper_.join();
+}
+
+void ChunkSourceService::ReapLoop() {
+  const auto deadline = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(upload_deadline_seconds_));
+  const auto period = std::min<std::chrono::steady_clock::duration>(deadline / 4, std::chrono::seconds(1));
+  std::unique_lock<std::mutex> lock(active_mu_);
+  while (!stopping_) {
+    reap_cv_.wait_for(lock, period);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [ctx, started] : active_) {
+      if (now - started <= deadline) continue;
+      ctx->TryCancel();  // its blocked Write returns false; the handler removes it
+      started = std::chrono::steady_clock::time_point::max() - deadline;  // cancel once
+      ++overdue_cancelled_;
+    }
+  }
+}
+
+int64_t ChunkSourceService::overdue_cancelled() const {
+  std::lock_guard<std::mutex> lock(active_mu_);
+  return overdue_cancelled_;
+}
+
 grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::FetchChunkRequest* req,
                                             grpc::ServerWriter<v1::FetchChunkReply>* writer) {
   if (!token_.empty() && !TokenMatches(*ctx, token_))
@@ -42,6 +82,19 @@ grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::
   }
   std::unique_lock<std::mutex> turn(upload_mu_, std::defer_lock);
   if (serialize_uploads_) turn.lock();
+  // The deadline runs from here: waiting for the turn is not the receiver's doing.
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    active_[ctx] = std::chrono::steady_clock::now();
+  }
+  struct Done {
+    ChunkSourceService* s;
+    grpc::ServerContext* ctx;
+    ~Done() {
+      std::lock_guard<std::mutex> lock(s->active_mu_);
+      s->active_.erase(ctx);
+    }
+  } done{this, ctx};
   v1::FetchChunkReply piece;
   for (size_t off = 0; off < bytes->size(); off += kChunkPieceBytes) {
     piece.set_data(bytes->data() + off, std::min<size_t>(kChunkPieceBytes, bytes->size() - off));

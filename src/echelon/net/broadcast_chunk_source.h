@@ -11,14 +11,23 @@
 //   // fault injection in tests: a node that corrupts what it serves
 //   ChunkSourceService evil(&store, true, [](uint64_t, uint32_t, std::string* b) { (*b)[0] ^= 1; });
 //
+// A fetch still running after `upload_deadline_seconds` (kFetchDeadlineSeconds) is cancelled
+// from the service's side: a receiver that stops reading (or reads at a trickle) cannot hold
+// this node's upload, whatever deadline it set for itself.
+//
 // Thread contract: FetchChunk runs on gRPC's threads concurrently; the ChunkStore is
-// thread-safe and the filter must be too. upload_mu_ is held while one chunk is written.
+// thread-safe and the filter must be too. upload_mu_ is held while one chunk is written; one
+// reaper thread cancels overdue fetches (active_mu_ guards the table of running ones).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "echelon/broadcast/chunk_store.h"
 #include "echelon/net/broadcast_protocol.h"
@@ -30,18 +39,29 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
  public:
   // A non-empty `token` must be presented as "authorization: Bearer <token>" by every fetcher.
   ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter = nullptr,
-                     std::string token = "")
-      : store_(store), serialize_uploads_(serialize_uploads), filter_(std::move(filter)), token_(std::move(token)) {}
+                     std::string token = "", double upload_deadline_seconds = kFetchDeadlineSeconds);
+  ~ChunkSourceService() override;
 
   grpc::Status FetchChunk(grpc::ServerContext* ctx, const v1::FetchChunkRequest* req,
                           grpc::ServerWriter<v1::FetchChunkReply>* writer) override;
+  // Fetches cancelled for running past the deadline.
+  int64_t overdue_cancelled() const;
 
  private:
+  void ReapLoop();
+
   const broadcast::ChunkStore* const store_;
   const bool serialize_uploads_;
   const ServeFilter filter_;
   const std::string token_;
   std::mutex upload_mu_;  // held while one chunk's pieces are written (serialize_uploads_)
+  const double upload_deadline_seconds_;
+  mutable std::mutex active_mu_;  // guards active_, stopping_, overdue_cancelled_
+  std::condition_variable reap_cv_;
+  std::map<grpc::ServerContext*, std::chrono::steady_clock::time_point> active_;  // running fetches: start
+  bool stopping_ = false;
+  int64_t overdue_cancelled_ = 0;
+  std::thread reaper_;
 };
 
 }  // namespace echelon::net

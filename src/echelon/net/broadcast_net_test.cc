@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "echelon/common/sha256.h"
+#include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/net/broadcast_origin.h"
 #include "echelon/net/broadcast_peer.h"
 #include "echelon/v1/broadcast.grpc.pb.h"
@@ -156,6 +157,48 @@ TEST(BroadcastNetTest, KilledRelayCostsItsReceiversOnlyTheChunksInFlight) {
   EXPECT_EQ(alive, 4);
 }
 
+TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {
+  constexpr uint32_t kBig = 32u << 20;  // one chunk far beyond the stream windows
+  const std::string blob = RandomBlob(kBig, 9);
+  broadcast::Manifest m = broadcast::BuildManifest(1, blob, kBig).value();
+  broadcast::ChunkStore store(2);
+  ASSERT_TRUE(store.AddVersion(m).ok());
+  ASSERT_TRUE(store.PutChunk(1, 0, blob).ok());
+  ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, "", /*upload_deadline_seconds=*/1.0);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&source);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                           grpc::InsecureChannelCredentials()));
+  v1::FetchChunkRequest req;
+  req.set_version(1);
+  req.set_chunk(0);
+  // A receiver that reads one piece and then nothing, with no deadline of its own: it holds
+  // the serialised upload until the service cancels it.
+  grpc::ClientContext stalled_ctx;
+  auto stalled = stub->FetchChunk(&stalled_ctx, req);
+  v1::FetchChunkReply piece;
+  ASSERT_TRUE(stalled->Read(&piece));
+  // An honest receiver behind it gets the whole chunk once the stalled fetch is cancelled.
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto reader = stub->FetchChunk(&ctx, req);
+  std::string got;
+  while (reader->Read(&piece)) got += piece.data();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(got.size(), blob.size());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_EQ(source.overdue_cancelled(), 1);
+  while (stalled->Read(&piece)) {
+  }
+  EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  server->Shutdown();
+}
+
 TEST(BroadcastNetTest, TamperedChunkIsRefusedRefetchedAndItsSenderBanned) {
   BroadcastOriginOptions opts;
   opts.serve_filter = Slow(0.01);  // a slow origin, so peers must relay
@@ -172,9 +215,10 @@ TEST(BroadcastNetTest, TamperedChunkIsRefusedRefetchedAndItsSenderBanned) {
     rejected += swarm.peers[i]->store().stats().rejected_puts;
   }
   broadcast::RelayPlanner::Stats s = swarm.origin->Stats(1);
-  // One upload slot per node: the liar's first relay is caught, and it never uploads again.
-  EXPECT_EQ(s.corrupt, 1u);
-  EXPECT_EQ(rejected, 1u);
+  // One upload slot per node: each of the liar's relays is caught; once two receivers have
+  // reported it, it never uploads again.
+  EXPECT_EQ(s.corrupt, 2u);
+  EXPECT_EQ(rejected, 2u);
   EXPECT_EQ(s.verified, 5u * 16u);
   for (const BroadcastPeerReport& r : swarm.origin->Report(1)) {
     EXPECT_EQ(r.banned, r.peer_id.rfind("p2#", 0) == 0) << r.peer_id;

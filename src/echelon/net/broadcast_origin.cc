@@ -24,6 +24,7 @@ using Stream = grpc::ServerReaderWriter<v1::OriginToPeer, v1::PeerToOrigin>;
 struct BroadcastOrigin::Conn {
   std::string id;
   std::string address;
+  std::string cert_pem;  // with TLS: what its ChunkSource serves with
   double upload_bps = kDefaultUploadBps;
   grpc::ServerContext* ctx = nullptr;
   Stream* stream = nullptr;
@@ -98,6 +99,10 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
     }
     auto conn = std::make_shared<Conn>();
     conn->address = hello.address();
+    conn->cert_pem = hello.cert_pem();
+    if (!o_->options_.tls.empty() && conn->cert_pem.empty())
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this broadcast runs over TLS: the Hello must carry the peer's certificate");
     conn->upload_bps = hello.upload_bps() > 0 ? hello.upload_bps() : kDefaultUploadBps;
     conn->ctx = ctx;
     conn->stream = stream;
@@ -136,7 +141,7 @@ Status BroadcastOrigin::Start() {
   chunk_source_ = std::make_unique<ChunkSourceService>(&store_, options_.relay.mode == broadcast::RelayMode::kSwarm,
                                                        options_.serve_filter, options_.token);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(options_.listen, ServerCredentials(options_.tls), &port_);
   ApplyBroadcastLimits(&builder);
   builder.RegisterService(service_.get());
   builder.RegisterService(chunk_source_.get());
@@ -327,7 +332,10 @@ void BroadcastOrigin::StartTransfer(Version* v, const Transfer& t, DoneFn done) 
   order->set_transfer_id(wire_id);
   order->set_version(v->manifest.version);
   order->set_chunk(static_cast<uint32_t>(t.chunk));
-  if (p->sender) order->set_from_address(p->sender->address);
+  if (p->sender) {
+    order->set_from_address(p->sender->address);
+    order->set_from_cert_pem(p->sender->cert_pem);
+  }
   // A failed write means a broken stream: its handler notices and declares the peer dead.
   p->receiver->Write(msg);
 }
@@ -434,9 +442,14 @@ void BroadcastOrigin::WatchdogLoop() {
     for (auto& c : conns_) {
       if (now - c->last_seen > options_.dead_after_seconds) silent.push_back(c);
     }
-    if (silent.empty()) continue;
+    std::vector<std::pair<uint64_t, std::shared_ptr<Version>>> versions(versions_.begin(), versions_.end());
     lock.unlock();
     for (auto& c : silent) DeclareDead(c, "no heartbeat for " + std::to_string(options_.dead_after_seconds) + " s");
+    // A receiver past its fetch deadline that has not reported is not coming back to it.
+    for (auto& [number, v] : versions) {
+      const int expired = v->session->ExpireOverdue(kFetchDeadlineSeconds + options_.dead_after_seconds);
+      if (expired > 0) spdlog::warn("version {}: {} transfers overdue, re-planned", number, expired);
+    }
     lock.lock();
   }
 }

@@ -41,6 +41,7 @@
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
 #include "echelon/net/broadcast_protocol.h"
+#include "echelon/net/tls.h"
 
 namespace grpc {
 class Server;
@@ -67,6 +68,7 @@ struct BroadcastOriginOptions {
   double dead_after_seconds = kBroadcastDeadAfterSeconds;
   ServeFilter serve_filter;  // tests only: applied to every chunk the origin serves
   std::string token;         // non-empty: peers must present it (control stream and chunk fetches)
+  TlsIdentity tls;           // non-empty: serve over TLS with this certificate (net/tls.h)
   bool log_each_version = true;  // info lines per version (publish, nodes, completion); else debug
 };
 

@@ -17,10 +17,13 @@ std::chrono::system_clock::time_point DeadlineIn(double seconds) {
          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds));
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+// `root_pem` empty: plaintext. Else TLS trusting only it; `peer`: a peer's self-signed
+// certificate, named kPeerTlsName whatever address it is dialled at.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& root_pem, bool peer) {
   grpc::ChannelArguments args;
   ApplyBroadcastLimits(&args);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (peer && !root_pem.empty()) SetPeerTargetName(&args);
+  return grpc::CreateCustomChannel(address, ChannelCredentials(root_pem), args);
 }
 
 // "HOST:PORT" -> HOST (IPv6 in brackets kept as is).
@@ -43,9 +46,13 @@ std::string BroadcastPeer::origin_key_id() const { return origin_key_ ? origin_k
 Status BroadcastPeer::Start() {
   source_ = std::make_unique<ChunkSourceService>(&store_, /*serialize_uploads=*/true, options_.serve_filter,
                                                  options_.token);
+  TlsIdentity identity;
+  if (!options_.tls_ca_pem.empty()) {
+    ECHELON_ASSIGN_OR_RETURN(identity, SelfSignedIdentity());
+  }
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.listen, ServerCredentials(identity), &port);
   ApplyBroadcastLimits(&builder);
   builder.RegisterService(source_.get());
   server_ = builder.BuildAndStart();
@@ -69,7 +76,7 @@ Status BroadcastPeer::Start() {
   }
 
   control_ = std::make_unique<Control>();
-  control_->channel = MakeChannel(options_.origin);
+  control_->channel = MakeChannel(options_.origin, options_.tls_ca_pem, /*peer=*/false);
   if (!control_->channel->WaitForConnected(DeadlineIn(options_.join_timeout_seconds))) {
     return Status(StatusCode::kUnavailable, "cannot reach broadcast origin " + options_.origin + " within " +
                                                 std::to_string(options_.join_timeout_seconds) + " s");
@@ -82,6 +89,7 @@ Status BroadcastPeer::Start() {
   hello.mutable_hello()->set_address(address_);
   hello.mutable_hello()->set_name(options_.name);
   hello.mutable_hello()->set_upload_bps(options_.upload_bps);
+  hello.mutable_hello()->set_cert_pem(identity.cert_pem);
   v1::OriginToPeer welcome;
   if (!control_->stream->Write(hello) || !control_->stream->Read(&welcome) || !welcome.has_welcome()) {
     control_->ctx.TryCancel();
@@ -149,7 +157,8 @@ void BroadcastPeer::ReadLoop() {
     if (msg.has_announce()) {
       HandleAnnounce(msg.announce().version(), msg.announce().signed_manifest());
     } else if (msg.has_order()) {
-      Order o{msg.order().transfer_id(), msg.order().version(), msg.order().chunk(), msg.order().from_address()};
+      Order o{msg.order().transfer_id(), msg.order().version(), msg.order().chunk(), msg.order().from_address(),
+              msg.order().from_cert_pem()};
       std::lock_guard<std::mutex> lock(mu_);
       orders_.push_back(std::move(o));
       orders_cv_.notify_one();  // its own cv: a notify_one on cv_ could wake a non-fetcher
@@ -245,10 +254,17 @@ Result<std::string> BroadcastPeer::FetchBytes(const Order& order) {
   std::shared_ptr<grpc::Channel> channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const std::string& key = order.from_address;
+    // A peer back on the same address has a new certificate: the channel is per both.
+    const std::string key = order.from_address + "\n" + order.from_cert_pem;
     auto it = channels_.find(key);
     if (it == channels_.end()) {
-      channel = key.empty() ? control_->channel : MakeChannel(key);
+      if (order.from_address.empty()) {
+        channel = control_->channel;
+      } else if (!options_.tls_ca_pem.empty() && order.from_cert_pem.empty()) {
+        return FailedPrecondition("the origin named sender " + order.from_address + " without its certificate");
+      } else {
+        channel = MakeChannel(order.from_address, options_.tls_ca_pem.empty() ? "" : order.from_cert_pem, true);
+      }
       channels_[key] = channel;
     } else {
       channel = it->second;

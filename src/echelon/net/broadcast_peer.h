@@ -44,6 +44,7 @@
 #include "echelon/common/status.h"
 #include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/net/broadcast_protocol.h"
+#include "echelon/net/tls.h"
 
 namespace grpc {
 class Channel;
@@ -67,6 +68,10 @@ struct BroadcastPeerOptions {
   double fetch_deadline_seconds = kFetchDeadlineSeconds;
   ServeFilter serve_filter;  // tests only: corrupts what this peer serves
   std::string token;         // presented to the origin and other peers, and required of fetchers
+  // Non-empty: the broadcast runs over TLS; the origin must present a certificate this CA
+  // signed, and this peer serves its chunks with a self-signed certificate it makes at Start
+  // (net/tls.h).
+  std::string tls_ca_pem;
   bool log_each_version = true;  // an info line per announced version; else debug
 };
 
@@ -104,6 +109,7 @@ class BroadcastPeer {
     uint64_t version = 0;
     uint32_t chunk = 0;
     std::string from_address;
+    std::string from_cert_pem;  // with TLS: the sender's certificate, as the origin vouched for it
   };
 
  private:

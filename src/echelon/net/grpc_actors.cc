@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "echelon/broadcast/ed25519.h"
+#include "echelon/common/fs.h"
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/net/address.h"
 #include "echelon/net/broadcast_origin.h"
@@ -32,6 +33,11 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
     bo.listen = options_.broadcast_listen.empty() ? HostOf(options_.listen) + ":0" : options_.broadcast_listen;
     // The broadcast has its own token: per-worker tokens are never shown to other workers.
     so.broadcast_token = bo.token = options_.tokens.off() ? "" : RandomToken();
+    if (!options_.tls_cert_file.empty()) {
+      // Over TLS like the learner's own service, with the same certificate (same host).
+      ECHELON_ASSIGN_OR_RETURN(bo.tls.cert_pem, ReadFile(options_.tls_cert_file));
+      ECHELON_ASSIGN_OR_RETURN(bo.tls.key_pem, ReadFile(options_.tls_key_file));
+    }
     bo.log_each_version = false;  // one snapshot per update: the metrics carry broadcast_s
     origin_ = std::make_unique<BroadcastOrigin>(bo, std::move(key), clock_);
     ECHELON_RETURN_IF_ERROR(origin_->Start().WithContext("snapshot broadcast origin"));

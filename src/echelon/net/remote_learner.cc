@@ -203,6 +203,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
   o.name = options_.name;
   o.origin_key = std::move(key).value();
   o.token = token;
+  o.tls_ca_pem = options_.tls_ca_pem;  // a learner with TLS runs its broadcast over TLS too
   o.log_each_version = false;
   o.join_timeout_seconds = 5;
   o.advertise = options_.broadcast_advertise;

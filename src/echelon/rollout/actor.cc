@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 
 namespace echelon::rollout {
 
@@ -43,16 +45,22 @@ bool Actor::RefreshSnapshot() {
 }
 
 void Actor::Run(const std::atomic<bool>& stop) {
+  double idle = options_.idle_sleep_seconds;
+  const auto wait = [&] {
+    clock_->SleepFor(idle);
+    idle = std::min(idle * 2, std::max(options_.max_idle_sleep_seconds, options_.idle_sleep_seconds));
+  };
   while (!stop.load()) {
     if (!RefreshSnapshot()) {
-      clock_->SleepFor(options_.idle_sleep_seconds);
+      wait();
       continue;
     }
     std::optional<Assignment> a = work_->Acquire(options_.name);
     if (!a) {
-      clock_->SleepFor(options_.idle_sleep_seconds);
+      wait();
       continue;
     }
+    idle = options_.idle_sleep_seconds;
     // The gate may have advanced while we waited: take the newest snapshot for this group.
     RefreshSnapshot();
     GroupRollout out;
