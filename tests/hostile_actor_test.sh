@@ -20,7 +20,7 @@ token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 for w in honest-0 honest-1; do echo "$w $(token)"; done > honest
 for i in $(seq 0 11); do echo "hostile-$i $(token)"; done > hostile
 cat honest hostile > workers
-STEPS=450
+STEPS=750
 timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out run \
   --set rl.steps=$STEPS --set eval.every=0 > learner.out 2> learner.err &
 LEARNER=$!
@@ -83,5 +83,5 @@ for name, t in header.items():
 print(bad)
 PY
 check "final weights finite" test "$(cat finite.out)" = 0
-[ "$fails" -eq 0 ] || { tail -5 learner.err hostile.err; }
+[ "$fails" -eq 0 ] || { tail -n 5 learner.err hostile.err; }
 finish

@@ -61,5 +61,5 @@ for ns in "$NS_A1" "$NS_A2"; do
   check "$ns joined the snapshot broadcast across namespaces" grep -q "joined the snapshot broadcast at $LEARNER_IP:" "$ns.err"
 done
 check "snapshots went by broadcast" test "$(grep -c '"broadcast_s"' run/metrics.jsonl)" -gt 0
-[ "$fails" -eq 0 ] || { tail -20 learner.err; tail -5 ./*a1.err ./*a2.err; }
+[ "$fails" -eq 0 ] || { tail -20 learner.err; tail -n 5 ./*a1.err ./*a2.err; }
 finish

@@ -35,5 +35,5 @@ check "TLS actor registered" grep -q "registered with learner" secure.err
 check "TLS actor joined the broadcast (over TLS)" grep -q "joined the snapshot broadcast" secure.err
 check "snapshots went by the broadcast" test "$(grep -c '"broadcast_version"' run/metrics.jsonl)" -ge 5
 check "no broadcast fell back to a direct fetch" sh -c "! grep -q 'fetching snapshots directly' secure.err"
-[ "$fails" -eq 0 ] || { tail -5 learner.err secure.err plain.err; }
+[ "$fails" -eq 0 ] || { tail -n 5 learner.err secure.err plain.err; }
 finish

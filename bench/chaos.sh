@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Chaos run: one learner, four honest actors and one authenticated attacker on loopback for
+# DURATION seconds (default 600). Every few seconds an honest actor (each one a broadcast
+# relay too) is SIGKILLed and restarted a few seconds later, or SIGSTOPped for a few seconds
+# (long enough to be evicted) and continued; the learner is SIGKILLed at a third and at two
+# thirds of the run and resumed from its newest checkpoint; `echelon_testkit hostile-actor`
+# forges throughout (restarted with each learner). At the end the learner is interrupted
+# (SIGINT: a final checkpoint and line). Checks, over metrics.jsonl: every step exactly once
+# and in order across the resumes, no group consumed twice, staleness within S on every line,
+# and on every line groups_issued = consumed + dropped_stale + reissued + in_flight; and no
+# forgery accepted. Prints the figures for docs/RESULTS.md.
+# Usage: bench/chaos.sh [path/to/echelon [path/to/echelon_testkit [seed]]]
+#   env: DURATION (600)
+set -uo pipefail
+ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
+TESTKIT=$(realpath "${2:-$(dirname "$0")/../build/echelon_testkit}")
+CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+INVARIANTS=$(realpath "$(dirname "$0")/../tests/run_invariants.py")
+RANDOM=${3:-$$}
+DURATION=${DURATION:-600}
+S=2
+source "$(dirname "$0")/../tests/lib.sh"
+enter_workdir
+command -v jq > /dev/null || apt-get install -y -q jq > /dev/null
+echo "chaos: ${DURATION} s, random seed ${3:-$$}"
+token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+for i in 0 1 2 3; do echo "honest-$i $(token)"; done > honest
+for i in $(seq 0 11); do echo "hostile-$i $(token)"; done > hostile
+cat honest hostile > workers
+for i in 0 1 2 3; do awk -v w=honest-$i '$1 == w {print $2}' honest > honest-$i.token; done
+
+start_learner() {  # OUT ARGS...
+  local out=$1
+  shift
+  "$ECHELON" learner "$@" --token-file workers > "$out" 2> "${out%.out}.err" &
+  LEARNER=$!
+  PIDS+=("$LEARNER")
+}
+declare -A ACTOR
+start_actor() {  # I
+  "$ECHELON" actor --learner "127.0.0.1:$port" --name honest-$1 --token-file honest-$1.token \
+    >> honest-$1.out 2>> honest-$1.err &
+  ACTOR[$1]=$!
+  PIDS+=("$!")
+}
+start_hostile() {  # N: the attacker's Nth life
+  "$TESTKIT" hostile-actor "127.0.0.1:$port" hostile hostile-$1.jsonl "$DURATION" 3 > /dev/null 2> hostile-$1.err &
+  PIDS+=("$!")
+}
+
+start_learner l1.out "$CONFIG" --listen 127.0.0.1:0 --out run --set rl.steps=1000000 --set rl.staleness=$S \
+  --set checkpoint.every=10 --set eval.every=0 --set task.eval_size=50
+port=$(learner_port l1.out)
+[ -n "$port" ] || { echo "learner did not start"; tail l1.err; exit 1; }
+for i in 0 1 2 3; do start_actor $i; done
+start_hostile 1
+kills=0 stops=0 learner_kills=0
+start=$SECONDS
+next_learner_kill=$((DURATION / 3))
+while [ $((SECONDS - start)) -lt "$DURATION" ]; do
+  sleep $((2 + RANDOM % 4))
+  i=$((RANDOM % 4))
+  if [ $((RANDOM % 2)) = 0 ]; then
+    kill -9 "${ACTOR[$i]}" 2> /dev/null
+    kills=$((kills + 1))
+    (sleep $((1 + RANDOM % 4))) && start_actor $i
+  else
+    kill -STOP "${ACTOR[$i]}" 2> /dev/null
+    stops=$((stops + 1))
+    sleep $((4 + RANDOM % 4))  # past eviction (3 heartbeats)
+    kill -CONT "${ACTOR[$i]}" 2> /dev/null
+  fi
+  if [ $((SECONDS - start)) -ge "$next_learner_kill" ] && [ "$learner_kills" -lt 2 ]; then
+    kill -9 "$LEARNER"
+    wait "$LEARNER" 2> /dev/null
+    learner_kills=$((learner_kills + 1))
+    echo "learner SIGKILLed at $((SECONDS - start)) s after $(grep -c '^step ' l$learner_kills.out) steps of its life"
+    start_learner l$((learner_kills + 1)).out --resume run --listen "127.0.0.1:$port"
+    start_hostile $((learner_kills + 1))
+    next_learner_kill=$((next_learner_kill + DURATION / 3))
+  fi
+done
+kill -INT "$LEARNER"
+wait_exit "$LEARNER" 60
+echo "learner interrupted at $((SECONDS - start)) s (exit $?)"
+/usr/bin/python3 "$INVARIANTS" run/metrics.jsonl --staleness $S --end interrupted \
+  --resumes 2 --discarded run/metrics.discarded.jsonl > check.out 2>&1
+final=$(tail -1 run/metrics.jsonl)
+cat check.out
+echo "final counts: $(echo "$final" | jq -c '{groups_issued, groups_consumed, groups_dropped_stale, groups_reissued, groups_in_flight}')"
+echo "refused by reason (last learner life): $(echo "$final" | jq -c .refused)"
+forged_accepted=$(cat hostile-*.jsonl | jq -c 'select(.kind != "honest" and .accepted)' | wc -l)
+forged=$(cat hostile-*.jsonl | jq -c 'select(.kind != "honest")' | wc -l)
+echo "actors SIGKILLed $kills, SIGSTOPped $stops, learner SIGKILLed $learner_kills; forgeries sent $forged, accepted $forged_accepted"
+check "metrics across the chaos" grep -q '^ok' check.out
+check "no forgery accepted" test "$forged_accepted" -eq 0
+check "the learner was killed twice" test "$learner_kills" -eq 2
+finish
