@@ -62,6 +62,7 @@ while [ $((SECONDS - start)) -lt "$DURATION" ]; do
   i=$((RANDOM % 4))
   if [ $((RANDOM % 2)) = 0 ]; then
     kill -9 "${ACTOR[$i]}" 2> /dev/null
+    wait "${ACTOR[$i]}" 2> /dev/null
     kills=$((kills + 1))
     (sleep $((1 + RANDOM % 4))) && start_actor $i
   else
@@ -83,6 +84,7 @@ done
 kill -INT "$LEARNER"
 wait_exit "$LEARNER" 60
 echo "learner interrupted at $((SECONDS - start)) s (exit $?)"
+last=l$((learner_kills + 1))
 /usr/bin/python3 "$INVARIANTS" run/metrics.jsonl --staleness $S --end interrupted \
   --resumes 2 --discarded run/metrics.discarded.jsonl > check.out 2>&1
 final=$(tail -1 run/metrics.jsonl)
@@ -95,4 +97,5 @@ echo "actors SIGKILLed $kills, SIGSTOPped $stops, learner SIGKILLed $learner_kil
 check "metrics across the chaos" grep -q '^ok' check.out
 check "no forgery accepted" test "$forged_accepted" -eq 0
 check "the learner was killed twice" test "$learner_kills" -eq 2
+[ "$fails" -eq 0 ] || { tail -n 5 "$last.out"; tail -n 20 "$last.err"; }
 finish

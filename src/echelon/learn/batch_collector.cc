@@ -23,6 +23,8 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
   const double start = clock_->Now();
   double wait = 0;  // first take what arrived during the update, without waiting
   while (true) {
+    // First, not only while waiting: a learner that never waits must still stop when told.
+    if (interrupt != nullptr && interrupt->load()) return std::optional<CollectedBatch>();
     std::vector<rollout::GroupRollout> got = arrivals_->Drain(wait);
     ECHELON_RETURN_IF_ERROR(arrivals_->failure());
     wait = options_.poll_seconds;
@@ -45,7 +47,6 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
       b.wait_seconds = clock_->Now() - start;
       return std::optional<CollectedBatch>(std::move(b));
     }
-    if (interrupt != nullptr && interrupt->load()) return std::optional<CollectedBatch>();
     dispatcher_->ExpireLeases();
     if (evict_silent_)
       for (const std::string& id : evict_silent_()) dispatcher_->Evict(id);

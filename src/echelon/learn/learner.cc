@@ -458,6 +458,8 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       if (!prox.defined()) LogprobGaps(mb.start_logp, b, groups.size(), &stats);
       if (std::isnan(norm)) {
         ++stats.skipped_nonfinite;
+        const auto r = rows.accessor<int64_t, 1>();
+        for (int64_t i = 0; i < rows.size(0); ++i) stats.nonfinite_groups.push_back(b.row_group[r[i]]);
         continue;
       }
       stats.grad_norm += norm;
@@ -469,6 +471,9 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   } catch (const c10::Error& e) {  // LibTorch's errors (out of memory, a device failure) end here
     return Internal(std::string("learner update failed: ") + e.what_without_backtrace());
   }
+  std::sort(stats.nonfinite_groups.begin(), stats.nonfinite_groups.end());
+  stats.nonfinite_groups.erase(std::unique(stats.nonfinite_groups.begin(), stats.nonfinite_groups.end()),
+                               stats.nonfinite_groups.end());
   if (stats.skipped_nonfinite > 0)
     spdlog::warn("learner: {} of {} optimizer steps skipped: non-finite loss or gradient (weights unchanged by them)",
                  stats.skipped_nonfinite, minibatches.size());

@@ -90,6 +90,7 @@ struct StepStats {
   int64_t tokens = 0;            // completion tokens trained on
   int64_t zero_spread_groups = 0;  // groups whose rewards were all equal (no signal)
   int64_t skipped_nonfinite = 0;   // optimizer steps not taken: non-finite loss or gradient
+  std::vector<size_t> nonfinite_groups;  // the groups (indices into Step's) of those steps' minibatches
 };
 
 struct TrainingBatch;  // learner.cc: the padded rows of one update

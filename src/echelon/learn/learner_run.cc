@@ -211,6 +211,9 @@ class LearnerRun {
     if (ranks_) ECHELON_RETURN_IF_ERROR(ranks_->SendStep(groups));
     Result<StepStats> stats = learner_->Step(groups);
     if (!stats.ok()) return stats.status().WithContext("learner step " + std::to_string(learner_->version()));
+    for (size_t i : stats->nonfinite_groups)
+      spdlog::warn("step {}: group {} from {} was in a minibatch whose loss or gradient was not finite (skipped)",
+                   learner_->version(), batch.groups[i].group_id, batch.groups[i].actor);
     last_train_seconds_ = clock_.Now() - t0;
     busy_seconds_ += last_train_seconds_;
     consumed_tokens_ += stats->tokens;

@@ -100,6 +100,7 @@ TEST(LearnerTest, NonFiniteLossSkipsTheStepAndLeavesWeightsUnchanged) {
   Result<StepStats> s = learner.Step(groups);
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->skipped_nonfinite, 1);
+  EXPECT_EQ(s->nonfinite_groups, (std::vector<size_t>{0, 1, 2}));  // one minibatch holds them all
   for (const auto& [k, v] : learner.model()->StateDict()) {
     EXPECT_TRUE(at::equal(before.at(k), v)) << k;
     EXPECT_TRUE(at::isfinite(v).all().item<bool>()) << k;
@@ -109,6 +110,16 @@ TEST(LearnerTest, NonFiniteLossSkipsTheStepAndLeavesWeightsUnchanged) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->skipped_nonfinite, 0);
   EXPECT_GT(s->grad_norm, 0.0);
+  // With a minibatch per group only the poisoned group's step is skipped, and it is named.
+  LearnerOptions per_group;
+  per_group.minibatches = 3;
+  Learner split(m, per_group);
+  std::vector<LearnerGroup> again = SampleGroups(split.model(), 1.0, 4);
+  again[1].episodes[2].reward = std::numeric_limits<double>::quiet_NaN();
+  s = split.Step(again);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->skipped_nonfinite, 1);
+  EXPECT_EQ(s->nonfinite_groups, std::vector<size_t>{1});
 }
 
 TEST(LearnerTest, EmptyBatchIsRefused) {

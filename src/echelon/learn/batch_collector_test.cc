@@ -1,0 +1,40 @@
+// BatchCollector: step 1 of every update.
+#include "echelon/learn/batch_collector.h"
+
+#include <gtest/gtest.h>
+
+namespace echelon::learn {
+namespace {
+
+// Always B fresh groups of the current version waiting: a learner that never waits.
+class Flood : public ArrivalQueue {
+ public:
+  std::vector<rollout::GroupRollout> Drain(double) override {
+    std::vector<rollout::GroupRollout> out(4);
+    for (rollout::GroupRollout& g : out) g.group_id = next_++;
+    return out;
+  }
+
+ private:
+  uint64_t next_ = 0;
+};
+
+TEST(BatchCollectorTest, AnInterruptIsHonouredWhileGroupsKeepArriving) {
+  SimulatedClock clock;
+  sched::Dispatcher dispatcher({/*max_staleness=*/1, /*batch_groups=*/4, /*lease_seconds=*/10}, &clock);
+  Flood flood;
+  CollectorOptions o;
+  o.max_staleness = 1;
+  o.batch_groups = 4;
+  BatchCollector collector(o, &dispatcher, &flood, nullptr, &clock);
+  std::atomic<bool> interrupt{false};
+  Result<std::optional<CollectedBatch>> got = collector.Collect(0, &interrupt);
+  ASSERT_TRUE(got.ok() && got->has_value());  // a batch is ready at once
+  interrupt = true;
+  got = collector.Collect(0, &interrupt);
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value());  // stopped, although another batch was ready
+}
+
+}  // namespace
+}  // namespace echelon::learn
