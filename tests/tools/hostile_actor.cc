@@ -23,14 +23,10 @@
 #include "echelon/rollout/model_policy.h"
 #include "echelon/rollout/run_spec.h"
 #include "echelon/v1/learner.grpc.pb.h"
+#include "tests/tools/workers.h"
 
 namespace echelon::testkit {
 namespace {
-
-struct Worker {
-  std::string name;
-  std::string token;
-};
 
 class Attacker {
  public:
@@ -120,10 +116,6 @@ class Attacker {
     }
     return Unavailable("no snapshot from the learner");
   }
-
-  struct Work {
-    v1::AcquireReply reply;
-  };
 
   // Work for `actor`; nullopt when quarantined or evicted (or the run is over).
   std::optional<v1::AcquireReply> Acquire(const std::string& actor) {
@@ -243,16 +235,10 @@ int HostileActorMain(int argc, char** argv) {
     std::cerr << "usage: echelon_testkit hostile-actor LEARNER WORKERS_FILE LOG SECONDS PACE" << std::endl;
     return 2;
   }
-  Result<std::string> text = ReadFile(argv[2]);
-  if (!text.ok()) {
-    std::cerr << text.status().message() << std::endl;
-    return 2;
-  }
-  std::vector<Worker> workers;
-  std::istringstream in(text.value());
-  for (Worker w; in >> w.name >> w.token;) workers.push_back(w);
+  std::optional<std::vector<Worker>> workers = ReadWorkers(argv[2]);
+  if (!workers) return 2;
   std::ofstream log(argv[3]);
-  Attacker a(argv[1], std::move(workers), log, std::stod(argv[5]));
+  Attacker a(argv[1], std::move(*workers), log, std::stod(argv[5]));
   return a.Run(std::stod(argv[4]));
 }
 

@@ -27,6 +27,7 @@
 #include "echelon/rollout/run_spec.h"
 #include "echelon/sched/tunables.h"
 #include "echelon/v1/learner.grpc.pb.h"
+#include "tests/tools/workers.h"
 
 namespace echelon::testkit {
 namespace {
@@ -173,16 +174,12 @@ int LoadActorsMain(int argc, char** argv) {
   const std::string address = argv[1];
   const int n = std::stoi(argv[3]);
   const double seconds = std::stod(argv[4]), group_seconds = std::stod(argv[5]);
-  Result<std::string> text = ReadFile(argv[2]);
-  if (!text.ok()) {
-    std::cerr << text.status().message() << std::endl;
-    return 2;
-  }
+  std::optional<std::vector<Worker>> workers = ReadWorkers(argv[2]);
+  if (!workers) return 2;
   std::vector<SyntheticActor> actors;
-  std::istringstream in(text.value());
-  for (std::string name, token; static_cast<int>(actors.size()) < n && in >> name >> token;) {
+  for (size_t i = 0; i < workers->size() && static_cast<int>(actors.size()) < n; ++i) {
     SyntheticActor a;
-    a.token = token;
+    a.token = (*workers)[i].token;
     actors.push_back(a);
   }
   if (static_cast<int>(actors.size()) < n) {

@@ -144,17 +144,14 @@ Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout
     e.success = s.reward >= 1.0;
     e.metrics = std::move(s.metrics);
   };
-  const auto same_prompt = [&](const data::Turn& t, const data::PolicyPrompt& p) -> Result<bool> {
-    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> ids, vocab_->EncodePrompt(p.system, p.user));
-    return ids == t.prompt_ids;
-  };
+  const auto encode = [&](const data::PolicyPrompt& p) { return vocab_->EncodePrompt(p.system, p.user); };
   if (task_->MaxTurns() == 1) {
-    // Single-turn: every episode answers the group's prompt; the group is scored together (a
-    // scoring service takes it in one request).
+    // Single-turn: every episode answers the group's prompt (encoded once); the group is
+    // scored together (a scoring service takes it in one request).
+    ECHELON_ASSIGN_OR_RETURN(const std::vector<int64_t> prompt_ids, encode(data::PolicyPrompt::Of(g->prompt)));
     std::vector<std::string> texts;
     for (data::Episode& e : g->episodes) {
-      ECHELON_ASSIGN_OR_RETURN(bool same, same_prompt(e.turns[0], data::PolicyPrompt::Of(g->prompt)));
-      if (!same) return Verdict{"prompt_mismatch", 0};
+      if (e.turns[0].prompt_ids != prompt_ids) return Verdict{"prompt_mismatch", 0};
       texts.push_back(vocab_->DecodeCompletion(e.turns[0].tokens));
     }
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task_->RewardGroup(g->prompt, texts));
@@ -169,8 +166,8 @@ Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout
     if (!r) continue;
     if (r->prompts.size() < e.turns.size()) return Verdict{"actions_after_done", 0};
     for (size_t i = 0; i < e.turns.size(); ++i) {
-      ECHELON_ASSIGN_OR_RETURN(bool same, same_prompt(e.turns[i], r->prompts[i]));
-      if (!same) return Verdict{"prompt_mismatch", 0};
+      ECHELON_ASSIGN_OR_RETURN(const std::vector<int64_t> ids, encode(r->prompts[i]));
+      if (ids != e.turns[i].prompt_ids) return Verdict{"prompt_mismatch", 0};
     }
     take(e, std::move(r->scored));
     e.success = r->success;
