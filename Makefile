@@ -24,7 +24,9 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(JOBS)
 
-run: build
+# Only the binary it runs: the unit tests and test tools are `make build`'s and `make test`'s.
+run: configure
+	cmake --build $(BUILD) -j $(JOBS) --target echelon
 	./$(BUILD)/echelon train $(CONFIG)
 
 # Your own data end to end (configs/gsm8k-style.yaml): writes the tiny Qwen3 once, then trains.

@@ -11,7 +11,8 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libicu-dev
   libjemalloc-dev
-  python3 python3-jinja2 jq iproute2
+  python3 python3-jinja2 jq iproute2 curl
+  prometheus  # promtool checks the /metrics exposition (tests/serve_api_test.sh, tests/prometheus_test.sh)
 )
 
 # ECHELON_SKIP_LIBTORCH=1: a GPU machine builds against its PyTorch's LibTorch

@@ -78,4 +78,25 @@ check "a short token is refused with file and line" contains short.err "short-to
 check "unreadable --tls-ca exits 2" test $? -eq 2
 check "unreadable --tls-ca is named, no fallback to system roots" contains ca.err "tls-ca nowhere.pem"
 
+# Conventions: --version, usage errors exit 2, bare KEY=VALUE overrides, the run's own log.
+"$ECHELON" --version > version.out
+check "--version exits 0" test $? -eq 0
+check "--version names version, git and LibTorch" grep -Eq '^echelon [0-9]+\.[0-9]+\.[0-9]+ \(git [^,]+, LibTorch [0-9.]+\)$' version.out
+check "run's config.yaml records the build" sh -c "head -n1 run/config.yaml | grep -qF \"# \$(cat version.out)\""
+check "run's learner.log starts with the build" sh -c "head -n1 run/learner.log | grep -qF \"# \$(cat version.out)\""
+check "learner.log holds the progress lines" test "$(grep -c '^step ' run/learner.log)" -eq 4
+check "learner.log holds the diagnostics" grep -q "learner listening on" run/learner.log
+"$ECHELON" train --no-such-flag > /dev/null 2> usage.err
+check "an unknown flag exits 2" test $? -eq 2
+"$ECHELON" > /dev/null 2>&1
+check "no subcommand exits 2" test $? -eq 2
+"$ECHELON" train "$CONFIG" "$CONFIG" > /dev/null 2> two.err
+check "two configs exit 2" test $? -eq 2
+check "two configs are named" contains two.err "two configs given"
+timeout 300 "$ECHELON" train "$CONFIG" --out run5 "${TINY[@]}" rl.steps=2 eval.every=1 > bare.out 2> bare.err
+check "bare overrides run" test $? -eq 0
+check "bare overrides apply after --set" test "$(grep -c '^step ' bare.out)" -eq 2
+"$ECHELON" train "$CONFIG" --out run6 rl.stepz=2 > /dev/null 2> bare-bad.err
+check "a bad bare override exits 2 naming the key" sh -c "grep -q 'rl.stepz' bare-bad.err"
+
 finish

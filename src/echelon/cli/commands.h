@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 namespace echelon::cli {
 
 void AddTrainCommand(CLI::App& app, int* exit_code);
@@ -18,5 +20,9 @@ void AddReportCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
 void AddInitModelCommand(CLI::App& app, int* exit_code);
+
+// "echelon 0.3.0 (git 91ba92d, LibTorch 1.13.0)": `echelon --version`, the first line of a run's
+// learner.log and the head of its config.yaml.
+std::string VersionLine();
 
 }  // namespace echelon::cli

@@ -13,12 +13,15 @@
 #include <set>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "echelon/cli/commands.h"
 #include "echelon/cli/processes.h"
 #include "echelon/cli/train_config.h"
 #include "echelon/common/fs.h"
 #include "echelon/learn/learner_run.h"
+#include "echelon/learn/run_start.h"
 #include "echelon/learn/thread_actors.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/grpc_actors.h"
@@ -48,17 +51,73 @@ std::string SelfExe() {
   return ec ? std::string("echelon") : p.string();
 }
 
-void PrintSummary(const learn::RunSummary& s) {
-  std::cout << "held-out accuracy: warm-start " << std::fixed << std::setprecision(3) << s.warmstart_accuracy << " -> "
+void PrintSummary(const learn::RunSummary& s, std::ostream& out) {
+  out << "held-out accuracy: warm-start " << std::fixed << std::setprecision(3) << s.warmstart_accuracy << " -> "
             << (s.interrupted ? "interrupted " : "final ") << s.final_accuracy << " (n=" << s.heldout_n << ", "
             << s.steps_done << " steps, " << std::setprecision(0) << s.wall_seconds << " s)\n";
-  std::cout << "run directory: " << s.run_dir << " (config.yaml, metrics.jsonl, heldout.jsonl, checkpoints/)\n";
+  out << "run directory: " << s.run_dir
+      << " (config.yaml, metrics.jsonl, learner.log, events.out.tfevents.*, heldout.jsonl, checkpoints/)\n";
   nlohmann::json j = {{"run_dir", s.run_dir},           {"steps", s.steps_done},
                       {"warmstart_accuracy", s.warmstart_accuracy}, {"final_accuracy", s.final_accuracy},
                       {"heldout_n", s.heldout_n},       {"wall_s", s.wall_seconds},
                       {"interrupted", s.interrupted}};
-  std::cout << j.dump() << std::endl;
+  out << j.dump() << std::endl;
 }
+
+// Writes to two stream buffers (the terminal and the run's log).
+class TeeBuf : public std::streambuf {
+ public:
+  TeeBuf(std::streambuf* a, std::streambuf* b) : a_(a), b_(b) {}
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return traits_type::not_eof(c);
+    const bool ok = a_->sputc(static_cast<char>(c)) != traits_type::eof() &&
+                    b_->sputc(static_cast<char>(c)) != traits_type::eof();
+    return ok ? c : traits_type::eof();
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    a_->sputn(s, n);
+    return b_->sputn(s, n);
+  }
+  int sync() override { return (a_->pubsync() == 0) & (b_->pubsync() == 0) ? 0 : -1; }
+
+ private:
+  std::streambuf* a_;
+  std::streambuf* b_;
+};
+
+// RUN_DIR/learner.log: what the learner prints, progress (stdout) and diagnostics (stderr)
+// alike, appended across resumes, each start headed by the build that ran it.
+class RunLog {
+ public:
+  Status Open(const std::string& run_dir, bool fresh) {
+    std::error_code ec;
+    if (fresh && !learn::IsFreshRunDir(run_dir))
+      return FailedPrecondition("run directory " + run_dir + " already exists and is not empty; choose another --out");
+    std::filesystem::create_directories(run_dir, ec);
+    if (ec) return Internal("cannot create " + run_dir + ": " + ec.message());
+    const std::string path = (std::filesystem::path(run_dir) / "learner.log").string();
+    file_.open(path, std::ios::app);
+    if (!file_) return Internal("cannot open " + path + " for appending");
+    file_ << "# " << VersionLine() << (fresh ? "" : " resuming") << std::endl;
+    try {
+      auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+      sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e %L] %v");
+      spdlog::default_logger()->sinks().push_back(sink);
+      spdlog::default_logger()->flush_on(spdlog::level::info);
+    } catch (const spdlog::spdlog_ex& e) {
+      return Internal("cannot log to " + path + ": " + e.what());
+    }
+    return Status::Ok();
+  }
+  std::ostream& progress() { return progress_; }
+
+ private:
+  std::ofstream file_;
+  TeeBuf tee_{std::cout.rdbuf(), file_.rdbuf()};
+  std::ostream progress_{&tee_};
+};
 
 // Keys a resumed run may change (with --set or an edited CONFIG); anything else would make
 // the checkpoint describe a different run.
@@ -93,7 +152,8 @@ Result<Config> ResumeConfig(const LaunchArgs& args, const std::string& run_dir) 
                            "rollout.lease_seconds, rollout.stall_timeout_seconds, learner.device, "
                            "learner.micro_batch_tokens and learner.ranks");
   }
-  if (wanted.ToYaml() != saved.ToYaml()) ECHELON_RETURN_IF_ERROR(WriteFileAtomic(saved_path, wanted.ToYaml()));
+  if (wanted.ToYaml() != saved.ToYaml())
+    ECHELON_RETURN_IF_ERROR(WriteFileAtomic(saved_path, "# " + VersionLine() + "\n" + wanted.ToYaml()));
   return wanted;
 }
 
@@ -189,8 +249,10 @@ Result<std::optional<learn::RankGroupOptions>> RankOptions(const RunOptions& opt
 }  // namespace
 
 void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
-  cmd->add_option("config", args->config, "YAML config, e.g. configs/math-tiny.yaml (optional with --resume)")
-      ->check(CLI::ExistingFile);
+  auto positionals = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("config", *positionals,
+                  "YAML config, e.g. configs/math-tiny.yaml (optional with --resume), then any KEY=VALUE overrides "
+                  "(e.g. rl.steps=50, the same as --set rl.steps=50)");
   cmd->add_option("--out", args->out, "run directory (default runs/<config>-<date>-<time>); must not exist or be empty");
   CLI::Option* resume =
       cmd->add_option("--resume", args->resume_dir,
@@ -200,8 +262,21 @@ void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
                   "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0 picks a port; default off)");
   cmd->add_option("--set", args->overrides, "override a config key, e.g. --set rl.steps=50 (repeatable)")
       ->allow_extra_args(false);
-  cmd->parse_complete_callback([args, resume] {
+  cmd->parse_complete_callback([args, resume, positionals] {
     args->resume = resume->count() > 0;
+    // A positional argument with '=' that is not a file is an override; the one without is CONFIG.
+    for (const std::string& p : *positionals) {
+      std::error_code ec;
+      if (p.find('=') != std::string::npos && !std::filesystem::is_regular_file(p, ec)) {
+        args->overrides.push_back(p);
+      } else if (args->config.empty()) {
+        if (!std::filesystem::is_regular_file(p, ec)) throw CLI::ValidationError("config", "no such file: " + p);
+        args->config = p;
+      } else {
+        throw CLI::ValidationError("config", "two configs given (" + args->config + ", " + p +
+                                                 "); an override is written KEY=VALUE");
+      }
+    }
     if (args->config.empty() && !args->resume) throw CLI::RequiredError("config (or --resume RUN_DIR)");
     if (args->resume && args->resume_dir.empty() && args->out.empty())
       throw CLI::ValidationError("--resume", "name the run directory: --resume RUN_DIR (or --out RUN_DIR)");
@@ -225,7 +300,8 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   std::signal(SIGTERM, OnSignal);
 
   const bool threads = mode == LaunchMode::kLocalCluster && cfg->String("rollout.transport") == "threads";
-  learn::LearnerRunArgs run_args{run_dir, cfg->ToYaml(), args.resume, args.metrics_port, std::nullopt};
+  learn::LearnerRunArgs run_args{run_dir, "# " + VersionLine() + "\n" + cfg->ToYaml(), args.resume, args.metrics_port,
+                                 std::nullopt};
   ProcessGroup ranks(/*max_restarts=*/0);  // a rank cannot rejoin its group: the run stops instead
   Result<std::optional<learn::RankGroupOptions>> rank_options = RankOptions(options.value(), run_dir, &ranks);
   if (!rank_options.ok()) {
@@ -246,14 +322,19 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
     }
     transport = std::make_unique<net::GrpcActors>(std::move(net).value(), &g_clock);
   }
-  Result<learn::RunSummary> s = learn::RunLearner(options.value(), run_args, *transport, &g_interrupted, std::cout);
+  RunLog log;
+  if (Status st = log.Open(run_dir, !args.resume); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 2;
+  }
+  Result<learn::RunSummary> s = learn::RunLearner(options.value(), run_args, *transport, &g_interrupted, log.progress());
   actors.StopAll(5.0);
   ranks.StopAll(5.0);
   if (!s.ok()) {
     spdlog::error("{}", s.status().message());
     return 1;
   }
-  PrintSummary(s.value());
+  PrintSummary(s.value(), log.progress());
   return s->interrupted ? 130 : 0;
 }
 

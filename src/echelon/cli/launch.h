@@ -14,7 +14,7 @@ namespace echelon::cli {
 struct LaunchArgs {
   std::string config;  // may be empty with `resume`: the run's own config.yaml is used
   std::string out;
-  std::vector<std::string> overrides;
+  std::vector<std::string> overrides;  // --set KEY=VALUE, then bare KEY=VALUE arguments, in order
   bool resume = false;     // continue the run in resume_dir (or `out`) from its newest checkpoint
   std::string resume_dir;
   // Learner service (echelon learner; echelon train with rollout.transport=processes).
@@ -39,7 +39,8 @@ int Launch(const LaunchArgs& args, LaunchMode mode);
 int RunWorkerRank(const learn::RankGroupOptions& options);
 
 // Registers the options `echelon train` and `echelon learner` share: CONFIG, --out, --resume,
-// --metrics-port, --set. The callback checks that CONFIG is given unless --resume is.
+// --metrics-port, --set, and bare KEY=VALUE overrides (Hydra style, as verl users type them)
+// after CONFIG. The callback checks that CONFIG is given unless --resume is.
 void AddRunOptions(CLI::App* cmd, LaunchArgs* args);
 
 }  // namespace echelon::cli

@@ -28,6 +28,7 @@ void SetThreads() {
 int main(int argc, char** argv) {
   CLI::App app{"echelon: asynchronous RL post-training of language models with cheap, unreliable rollout workers"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", [] { return echelon::cli::VersionLine(); }, "print the version, git describe and LibTorch version");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")->capture_default_str();
   int exit_code = 0;
@@ -47,6 +48,13 @@ int main(int argc, char** argv) {
     echelon::InitLogging(log_level);
     SetThreads();
   });
-  CLI11_PARSE(app, argc, argv);
+  // Usage errors exit 2 (CLI11 would use 100-127), as getopt-style tools and Python's argparse do;
+  // --help and --version exit 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   return exit_code;
 }

@@ -1,9 +1,10 @@
-// `echelon serve --model DIR --port P [--host H] [--served-model-name NAME]`: an
+// `echelon serve --model DIR --port P [--host H] [--served-model-name NAME] [--api-key KEY]`: an
 // OpenAI-compatible HTTP server (serve/openai_server.h) over a Hugging Face model directory or
 // an echelon checkpoint. Prints "serving NAME on http://HOST:PORT" once it accepts requests
 // (--port 0 picks a free port); SIGINT/SIGTERM stop it. Exit codes: 0 stopped by a signal,
 // 2 the model cannot be loaded or the port cannot be bound.
 #include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -26,6 +27,7 @@ struct ServeArgs {
   int port = 8000;
   std::string served_model_name;
   int64_t completion_max_tokens = 16;
+  std::string api_key;
 };
 
 int RunServe(const ServeArgs& args) {
@@ -43,6 +45,10 @@ int RunServe(const ServeArgs& args) {
   serve::ServeOptions o;
   o.served_model_name = args.served_model_name;
   o.completion_max_tokens = args.completion_max_tokens;
+  o.api_key = args.api_key;
+  if (o.api_key.empty())
+    if (const char* env = std::getenv("ECHELON_API_KEY")) o.api_key = env;
+  o.version = VersionLine();
   Result<std::unique_ptr<serve::OpenAiServer>> server = serve::OpenAiServer::Create(std::move(m).value(), o);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
@@ -76,6 +82,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "max_tokens of a /v1/completions request that sets none")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
+  cmd->add_option("--api-key", args->api_key,
+                  "require 'Authorization: Bearer KEY' on every route but /health, /version and /metrics "
+                  "(default: $ECHELON_API_KEY; none: open)");
   cmd->callback([args, exit_code] { *exit_code = RunServe(*args); });
 }
 

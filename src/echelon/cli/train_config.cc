@@ -81,6 +81,8 @@ const ConfigSchema& TrainSchema() {
              {"broadcast", "direct"});
     s.Float("rollout.temperature", 1.0, 0.0, 10.0, "sampling temperature (the learner uses the same)");
     s.Float("rollout.top_p", 1.0, 0.0, 1.0, "nucleus sampling mass");
+    s.Int("rollout.top_k", 0, 0, 1 << 30, "sample among the k most likely tokens (0: off)");
+    s.Float("rollout.min_p", 0.0, 0.0, 1.0, "drop tokens below min_p x the most likely one's probability (0: off)");
     s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit");
     s.Bool("rollout.chat", false,
            "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)");
@@ -175,6 +177,8 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.actors = cfg.Int("rollout.actors");
   o.temperature = l.temperature;
   o.top_p = cfg.Float("rollout.top_p");
+  o.top_k = cfg.Int("rollout.top_k");
+  o.min_p = cfg.Float("rollout.min_p");
   o.max_new_tokens = cfg.Int("rollout.max_new_tokens");
   if (l.micro_batch_tokens > 0 && l.micro_batch_tokens < o.max_new_tokens + 1)
     return InvalidArgument(cfg.source() + ": learner.micro_batch_tokens (" + std::to_string(l.micro_batch_tokens) +

@@ -17,6 +17,7 @@
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/model/checkpoint.h"
 #include "echelon/obs/metrics_http.h"
+#include "echelon/obs/prometheus_catalog.h"
 #include "echelon/obs/metrics_log.h"
 #include "echelon/obs/step_record.h"
 #include "echelon/rollout/run_spec.h"
@@ -33,19 +34,6 @@ std::string FormatDuration(double seconds) {
   if (s >= 60) ss << (s / 60) % 60 << "m";
   ss << s % 60 << "s";
   return ss.str();
-}
-
-// Every number of a metrics line as a Prometheus gauge "echelon_<key>"; a map of numbers
-// becomes one gauge with its keys as the `key` label.
-void PublishGauges(const nlohmann::json& line, obs::MetricsHttpServer& http) {
-  for (const auto& [key, value] : line.items()) {
-    if (value.is_number()) {
-      http.Set("echelon_" + key, value.get<double>());
-    } else if (value.is_object()) {
-      for (const auto& [k, v] : value.items())
-        if (v.is_number()) http.Set("echelon_" + key, v.get<double>(), {{"key", k}});
-    }
-  }
 }
 
 void WarnAboutUnclippedCorrection(const RunOptions& options) {
@@ -230,7 +218,7 @@ class LearnerRun {
       r.heldout_accuracy = ev.accuracy;
     }
     const nlohmann::json line = r.ToJson();
-    if (http_) PublishGauges(line, *http_);
+    if (http_) obs::PublishStepLine(line, http_->registry());
     ECHELON_RETURN_IF_ERROR(metrics_.Write(line));
     const double eta = RlWallNow() / (t + 1) * (options_.steps - t - 1);
     progress_ << "step " << t + 1 << "/" << options_.steps << " v" << *r.version << std::fixed << std::setprecision(3)

@@ -34,6 +34,8 @@ struct RunOptions {
   int64_t actors = 1;
   double temperature = 1.0;
   double top_p = 1.0;
+  int64_t top_k = 0;     // 0: off
+  double min_p = 0.0;    // 0: off
   int64_t max_new_tokens = 8;
   bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
   double lease_seconds = sched::kDefaultLeaseSeconds;

@@ -18,7 +18,7 @@ namespace {
 
 Status PrepareRunDir(const std::string& run_dir) {
   std::error_code ec;
-  if (fs::exists(run_dir) && !fs::is_empty(run_dir, ec))
+  if (!IsFreshRunDir(run_dir))
     return FailedPrecondition("run directory " + run_dir + " already exists and is not empty; choose another --out");
   fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
   if (ec) return Internal("cannot create " + run_dir + ": " + ec.message());
@@ -83,6 +83,14 @@ Result<rollout::EvalResult> EvaluateModel(const model::Qwen3Model& source, const
   return rollout::EvaluateGreedy(task, task.HeldOut(), policy);
 }
 
+bool IsFreshRunDir(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::exists(run_dir, ec)) return true;
+  for (const fs::directory_entry& e : fs::directory_iterator(run_dir, ec))
+    if (e.path().filename() != "learner.log") return false;
+  return !ec;
+}
+
 Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
                             const std::string& resolved_yaml, obs::MetricsLog& metrics, std::ostream& progress,
                             const Clock& clock, double t_start) {
@@ -91,6 +99,7 @@ Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& 
   ECHELON_RETURN_IF_ERROR(WriteFileAtomic((fs::path(run_dir) / "config.yaml").string(), resolved_yaml));
   ECHELON_RETURN_IF_ERROR(task.ExportHeldOut((fs::path(run_dir) / "heldout.jsonl").string()));
   ECHELON_RETURN_IF_ERROR(metrics.Open((fs::path(run_dir) / "metrics.jsonl").string()));
+  ECHELON_RETURN_IF_ERROR(metrics.MirrorToTensorBoard(run_dir));
   RunStart start;
   start.vocab = init.vocab;
   const model::Vocabulary& vocab = start.vocab;
@@ -161,6 +170,8 @@ Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::Task
                            obs::MetricsLog::RollBack(metrics_path, start.state.metrics_bytes,
                                                      (fs::path(run_dir) / "metrics.discarded.jsonl").string()));
   ECHELON_RETURN_IF_ERROR(metrics.Open(metrics_path));
+  // A new event file; TensorBoard drops what the older ones hold from the redone steps on.
+  ECHELON_RETURN_IF_ERROR(metrics.MirrorToTensorBoard(run_dir, start.state.version));
   progress << "resuming from " << point->dir << " (version " << start.state.version << "); "
            << start.discarded_lines << " metrics lines after it moved to metrics.discarded.jsonl" << std::endl;
   return start;

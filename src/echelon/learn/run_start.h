@@ -41,6 +41,10 @@ struct RunStart {
 // Fresh run: creates `run_dir` (which must not exist or be empty) with config.yaml, the
 // held-out set and metrics.jsonl (opened into `metrics`), warm-starts and evaluates.
 // `t_start` is when the run started on `clock`.
+// Whether a fresh run may start in `run_dir`: it does not exist, or holds nothing but
+// learner.log (which the CLI opens before the run starts, and a failed start leaves behind).
+bool IsFreshRunDir(const std::string& run_dir);
+
 Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
                             const std::string& resolved_yaml, obs::MetricsLog& metrics, std::ostream& progress,
                             const Clock& clock, double t_start);

@@ -7,6 +7,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <stdexcept>
 
 namespace echelon::model {
@@ -50,20 +52,91 @@ at::Tensor TopP(const at::Tensor& probs, double top_p) {
   return at::zeros_like(probs).scatter_(-1, order, sorted.masked_fill(drop, 0.0));
 }
 
+// Per-row token statistics for the penalties; kept only when one is on.
+struct TokenCounts {
+  at::Tensor output;  // [B, V] float: how often each token was generated
+  at::Tensor seen;    // [B, V] bool: in the prompt or the output
+
+  static TokenCounts Start(const std::vector<std::vector<int64_t>>& prompts, int64_t vocab) {
+    TokenCounts c;
+    const int64_t rows = static_cast<int64_t>(prompts.size());
+    c.output = at::zeros({rows, vocab}, at::kFloat);
+    c.seen = at::zeros({rows, vocab}, at::kBool);
+    for (int64_t r = 0; r < rows; ++r) {
+      bool* row = c.seen[r].data_ptr<bool>();
+      for (int64_t id : prompts[static_cast<size_t>(r)])
+        if (id >= 0 && id < vocab) row[id] = true;
+    }
+    return c;
+  }
+  void Add(const at::Tensor& token) {
+    const at::Tensor idx = token.unsqueeze(1);
+    output.scatter_add_(1, idx, at::ones({token.size(0), 1}, at::kFloat));
+    seen.scatter_(1, idx, true);
+  }
+};
+
+bool HasPenalties(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+}
+
+// Steps 1-2 of generate.h on fp32 CPU logits [B, V]; `generated` tokens so far per row (all
+// rows generate in lockstep).
+at::Tensor Penalize(at::Tensor logits, const SamplingParams& params, const TokenCounts* counts, int64_t generated) {
+  const int64_t vocab = logits.size(-1);
+  if (generated < params.min_tokens) {
+    logits = logits.clone();
+    if (!params.ignore_eos && params.eos_token_id >= 0 && params.eos_token_id < vocab)
+      logits.select(1, params.eos_token_id).fill_(-INFINITY);
+    for (int64_t id : params.stop_token_ids)
+      if (id >= 0 && id < vocab) logits.select(1, id).fill_(-INFINITY);
+  }
+  if (counts) {
+    if (params.repetition_penalty != 1.0) {
+      const at::Tensor penalized =
+          at::where(logits > 0, logits / params.repetition_penalty, logits * params.repetition_penalty);
+      logits = at::where(counts->seen, penalized, logits);
+    }
+    if (params.frequency_penalty != 0.0 || params.presence_penalty != 0.0)
+      logits = logits - params.frequency_penalty * counts->output -
+               params.presence_penalty * counts->output.gt(0).to(at::kFloat);
+  }
+  return logits;
+}
+
+// Zeroes every probability below min_p x the row's largest (step 4).
+at::Tensor MinP(const at::Tensor& probs, double min_p) {
+  const at::Tensor threshold = std::get<0>(probs.max(-1, /*keepdim=*/true)) * min_p;
+  return probs.masked_fill(probs < threshold, 0.0);
+}
+
+// Keeps the k most likely tokens of each row (step 5; ties at the k-th probability kept).
+at::Tensor TopK(const at::Tensor& probs, int64_t k) {
+  if (k <= 0 || k >= probs.size(-1)) return probs;
+  const at::Tensor kth = std::get<0>(probs.topk(k, -1)).narrow(-1, k - 1, 1);
+  return probs.masked_fill(probs < kth, 0.0);
+}
+
 // Chooses the next token of every row; writes its log-probability (see generate.h). Sampling
 // runs in fp32 on the CPU whatever the model's device and dtype, so a seed draws the same
 // tokens everywhere.
-at::Tensor NextToken(const at::Tensor& device_logits, const SamplingParams& params, at::Generator& gen,
-                     at::Tensor* logprob) {
+at::Tensor NextToken(const at::Tensor& device_logits, const SamplingParams& params, const TokenCounts* counts,
+                     int64_t generated, at::Generator& gen, at::Tensor* logprob) {
   const at::Tensor logits = device_logits.to(at::kCPU, at::kFloat);
+  const at::Tensor drawn_from = Penalize(logits, params, counts, generated);
+  const bool shifted = !drawn_from.is_same(logits);
   at::Tensor token;
   at::Tensor logp;
   if (params.temperature <= 0) {
     logp = at::log_softmax(logits, -1);
-    token = logits.argmax(-1);
+    token = drawn_from.argmax(-1);
   } else {
     logp = at::log_softmax(logits / params.temperature, -1);
-    at::Tensor probs = logp.exp();
+    at::Tensor probs = shifted ? at::softmax(drawn_from / params.temperature, -1) : logp.exp();
+    const bool filtered = params.min_p > 0 || (params.top_k > 0 && params.top_k < probs.size(-1));
+    if (params.min_p > 0) probs = MinP(probs, params.min_p);
+    probs = TopK(probs, params.top_k);
+    if (filtered) probs = probs / probs.sum(-1, /*keepdim=*/true);
     if (params.top_p < 1.0) probs = TopP(probs, params.top_p);
     token = at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(1);
   }
@@ -105,6 +178,8 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
     return t.defined() ? t.narrow(1, begin, len) : t;
   };
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(params.seed);
+  std::optional<TokenCounts> counts;
+  if (HasPenalties(params)) counts = TokenCounts::Start(prompts, model->config().vocab_size);
 
   KVCache cache;
   at::Tensor logits;
@@ -123,7 +198,8 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
       logits = model->Forward(seq, b.positions.narrow(1, 0, len), slots(valid, 0, len), nullptr).select(1, -1);
     }
     at::Tensor logprob;
-    at::Tensor token = NextToken(logits, params, gen, &logprob);
+    at::Tensor token = NextToken(logits, params, counts ? &*counts : nullptr, step, gen, &logprob);
+    if (counts) counts->Add(token);
     tokens.select(1, step).copy_(token);
     logprobs.select(1, step).copy_(logprob);
     // Rows that finished earlier keep running (one batch) but record nothing more.
@@ -143,7 +219,7 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
         }
       keep_going = on_step(live, drawn, lps);
     }
-    at::Tensor stop = token == params.eos_token_id;
+    at::Tensor stop = params.ignore_eos ? at::zeros_like(token, at::kBool) : token == params.eos_token_id;
     for (int64_t id : params.stop_token_ids) stop.logical_or_(token == id);
     done.logical_or_(stop);
     if (!keep_going || step + 1 == steps || done.all().item<bool>()) break;

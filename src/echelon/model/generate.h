@@ -4,10 +4,22 @@
 //   std::vector<Completion> out = Generate(model, prompts, sp);
 //
 // Prompts are left-padded into one batch; each row stops at EOS or a stop token (kept in its
-// tokens) or at max_new_tokens. `logprobs[i]` is the log-probability of `tokens[i]` under the policy the
-// token was sampled from: log_softmax(logits / temperature) before top-p truncation (so the
-// learner, recomputing with the same temperature, gets the same numbers; top-p only narrows
-// which tokens can be drawn). temperature == 0 is greedy (logprobs then use temperature 1).
+// tokens) or at max_new_tokens. `logprobs[i]` is the log-probability of `tokens[i]` under the
+// model at the sampling temperature: log_softmax(logits / temperature), before any of the
+// processing below (so the learner, recomputing with the same temperature, gets the same
+// numbers). temperature == 0 is greedy (logprobs then use temperature 1).
+//
+// What is drawn follows vLLM's sampler, step by step on each row's logits:
+//   1. min_tokens: EOS (unless ignore_eos) and the stop tokens cannot be drawn before the row
+//      holds min_tokens tokens;
+//   2. repetition_penalty r (tokens of the prompt or the output so far: a positive logit is
+//      divided by r, a negative one multiplied), then frequency_penalty f and presence_penalty p
+//      (output tokens: logit -= f * count + p * [count > 0]);
+//   3. temperature (or argmax when 0); 4. min_p (drop tokens below min_p x the most likely
+//      one's probability); 5. top_k; 6. top_p; then one draw.
+// Filters (4-6) narrow the draw without changing the reported log-probs; the penalties and
+// min_tokens shift the draw away from the reported policy, so RL rollouts leave them off
+// (rollout.top_k and rollout.min_p exist; the penalties are `echelon serve`'s).
 //
 // Every prompt must hold at least one token (an empty one throws std::invalid_argument).
 //
@@ -28,6 +40,13 @@ struct SamplingParams {
   int64_t max_new_tokens = 16;
   int64_t eos_token_id = 2;
   std::vector<int64_t> stop_token_ids;  // also end a row, kept in its tokens as EOS is
+  int64_t top_k = 0;                     // <= 0: off
+  double min_p = 0.0;                    // 0: off
+  double repetition_penalty = 1.0;       // 1: off
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  bool ignore_eos = false;               // EOS does not end a row (stop_token_ids still do)
+  int64_t min_tokens = 0;
   uint64_t seed = 0;
   bool use_cache = true;  // false recomputes the whole prefix each token (for tests/benchmarks)
 };

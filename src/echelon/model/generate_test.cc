@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "echelon/common/fs.h"
 #include "echelon/model/safetensors.h"
@@ -172,6 +173,117 @@ TEST(GenerateTest, DefaultTinyModelProducesValidTokens) {
     for (int64_t t : comp.tokens) EXPECT_TRUE(t >= 0 && t < 17) << t;
   }
   EXPECT_TRUE(Generate(m, {{1, 2}}, SamplingParams{1.0, 1.0, 0}).at(0).tokens.empty());
+}
+
+}  // namespace
+}  // namespace echelon::model
+
+namespace echelon::model {
+namespace {
+
+// Greedy decoding with vLLM's penalties computed by hand: a whole forward pass per token (no
+// cache) and plain loops over the logits, independent of Generate's tensor code.
+std::vector<int64_t> HandPenalizedGreedy(Qwen3Model& m, const std::vector<int64_t>& prompt, int64_t steps,
+                                         double repetition, double frequency, double presence) {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> seq = prompt, out;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t len = static_cast<int64_t>(seq.size());
+    at::Tensor ids = at::tensor(seq, at::kLong).unsqueeze(0);
+    at::Tensor logits = m->Forward(ids, at::arange(len, at::kLong).unsqueeze(0), at::Tensor(), nullptr)[0][len - 1]
+                            .to(at::kFloat)
+                            .contiguous();
+    std::vector<float> l(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+    for (size_t v = 0; v < l.size(); ++v) {
+      const int64_t id = static_cast<int64_t>(v);
+      const bool seen = std::count(seq.begin(), seq.end(), id) > 0;
+      const auto count = static_cast<float>(std::count(out.begin(), out.end(), id));
+      if (seen) l[v] = l[v] > 0 ? l[v] / static_cast<float>(repetition) : l[v] * static_cast<float>(repetition);
+      l[v] -= static_cast<float>(frequency) * count + static_cast<float>(presence) * (count > 0 ? 1.0f : 0.0f);
+    }
+    const int64_t next = std::max_element(l.begin(), l.end()) - l.begin();
+    out.push_back(next);
+    seq.push_back(next);
+  }
+  return out;
+}
+
+TEST(SamplerTest, PenaltiesEqualAHandComputation) {
+  Qwen3Model m = ReferenceModel();
+  m->eval();
+  const std::vector<int64_t> prompt = kPrompts[2];
+  struct Case {
+    double repetition, frequency, presence;
+  };
+  for (const Case c : {Case{1.8, 0, 0}, Case{1, 5, 0}, Case{1, 0, 50}, Case{1.3, 2.5, -0.2}}) {
+    SamplingParams p = Params(0.0, 0, true);
+    p.repetition_penalty = c.repetition;
+    p.frequency_penalty = c.frequency;
+    p.presence_penalty = c.presence;
+    const std::vector<int64_t> want = HandPenalizedGreedy(m, prompt, p.max_new_tokens, c.repetition, c.frequency, c.presence);
+    EXPECT_EQ(Generate(m, {prompt}, p)[0].tokens, want) << c.repetition << " " << c.frequency << " " << c.presence;
+    EXPECT_NE(want, Generate(m, {prompt}, Params(0.0, 0, true))[0].tokens)
+        << "the case must change what greedy decoding picks: " << c.repetition << " " << c.frequency << " " << c.presence;
+  }
+}
+
+TEST(SamplerTest, TopKOfOneAndMinPOfOneAreGreedyAndKeepTheLogprobs) {
+  Qwen3Model m = ReferenceModel();
+  const auto greedy = Generate(m, kPrompts, Params(0.0, 0, true));
+  for (int which = 0; which < 2; ++which) {
+    SamplingParams p = Params(1.0, 5, true);
+    if (which == 0) p.top_k = 1;
+    else p.min_p = 1.0;
+    const auto out = Generate(m, kPrompts, p);
+    EXPECT_EQ(Tokens(out), Tokens(greedy)) << (which == 0 ? "top_k 1" : "min_p 1");
+    // Reported log-probs are the temperature-1 policy's, greedy's too.
+    EXPECT_LT(MaxLogprobDiff(out, greedy), 1e-6);
+  }
+}
+
+// The first token drawn by 256 rows of one prompt: with top_k = 3 only the 3 most likely tokens
+// appear; without it more do (so the check can fail).
+TEST(SamplerTest, TopKDrawsOnlyAmongTheKMostLikely) {
+  Qwen3Model m = ReferenceModel();
+  m->eval();
+  const std::vector<int64_t> prompt = kPrompts[0];
+  at::Tensor logits;
+  {
+    at::NoGradGuard no_grad;
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    logits = m->Forward(at::tensor(prompt, at::kLong).unsqueeze(0), at::arange(len, at::kLong).unsqueeze(0),
+                        at::Tensor(), nullptr)[0][len - 1];
+  }
+  const at::Tensor top3 = std::get<1>(logits.topk(3));
+  std::set<int64_t> allowed(top3.data_ptr<int64_t>(), top3.data_ptr<int64_t>() + 3);
+  const std::vector<std::vector<int64_t>> rows(256, prompt);
+  auto firsts = [&](int64_t k) {
+    SamplingParams p = Params(1.0, 11, true);
+    p.max_new_tokens = 1;
+    p.top_k = k;
+    std::set<int64_t> seen;
+    for (const Completion& c : Generate(m, rows, p)) seen.insert(c.tokens[0]);
+    return seen;
+  };
+  const std::set<int64_t> limited = firsts(3);
+  for (int64_t t : limited) EXPECT_TRUE(allowed.count(t)) << "token " << t << " is not among the 3 most likely";
+  EXPECT_GT(firsts(0).size(), 3u);
+}
+
+TEST(SamplerTest, MinTokensHoldsOffEosAndIgnoreEosRunsToTheLimit) {
+  Qwen3Model m = ReferenceModel();
+  const auto free_run = Generate(m, {kPrompts[1]}, Params(0.0, 0, true));
+  SamplingParams p = Params(0.0, 0, true);
+  p.eos_token_id = free_run[0].tokens[0];  // greedy would end at once
+  p.min_tokens = 4;
+  const auto held = Generate(m, {kPrompts[1]}, p);
+  ASSERT_GE(held[0].tokens.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NE(held[0].tokens[i], p.eos_token_id) << "token " << i;
+  p.min_tokens = 0;
+  p.ignore_eos = true;
+  const auto ignored = Generate(m, {kPrompts[1]}, p);
+  EXPECT_EQ(ignored[0].tokens, free_run[0].tokens);
+  EXPECT_FALSE(ignored[0].finished_eos);
 }
 
 }  // namespace

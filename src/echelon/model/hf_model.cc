@@ -100,6 +100,10 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
     ECHELON_RETURN_IF_ERROR(AddTokenIds(gen, "eos_token_id", gen_path.string(), &m.stop_ids));
     if (gen.contains("temperature") && gen["temperature"].is_number()) m.temperature = gen["temperature"].get<double>();
     if (gen.contains("top_p") && gen["top_p"].is_number()) m.top_p = gen["top_p"].get<double>();
+    if (gen.contains("top_k") && gen["top_k"].is_number_integer()) m.top_k = gen["top_k"].get<int64_t>();
+    if (gen.contains("min_p") && gen["min_p"].is_number()) m.min_p = gen["min_p"].get<double>();
+    if (gen.contains("repetition_penalty") && gen["repetition_penalty"].is_number())
+      m.repetition_penalty = gen["repetition_penalty"].get<double>();
   }
   m.format = "huggingface";
   const fs::path tok_path = dir / "tokenizer.json";

@@ -36,8 +36,13 @@ struct TextModel {
   Qwen3Model model{nullptr};
   std::optional<Vocabulary> vocab;  // empty when the directory has no tokenizer.json
   std::vector<int64_t> stop_ids;    // generation ends at any of these (eos ids)
-  double temperature = 1.0;       // generation_config.json defaults, else 1.0 / 1.0
+  // generation_config.json's sampling defaults (what vLLM applies to a request that sets none);
+  // absent keys leave sampling unchanged.
+  double temperature = 1.0;
   double top_p = 1.0;
+  int64_t top_k = 0;
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
   std::string chat_template;      // Vocabulary::chat_template(); empty when none
 };
 

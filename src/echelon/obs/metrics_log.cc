@@ -14,6 +14,15 @@ MetricsLog::~MetricsLog() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
+Status MetricsLog::MirrorToTensorBoard(const std::string& dir, std::optional<int64_t> purge_from) {
+  auto tb = std::make_unique<TensorBoardWriter>();
+  ECHELON_RETURN_IF_ERROR(tb->Open(dir));
+  if (purge_from) ECHELON_RETURN_IF_ERROR(tb->WriteSessionStart(*purge_from, UnixSeconds()));
+  std::lock_guard<std::mutex> lock(mu_);
+  tensorboard_ = std::move(tb);
+  return Status::Ok();
+}
+
 Status MetricsLog::Open(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   file_ = std::fopen(path.c_str(), "a");
@@ -28,7 +37,10 @@ Status MetricsLog::Write(const nlohmann::json& line) {
   const std::string text = line.dump() + "\n";
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0)
     return Internal("write to " + path_ + " failed: " + std::strerror(errno));
-  return Status::Ok();
+  if (tensorboard_ == nullptr) return Status::Ok();
+  const Scalars scalars = FlattenMetricsLine(line);
+  if (scalars.empty()) return Status::Ok();
+  return tensorboard_->WriteScalars(MetricsLineStep(line), UnixSeconds(), scalars);
 }
 
 uint64_t MetricsLog::bytes() {

@@ -1,5 +1,6 @@
 // MetricsLog: appends one JSON object per line to a file (metrics.jsonl) and flushes each
 // line, so a crash loses at most the line being written and readers can tail the file.
+// With MirrorToTensorBoard() every line's numbers also go to a TensorBoard event file.
 //
 // Thread contract: Write() is safe to call from several threads (one mutex).
 #pragma once
@@ -8,12 +9,15 @@
 #include <cstdio>
 #include <functional>
 #include <istream>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "echelon/common/status.h"
+#include "echelon/obs/tensorboard.h"
 
 namespace echelon::obs {
 
@@ -26,6 +30,11 @@ class MetricsLog {
 
   Status Open(const std::string& path);
   Status Write(const nlohmann::json& line);
+  // From now on Write() also puts each line's numbers (FlattenMetricsLine) into a new
+  // TensorBoard event file in `dir` (obs/tensorboard.h), at the line's MetricsLineStep, as it
+  // writes the line. A resumed run passes the step it redoes from (`purge_from`): TensorBoard
+  // then drops the points of earlier files at and after it, as the resume cut metrics.jsonl.
+  Status MirrorToTensorBoard(const std::string& dir, std::optional<int64_t> purge_from = std::nullopt);
   // Bytes in the file so far (a line boundary: lines are written whole and flushed).
   uint64_t bytes();
 
@@ -37,6 +46,7 @@ class MetricsLog {
   std::mutex mu_;  // guards file_
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // null unless mirrored
 };
 
 // Reads metrics.jsonl: calls `visit(object, where, line_no)` for every non-blank line

@@ -140,6 +140,11 @@ Result<std::vector<data::Turn>> OpenAiHttpPolicy::Sample(const std::vector<data:
                      {"max_tokens", params_.max_new_tokens},
                      {"temperature", params_.temperature},
                      {"top_p", params_.top_p},
+                     // Said explicitly: a server applies its model's generation_config.json
+                     // to what a request leaves out (Qwen3's sets top_k 20).
+                     {"top_k", params_.top_k > 0 ? params_.top_k : -1},
+                     {"min_p", params_.min_p},
+                     {"repetition_penalty", 1.0},
                      {"seed", seed},
                      {"n", 1},
                      {"logprobs", 0},

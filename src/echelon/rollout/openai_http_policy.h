@@ -7,7 +7,8 @@
 //   std::vector<data::Turn> turns = policy.Sample({"37+48="}, seed);
 //
 // One Sample() is one POST /v1/completions: `prompt` as token ids (encoded here, so the learner
-// trains on exactly the ids the server saw), `temperature`, `top_p`, `max_tokens`, `seed`,
+// trains on exactly the ids the server saw), `temperature`, `top_p`, `top_k`, `min_p`,
+// `repetition_penalty` 1 (so the server applies none of its own defaults), `max_tokens`, `seed`,
 // `stop_token_ids` (the EOS), `logprobs: 0`, `return_token_ids` and
 // `return_tokens_as_token_ids` (vLLM's spellings). The sampled ids come from the choice's
 // `token_ids` or, failing that, from logprob tokens written "token_id:N"; a server that gives

@@ -9,6 +9,8 @@ nlohmann::json RunSpecToJson(const RunSpec& spec) {
           {"sampling",
            {{"temperature", spec.sampling.temperature},
             {"top_p", spec.sampling.top_p},
+            {"top_k", spec.sampling.top_k},
+            {"min_p", spec.sampling.min_p},
             {"max_new_tokens", spec.sampling.max_new_tokens}}},
           {"seed", spec.seed}};
 }
@@ -34,6 +36,8 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
     const nlohmann::json& sp = j.at("sampling");
     s.sampling.temperature = sp.at("temperature").get<double>();
     s.sampling.top_p = sp.at("top_p").get<double>();
+    s.sampling.top_k = sp.at("top_k").get<int64_t>();
+    s.sampling.min_p = sp.at("min_p").get<double>();
     s.sampling.max_new_tokens = sp.at("max_new_tokens").get<int64_t>();
     s.vocab.SetStops(&s.sampling);
     s.seed = j.at("seed").get<uint64_t>();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace echelon::serve {
 namespace {
@@ -71,16 +72,9 @@ bool ReadIds(const json& v, const std::string& where, std::vector<int64_t>* out,
 }
 
 bool Refuse(const json& j, ApiError* e) {
-  auto nonzero = [&](const char* k) { return j.contains(k) && j[k].is_number() && j[k].get<double>() != 0.0; };
   auto present = [&](const char* k) {
     return j.contains(k) && !j[k].is_null() && !(j[k].is_object() && j[k].empty()) && !(j[k].is_array() && j[k].empty());
   };
-  for (const char* k : {"presence_penalty", "frequency_penalty"}) {
-    if (nonzero(k)) {
-      *e = BadField(k, std::string("'") + k + "' is not supported (only 0)");
-      return false;
-    }
-  }
   if (j.contains("best_of") && !j["best_of"].is_null() && !(j["best_of"].is_number_integer() && j["best_of"].get<int64_t>() == 1)) {
     *e = BadField("best_of", "'best_of' is not supported (only 1)");
     return false;
@@ -98,6 +92,31 @@ bool Refuse(const json& j, ApiError* e) {
   return true;
 }
 
+// Fields of both endpoints; bookkeeping fields OpenAI clients may send are read and ignored.
+const std::set<std::string>& CommonFields() {
+  static const std::set<std::string> kFields = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+      "frequency_penalty", "ignore_eos", "min_tokens", "n", "seed", "stop", "stop_token_ids", "stream",
+      "stream_options", "return_token_ids", "return_tokens_as_token_ids", "logprobs", "best_of", "logit_bias",
+      "user", "metadata", "store", "service_tier"};
+  return kFields;
+}
+
+// A field neither CommonFields nor `extra` names is refused: a client must not believe a
+// setting took effect when this server does not know it.
+bool RefuseUnknown(const json& j, std::initializer_list<const char*> extra, ApiError* e) {
+  for (const auto& [k, v] : j.items()) {
+    if (CommonFields().count(k)) continue;
+    bool known = false;
+    for (const char* x : extra) known = known || k == x;
+    if (!known) {
+      *e = BadField(k, "'" + k + "' is not supported by this server");
+      return false;
+    }
+  }
+  return true;
+}
+
 bool ParseCommon(const json& j, SamplingRequest* r, ApiError* e, const char* max_tokens_key) {
   if (!Refuse(j, e)) return false;
   if (j.contains("model") && !j["model"].is_null()) {
@@ -110,6 +129,23 @@ bool ParseCommon(const json& j, SamplingRequest* r, ApiError* e, const char* max
   if (!ReadInt(j, max_tokens_key, 1, std::numeric_limits<int32_t>::max(), &r->max_tokens, e)) return false;
   if (!ReadNumber(j, "temperature", 0.0, 2.0, false, &r->temperature, e)) return false;
   if (!ReadNumber(j, "top_p", 0.0, 1.0, true, &r->top_p, e)) return false;
+  if (!ReadInt(j, "top_k", -1, std::numeric_limits<int32_t>::max(), &r->top_k, e)) return false;
+  if (!ReadNumber(j, "min_p", 0.0, 1.0, false, &r->min_p, e)) return false;
+  if (!ReadNumber(j, "repetition_penalty", 0.0, 2.0, true, &r->repetition_penalty, e)) return false;
+  std::optional<double> presence, frequency;
+  if (!ReadNumber(j, "presence_penalty", -2.0, 2.0, false, &presence, e)) return false;
+  if (!ReadNumber(j, "frequency_penalty", -2.0, 2.0, false, &frequency, e)) return false;
+  r->presence_penalty = presence.value_or(0.0);
+  r->frequency_penalty = frequency.value_or(0.0);
+  if (!ReadBool(j, "ignore_eos", &r->ignore_eos, e)) return false;
+  std::optional<int64_t> min_tokens;
+  if (!ReadInt(j, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &min_tokens, e)) return false;
+  r->min_tokens = min_tokens.value_or(0);
+  if (r->max_tokens && r->min_tokens > *r->max_tokens) {
+    *e = BadField("min_tokens", "'min_tokens' (" + std::to_string(r->min_tokens) + ") must be at most '" +
+                                    max_tokens_key + "' (" + std::to_string(*r->max_tokens) + ")");
+    return false;
+  }
   std::optional<int64_t> n;
   if (!ReadInt(j, "n", 1, kMaxN, &n, e)) return false;
   r->n = static_cast<int>(n.value_or(1));
@@ -176,7 +212,7 @@ bool ParseCommon(const json& j, SamplingRequest* r, ApiError* e, const char* max
   return ReadBool(j, "return_tokens_as_token_ids", &r->return_tokens_as_token_ids, e);
 }
 
-bool ParseBody(const std::string& body, json* j, ApiError* e) {
+bool ParseObject(const std::string& body, json* j, ApiError* e) {
   try {
     *j = json::parse(body);
   } catch (const json::exception& ex) {
@@ -217,6 +253,8 @@ bool ReadContent(const json& m, size_t i, std::string* out, ApiError* e) {
 
 }  // namespace
 
+bool ParseBody(const std::string& body, json* j, ApiError* e) { return ParseObject(body, j, e); }
+
 json ErrorBody(const ApiError& e) {
   return {{"error",
            {{"message", e.message},
@@ -235,7 +273,9 @@ ApiError BadField(const std::string& param, const std::string& message) {
 
 bool ParseCompletionRequest(const std::string& body, CompletionRequest* out, ApiError* e) {
   json j;
-  if (!ParseBody(body, &j, e) || !ParseCommon(j, out, e, "max_tokens")) return false;
+  if (!ParseObject(body, &j, e) || !RefuseUnknown(j, {"prompt", "echo", "suffix"}, e) ||
+      !ParseCommon(j, out, e, "max_tokens"))
+    return false;
   if (!j.contains("prompt") || j["prompt"].is_null()) {
     *e = BadField("prompt", "'prompt' is required");
     return false;
@@ -282,7 +322,12 @@ bool ParseCompletionRequest(const std::string& body, CompletionRequest* out, Api
 
 bool ParseChatRequest(const std::string& body, ChatRequest* out, ApiError* e) {
   json j;
-  if (!ParseBody(body, &j, e)) return false;
+  if (!ParseObject(body, &j, e) ||
+      !RefuseUnknown(j, {"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt",
+                         "chat_template_kwargs", "tools", "functions", "response_format", "tool_choice",
+                         "parallel_tool_calls"},
+                     e))
+    return false;
   const char* max_key = j.contains("max_completion_tokens") && !j["max_completion_tokens"].is_null()
                             ? "max_completion_tokens"
                             : "max_tokens";

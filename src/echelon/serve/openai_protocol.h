@@ -6,13 +6,15 @@
 //   ApiError err;
 //   if (!ParseCompletionRequest(body, &req, &err)) reply(err.http_status, ErrorBody(err));
 //
-// Accepted beyond the OpenAI fields, as vLLM spells them: `stop_token_ids`,
-// `return_token_ids` (choices carry `token_ids` and `prompt_token_ids`),
-// `return_tokens_as_token_ids` (logprob tokens written "token_id:N"), chat
+// Accepted beyond the OpenAI fields (`presence_penalty` and `frequency_penalty` included), as
+// vLLM spells them: `top_k` (0 or -1: off), `min_p`, `repetition_penalty`, `ignore_eos`,
+// `min_tokens`, `stop_token_ids`, `return_token_ids` (choices carry `token_ids` and
+// `prompt_token_ids`), `return_tokens_as_token_ids` (logprob tokens written "token_id:N"), chat
 // `chat_template_kwargs.enable_thinking` and `add_generation_prompt`. Refused with a 400 naming
-// the field: `echo`, `best_of` > 1, non-zero penalties, `logit_bias`, `suffix`, chat
-// `top_logprobs` > 0, tools. Completions `logprobs: k` returns the sampled tokens' log-probs
-// with `top_logprobs: null` (alternatives are not computed). Unknown fields are ignored.
+// the field: `echo`, `best_of` > 1, `logit_bias`, `suffix`, chat `top_logprobs` > 0, tools, and
+// any field this server does not know (a client must not believe a setting took effect when it
+// did not). Completions `logprobs: k` returns the sampled tokens' log-probs with
+// `top_logprobs: null` (alternatives are not computed).
 //
 // Thread contract: free functions over values.
 #pragma once
@@ -37,15 +39,24 @@ struct ApiError {
   std::string code;   // e.g. "model_not_found"; "" -> null
 };
 nlohmann::json ErrorBody(const ApiError& e);
+// A request body that must be a JSON object; the error says what it was instead.
+bool ParseBody(const std::string& body, nlohmann::json* j, ApiError* e);
 ApiError BadField(const std::string& param, const std::string& message);
 
 // Fields both endpoints share. Unset optionals take the model's defaults
-// (generation_config.json for temperature and top_p).
+// (generation_config.json for temperature, top_p, top_k, min_p and repetition_penalty).
 struct SamplingRequest {
   std::string model;  // "" when absent
   std::optional<int64_t> max_tokens;
   std::optional<double> temperature;
   std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  bool ignore_eos = false;
+  int64_t min_tokens = 0;
   int n = 1;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;

@@ -64,6 +64,23 @@ TEST(OpenAiProtocol, ParsesSamplingFields) {
   EXPECT_EQ(r.stop_token_ids, (std::vector<int64_t>{2}));
   EXPECT_TRUE(r.stream && r.include_usage && r.return_token_ids && r.return_tokens_as_token_ids);
   EXPECT_EQ(*r.logprobs, 2);
+  EXPECT_FALSE(r.top_k || r.min_p || r.repetition_penalty);
+  EXPECT_EQ(r.presence_penalty, 0.0);
+  EXPECT_FALSE(r.ignore_eos);
+
+  CompletionRequest vllm;
+  ASSERT_TRUE(ParseCompletionRequest(
+      R"({"prompt": "x", "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": -0.5,
+          "frequency_penalty": 1.5, "ignore_eos": true, "min_tokens": 3})",
+      &vllm, &e))
+      << e.message;
+  EXPECT_EQ(*vllm.top_k, 20);
+  EXPECT_EQ(*vllm.min_p, 0.05);
+  EXPECT_EQ(*vllm.repetition_penalty, 1.1);
+  EXPECT_EQ(vllm.presence_penalty, -0.5);
+  EXPECT_EQ(vllm.frequency_penalty, 1.5);
+  EXPECT_TRUE(vllm.ignore_eos);
+  EXPECT_EQ(vllm.min_tokens, 3);
 
   CompletionRequest single;
   ASSERT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "stop": "\n", "temperature": null})", &single, &e));
@@ -92,7 +109,13 @@ TEST(OpenAiProtocol, BadFieldsAreNamed) {
       {{{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, "stream_options", "only allowed with"},
       {{{"prompt", "x"}, {"echo", true}}, "echo", "not supported"},
       {{{"prompt", "x"}, {"best_of", 2}}, "best_of", "not supported"},
-      {{{"prompt", "x"}, {"presence_penalty", 0.5}}, "presence_penalty", "not supported"},
+      {{{"prompt", "x"}, {"presence_penalty", 2.5}}, "presence_penalty", "[-2.0, 2.0]"},
+      {{{"prompt", "x"}, {"repetition_penalty", 0}}, "repetition_penalty", "(0.0, 2.0]"},
+      {{{"prompt", "x"}, {"top_k", -2}}, "top_k", "[-1, "},
+      {{{"prompt", "x"}, {"min_p", 1.5}}, "min_p", "[0.0, 1.0]"},
+      {{{"prompt", "x"}, {"ignore_eos", 1}}, "ignore_eos", "must be a boolean"},
+      {{{"prompt", "x"}, {"max_tokens", 4}, {"min_tokens", 5}}, "min_tokens", "at most 'max_tokens' (4)"},
+      {{{"prompt", "x"}, {"typical_p", 0.9}}, "typical_p", "'typical_p' is not supported by this server"},
       {{{"prompt", "x"}, {"logit_bias", {{"5", 1}}}}, "logit_bias", "not supported"},
       {{{"prompt", json::array()}}, "prompt", "empty array"},
       {{{"prompt", json::array({1, -2})}}, "prompt", "prompt[1] must be a non-negative integer"},

@@ -81,7 +81,8 @@ struct OpenAiServer::Prepared {
   std::vector<std::vector<int64_t>> prompt_ids;   // per prompt
   std::vector<std::vector<int64_t>> row_prompts;  // per row (prompt x n)
   std::vector<Row> rows;
-  std::set<int64_t> stop_ids;
+  std::set<int64_t> stop_ids;    // end a row
+  std::set<int64_t> hidden_ids;  // show no text: the model's end ids (even with ignore_eos) and stop_ids
   model::SamplingParams sampling;
 };
 
@@ -102,6 +103,18 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(model::TextModel mode
   s->options_ = std::move(options);
   if (!s->options_.loader) s->options_.loader = [](const std::string& dir) { return model::LoadModelDir(dir); };
   s->created_ = NowSeconds();
+  using obs::MetricType;
+  obs::MetricsRegistry& m = s->metrics_;
+  m.Describe("echelon_serve_requests_total", MetricType::kCounter, "HTTP requests answered, by route and status");
+  m.Describe("echelon_serve_requests_running", MetricType::kGauge, "generation requests running or waiting for the model");
+  m.Describe("echelon_serve_prompt_tokens_total", MetricType::kCounter, "prompt tokens of generation requests");
+  m.Describe("echelon_serve_generation_tokens_total", MetricType::kCounter, "tokens generated");
+  m.Describe("echelon_serve_generation_seconds_total", MetricType::kCounter, "seconds spent generating");
+  m.Describe("echelon_serve_weight_updates_total", MetricType::kCounter, "weights swapped in by /update_weights_from_disk");
+  for (const char* name : {"echelon_serve_requests_running", "echelon_serve_prompt_tokens_total",
+                           "echelon_serve_generation_tokens_total", "echelon_serve_generation_seconds_total",
+                           "echelon_serve_weight_updates_total"})
+    m.Set(name, 0);
   return s;
 }
 
@@ -114,6 +127,28 @@ Status OpenAiServer::Start(const std::string& host, int port) {
   http_->Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { HandleChat(q, r); });
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) { HandleModels(r); });
   http_->Get("/health", [](const httplib::Request&, httplib::Response& r) { ReplyJson(r, 200, {{"status", "ok"}}); });
+  http_->Get("/version", [this](const httplib::Request&, httplib::Response& r) {
+    ReplyJson(r, 200, {{"version", options_.version}});
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+    r.set_content(metrics_.Render(), obs::kPrometheusContentType);
+  });
+  http_->Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { HandleTokenize(q, r); });
+  http_->Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { HandleDetokenize(q, r); });
+  http_->set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
+    if (Authorized(q)) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    e.http_status = 401;
+    e.type = "authentication_error";
+    e.message = "a valid API key is required: send 'Authorization: Bearer KEY'";
+    ReplyError(r, e);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // After every request (the response is written): the counts of GET /metrics.
+  http_->set_logger([this](const httplib::Request& q, const httplib::Response& r) {
+    metrics_.Add("echelon_serve_requests_total", 1, {{"route", r.status == 404 ? "other" : q.path},
+                                                    {"status", std::to_string(r.status)}});
+  });
   http_->Post("/update_weights_from_disk",
               [this](const httplib::Request& q, httplib::Response& r) { HandleUpdateWeights(q, r); });
   http_->set_error_handler([](const httplib::Request& q, httplib::Response& r) {
@@ -239,20 +274,34 @@ bool OpenAiServer::Prepare(const SamplingRequest& r, std::vector<std::vector<int
   model::SamplingParams& sp = p->sampling;
   sp.temperature = r.temperature.value_or(model_.temperature);
   sp.top_p = r.top_p.value_or(model_.top_p);
+  sp.top_k = r.top_k.value_or(model_.top_k);
+  sp.min_p = r.min_p.value_or(model_.min_p);
+  sp.repetition_penalty = r.repetition_penalty.value_or(model_.repetition_penalty);
+  sp.presence_penalty = r.presence_penalty;
+  sp.frequency_penalty = r.frequency_penalty;
+  sp.min_tokens = std::min(r.min_tokens, max_tokens);
   sp.max_new_tokens = max_tokens;
+  // The model's end ids: the first is EOS, the rest stop tokens; ignore_eos ignores them all
+  // (the request's own stop_token_ids still end a row).
+  sp.ignore_eos = r.ignore_eos;
   sp.eos_token_id = model_.stop_ids.empty() ? -1 : model_.stop_ids[0];
   sp.stop_token_ids.clear();
-  for (size_t i = 1; i < model_.stop_ids.size(); ++i) sp.stop_token_ids.push_back(model_.stop_ids[i]);
+  p->stop_ids.clear();
+  if (!r.ignore_eos) {
+    for (size_t i = 1; i < model_.stop_ids.size(); ++i) sp.stop_token_ids.push_back(model_.stop_ids[i]);
+    p->stop_ids.insert(model_.stop_ids.begin(), model_.stop_ids.end());
+  }
   sp.stop_token_ids.insert(sp.stop_token_ids.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
   sp.seed = r.seed ? *r.seed : std::random_device{}() * 0x100000000ULL + std::random_device{}();
-  p->stop_ids = std::set<int64_t>(model_.stop_ids.begin(), model_.stop_ids.end());
   p->stop_ids.insert(r.stop_token_ids.begin(), r.stop_token_ids.end());
+  p->hidden_ids = p->stop_ids;
+  p->hidden_ids.insert(model_.stop_ids.begin(), model_.stop_ids.end());
   p->prompt_ids = std::move(prompt_ids);
   const auto decode = [this](const std::vector<int64_t>& ids) { return DecodeIds(ids); };
   for (size_t i = 0; i < p->prompt_ids.size(); ++i) {
     for (int k = 0; k < r.n; ++k) {
       p->row_prompts.push_back(p->prompt_ids[i]);
-      p->rows.emplace_back(i, TextStream(decode, r.stop, p->stop_ids));
+      p->rows.emplace_back(i, TextStream(decode, r.stop, p->hidden_ids));
     }
   }
   return true;
@@ -280,11 +329,24 @@ bool OpenAiServer::Run(Prepared* p, const std::function<bool(size_t row, const s
     for (const Row& row : p->rows) all_done = all_done && row.done;
     return keep_going && !all_done;
   };
-  {
+  const auto t0 = std::chrono::steady_clock::now();
+  metrics_.Add("echelon_serve_requests_running", 1);
+  try {
     std::lock_guard<std::mutex> lock(model_mu_);
     model_.model->eval();
     model::Generate(model_.model, p->row_prompts, p->sampling, step);
+  } catch (...) {
+    metrics_.Add("echelon_serve_requests_running", -1);
+    throw;
   }
+  metrics_.Add("echelon_serve_requests_running", -1);
+  int64_t prompt_tokens = 0, generated = 0;
+  for (const auto& ids : p->row_prompts) prompt_tokens += static_cast<int64_t>(ids.size());
+  for (const Row& row : p->rows) generated += static_cast<int64_t>(row.result.token_ids.size());
+  metrics_.Add("echelon_serve_prompt_tokens_total", static_cast<double>(prompt_tokens));
+  metrics_.Add("echelon_serve_generation_tokens_total", static_cast<double>(generated));
+  metrics_.Add("echelon_serve_generation_seconds_total",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   for (size_t i = 0; i < p->rows.size(); ++i) {
     Row& row = p->rows[i];
     if (row.done) {
@@ -436,9 +498,80 @@ void OpenAiServer::HandleUpdateWeights(const httplib::Request& http_req, httplib
     std::lock_guard<std::mutex> lock(dir_mu_);
     weights_dir_ = dir;
   }
+  metrics_.Add("echelon_serve_weight_updates_total", 1);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("weights updated from {} in {:.2f} s", dir, seconds);
   ReplyJson(res, 200, {{"success", true}, {"message", "weights updated from " + dir}});
+}
+
+bool OpenAiServer::Authorized(const httplib::Request& req) const {
+  if (options_.api_key.empty() || req.path == "/health" || req.path == "/version" || req.path == "/metrics") return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string expected = "Bearer " + options_.api_key;
+  if (header.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < header.size(); ++i) diff |= static_cast<unsigned char>(header[i] ^ expected[i]);
+  return diff == 0;
+}
+
+void OpenAiServer::HandleTokenize(const httplib::Request& http_req, httplib::Response& res) {
+  json j;
+  ApiError e;
+  if (!ParseBody(http_req.body, &j, &e)) return ReplyError(res, e);
+  for (const auto& [k, v] : j.items()) {
+    if (k != "model" && k != "prompt" && k != "messages" && k != "add_special_tokens" && k != "add_generation_prompt")
+      return ReplyError(res, BadField(k, "'" + k + "' is not supported by /tokenize"));
+  }
+  if (j.contains("model") && !j["model"].is_null()) {
+    SamplingRequest r;
+    r.model = j["model"].is_string() ? j["model"].get<std::string>() : "";
+    if (!j["model"].is_string()) return ReplyError(res, BadField("model", "'model' must be a string"));
+    if (!CheckModel(r, &e)) return ReplyError(res, e);
+  }
+  bool special = true;
+  if (j.contains("add_special_tokens") && !j["add_special_tokens"].is_null()) {
+    if (!j["add_special_tokens"].is_boolean())
+      return ReplyError(res, BadField("add_special_tokens", "'add_special_tokens' must be a boolean"));
+    special = j["add_special_tokens"].get<bool>();
+  }
+  std::vector<int64_t> ids;
+  if (j.contains("messages")) {
+    // The chat form: the messages as /v1/chat/completions renders them.
+    json chat = {{"messages", j["messages"]}};
+    if (j.contains("add_generation_prompt")) chat["add_generation_prompt"] = j["add_generation_prompt"];
+    ChatRequest req;
+    if (!ParseChatRequest(chat.dump(), &req, &e)) return ReplyError(res, e);
+    Result<std::string> text = template_.Render(req.messages, req.render);
+    if (!text.ok()) return ReplyError(res, BadField("messages", text.status().message()));
+    const bool plain = template_.format() == tokenizer::ChatFormat::kPlain;
+    if (!Encode(text.value(), plain && special, "messages", &ids, &e)) return ReplyError(res, e);
+  } else {
+    if (!j.contains("prompt") || !j["prompt"].is_string())
+      return ReplyError(res, BadField("prompt", "'prompt' (a string) or 'messages' is required"));
+    if (!Encode(j["prompt"].get<std::string>(), special, "prompt", &ids, &e)) return ReplyError(res, e);
+  }
+  ReplyJson(res, 200, {{"count", ids.size()}, {"max_model_len", model_.config.max_position_embeddings}, {"tokens", ids}});
+}
+
+void OpenAiServer::HandleDetokenize(const httplib::Request& http_req, httplib::Response& res) {
+  json j;
+  ApiError e;
+  if (!ParseBody(http_req.body, &j, &e)) return ReplyError(res, e);
+  for (const auto& [k, v] : j.items())
+    if (k != "model" && k != "tokens") return ReplyError(res, BadField(k, "'" + k + "' is not supported by /detokenize"));
+  if (!j.contains("tokens") || !j["tokens"].is_array())
+    return ReplyError(res, BadField("tokens", "'tokens' (an array of token ids) is required"));
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < j["tokens"].size(); ++i) {
+    const json& v = j["tokens"][i];
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
+        v.get<int64_t>() >= model_.config.vocab_size)
+      return ReplyError(res, BadField("tokens", "tokens[" + std::to_string(i) + "] is not a token id of this model (0.." +
+                                                    std::to_string(model_.config.vocab_size - 1) + "): " + v.dump()));
+    ids.push_back(v.get<int64_t>());
+  }
+  if (!model_.vocab) return ReplyError(res, BadField("tokens", "this model has no tokenizer (no tokenizer.json)"));
+  ReplyJson(res, 200, {{"prompt", DecodeIds(ids)}});
 }
 
 }  // namespace echelon::serve

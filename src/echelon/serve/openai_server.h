@@ -5,11 +5,17 @@
 //   server->Wait();
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (both with `stream: true` as SSE
-// `data: {...}` chunks ending with `data: [DONE]`), GET /v1/models, GET /health, and
+// `data: {...}` chunks ending with `data: [DONE]`), GET /v1/models, GET /health, GET /version,
+// GET /metrics (Prometheus: requests by route and status, prompt and generated tokens, seconds
+// spent, requests running), POST /tokenize ({"prompt"} or chat {"messages"}, as vLLM: replies
+// {"count", "max_model_len", "tokens"}), POST /detokenize ({"tokens"} -> {"prompt"}), and
 // POST /update_weights_from_disk {"model_path": DIR} (SGLang's name and reply shape
 // {"success", "message"}), which loads DIR and swaps the weights in between requests; a model
 // of another architecture or shape is refused (HTTP 400, naming the first differing field)
 // and the old weights stay. The tokenizer and chat template are the ones loaded at start.
+//
+// With an API key, every route but /health, /version and /metrics needs the header
+// `Authorization: Bearer KEY` (401 otherwise, compared in constant time).
 //
 // Scheduling: one request at a time holds the model (a mutex); within a request every prompt
 // x `n` is one batch of `model::Generate`, so a request with `seed` draws exactly what
@@ -39,6 +45,7 @@
 #include "echelon/common/listen_thread.h"
 #include "echelon/common/status.h"
 #include "echelon/model/hf_model.h"
+#include "echelon/obs/metrics_http.h"
 #include "echelon/serve/openai_protocol.h"
 #include "echelon/tokenizer/chat_template.h"
 
@@ -53,6 +60,8 @@ namespace echelon::serve {
 struct ServeOptions {
   std::string served_model_name;       // "" -> the base name of the model directory
   int64_t completion_max_tokens = 16;  // /v1/completions without max_tokens (OpenAI's default)
+  std::string api_key;                 // "" -> no authentication
+  std::string version;                 // what GET /version reports
   // Loads a directory for /update_weights_from_disk (model::LoadModelDir when empty).
   std::function<Result<model::TextModel>(const std::string&)> loader;
 };
@@ -84,6 +93,9 @@ class OpenAiServer {
   void HandleChat(const httplib::Request& req, httplib::Response& res);
   void HandleModels(httplib::Response& res) const;
   void HandleUpdateWeights(const httplib::Request& req, httplib::Response& res);
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
+  bool Authorized(const httplib::Request& req) const;
 
   bool CheckModel(const SamplingRequest& r, ApiError* e) const;
   bool Encode(const std::string& text, bool with_prefix, const std::string& param, std::vector<int64_t>* ids,
@@ -104,6 +116,7 @@ class OpenAiServer {
   tokenizer::ChatTemplate template_;
   std::vector<int64_t> text_prefix_;  // ids put before an encoded text prompt
   int64_t created_ = 0;
+  obs::MetricsRegistry metrics_;
   std::unique_ptr<httplib::Server> http_;
   ListenThread<httplib::Server> listen_;
   int port_ = 0;

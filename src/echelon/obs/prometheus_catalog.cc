@@ -1,0 +1,94 @@
+#include "echelon/obs/prometheus_catalog.h"
+
+#include <cctype>
+#include <map>
+#include <string>
+
+namespace echelon::obs {
+namespace {
+
+struct Series {
+  const char* name;
+  MetricType type;
+  const char* help;
+  const char* label = "key";  // for a map of numbers
+  double scale = 1.0;          // to base units
+};
+
+constexpr MetricType G = MetricType::kGauge;
+constexpr MetricType C = MetricType::kCounter;
+
+const std::map<std::string, Series>& Catalog() {
+  static const std::map<std::string, Series> kCatalog = {
+      {"step", {"echelon_step", G, "index t of the last learner update (t -> t+1)"}},
+      {"version", {"echelon_policy_version", G, "policy version after the last update"}},
+      {"wall_s", {"echelon_run_wall_seconds", G, "seconds since the run started"}},
+      {"step_s", {"echelon_step_seconds", G, "the last update's cycle, waiting for groups included"}},
+      {"wait_s", {"echelon_step_wait_seconds", G, "of the last cycle, seconds waiting for admissible groups"}},
+      {"train_s", {"echelon_step_train_seconds", G, "of the last cycle, seconds in the update itself"}},
+      {"reward_mean", {"echelon_reward_mean", G, "mean reward of the last batch"}},
+      {"accuracy", {"echelon_accuracy", G, "fraction of successful episodes in the last batch"}},
+      {"heldout_accuracy", {"echelon_heldout_accuracy", G, "greedy held-out accuracy at the last evaluation"}},
+      {"staleness_mean", {"echelon_staleness_mean", G, "mean policy lag t - x over the last batch"}},
+      {"staleness_max", {"echelon_staleness_max", G, "largest policy lag t - x in the last batch"}},
+      {"staleness_bound", {"echelon_staleness_bound", G, "the staleness bound S"}},
+      {"staleness_hist", {"echelon_batch_groups", G, "groups of the last batch by policy lag t - x", "staleness"}},
+      {"groups_issued", {"echelon_groups_issued_total", C, "groups handed to actors"}},
+      {"groups_consumed", {"echelon_groups_consumed_total", C, "groups trained on"}},
+      {"groups_dropped_stale", {"echelon_groups_dropped_stale_total", C, "groups dropped for exceeding the staleness bound"}},
+      {"groups_reissued", {"echelon_groups_reissued_total", C, "groups issued again after a lease expired or an actor left"}},
+      {"groups_in_flight", {"echelon_groups_in_flight", G, "groups issued and not yet settled"}},
+      {"refused", {"echelon_refused_total", C, "refused submissions and calls, by reason", "reason"}},
+      {"actors", {"echelon_actors", G, "live actors"}},
+      {"actor_groups", {"echelon_actor_groups_total", C, "accepted groups, by actor", "actor"}},
+      {"actor_forged", {"echelon_actor_forged_total", C, "forged submissions, by actor", "actor"}},
+      {"learner_busy_frac", {"echelon_learner_busy_ratio", G, "update time over RL wall time so far"}},
+      {"tokens_per_s", {"echelon_tokens_per_second", G, "accepted completion tokens per second of RL wall time"}},
+      {"loss", {"echelon_loss", G, "loss of the last update"}},
+      {"grad_norm", {"echelon_grad_norm", G, "gradient norm of the last update, before clipping"}},
+      {"clip_frac", {"echelon_clip_ratio", G, "fraction of tokens whose ratio was clipped in the last update"}},
+      {"kl", {"echelon_kl", G, "KL estimate against the reference in the last update"}},
+      {"behav_weight_mean", {"echelon_behaviour_weight_mean", G, "mean importance weight against the behaviour policy"}},
+      {"logprob_gap", {"echelon_logprob_gap", G, "mean |learner - actor| token log-probability in the last batch"}},
+      {"actor_logprob_gap", {"echelon_actor_logprob_gap", G, "mean |learner - actor| token log-probability, by actor", "actor"}},
+      {"reward_metrics", {"echelon_reward_metric", G, "batch means of what the reward reported, by name", "name"}},
+      {"zero_spread_groups", {"echelon_zero_spread_groups", G, "groups of the last batch whose rewards were all equal"}},
+      {"skipped_nonfinite", {"echelon_skipped_nonfinite", G, "optimizer steps of the last update skipped for a non-finite loss or gradient"}},
+      {"verified_groups", {"echelon_verified_groups_total", C, "groups whose behaviour log-probs were recomputed (this process)"}},
+      {"verify_gap_max", {"echelon_verify_gap_max", G, "largest mean log-prob gap of a verified group that passed"}},
+      {"tokens", {"echelon_step_tokens", G, "completion tokens trained on in the last update"}},
+      {"broadcast_version", {"echelon_broadcast_version", G, "newest snapshot every broadcast peer held"}},
+      {"broadcast_s", {"echelon_broadcast_seconds", G, "seconds from publishing that snapshot to its last peer"}},
+      {"learner_rss_mb", {"echelon_learner_resident_memory_bytes", G, "the learner process's resident memory", "key", 1024.0 * 1024.0}},
+      {"learner_ranks", {"echelon_learner_ranks", G, "data-parallel learner ranks that took the last update"}},
+  };
+  return kCatalog;
+}
+
+// A metric name from a key the table does not know: [a-zA-Z0-9_] kept, anything else '_'.
+std::string FallbackName(const std::string& key) {
+  std::string out = "echelon_";
+  for (char c : key) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
+
+}  // namespace
+
+void PublishStepLine(const nlohmann::json& line, MetricsRegistry& registry) {
+  for (const auto& [key, value] : line.items()) {
+    if (!value.is_number() && !value.is_object()) continue;
+    auto it = Catalog().find(key);
+    const std::string fallback = FallbackName(key);
+    const Series s = it != Catalog().end() ? it->second : Series{fallback.c_str(), G, "", "key"};
+    const std::string name = s.name;
+    registry.Describe(name, s.type, it != Catalog().end() ? s.help : "metrics.jsonl field " + key);
+    if (value.is_number()) {
+      registry.Set(name, value.get<double>() * s.scale);
+      continue;
+    }
+    for (const auto& [k, v] : value.items())
+      if (v.is_number()) registry.Set(name, v.get<double>() * s.scale, {{s.label, k}});
+  }
+}
+
+}  // namespace echelon::obs
