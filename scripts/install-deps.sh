@@ -13,6 +13,7 @@ PACKAGES=(
   libjemalloc-dev
   python3 python3-jinja2 jq iproute2 curl
   prometheus  # promtool checks the /metrics exposition (tests/serve_api_test.sh, tests/prometheus_test.sh)
+  dpkg-dev debootstrap python3-yaml
 )
 
 # ECHELON_SKIP_LIBTORCH=1: a GPU machine builds against its PyTorch's LibTorch
