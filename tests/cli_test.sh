@@ -88,6 +88,7 @@ check "learner.log holds the progress lines" test "$(grep -c '^step ' run/learne
 check "learner.log holds the diagnostics" grep -q "learner listening on" run/learner.log
 "$ECHELON" train --no-such-flag > /dev/null 2> usage.err
 check "an unknown flag exits 2" test $? -eq 2
+check "an unknown flag is named" contains usage.err "not expected: --no-such-flag"
 "$ECHELON" > /dev/null 2>&1
 check "no subcommand exits 2" test $? -eq 2
 "$ECHELON" train "$CONFIG" "$CONFIG" > /dev/null 2> two.err

@@ -2,6 +2,7 @@
 #   check NAME COMMAND...   counts a pass when COMMAND succeeds, else prints FAIL: NAME
 #   finish                  prints "N passed, M failed" and returns non-zero on any failure
 #   learner_port FILE       waits up to 60 s for "learner serving actors on port P" in FILE; prints P
+#   serve_port FILE         waits up to 60 s for "serving NAME on http://HOST:PORT" in FILE; prints PORT
 #   wait_exit PID [SECONDS] waits up to SECONDS (default 20) for PID to exit (then kills it);
 #                           returns its status
 #   start_server CMD...     starts CMD in the background (stdout to server.port, whose first line
@@ -26,6 +27,15 @@ learner_port() {
   local port=""
   for _ in $(seq 1 600); do
     port=$(sed -n 's/^learner serving actors on port \([0-9]*\)$/\1/p' "$1" 2>/dev/null)
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  echo "$port"
+}
+serve_port() {
+  local port=""
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's|^serving .* on http://[^:]*:\([0-9]*\)$|\1|p' "$1" 2>/dev/null)
     [ -n "$port" ] && break
     sleep 0.1
   done

