@@ -89,6 +89,8 @@ check "learner.log holds the diagnostics" grep -q "learner listening on" run/lea
 "$ECHELON" train --no-such-flag > /dev/null 2> usage.err
 check "an unknown flag exits 2" test $? -eq 2
 check "an unknown flag is named" contains usage.err "not expected: --no-such-flag"
+"$ECHELON" --help > help.out
+check "--help documents the exit codes" contains help.out "Exit codes: 0 done; 1 the run failed; 2 a usage"
 "$ECHELON" > /dev/null 2>&1
 check "no subcommand exits 2" test $? -eq 2
 "$ECHELON" train "$CONFIG" "$CONFIG" > /dev/null 2> two.err

@@ -28,6 +28,9 @@ void SetThreads() {
 int main(int argc, char** argv) {
   CLI::App app{"echelon: asynchronous RL post-training of language models with cheap, unreliable rollout workers"};
   app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 done; 1 the run failed; 2 a usage or input error (unknown flag, bad config, file or "
+      "checkpoint: one line names what and where); 130 stopped by SIGINT/SIGTERM (a run stays resumable).");
   app.set_version_flag("--version", [] { return echelon::cli::VersionLine(); }, "print the version, git describe and LibTorch version");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")->capture_default_str();
