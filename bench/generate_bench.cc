@@ -56,6 +56,41 @@ BENCHMARK(BM_Generate)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// A group's samples share their prompt: 4 prompts x G = 8 rows, with and without one prefill
+// per distinct prompt. Args: share_prefix, prompt length, new tokens. Sampled at temperature 1
+// (as rollouts are), no EOS.
+void BM_GroupPrefill(benchmark::State& state) {
+  Qwen3Model model(DefaultTinyConfig());
+  model->InitWeights(1);
+  const int64_t groups = 4, group_size = 8, prompt_len = state.range(1);
+  at::Tensor ids = at::randint(3, 17, {groups, prompt_len}, at::kLong);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < group_size; ++i)
+      prompts.emplace_back(ids[g].data_ptr<int64_t>(), ids[g].data_ptr<int64_t>() + prompt_len);
+  SamplingParams params;
+  params.max_new_tokens = state.range(2);
+  params.eos_token_id = -1;
+  params.share_prefix = state.range(0) != 0;
+  int64_t tokens = 0;
+  for (auto _ : state) {
+    std::vector<Completion> out = Generate(model, prompts, params);
+    for (const Completion& c : out) tokens += static_cast<int64_t>(c.tokens.size());
+    benchmark::DoNotOptimize(out.data());
+    ++params.seed;
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_GroupPrefill)
+    ->ArgNames({"share", "prompt", "new"})
+    ->Args({1, 256, 16})
+    ->Args({0, 256, 16})
+    ->Args({1, 32, 16})
+    ->Args({0, 32, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 }  // namespace
 }  // namespace echelon::model
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -41,6 +42,15 @@ PaddedBatch LeftPad(const std::vector<std::vector<int64_t>>& prompts, int64_t ne
   }
   b.positions = (b.valid.to(at::kLong).cumsum(1) - 1).clamp_min(0);
   return b;
+}
+
+// For each row, the index of its prompt among the distinct prompts in order of first appearance.
+std::vector<int64_t> DistinctPromptIndex(const std::vector<std::vector<int64_t>>& prompts) {
+  std::map<std::vector<int64_t>, int64_t> index;
+  std::vector<int64_t> out;
+  out.reserve(prompts.size());
+  for (const auto& p : prompts) out.push_back(index.emplace(p, static_cast<int64_t>(index.size())).first->second);
+  return out;
 }
 
 // Keeps the smallest set of most likely tokens whose mass reaches top_p (at least one).
@@ -185,8 +195,31 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
   at::Tensor logits;
   at::Tensor seq = b.ids;
   if (params.use_cache) {
-    cache = model->NewCache(rows, p + steps);
-    logits = model->Forward(b.ids, b.positions.narrow(1, 0, p), slots(valid, 0, p), &cache).select(1, -1);
+    const std::vector<int64_t> prompt_of = params.share_prefix ? DistinctPromptIndex(prompts) : std::vector<int64_t>{};
+    const int64_t distinct = params.share_prefix ? *std::max_element(prompt_of.begin(), prompt_of.end()) + 1 : rows;
+    if (distinct == rows) {
+      cache = model->NewCache(rows, p + steps);
+      logits = model->Forward(b.ids, b.positions.narrow(1, 0, p), slots(valid, 0, p), &cache).select(1, -1);
+    } else {
+      // Prefill each distinct prompt once, then give every row its prompt's keys and values.
+      std::vector<int64_t> pick;  // the first row of each distinct prompt
+      for (int64_t r = 0; r < rows; ++r)
+        if (prompt_of[static_cast<size_t>(r)] == static_cast<int64_t>(pick.size())) pick.push_back(r);
+      const at::Tensor pick_t = at::tensor(pick, at::kLong).to(device);
+      const at::Tensor expand = at::tensor(prompt_of, at::kLong).to(device);
+      KVCache shared = model->NewCache(distinct, p + steps);
+      const at::Tensor shared_valid = valid.defined() ? valid.index_select(0, pick_t).narrow(1, 0, p) : valid;
+      logits = model->Forward(b.ids.index_select(0, pick_t), b.positions.narrow(1, 0, p).index_select(0, pick_t),
+                              shared_valid, &shared)
+                   .select(1, -1)
+                   .index_select(0, expand);
+      cache.capacity = shared.capacity;
+      cache.length = shared.length;
+      for (size_t i = 0; i < shared.k.size(); ++i) {
+        cache.k.push_back(shared.k[i].index_select(0, expand));
+        cache.v.push_back(shared.v[i].index_select(0, expand));
+      }
+    }
   }
   at::Tensor tokens = at::zeros({rows, steps}, at::kLong);
   at::Tensor logprobs = at::zeros({rows, steps}, at::kFloat);

@@ -49,6 +49,9 @@ struct SamplingParams {
   int64_t min_tokens = 0;
   uint64_t seed = 0;
   bool use_cache = true;  // false recomputes the whole prefix each token (for tests/benchmarks)
+  // With the cache: rows with the same prompt (a group's G samples) share one prefill, whose
+  // keys and values are copied to each of them; false prefills every row (for benchmarks).
+  bool share_prefix = true;
 };
 
 struct Completion {

@@ -288,3 +288,29 @@ TEST(SamplerTest, MinTokensHoldsOffEosAndIgnoreEosRunsToTheLimit) {
 
 }  // namespace
 }  // namespace echelon::model
+
+namespace echelon::model {
+namespace {
+
+// Rows that repeat a prompt (a group's samples) share one prefill; what they draw and the
+// log-probs they report are those of prefilling every row.
+TEST(GenerateTest, SharedPrefixLogprobsEqualUnshared) {
+  Qwen3Model m = ReferenceModel();
+  const std::vector<std::vector<int64_t>> rows = {kPrompts[0], kPrompts[0], kPrompts[2], kPrompts[0],
+                                                  kPrompts[2], kPrompts[1], kPrompts[0]};
+  for (double temperature : {0.0, 2.0}) {
+    SamplingParams shared = Params(temperature, 5, true);
+    SamplingParams unshared = shared;
+    unshared.share_prefix = false;
+    const auto a = Generate(m, rows, shared);
+    const auto b = Generate(m, rows, unshared);
+    EXPECT_EQ(Tokens(a), Tokens(b)) << "T=" << temperature;
+    EXPECT_LT(MaxLogprobDiff(a, b), 1e-5) << "T=" << temperature;
+    if (temperature > 0)
+      EXPECT_TRUE(a[0].tokens != a[1].tokens || a[0].tokens != a[3].tokens || a[0].tokens != a[6].tokens)
+          << "rows of one prompt draw independently";
+  }
+}
+
+}  // namespace
+}  // namespace echelon::model
