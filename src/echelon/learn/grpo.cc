@@ -11,7 +11,8 @@ Result<Correction> ParseCorrection(const std::string& name) {
   if (name == "none") return Correction::kNone;
   if (name == "tis") return Correction::kTruncatedIS;
   if (name == "decoupled") return Correction::kDecoupled;
-  return InvalidArgument("unknown off-policy correction '" + name + "'; expected none, tis or decoupled");
+  if (name == "icepop") return Correction::kIcePop;
+  return InvalidArgument("unknown off-policy correction '" + name + "'; expected none, tis, decoupled or icepop");
 }
 
 std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps) {
@@ -51,6 +52,8 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
     ratio = ExpClamped(in.logp - prox);
     weight = ExpClamped(prox - in.behav_logp);
     if (options.correction == Correction::kTruncatedIS) weight = at::clamp_max(weight, options.tis_cap);
+    if (options.correction == Correction::kIcePop)
+      weight = weight * ((weight >= 1.0 / options.icepop_beta) & (weight <= options.icepop_beta)).to(weight.scalar_type());
   }
   const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
   const at::Tensor unclipped_obj = ratio * adv;
@@ -73,6 +76,17 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   const at::Tensor was_clipped = (clipped_obj < unclipped_obj).to(at::kFloat);
   out.clip_frac = ((was_clipped * mask).sum() / denom).item<double>();
   out.behav_weight_mean = ((weight * mask).sum() / denom).item<double>();
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor log_w = at::clamp(prox - in.behav_logp, -kMaxLogRatio, kMaxLogRatio).to(at::kDouble);
+    const at::Tensor m = mask.to(at::kDouble);
+    const double n = std::max(1.0, m.sum().item<double>());
+    out.health.weight_mean = (log_w.exp() * m).sum().item<double>() / n;
+    out.health.weight_m2 = ((2.0 * log_w).exp() * m).sum().item<double>() / n;
+    out.health.logratio_m2 = (log_w * log_w * m).sum().item<double>() / n;
+    if (options.correction == Correction::kIcePop)
+      out.health.masked_frac = ((weight == 0).to(at::kDouble) * m).sum().item<double>() / n;
+  }
   return out;
 }
 

@@ -8,7 +8,13 @@
 //   kNone:       r = exp(logp - behav);                 loss_tok = -min(r A, clip(r) A)
 //   kTruncatedIS r = exp(logp - prox), w = min(exp(prox - behav), C);  loss_tok = -w min(r A, clip(r) A)
 //   kDecoupled:  r = exp(logp - prox), w = exp(prox - behav);          loss_tok = -w min(r A, clip(r) A)
-// (kDecoupled is AReaL's decoupled PPO objective; kTruncatedIS caps its behaviour weight.)
+//   kIcePop:     r = exp(logp - prox), w = exp(prox - behav), m = [1/beta <= w <= beta];
+//                loss_tok = -m w min(r A, clip(r) A)
+// (kDecoupled is AReaL's decoupled PPO objective; kTruncatedIS caps its behaviour weight;
+// kIcePop is IcePop's masked importance sampling (Ling Team, "Every Step Evolves: Scaling
+// Reinforcement Learning for Trillion-Scale Thinking Model", arXiv 2510.18855): a token whose
+// behaviour weight leaves [1/beta, beta] is dropped (no gradient) instead of truncated; it still
+// counts in the token-level denominator.)
 // KL (k3 estimator, Schulman): kl_tok = exp(ref - logp) - (ref - logp) - 1, added as kl_coef * kl.
 // Token-level aggregation: loss = sum(mask * loss_tok) / sum(mask) over the whole batch, so
 // long completions weigh by their token count (DAPO), not per sequence.
@@ -25,14 +31,15 @@
 
 namespace echelon::learn {
 
-enum class Correction { kNone, kTruncatedIS, kDecoupled };
-Result<Correction> ParseCorrection(const std::string& name);  // "none", "tis", "decoupled"
+enum class Correction { kNone, kTruncatedIS, kDecoupled, kIcePop };
+Result<Correction> ParseCorrection(const std::string& name);  // "none", "tis", "decoupled", "icepop"
 
 struct PolicyLossOptions {
   double clip_low = 0.2;
   double clip_high = 0.28;
   Correction correction = Correction::kNone;
   double tis_cap = 2.0;
+  double icepop_beta = 2.0;  // kIcePop keeps tokens whose behaviour weight is in [1/beta, beta]
   double kl_coef = 0.0;
 };
 
@@ -45,11 +52,31 @@ struct PolicyLossInputs {
   at::Tensor mask;        // [N, T] float, 1 on completion tokens
 };
 
+// How far the behaviour policy is from pi_prox over a batch's tokens, whatever the correction:
+// token means of w = pi_prox / pi_behav (log-ratio clamped as the loss clamps it). The
+// effective sample size fraction of the weights is weight_mean^2 / weight_m2 (1: on-policy);
+// logratio_m2 is M2PO's second moment E[(log w)^2]. Token means, so micro-batches and ranks
+// combine them by their token shares (Add).
+struct ImportanceHealth {
+  double weight_mean = 0;
+  double weight_m2 = 0;
+  double logratio_m2 = 0;
+  double masked_frac = 0;  // tokens dropped by the correction (kIcePop)
+  void Add(const ImportanceHealth& o, double share) {
+    weight_mean += share * o.weight_mean;
+    weight_m2 += share * o.weight_m2;
+    logratio_m2 += share * o.logratio_m2;
+    masked_frac += share * o.masked_frac;
+  }
+  double ess_frac() const { return weight_m2 > 0 ? weight_mean * weight_mean / weight_m2 : 1.0; }
+};
+
 struct PolicyLossOutput {
   at::Tensor loss;          // scalar
   double clip_frac = 0;     // fraction of tokens whose ratio was clipped in the objective
   double kl = 0;            // mean k3 KL to the reference (0 when off)
-  double behav_weight_mean = 0;  // mean w (1 for kNone)
+  double behav_weight_mean = 0;  // mean w (1 for kNone; dropped tokens count as 0 for kIcePop)
+  ImportanceHealth health;
 };
 
 // GRPO advantages for one group: (r - mean) / (std + eps), std the sample (n-1) standard

@@ -92,6 +92,59 @@ TEST(PolicyLossTest, DecoupledPpoUsesFullBehaviourWeightAndProximalRatio) {
   EXPECT_NEAR(out.behav_weight_mean, 2.5, 1e-5);
 }
 
+// IcePop: w = prox / behav per token; tokens 0 (w = 2.5) and 2 (w = 0.25) leave [1/2, 2] and
+// are dropped, token 1 (w = 1.25) is kept with its weight. Loss and gradient by hand.
+TEST(PolicyLossTest, IcePopDropsTokensWhoseBehaviourWeightLeavesTheBand) {
+  PolicyLossInputs in;
+  in.logp = Logs({0.6, 0.5, 0.2}).requires_grad_(true);
+  in.behav_logp = Logs({0.2, 0.4, 0.8});
+  in.prox_logp = Logs({0.5, 0.5, 0.2});  // r = 1.2, 1.0, 1.0 (all inside the clip range)
+  in.advantages = at::tensor({2.0f});
+  in.mask = at::ones({1, 3});
+  PolicyLossOptions opt;
+  opt.correction = Correction::kIcePop;
+  opt.icepop_beta = 2.0;
+  PolicyLossOutput out = PolicyLoss(in, opt);
+  // Only token 1: -w r A = -1.25 * 1.0 * 2.0, over 3 tokens.
+  EXPECT_NEAR(out.loss.item<double>(), -1.25 * 1.0 * 2.0 / 3, 1e-5);
+  EXPECT_NEAR(out.behav_weight_mean, 1.25 / 3, 1e-5);
+  out.loss.backward();
+  // d/dlogp of -w exp(logp - prox) A / 3 at r = 1: -w A / 3 for token 1, 0 for the dropped ones.
+  EXPECT_EQ(in.logp.grad()[0][0].item<float>(), 0.0f);
+  EXPECT_NEAR(in.logp.grad()[0][1].item<float>(), -1.25 * 2.0 / 3, 1e-5);
+  EXPECT_EQ(in.logp.grad()[0][2].item<float>(), 0.0f);
+
+  // A wider band keeps all three: the loss is decoupled PPO's.
+  opt.icepop_beta = 5.0;
+  PolicyLossInputs again = in;
+  again.logp = Logs({0.6, 0.5, 0.2}).requires_grad_(true);
+  PolicyLossOptions decoupled = opt;
+  decoupled.correction = Correction::kDecoupled;
+  EXPECT_NEAR(PolicyLoss(again, opt).loss.item<double>(), PolicyLoss(again, decoupled).loss.item<double>(), 1e-6);
+}
+
+// Staleness health by hand: w = pi_prox / pi_behav = 2 and 1 on the two real tokens (the third
+// is padding): mean 1.5, second moment 2.5, ESS fraction 2.25 / 2.5, E[(log w)^2] = ln(2)^2 / 2.
+TEST(PolicyLossTest, ImportanceHealthOfTheBehaviourWeights) {
+  PolicyLossInputs in;
+  in.logp = Logs({0.5, 0.5, 0.9}).requires_grad_(true);
+  in.behav_logp = Logs({0.25, 0.5, 0.1});
+  in.prox_logp = Logs({0.5, 0.5, 0.9});
+  in.advantages = at::tensor({1.0f});
+  in.mask = at::tensor({1.0f, 1.0f, 0.0f}).unsqueeze(0);
+  for (Correction c : {Correction::kNone, Correction::kIcePop}) {
+    PolicyLossOptions opt;
+    opt.correction = c;
+    opt.icepop_beta = 1.5;  // drops the token with w = 2
+    const ImportanceHealth h = PolicyLoss(in, opt).health;
+    EXPECT_NEAR(h.weight_mean, 1.5, 1e-6);
+    EXPECT_NEAR(h.weight_m2, 2.5, 1e-6);
+    EXPECT_NEAR(h.ess_frac(), 0.9, 1e-6);
+    EXPECT_NEAR(h.logratio_m2, std::log(2.0) * std::log(2.0) / 2, 1e-6);
+    EXPECT_NEAR(h.masked_frac, c == Correction::kIcePop ? 0.5 : 0.0, 1e-9);
+  }
+}
+
 // A behaviour log-prob of -100 (the intake lets it through; -110 is its floor) would make
 // exp(logp - behav) overflow fp32: the log-ratio is clamped to 20, the loss and gradient stay
 // finite, and the clamped token adds no gradient.

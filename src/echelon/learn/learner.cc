@@ -272,6 +272,7 @@ std::vector<at::Tensor> MinibatchRows(const TrainingBatch& b, size_t num_groups,
 // the whole minibatch's token means), and the start-of-update log-probs of its rows.
 struct Learner::Minibatch {
   double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0;
+  ImportanceHealth health;
   at::Tensor start_logp;  // [rows, T] on the CPU; undefined when pi_prox was computed up front
 };
 
@@ -356,6 +357,7 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     mb->clip_frac += w * out.clip_frac;
     mb->kl += w * out.kl;
     mb->behav_weight_mean += w * out.behav_weight_mean;
+    mb->health.Add(out.health, w);
     if (mb->start_logp.defined())
       mb->start_logp.index_put_({u, at::indexing::Slice(0, len)}, in.logp.detach().to(at::kCPU));
   }
@@ -368,7 +370,10 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
     std::vector<at::Tensor> parts;
     for (const at::Tensor& p : compute)
       parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, master[0].options()));
-    parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean}, at::kDouble)
+    const ImportanceHealth& h = mb->health;
+    parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean, h.weight_mean, h.weight_m2,
+                                h.logratio_m2, h.masked_frac},
+                               at::kDouble)
                         .to(device_, at::kFloat));
     if (mb->start_logp.defined()) parts.push_back(mb->start_logp.flatten().to(device_));
     at::Tensor flat = at::cat(parts);
@@ -378,12 +383,13 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
       p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p).clone();
       offset += p.numel();
     }
-    const at::Tensor stats = flat.narrow(0, offset, 4).to(at::kCPU, at::kDouble);
-    offset += 4;
+    const at::Tensor stats = flat.narrow(0, offset, 8).to(at::kCPU, at::kDouble);
+    offset += 8;
     mb->loss = stats[0].item<double>();
     mb->clip_frac = stats[1].item<double>();
     mb->kl = stats[2].item<double>();
     mb->behav_weight_mean = stats[3].item<double>();
+    mb->health = {stats[4].item<double>(), stats[5].item<double>(), stats[6].item<double>(), stats[7].item<double>()};
     if (mb->start_logp.defined())
       mb->start_logp = flat.narrow(0, offset, mb->start_logp.numel()).view_as(mb->start_logp).to(at::kCPU);
   } else if (compute_.get() != model_.get()) {
@@ -467,6 +473,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       stats.clip_frac += mb.clip_frac;
       stats.kl += mb.kl;
       stats.behav_weight_mean += mb.behav_weight_mean;
+      stats.health.Add(mb.health, 1.0);
     }
   } catch (const c10::Error& e) {  // LibTorch's errors (out of memory, a device failure) end here
     return Internal(std::string("learner update failed: ") + e.what_without_backtrace());
@@ -483,6 +490,11 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   stats.clip_frac /= n;
   stats.kl /= n;
   stats.behav_weight_mean /= n;
+  stats.health = [&] {
+    ImportanceHealth mean;
+    mean.Add(stats.health, 1.0 / n);
+    return mean;
+  }();
   ++version_;
   return stats;
 }

@@ -38,10 +38,11 @@ std::string FormatDuration(double seconds) {
 
 void WarnAboutUnclippedCorrection(const RunOptions& options) {
   if (options.learner.loss.correction == Correction::kNone || options.learner.minibatches > 1) return;
+  const Correction c = options.learner.loss.correction;
   spdlog::warn("rl.correction {} with rl.minibatches 1: the ratio to pi_prox is exactly 1, so nothing is "
-               "clipped; at S = 16 and rl.lr 3e-4 it fell below the warm-start, at rl.lr 7.5e-5 it matched "
-               "`none` (docs/RESULTS.md)",
-               options.learner.loss.correction == Correction::kTruncatedIS ? "tis" : "decoupled");
+               "clipped; at S = 16 and rl.lr 3e-4 tis and decoupled fell below the warm-start, at rl.lr 7.5e-5 "
+               "they matched `none` (docs/RESULTS.md)",
+               c == Correction::kTruncatedIS ? "tis" : c == Correction::kDecoupled ? "decoupled" : "icepop");
 }
 
 // One run of the learning plane; RunLearner's body, cut into its named steps.
@@ -285,6 +286,10 @@ class LearnerRun {
     r.clip_frac = stats.clip_frac;
     r.kl = stats.kl;
     r.behav_weight_mean = stats.behav_weight_mean;
+    r.is_ess_frac = stats.health.ess_frac();
+    r.is_weight_m2 = stats.health.weight_m2;
+    r.is_logratio_m2 = stats.health.logratio_m2;
+    r.masked_frac = stats.health.masked_frac;
     r.logprob_gap = stats.logprob_gap;
     r.zero_spread_groups = stats.zero_spread_groups;
     r.skipped_nonfinite = stats.skipped_nonfinite;

@@ -39,6 +39,10 @@ void VisitFields(R& r, V& v) {
   v.Number("clip_frac", r.clip_frac);
   v.Number("kl", r.kl);
   v.Number("behav_weight_mean", r.behav_weight_mean);
+  v.Number("is_ess_frac", r.is_ess_frac);
+  v.Number("is_weight_m2", r.is_weight_m2);
+  v.Number("is_logratio_m2", r.is_logratio_m2);
+  v.Number("masked_frac", r.masked_frac);
   v.Number("logprob_gap", r.logprob_gap);
   v.Numbers("actor_logprob_gap", r.actor_logprob_gap);
   v.Numbers("reward_metrics", r.reward_metrics);

@@ -10,7 +10,7 @@
 //               learner_busy_frac
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
-//               behav_weight_mean, logprob_gap, actor_logprob_gap, zero_spread_groups,
+//               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, logprob_gap, actor_logprob_gap, zero_spread_groups,
 //               skipped_nonfinite, verified_groups, verify_gap_max, tokens,
 //               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
@@ -70,6 +70,9 @@ struct StepRecord {
   // The update's own statistics (learn::StepStats).
   double loss = kMissing, grad_norm = kMissing, clip_frac = kMissing, kl = kMissing;
   double behav_weight_mean = kMissing;
+  // Staleness health (learn::ImportanceHealth): ESS fraction and second moment of the
+  // importance weights pi_prox / pi_behav, E[(log w)^2], and the fraction of tokens dropped.
+  double is_ess_frac = kMissing, is_weight_m2 = kMissing, is_logratio_m2 = kMissing, masked_frac = kMissing;
   double logprob_gap = kMissing;                      // mean |learner - actor| log-prob
   std::map<std::string, double> actor_logprob_gap;    // the same per actor name
   std::map<std::string, double> reward_metrics;       // batch means of what the reward reported
