@@ -23,6 +23,19 @@ ModelConfig DefaultTinyConfig() {
   return c;
 }
 
+// Generates until the benchmark has its time; tokens_per_s counts the generated tokens.
+void Measure(benchmark::State& state, Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
+             SamplingParams params) {
+  int64_t tokens = 0;
+  for (auto _ : state) {
+    std::vector<Completion> out = Generate(model, prompts, params);
+    for (const Completion& c : out) tokens += static_cast<int64_t>(c.tokens.size());
+    benchmark::DoNotOptimize(out.data());
+    ++params.seed;
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+}
+
 // Args: use_cache, batch, prompt length, new tokens.
 void BM_Generate(benchmark::State& state) {
   Qwen3Model model(DefaultTinyConfig());
@@ -37,14 +50,7 @@ void BM_Generate(benchmark::State& state) {
   params.max_new_tokens = state.range(3);
   params.eos_token_id = -1;
   params.use_cache = state.range(0) != 0;
-  int64_t tokens = 0;
-  for (auto _ : state) {
-    std::vector<Completion> out = Generate(model, prompts, params);
-    for (const Completion& c : out) tokens += static_cast<int64_t>(c.tokens.size());
-    benchmark::DoNotOptimize(out.data());
-    ++params.seed;
-  }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  Measure(state, model, prompts, params);
 }
 
 BENCHMARK(BM_Generate)
@@ -72,14 +78,7 @@ void BM_GroupPrefill(benchmark::State& state) {
   params.max_new_tokens = state.range(2);
   params.eos_token_id = -1;
   params.share_prefix = state.range(0) != 0;
-  int64_t tokens = 0;
-  for (auto _ : state) {
-    std::vector<Completion> out = Generate(model, prompts, params);
-    for (const Completion& c : out) tokens += static_cast<int64_t>(c.tokens.size());
-    benchmark::DoNotOptimize(out.data());
-    ++params.seed;
-  }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  Measure(state, model, prompts, params);
 }
 
 BENCHMARK(BM_GroupPrefill)

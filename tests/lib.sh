@@ -23,24 +23,18 @@ finish() {
   echo "$pass passed, $fails failed"
   [ "$fails" -eq 0 ]
 }
-learner_port() {
-  local port=""
+# _wait_for FILE SED_SCRIPT: up to 60 s for the script to print something from FILE; prints it.
+_wait_for() {
+  local found=""
   for _ in $(seq 1 600); do
-    port=$(sed -n 's/^learner serving actors on port \([0-9]*\)$/\1/p' "$1" 2>/dev/null)
-    [ -n "$port" ] && break
+    found=$(sed -n "$2" "$1" 2>/dev/null)
+    [ -n "$found" ] && break
     sleep 0.1
   done
-  echo "$port"
+  echo "$found"
 }
-serve_port() {
-  local port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|^serving .* on http://[^:]*:\([0-9]*\)$|\1|p' "$1" 2>/dev/null)
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  echo "$port"
-}
+learner_port() { _wait_for "$1" 's/^learner serving actors on port \([0-9]*\)$/\1/p'; }
+serve_port() { _wait_for "$1" 's|^serving .* on http://[^:]*:\([0-9]*\)$|\1|p'; }
 wait_exit() {
   for _ in $(seq 1 $((${2:-20} * 10))); do
     kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
