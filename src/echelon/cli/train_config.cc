@@ -45,10 +45,12 @@ const ConfigSchema& TrainSchema() {
     s.Float("rl.clip_low", 0.2, 0.0, 1.0, "PPO clip: ratio floor 1 - clip_low");
     s.Float("rl.clip_high", 0.28, 0.0, 10.0, "PPO clip: ratio ceiling 1 + clip_high (DAPO clip-higher)");
     s.Float("rl.kl_coef", 0.0, 0.0, 100.0, "KL-to-reference (the warm-start policy) coefficient; 0 = off");
-    s.String("rl.correction", "none", "off-policy correction for stale rollouts", {"none", "tis", "decoupled", "icepop"});
+    s.String("rl.correction", "none", "off-policy correction for stale rollouts", {"none", "tis", "decoupled", "icepop", "m2po"});
     s.Float("rl.tis_cap", 2.0, 1.0, 1000.0, "C: cap of the truncated importance weight");
     s.Float("rl.icepop_beta", 2.0, 1.0, 1000.0,
             "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped");
+    s.Float("rl.m2po_tau", 0.04, 1e-6, 100.0,
+            "m2po: the largest (log pi_prox / pi_behav)^2 tokens are masked until the rest's mean is at most this");
     s.Int("rl.minibatches", 1, 1, 1024,
           "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
           "region around the update's starting policy (pi_prox of the tis / decoupled corrections)");
@@ -148,6 +150,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   ECHELON_ASSIGN_OR_RETURN(l.loss.correction, learn::ParseCorrection(cfg.String("rl.correction")));
   l.loss.tis_cap = cfg.Float("rl.tis_cap");
   l.loss.icepop_beta = cfg.Float("rl.icepop_beta");
+  l.loss.m2po_tau = cfg.Float("rl.m2po_tau");
   l.scale_by_std = cfg.Bool("rl.scale_by_std");
   l.minibatches = cfg.Int("rl.minibatches");
   l.device = cfg.String("learner.device");

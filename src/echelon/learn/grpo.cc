@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <algorithm>
 #include <numeric>
+#include <vector>
 
 namespace echelon::learn {
 
@@ -12,7 +14,8 @@ Result<Correction> ParseCorrection(const std::string& name) {
   if (name == "tis") return Correction::kTruncatedIS;
   if (name == "decoupled") return Correction::kDecoupled;
   if (name == "icepop") return Correction::kIcePop;
-  return InvalidArgument("unknown off-policy correction '" + name + "'; expected none, tis, decoupled or icepop");
+  if (name == "m2po") return Correction::kM2po;
+  return InvalidArgument("unknown off-policy correction '" + name + "'; expected none, tis, decoupled, icepop or m2po");
 }
 
 std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps) {
@@ -55,9 +58,14 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
     if (options.correction == Correction::kIcePop)
       weight = weight * ((weight >= 1.0 / options.icepop_beta) & (weight <= options.icepop_beta)).to(weight.scalar_type());
   }
+  if (options.correction == Correction::kM2po) {
+    TORCH_CHECK(in.keep.defined(), "PolicyLoss: m2po needs its token mask (M2poKeep)");
+    weight = in.keep.to(in.logp.scalar_type());
+  }
   const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
   const at::Tensor unclipped_obj = ratio * adv;
-  const at::Tensor clipped_obj = clipped * adv;
+  // M2PO's objective has no clip: its trust region is the token mask.
+  const at::Tensor clipped_obj = options.correction == Correction::kM2po ? unclipped_obj : clipped * adv;
   const at::Tensor per_token = -weight * at::minimum(unclipped_obj, clipped_obj);
 
   const at::Tensor denom = at::clamp_min(mask.sum(), 1.0);
@@ -84,10 +92,35 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
     out.health.weight_mean = (log_w.exp() * m).sum().item<double>() / n;
     out.health.weight_m2 = ((2.0 * log_w).exp() * m).sum().item<double>() / n;
     out.health.logratio_m2 = (log_w * log_w * m).sum().item<double>() / n;
-    if (options.correction == Correction::kIcePop)
+    if (options.correction == Correction::kIcePop || options.correction == Correction::kM2po)
       out.health.masked_frac = ((weight == 0).to(at::kDouble) * m).sum().item<double>() / n;
   }
   return out;
+}
+
+at::Tensor M2poKeep(const at::Tensor& log_w, const at::Tensor& mask, double tau) {
+  at::NoGradGuard no_grad;
+  const at::Tensor m = mask.to(at::kCPU, at::kDouble).contiguous();
+  const at::Tensor sq = (log_w.to(at::kCPU, at::kDouble) * m).pow(2).contiguous();
+  const auto* mp = m.data_ptr<double>();
+  const auto* sp = sq.data_ptr<double>();
+  std::vector<int64_t> tokens;
+  double total = 0;
+  for (int64_t i = 0; i < m.numel(); ++i) {
+    if (mp[i] == 0) continue;
+    tokens.push_back(i);
+    total += sp[i];
+  }
+  std::stable_sort(tokens.begin(), tokens.end(), [&](int64_t a, int64_t b) { return sp[a] > sp[b]; });
+  at::Tensor keep = m.clone();
+  auto* kp = keep.data_ptr<double>();
+  size_t dropped = 0;
+  while (dropped < tokens.size() && total / static_cast<double>(tokens.size() - dropped) > tau) {
+    total -= sp[tokens[dropped]];
+    kp[tokens[dropped]] = 0;
+    ++dropped;
+  }
+  return keep.to(mask.scalar_type());
 }
 
 }  // namespace echelon::learn

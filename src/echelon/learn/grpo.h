@@ -10,11 +10,16 @@
 //   kDecoupled:  r = exp(logp - prox), w = exp(prox - behav);          loss_tok = -w min(r A, clip(r) A)
 //   kIcePop:     r = exp(logp - prox), w = exp(prox - behav), m = [1/beta <= w <= beta];
 //                loss_tok = -m w min(r A, clip(r) A)
+//   kM2po:       r = exp(logp - prox), m = M2poKeep(prox - behav);  loss_tok = -m r A (no clip)
 // (kDecoupled is AReaL's decoupled PPO objective; kTruncatedIS caps its behaviour weight;
 // kIcePop is IcePop's masked importance sampling (Ling Team, "Every Step Evolves: Scaling
 // Reinforcement Learning for Trillion-Scale Thinking Model", arXiv 2510.18855): a token whose
 // behaviour weight leaves [1/beta, beta] is dropped (no gradient) instead of truncated; it still
-// counts in the token-level denominator.)
+// counts in the token-level denominator; kM2po is M2PO, the second-moment trust region of
+// Zheng et al., "Prosperity before Collapse: How Far Can Off-Policy RL Reach with Stale Data on
+// LLMs?", arXiv 2510.01161: the tokens with the largest (log w)^2 are masked until the mean of
+// (log w)^2 over the remaining tokens is at most tau, and the rest take the plain importance-
+// weighted policy gradient.)
 // KL (k3 estimator, Schulman): kl_tok = exp(ref - logp) - (ref - logp) - 1, added as kl_coef * kl.
 // Token-level aggregation: loss = sum(mask * loss_tok) / sum(mask) over the whole batch, so
 // long completions weigh by their token count (DAPO), not per sequence.
@@ -31,8 +36,9 @@
 
 namespace echelon::learn {
 
-enum class Correction { kNone, kTruncatedIS, kDecoupled, kIcePop };
-Result<Correction> ParseCorrection(const std::string& name);  // "none", "tis", "decoupled", "icepop"
+enum class Correction { kNone, kTruncatedIS, kDecoupled, kIcePop, kM2po };
+// "none", "tis", "decoupled", "icepop", "m2po"
+Result<Correction> ParseCorrection(const std::string& name);
 
 struct PolicyLossOptions {
   double clip_low = 0.2;
@@ -40,6 +46,7 @@ struct PolicyLossOptions {
   Correction correction = Correction::kNone;
   double tis_cap = 2.0;
   double icepop_beta = 2.0;  // kIcePop keeps tokens whose behaviour weight is in [1/beta, beta]
+  double m2po_tau = 0.04;    // kM2po: bound on the kept tokens' mean (log w)^2 (M2PO's default)
   double kl_coef = 0.0;
 };
 
@@ -50,6 +57,7 @@ struct PolicyLossInputs {
   at::Tensor ref_logp;    // [N, T]; needed only when kl_coef > 0
   at::Tensor advantages;  // [N]
   at::Tensor mask;        // [N, T] float, 1 on completion tokens
+  at::Tensor keep;        // [N, T] float; kM2po's M2poKeep over the whole batch (required for kM2po)
 };
 
 // How far the behaviour policy is from pi_prox over a batch's tokens, whatever the correction:
@@ -85,5 +93,10 @@ struct PolicyLossOutput {
 std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps = 1e-6);
 
 PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options);
+
+// M2PO's token mask over a batch: `mask` with the tokens of largest log_w^2 set to 0, the
+// fewest such that the mean of log_w^2 over the tokens left is at most tau. A batch-level
+// statistic: the learner computes it once per update from pi_prox of the whole batch.
+at::Tensor M2poKeep(const at::Tensor& log_w, const at::Tensor& mask, double tau);
 
 }  // namespace echelon::learn

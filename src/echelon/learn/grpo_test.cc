@@ -145,6 +145,41 @@ TEST(PolicyLossTest, ImportanceHealthOfTheBehaviourWeights) {
   }
 }
 
+// M2PO's mask by hand: log w = 0.5, -0.1, 0.05, 0.3 (squares 0.25, 0.01, 0.0025, 0.09, mean
+// 0.088); the padding token (log w 3) never counts. tau 0.04: dropping 0.25 leaves mean
+// 0.0342. tau 0.02: 0.09 goes too (mean 0.00625). tau 1: nothing goes.
+TEST(PolicyLossTest, M2poMasksTheLargestSquaredLogRatiosUntilTheMeanFits) {
+  const at::Tensor log_w = at::tensor({0.5f, -0.1f, 0.05f, 0.3f, 3.0f}).unsqueeze(0);
+  const at::Tensor mask = at::tensor({1.0f, 1.0f, 1.0f, 1.0f, 0.0f}).unsqueeze(0);
+  auto keep = [&](double tau) {
+    const at::Tensor k = M2poKeep(log_w, mask, tau)[0];
+    return std::vector<float>(k.data_ptr<float>(), k.data_ptr<float>() + k.numel());
+  };
+  EXPECT_EQ(keep(0.04), (std::vector<float>{0, 1, 1, 1, 0}));
+  EXPECT_EQ(keep(0.02), (std::vector<float>{0, 1, 1, 0, 0}));
+  EXPECT_EQ(keep(1.0), (std::vector<float>{1, 1, 1, 1, 0}));
+  EXPECT_EQ(keep(1e-9), (std::vector<float>{0, 0, 0, 0, 0})) << "a tau nothing meets drops every token";
+
+  // The loss: -sum(keep r A) / tokens, unclipped (r = 1.5 here is outside PPO's clip range).
+  PolicyLossInputs in;
+  in.logp = Logs({0.6, 0.6, 0.6, 0.6}).requires_grad_(true);
+  in.prox_logp = Logs({0.4, 0.4, 0.4, 0.4});
+  in.behav_logp = in.prox_logp - at::tensor({0.5f, -0.1f, 0.05f, 0.3f}).unsqueeze(0);
+  in.advantages = at::tensor({2.0f});
+  in.mask = at::ones({1, 4});
+  PolicyLossOptions opt;
+  opt.correction = Correction::kM2po;
+  in.keep = M2poKeep(in.prox_logp - in.behav_logp, in.mask, 0.04);
+  PolicyLossOutput out = PolicyLoss(in, opt);
+  EXPECT_NEAR(out.loss.item<double>(), -3 * 1.5 * 2.0 / 4, 1e-5);
+  EXPECT_EQ(out.clip_frac, 0.0);
+  EXPECT_NEAR(out.health.masked_frac, 0.25, 1e-9);
+  out.loss.backward();
+  // d/dlogp of -keep exp(logp - prox) A / 4 = -keep r A / 4.
+  EXPECT_EQ(in.logp.grad()[0][0].item<float>(), 0.0f);
+  EXPECT_NEAR(in.logp.grad()[0][1].item<float>(), -1.5 * 2.0 / 4, 1e-5);
+}
+
 // A behaviour log-prob of -100 (the intake lets it through; -110 is its floor) would make
 // exp(logp - behav) overflow fp32: the log-ratio is clamped to 20, the loss and gradient stay
 // finite, and the clamped token adds no gradient.
@@ -199,6 +234,8 @@ TEST(PolicyLossTest, TokenLevelAggregationIgnoresPaddingAndWeighsByTokens) {
 }
 
 TEST(PolicyLossTest, ParseCorrectionRejectsUnknown) {
+  EXPECT_EQ(ParseCorrection("m2po").value(), Correction::kM2po);
+  EXPECT_EQ(ParseCorrection("icepop").value(), Correction::kIcePop);
   EXPECT_TRUE(ParseCorrection("tis").ok());
   Result<Correction> bad = ParseCorrection("vtrace");
   ASSERT_FALSE(bad.ok());

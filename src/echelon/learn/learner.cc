@@ -329,7 +329,7 @@ bool Mine(size_t index, const GradientReducer* reducer) {
 }  // namespace
 
 void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
-                                  Minibatch* mb) {
+                                  const at::Tensor& keep, Minibatch* mb) {
   const double tokens = b.mask.index_select(0, rows).sum().item<double>();
   if (!prox.defined()) mb->start_logp = at::zeros_like(b.mask);
   compute_->zero_grad();
@@ -344,6 +344,7 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     in.mask = Rows(b.mask, u, len, device_);
     in.advantages = b.adv.index_select(0, u).to(device_);
     if (prox.defined()) in.prox_logp = Rows(prox, u, len, device_);
+    if (keep.defined()) in.keep = Rows(keep, u, len, device_);
     if (reference_) {
       at::NoGradGuard no_grad;
       in.ref_logp = LogProbs(reference_, b, u, len);
@@ -451,15 +452,19 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   const std::vector<at::Tensor> minibatches = parts <= 1 ? std::vector<at::Tensor>{at::arange(b.input.size(0), at::kLong)}
                                                          : MinibatchRows(b, groups.size(), parts);
   stats.behav_weight_mean = 0;  // averaged over the minibatches below
+  // M2PO's mask is a statistic of the whole batch, so it needs pi_prox of every row before the
+  // first backward: one no-grad forward up front, as several minibatches take anyway.
+  const bool m2po = options_.loss.correction == Correction::kM2po;
   try {
-    at::Tensor prox;
-    if (parts > 1) {
+    at::Tensor prox, keep;
+    if (parts > 1 || m2po) {
       ECHELON_ASSIGN_OR_RETURN(prox, ProxLogProbs(b));
       LogprobGaps(prox, b, groups.size(), &stats);
     }
+    if (m2po) keep = M2poKeep(prox - b.behav, b.mask, options_.loss.m2po_tau);
     for (const at::Tensor& rows : minibatches) {
       Minibatch mb;
-      AccumulateGradients(b, rows, prox, &mb);
+      AccumulateGradients(b, rows, prox, keep, &mb);
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));
       if (!prox.defined()) LogprobGaps(mb.start_logp, b, groups.size(), &stats);
       if (std::isnan(norm)) {

@@ -17,6 +17,7 @@ void VisitOptions(Options& o, Field&& field) {
   field("clip_high", o.loss.clip_high);
   field("tis_cap", o.loss.tis_cap);
   field("icepop_beta", o.loss.icepop_beta);
+  field("m2po_tau", o.loss.m2po_tau);
   field("kl_coef", o.loss.kl_coef);
   field("lr", o.lr);
   field("weight_decay", o.weight_decay);
