@@ -105,6 +105,25 @@ TEST_F(OpenAiHttpPolicyTest, SeededSamplingEqualsLocalSampling) {
   EXPECT_TRUE(differs) << "another seed should draw differently";
 }
 
+// A server applies its model's generation_config.json to what a request leaves out (Qwen3's
+// says top_k 20): the backend sent no top_k, min_p or repetition_penalty, so its actors sampled
+// another policy than the configured one. Here the served model's defaults would make every
+// draw greedy; the draws must still equal the builtin backend's.
+TEST_F(OpenAiHttpPolicyTest, ServerGenerationDefaultsDoNotChangeTheSampledPolicy) {
+  server_->Stop();
+  Result<model::TextModel> served = model::LoadModelDir(dir_);
+  ASSERT_TRUE(served.ok()) << served.status().message();
+  served->top_k = 1;
+  served->min_p = 0.5;
+  served->repetition_penalty = 1.5;
+  Result<std::unique_ptr<serve::OpenAiServer>> s = serve::OpenAiServer::Create(std::move(served).value(), {});
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  server_ = std::move(s).value();
+  ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
+  const std::vector<data::PolicyPrompt> group(4, "45+45=");
+  ExpectSameTurns(Remote(1.0)->Sample(group, 77).value(), Local(1.0)->Sample(group, 77).value());
+}
+
 TEST_F(OpenAiHttpPolicyTest, SnapshotsReachTheServer) {
   model::Qwen3Model next(TinyConfig(tok_.vocab_size(), 32));
   next->InitWeights(42);
