@@ -1,15 +1,17 @@
-// Batched sampling. Rows are left-padded so every row's next token sits in the same column,
-// which lets one KV cache (with a common length) serve the whole batch; padding slots are
-// masked as keys and given no rotary position, so a padded row computes what it would alone.
+// The generation engine: sequence slots over one preallocated KV cache with a length per slot,
+// refilled from the queue of waiting rows as rows finish. An admitted row's prompt, all but
+// its last token, is prefilled into its slot (once per distinct prompt when shared, then
+// copied); the last prompt token is fed by the next decoding step together with every other
+// slot's latest token, so every step is one forward of one token per live slot.
 #include "echelon/model/generate.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
+#include <random>
 #include <stdexcept>
 
 namespace echelon::model {
@@ -17,25 +19,21 @@ namespace {
 
 struct PaddedBatch {
   at::Tensor ids;        // [B, P] prompts, left-padded
-  at::Tensor valid;      // [B, P + N] bool: false for padding; generated slots are valid
-  at::Tensor positions;  // [B, P + N] rotary position of each slot (0 for padding)
-  int64_t prompt_len = 0;
+  at::Tensor valid;      // [B, P] bool: false for padding
+  at::Tensor positions;  // [B, P] rotary position of each slot (0 for padding)
   bool padded = false;
 };
 
-PaddedBatch LeftPad(const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens, int64_t pad_id) {
+PaddedBatch LeftPad(const std::vector<std::vector<int64_t>>& seqs, int64_t pad_id) {
   PaddedBatch b;
-  const int64_t rows = static_cast<int64_t>(prompts.size());
-  for (const auto& p : prompts) {
-    if (p.empty()) throw std::invalid_argument("Generate: empty prompt (every prompt needs at least one token)");
-    b.prompt_len = std::max<int64_t>(b.prompt_len, static_cast<int64_t>(p.size()));
-  }
-  const int64_t width = b.prompt_len + new_tokens;
-  b.ids = at::full({rows, b.prompt_len}, pad_id, at::kLong);
+  const int64_t rows = static_cast<int64_t>(seqs.size());
+  int64_t width = 0;
+  for (const auto& p : seqs) width = std::max<int64_t>(width, static_cast<int64_t>(p.size()));
+  b.ids = at::full({rows, width}, pad_id, at::kLong);
   b.valid = at::ones({rows, width}, at::kBool);
   for (int64_t r = 0; r < rows; ++r) {
-    const auto& p = prompts[static_cast<size_t>(r)];
-    const int64_t pad = b.prompt_len - static_cast<int64_t>(p.size());
+    const auto& p = seqs[static_cast<size_t>(r)];
+    const int64_t pad = width - static_cast<int64_t>(p.size());
     b.padded = b.padded || pad > 0;
     std::copy(p.begin(), p.end(), b.ids[r].data_ptr<int64_t>() + pad);
     b.valid[r].narrow(0, 0, pad).fill_(false);
@@ -53,6 +51,29 @@ std::vector<int64_t> DistinctPromptIndex(const std::vector<std::vector<int64_t>>
   return out;
 }
 
+// splitmix64's finaliser: spreads (seed, row) over the whole 64-bit seed space.
+uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One random stream per row (see generate.h); mt19937_64 is specified to the bit, so a seed
+// draws the same numbers on every platform.
+class RowStreams {
+ public:
+  RowStreams(uint64_t seed, int64_t rows) {
+    streams_.reserve(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) streams_.emplace_back(Mix64(seed ^ Mix64(static_cast<uint64_t>(r))));
+  }
+  // Uniform in [0, 1) with 53 random bits.
+  double Uniform(int64_t row) { return static_cast<double>(streams_[static_cast<size_t>(row)]() >> 11) * 0x1.0p-53; }
+
+ private:
+  std::vector<std::mt19937_64> streams_;
+};
+
 // Keeps the smallest set of most likely tokens whose mass reaches top_p (at least one).
 at::Tensor TopP(const at::Tensor& probs, double top_p) {
   auto [sorted, order] = probs.sort(-1, /*descending=*/true);
@@ -64,8 +85,8 @@ at::Tensor TopP(const at::Tensor& probs, double top_p) {
 
 // Per-row token statistics for the penalties; kept only when one is on.
 struct TokenCounts {
-  at::Tensor output;  // [B, V] float: how often each token was generated
-  at::Tensor seen;    // [B, V] bool: in the prompt or the output
+  at::Tensor output;  // [rows, V] float: how often each token was generated
+  at::Tensor seen;    // [rows, V] bool: in the prompt or the output
 
   static TokenCounts Start(const std::vector<std::vector<int64_t>>& prompts, int64_t vocab) {
     TokenCounts c;
@@ -79,10 +100,12 @@ struct TokenCounts {
     }
     return c;
   }
-  void Add(const at::Tensor& token) {
-    const at::Tensor idx = token.unsqueeze(1);
-    output.scatter_add_(1, idx, at::ones({token.size(0), 1}, at::kFloat));
-    seen.scatter_(1, idx, true);
+  TokenCounts Rows(const at::Tensor& rows) const { return {output.index_select(0, rows), seen.index_select(0, rows)}; }
+  // `rows` are distinct, so no (row, token) pair repeats.
+  void Add(const at::Tensor& rows, const at::Tensor& token) {
+    const c10::List<c10::optional<at::Tensor>> at_pairs({rows, token});
+    output.index_put_(at_pairs, at::ones({rows.size(0)}, at::kFloat), /*accumulate=*/true);
+    seen.index_put_(at_pairs, at::ones({rows.size(0)}, at::kBool));
   }
 };
 
@@ -90,16 +113,17 @@ bool HasPenalties(const SamplingParams& p) {
   return p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
 }
 
-// Steps 1-2 of generate.h on fp32 CPU logits [B, V]; `generated` tokens so far per row (all
-// rows generate in lockstep).
-at::Tensor Penalize(at::Tensor logits, const SamplingParams& params, const TokenCounts* counts, int64_t generated) {
+// Steps 1-2 of generate.h on fp32 CPU logits [B, V]; `held` marks the rows still under
+// min_tokens (undefined: none).
+at::Tensor Penalize(at::Tensor logits, const SamplingParams& params, const TokenCounts* counts, const at::Tensor& held) {
   const int64_t vocab = logits.size(-1);
-  if (generated < params.min_tokens) {
+  if (held.defined()) {
     logits = logits.clone();
-    if (!params.ignore_eos && params.eos_token_id >= 0 && params.eos_token_id < vocab)
-      logits.select(1, params.eos_token_id).fill_(-INFINITY);
-    for (int64_t id : params.stop_token_ids)
-      if (id >= 0 && id < vocab) logits.select(1, id).fill_(-INFINITY);
+    auto block = [&](int64_t id) {
+      if (id >= 0 && id < vocab) logits.select(1, id).masked_fill_(held, -INFINITY);
+    };
+    if (!params.ignore_eos) block(params.eos_token_id);
+    for (int64_t id : params.stop_token_ids) block(id);
   }
   if (counts) {
     if (params.repetition_penalty != 1.0) {
@@ -127,13 +151,22 @@ at::Tensor TopK(const at::Tensor& probs, int64_t k) {
   return probs.masked_fill(probs < kth, 0.0);
 }
 
+// Inverse-CDF draw: in each row, the first token whose cumulative probability exceeds the
+// row's uniform times its total.
+at::Tensor Draw(const at::Tensor& probs, const std::vector<double>& uniforms) {
+  const at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
+  const int64_t vocab = cdf.size(-1);
+  const at::Tensor target = at::tensor(uniforms, at::kDouble).unsqueeze(1) * cdf.narrow(-1, vocab - 1, 1);
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(vocab - 1);
+}
+
 // Chooses the next token of every row; writes its log-probability (see generate.h). Sampling
 // runs in fp32 on the CPU whatever the model's device and dtype, so a seed draws the same
 // tokens everywhere.
 at::Tensor NextToken(const at::Tensor& device_logits, const SamplingParams& params, const TokenCounts* counts,
-                     int64_t generated, at::Generator& gen, at::Tensor* logprob) {
+                     const at::Tensor& held, const std::vector<double>& uniforms, at::Tensor* logprob) {
   const at::Tensor logits = device_logits.to(at::kCPU, at::kFloat);
-  const at::Tensor drawn_from = Penalize(logits, params, counts, generated);
+  const at::Tensor drawn_from = Penalize(logits, params, counts, held);
   const bool shifted = !drawn_from.is_same(logits);
   at::Tensor token;
   at::Tensor logp;
@@ -146,125 +179,268 @@ at::Tensor NextToken(const at::Tensor& device_logits, const SamplingParams& para
     const bool filtered = params.min_p > 0 || (params.top_k > 0 && params.top_k < probs.size(-1));
     if (params.min_p > 0) probs = MinP(probs, params.min_p);
     probs = TopK(probs, params.top_k);
-    if (filtered) probs = probs / probs.sum(-1, /*keepdim=*/true);
-    if (params.top_p < 1.0) probs = TopP(probs, params.top_p);
-    token = at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(1);
+    if (params.top_p < 1.0) {
+      if (filtered) probs = probs / probs.sum(-1, /*keepdim=*/true);
+      probs = TopP(probs, params.top_p);
+    }
+    token = Draw(probs, uniforms);  // the draw needs no normalised row
   }
   *logprob = logp.gather(-1, token.unsqueeze(1)).squeeze(1);
   return token;
 }
 
-std::vector<Completion> Collect(const at::Tensor& tokens, const at::Tensor& logprobs, const at::Tensor& lengths,
-                                const at::Tensor& eos) {
-  const int64_t steps = tokens.size(1);
-  std::vector<Completion> out(static_cast<size_t>(tokens.size(0)));
-  for (size_t r = 0; r < out.size(); ++r) {
-    const int64_t n = lengths.data_ptr<int64_t>()[r];
-    const int64_t* t = tokens.data_ptr<int64_t>() + r * steps;
-    const float* lp = logprobs.data_ptr<float>() + r * steps;
-    out[r].tokens.assign(t, t + n);
-    out[r].logprobs.assign(lp, lp + n);
-    out[r].finished_eos = eos.data_ptr<bool>()[r];
+class Engine {
+ public:
+  Engine(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingParams& params)
+      : model_(model),
+        prompts_(prompts),
+        params_(params),
+        device_(model->device()),
+        rows_(static_cast<int64_t>(prompts.size())),
+        slots_(params.slots > 0 ? std::min(params.slots, rows_) : rows_),
+        slot_row_(static_cast<size_t>(slots_)),
+        slot_token_(static_cast<size_t>(slots_)),
+        slot_done_(static_cast<size_t>(slots_)),
+        out_(prompts.size()),
+        streams_(params.seed, rows_) {
+    int64_t longest = 0;
+    for (const auto& p : prompts) {
+      if (p.empty()) throw std::invalid_argument("Generate: empty prompt (every prompt needs at least one token)");
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+    }
+    if (!params.max_new_tokens_per_row.empty() && params.max_new_tokens_per_row.size() != prompts.size())
+      throw std::invalid_argument("Generate: max_new_tokens_per_row holds " +
+                                  std::to_string(params.max_new_tokens_per_row.size()) + " limits for " +
+                                  std::to_string(prompts.size()) + " prompts");
+    if (HasPenalties(params)) counts_ = TokenCounts::Start(prompts, model->config().vocab_size);
+    if (params.use_cache) {
+      cache_ = model->NewCache(slots_, longest + params.max_new_tokens);
+      cache_.row_lengths.assign(static_cast<size_t>(slots_), 0);
+      if (params.share_prefix) {
+        prompt_of_ = DistinctPromptIndex(prompts);
+        waiting_of_prompt_.assign(static_cast<size_t>(*std::max_element(prompt_of_.begin(), prompt_of_.end()) + 1), 0);
+        for (int64_t d : prompt_of_) ++waiting_of_prompt_[static_cast<size_t>(d)];
+      }
+    }
   }
-  return out;
-}
+
+  std::vector<Completion> Run(const StepCallback& on_step) {
+    Fill();
+    while (live_ > 0) {
+      const at::Tensor logits = Forward();
+      std::vector<int64_t> drawing, rows;  // slots (and their rows) that draw this step
+      for (int64_t s = 0; s < live_; ++s) {
+        if (slot_done_[static_cast<size_t>(s)]) continue;
+        drawing.push_back(s);
+        rows.push_back(slot_row_[static_cast<size_t>(s)]);
+      }
+      const int64_t n = static_cast<int64_t>(rows.size());
+      const at::Tensor rows_t = at::tensor(rows, at::kLong);
+      at::Tensor held;
+      if (params_.min_tokens > 0) {
+        std::vector<int64_t> generated;
+        for (int64_t r : rows) generated.push_back(static_cast<int64_t>(out_[static_cast<size_t>(r)].tokens.size()));
+        held = at::tensor(generated, at::kLong) < params_.min_tokens;
+      }
+      std::vector<double> uniforms;
+      if (params_.temperature > 0)
+        for (int64_t r : rows) uniforms.push_back(streams_.Uniform(r));
+      std::optional<TokenCounts> counts;
+      if (counts_) counts = counts_->Rows(rows_t);
+      at::Tensor logprob;
+      const at::Tensor token =
+          NextToken(n == live_ ? logits : logits.index_select(0, at::tensor(drawing, at::kLong).to(device_)), params_,
+                    counts ? &*counts : nullptr, held, uniforms, &logprob);
+      if (counts_) counts_->Add(rows_t, token);
+
+      std::vector<int64_t> drawn(static_cast<size_t>(n)), finished;
+      std::vector<float> logprobs(static_cast<size_t>(n));
+      const auto token_at = token.accessor<int64_t, 1>();
+      const auto logprob_at = logprob.accessor<float, 1>();
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t u = static_cast<size_t>(i), s = static_cast<size_t>(drawing[u]);
+        drawn[u] = token_at[i];
+        logprobs[u] = logprob_at[i];
+        Completion& c = out_[static_cast<size_t>(rows[u])];
+        c.tokens.push_back(drawn[u]);
+        c.logprobs.push_back(logprobs[u]);
+        const bool stop = (!params_.ignore_eos && drawn[u] == params_.eos_token_id) ||
+                          std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), drawn[u]) !=
+                              params_.stop_token_ids.end();
+        c.finished_eos = stop;
+        if (stop || static_cast<int64_t>(c.tokens.size()) >= Limit(rows[u])) finished.push_back(drawing[u]);
+        slot_token_[s] = drawn[u];
+      }
+      if (on_step && !on_step(rows, drawn, logprobs)) break;
+      Retire(finished);
+      Fill();
+    }
+    return std::move(out_);
+  }
+  const GenerateStats& stats() const { return stats_; }
+
+ private:
+  int64_t Limit(int64_t row) const {
+    const auto& per_row = params_.max_new_tokens_per_row;
+    return per_row.empty() ? params_.max_new_tokens
+                           : std::min(params_.max_new_tokens, per_row[static_cast<size_t>(row)]);
+  }
+
+  // Admits waiting rows into free slots (static batches: only once the whole batch is done).
+  void Fill() {
+    if (!params_.continuous && live_ > 0) return;
+    while (live_ < slots_ && next_row_ < rows_) {
+      const int64_t row = next_row_++;
+      if (Limit(row) <= 0) {
+        if (!prompt_of_.empty()) TakeShared(row);
+        continue;
+      }
+      Admit(live_++, row);
+    }
+  }
+
+  // Puts `row` in `slot`: its prompt but the last token into the slot's cache, the last token
+  // to be fed next.
+  void Admit(int64_t slot, int64_t row) {
+    const size_t s = static_cast<size_t>(slot);
+    const std::vector<int64_t>& prompt = prompts_[static_cast<size_t>(row)];
+    const int64_t prefix = static_cast<int64_t>(prompt.size()) - 1;
+    slot_row_[s] = row;
+    slot_token_[s] = prompt.back();
+    slot_done_[s] = false;
+    if (!params_.use_cache) return;
+    cache_.row_lengths[s] = prefix;
+    const bool shared = !prompt_of_.empty() && (Waiting(row) > 1 || prefills_.count(PromptOf(row)) > 0);
+    if (prefix > 0 && !shared) {
+      KVCache view = SlotView(slot);
+      Prefill(prompt, &view);
+    } else if (prefix > 0) {
+      auto [it, fresh] = prefills_.try_emplace(PromptOf(row));
+      if (fresh) {
+        it->second = model_->NewCache(1, prefix);
+        Prefill(prompt, &it->second);
+      }
+      for (size_t i = 0; i < cache_.k.size(); ++i) {
+        cache_.k[i][slot].narrow(1, 0, prefix).copy_(it->second.k[i][0]);
+        cache_.v[i][slot].narrow(1, 0, prefix).copy_(it->second.v[i][0]);
+      }
+    }
+    if (!prompt_of_.empty()) TakeShared(row);
+  }
+
+  int64_t PromptOf(int64_t row) const { return prompt_of_[static_cast<size_t>(row)]; }
+  // Rows with `row`'s prompt not yet admitted (itself included).
+  int64_t Waiting(int64_t row) const { return waiting_of_prompt_[static_cast<size_t>(PromptOf(row))]; }
+  // `row` no longer waits; the last row of a prompt frees its shared prefill.
+  void TakeShared(int64_t row) {
+    if (--waiting_of_prompt_[static_cast<size_t>(PromptOf(row))] == 0) prefills_.erase(PromptOf(row));
+  }
+
+  void Prefill(const std::vector<int64_t>& prompt, KVCache* cache) {
+    const int64_t prefix = static_cast<int64_t>(prompt.size()) - 1;
+    stats_.prefill_tokens += prefix;
+    const at::Tensor ids = at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end() - 1), at::kLong);
+    model_->Forward(ids.view({1, prefix}).to(device_), at::arange(prefix, at::kLong).view({1, prefix}).to(device_),
+                    at::Tensor(), cache, /*compute_logits=*/false);
+  }
+
+  // The cache of slots [first, first + count), sharing storage with the whole cache.
+  KVCache SlotView(int64_t first, int64_t count = 1) const {
+    KVCache view;
+    view.capacity = cache_.capacity;
+    for (size_t i = 0; i < cache_.k.size(); ++i) {
+      view.k.push_back(cache_.k[i].narrow(0, first, count));
+      view.v.push_back(cache_.v[i].narrow(0, first, count));
+    }
+    return view;
+  }
+
+  // One token per live slot -> logits [live, V].
+  at::Tensor Forward() {
+    ++stats_.steps;
+    stats_.decode_rows += live_;
+    const at::Tensor ids =
+        at::tensor(std::vector<int64_t>(slot_token_.begin(), slot_token_.begin() + live_), at::kLong).view({live_, 1});
+    if (!params_.use_cache) {  // each row's whole sequence so far, left-padded
+      std::vector<std::vector<int64_t>> seqs;
+      for (int64_t s = 0; s < live_; ++s) {
+        const int64_t row = slot_row_[static_cast<size_t>(s)];
+        seqs.push_back(prompts_[static_cast<size_t>(row)]);
+        const std::vector<int64_t>& drawn = out_[static_cast<size_t>(row)].tokens;
+        seqs.back().insert(seqs.back().end(), drawn.begin(), drawn.end());
+      }
+      const PaddedBatch b = LeftPad(seqs, std::max<int64_t>(model_->config().pad_token_id, 0));
+      return model_->Forward(b.ids.to(device_), b.positions.to(device_),
+                             b.padded ? b.valid.to(device_) : at::Tensor(), nullptr)
+          .select(1, -1);
+    }
+    KVCache view = SlotView(0, live_);
+    view.row_lengths.assign(cache_.row_lengths.begin(), cache_.row_lengths.begin() + live_);
+    const at::Tensor positions = at::tensor(view.row_lengths, at::kLong).view({live_, 1});
+    const at::Tensor logits = model_->Forward(ids.to(device_), positions.to(device_), at::Tensor(), &view).select(1, 0);
+    std::copy(view.row_lengths.begin(), view.row_lengths.end(), cache_.row_lengths.begin());
+    return logits;
+  }
+
+  // Frees the finished slots: continuous batching moves the last live slot into each (so live
+  // slots stay [0, live)); static batches keep computing them until all are done.
+  void Retire(const std::vector<int64_t>& finished) {
+    if (!params_.continuous) {
+      for (int64_t s : finished) slot_done_[static_cast<size_t>(s)] = true;
+      if (std::all_of(slot_done_.begin(), slot_done_.begin() + live_, [](bool d) { return d; })) live_ = 0;
+      return;
+    }
+    for (auto it = finished.rbegin(); it != finished.rend(); ++it) {  // descending: `last` is never finished
+      const int64_t last = --live_;
+      if (*it != last) MoveSlot(last, *it);
+    }
+  }
+
+  void MoveSlot(int64_t from, int64_t to) {
+    const size_t f = static_cast<size_t>(from), t = static_cast<size_t>(to);
+    slot_row_[t] = slot_row_[f];
+    slot_token_[t] = slot_token_[f];
+    slot_done_[t] = slot_done_[f];
+    if (!params_.use_cache) return;
+    const int64_t len = cache_.row_lengths[f];
+    cache_.row_lengths[t] = len;
+    for (size_t i = 0; i < cache_.k.size(); ++i) {
+      cache_.k[i][to].narrow(1, 0, len).copy_(cache_.k[i][from].narrow(1, 0, len));
+      cache_.v[i][to].narrow(1, 0, len).copy_(cache_.v[i][from].narrow(1, 0, len));
+    }
+  }
+
+  Qwen3Model& model_;
+  const std::vector<std::vector<int64_t>>& prompts_;
+  const SamplingParams& params_;
+  const at::Device device_;
+  const int64_t rows_, slots_;
+  int64_t next_row_ = 0;  // the first row not yet admitted
+  int64_t live_ = 0;      // slots [0, live_) hold rows
+  std::vector<int64_t> slot_row_, slot_token_;  // each slot's row, and the token it feeds next
+  std::vector<bool> slot_done_;                 // static batches: finished, still computed
+  KVCache cache_;                               // [slots, ...], a length per slot
+  // Prefix sharing: each row's distinct prompt, the rows of each not yet admitted, and the
+  // prefills (all but the last token) of the prompts being admitted.
+  std::vector<int64_t> prompt_of_;
+  std::vector<int64_t> waiting_of_prompt_;
+  std::map<int64_t, KVCache> prefills_;
+  std::vector<Completion> out_;
+  RowStreams streams_;
+  std::optional<TokenCounts> counts_;
+  GenerateStats stats_;
+};
 
 }  // namespace
 
 std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
-                                 const SamplingParams& params, const StepCallback& on_step) {
+                                 const SamplingParams& params, const StepCallback& on_step, GenerateStats* stats) {
   if (prompts.empty() || params.max_new_tokens <= 0) return std::vector<Completion>(prompts.size());
   at::NoGradGuard no_grad;
-  const int64_t rows = static_cast<int64_t>(prompts.size()), steps = params.max_new_tokens;
-  const int64_t pad_id = std::max<int64_t>(model->config().pad_token_id, 0);
-  const at::Device device = model->device();
-  PaddedBatch b = LeftPad(prompts, steps, pad_id);
-  b.ids = b.ids.to(device);
-  b.valid = b.valid.to(device);
-  b.positions = b.positions.to(device);
-  const int64_t p = b.prompt_len;
-  const at::Tensor valid = b.padded ? b.valid : at::Tensor();
-  auto slots = [&](const at::Tensor& t, int64_t begin, int64_t len) {
-    return t.defined() ? t.narrow(1, begin, len) : t;
-  };
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(params.seed);
-  std::optional<TokenCounts> counts;
-  if (HasPenalties(params)) counts = TokenCounts::Start(prompts, model->config().vocab_size);
-
-  KVCache cache;
-  at::Tensor logits;
-  at::Tensor seq = b.ids;
-  if (params.use_cache) {
-    const std::vector<int64_t> prompt_of = params.share_prefix ? DistinctPromptIndex(prompts) : std::vector<int64_t>{};
-    const int64_t distinct = params.share_prefix ? *std::max_element(prompt_of.begin(), prompt_of.end()) + 1 : rows;
-    if (distinct == rows) {
-      cache = model->NewCache(rows, p + steps);
-      logits = model->Forward(b.ids, b.positions.narrow(1, 0, p), slots(valid, 0, p), &cache).select(1, -1);
-    } else {
-      // Prefill each distinct prompt once, then give every row its prompt's keys and values.
-      std::vector<int64_t> pick;  // the first row of each distinct prompt
-      for (int64_t r = 0; r < rows; ++r)
-        if (prompt_of[static_cast<size_t>(r)] == static_cast<int64_t>(pick.size())) pick.push_back(r);
-      const at::Tensor pick_t = at::tensor(pick, at::kLong).to(device);
-      const at::Tensor expand = at::tensor(prompt_of, at::kLong).to(device);
-      KVCache shared = model->NewCache(distinct, p + steps);
-      const at::Tensor shared_valid = valid.defined() ? valid.index_select(0, pick_t).narrow(1, 0, p) : valid;
-      logits = model->Forward(b.ids.index_select(0, pick_t), b.positions.narrow(1, 0, p).index_select(0, pick_t),
-                              shared_valid, &shared)
-                   .select(1, -1)
-                   .index_select(0, expand);
-      cache.capacity = shared.capacity;
-      cache.length = shared.length;
-      for (size_t i = 0; i < shared.k.size(); ++i) {
-        cache.k.push_back(shared.k[i].index_select(0, expand));
-        cache.v.push_back(shared.v[i].index_select(0, expand));
-      }
-    }
-  }
-  at::Tensor tokens = at::zeros({rows, steps}, at::kLong);
-  at::Tensor logprobs = at::zeros({rows, steps}, at::kFloat);
-  at::Tensor lengths = at::zeros({rows}, at::kLong);
-  at::Tensor done = at::zeros({rows}, at::kBool);
-  for (int64_t step = 0; step < steps; ++step) {
-    if (!params.use_cache) {
-      const int64_t len = p + step;
-      logits = model->Forward(seq, b.positions.narrow(1, 0, len), slots(valid, 0, len), nullptr).select(1, -1);
-    }
-    at::Tensor logprob;
-    at::Tensor token = NextToken(logits, params, counts ? &*counts : nullptr, step, gen, &logprob);
-    if (counts) counts->Add(token);
-    tokens.select(1, step).copy_(token);
-    logprobs.select(1, step).copy_(logprob);
-    // Rows that finished earlier keep running (one batch) but record nothing more.
-    lengths.masked_fill_(~done, step + 1);
-    bool keep_going = true;
-    if (on_step) {
-      std::vector<int64_t> live, drawn;
-      std::vector<float> lps;
-      const auto d = done.accessor<bool, 1>();
-      const auto tk = token.accessor<int64_t, 1>();
-      const auto lp = logprob.accessor<float, 1>();
-      for (int64_t r = 0; r < rows; ++r)
-        if (!d[r]) {
-          live.push_back(r);
-          drawn.push_back(tk[r]);
-          lps.push_back(lp[r]);
-        }
-      keep_going = on_step(live, drawn, lps);
-    }
-    at::Tensor stop = params.ignore_eos ? at::zeros_like(token, at::kBool) : token == params.eos_token_id;
-    for (int64_t id : params.stop_token_ids) stop.logical_or_(token == id);
-    done.logical_or_(stop);
-    if (!keep_going || step + 1 == steps || done.all().item<bool>()) break;
-    if (params.use_cache) {
-      logits = model->Forward(token.unsqueeze(1).to(device), b.positions.narrow(1, p + step, 1),
-                              slots(valid, 0, p + step + 1), &cache)
-                   .select(1, -1);
-    } else {
-      seq = at::cat({seq, token.unsqueeze(1).to(device)}, 1);
-    }
-  }
-  return Collect(tokens, logprobs, lengths, done);
+  Engine engine(model, prompts, params);
+  std::vector<Completion> out = engine.Run(on_step);
+  if (stats != nullptr) *stats = engine.stats();
+  return out;
 }
 
 std::vector<float> ScoreCompletion(Qwen3Model& model, const std::vector<int64_t>& prompt,

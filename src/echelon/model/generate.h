@@ -1,13 +1,19 @@
-// Batched sampling with a KV cache.
+// Sampling with a KV cache and continuous batching.
 //
 //   SamplingParams sp; sp.temperature = 1.0; sp.top_p = 1.0; sp.max_new_tokens = 8; sp.seed = 7;
 //   std::vector<Completion> out = Generate(model, prompts, sp);
 //
-// Prompts are left-padded into one batch; each row stops at EOS or a stop token (kept in its
-// tokens) or at max_new_tokens. `logprobs[i]` is the log-probability of `tokens[i]` under the
-// model at the sampling temperature: log_softmax(logits / temperature), before any of the
-// processing below (so the learner, recomputing with the same temperature, gets the same
-// numbers). temperature == 0 is greedy (logprobs then use temperature 1).
+// Rows run in a fixed number of sequence slots (`slots`, default one per row). A row stops at
+// EOS or a stop token (kept in its tokens) or at its token limit; its slot then takes the next
+// waiting row at once, or is dropped from the batch when none waits, so no step computes a
+// finished row. Each slot keeps its own cache length in one preallocated cache. Rows with the
+// same prompt (a group's G samples) share one prefill, whose keys and values are copied into
+// each row's slot.
+//
+// `logprobs[i]` is the log-probability of `tokens[i]` under the model at the sampling
+// temperature: log_softmax(logits / temperature), before any of the processing below (so the
+// learner, recomputing with the same temperature, gets the same numbers). temperature == 0 is
+// greedy (logprobs then use temperature 1).
 //
 // What is drawn follows vLLM's sampler, step by step on each row's logits:
 //   1. min_tokens: EOS (unless ignore_eos) and the stop tokens cannot be drawn before the row
@@ -21,9 +27,15 @@
 // min_tokens shift the draw away from the reported policy, so RL rollouts leave them off
 // (rollout.top_k and rollout.min_p exist; the penalties are `echelon serve`'s).
 //
+// Draws are reproducible per row: row r takes its uniforms from its own stream, seeded by
+// (seed, r), and draws by inverting the cumulative distribution. So a row's tokens depend on
+// the seed, its index and its prompt only, not on the slot count, the other rows or the order
+// rows were admitted in (up to float rounding of the batched arithmetic).
+//
 // Every prompt must hold at least one token (an empty one throws std::invalid_argument).
 //
-// Thread contract: uses the model from the calling thread only; the RNG is local to the call.
+// Thread contract: uses the model from the calling thread only; the random streams are local
+// to the call.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +60,14 @@ struct SamplingParams {
   bool ignore_eos = false;               // EOS does not end a row (stop_token_ids still do)
   int64_t min_tokens = 0;
   uint64_t seed = 0;
+  // When not empty, one limit per prompt: row i stops after min(max_new_tokens, this[i]).
+  std::vector<int64_t> max_new_tokens_per_row;
+  // Sequence slots (rows decoding at once); <= 0: one per row.
+  int64_t slots = 0;
+  // false: static batches, as a padded-batch engine runs them: a batch of `slots` rows starts
+  // together, finished rows keep being computed (their tokens dropped) until the batch's last
+  // row ends, and only then does the next batch start (for benchmarks and tests).
+  bool continuous = true;
   bool use_cache = true;  // false recomputes the whole prefix each token (for tests/benchmarks)
   // With the cache: rows with the same prompt (a group's G samples) share one prefill, whose
   // keys and values are copied to each of them; false prefills every row (for benchmarks).
@@ -60,13 +80,22 @@ struct Completion {
   bool finished_eos = false;
 };
 
-// Called after every decoding step with the rows still running and the token each drew (for
-// streaming); returning false stops generation early (the rows end where they are).
+// Called after every decoding step with the rows that drew a token and the token each drew
+// (for streaming); returning false stops generation early (the rows end where they are; rows
+// not yet admitted to a slot end empty).
 using StepCallback = std::function<bool(const std::vector<int64_t>& rows, const std::vector<int64_t>& tokens,
                                         const std::vector<float>& logprobs)>;
 
+// What a Generate call computed (for tests and benchmarks).
+struct GenerateStats {
+  int64_t steps = 0;           // decoding steps (one forward of one token per live slot)
+  int64_t decode_rows = 0;     // rows computed over all steps, finished rows of static batches included
+  int64_t prefill_tokens = 0;  // prompt tokens run through prefills
+};
+
 std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
-                                 const SamplingParams& params, const StepCallback& on_step = {});
+                                 const SamplingParams& params, const StepCallback& on_step = {},
+                                 GenerateStats* stats = nullptr);
 
 // Log-probabilities of `completion` tokens given `prompt` (one forward pass of the whole
 // sequence, no cache), at the same temperature as sampling; used by tests and the learner.

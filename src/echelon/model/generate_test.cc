@@ -242,7 +242,8 @@ TEST(SamplerTest, TopKOfOneAndMinPOfOneAreGreedyAndKeepTheLogprobs) {
 }
 
 // The first token drawn by 256 rows of one prompt: with top_k = 3 only the 3 most likely tokens
-// appear; without it more do (so the check can fail).
+// appear; without it more do (so the check can fail). Temperature 2 spreads the draw (at 1 the
+// tokens outside the top 3 hold 0.06% of the mass, too little to show up in 256 draws).
 TEST(SamplerTest, TopKDrawsOnlyAmongTheKMostLikely) {
   Qwen3Model m = ReferenceModel();
   m->eval();
@@ -258,7 +259,7 @@ TEST(SamplerTest, TopKDrawsOnlyAmongTheKMostLikely) {
   std::set<int64_t> allowed(top3.data_ptr<int64_t>(), top3.data_ptr<int64_t>() + 3);
   const std::vector<std::vector<int64_t>> rows(256, prompt);
   auto firsts = [&](int64_t k) {
-    SamplingParams p = Params(1.0, 11, true);
+    SamplingParams p = Params(2.0, 11, true);
     p.max_new_tokens = 1;
     p.top_k = k;
     std::set<int64_t> seen;
@@ -310,6 +311,161 @@ TEST(GenerateTest, SharedPrefixLogprobsEqualUnshared) {
       EXPECT_TRUE(a[0].tokens != a[1].tokens || a[0].tokens != a[3].tokens || a[0].tokens != a[6].tokens)
           << "rows of one prompt draw independently";
   }
+}
+
+}  // namespace
+}  // namespace echelon::model
+
+namespace echelon::model {
+namespace {
+
+// Rows of several prompts (some repeated, one of a single token) that end at different lengths.
+const std::vector<std::vector<int64_t>> kMixedRows = {kPrompts[0], kPrompts[2], kPrompts[0], {7},        kPrompts[3],
+                                                      kPrompts[0], kPrompts[1], kPrompts[2], kPrompts[0], {7}};
+
+SamplingParams Mixed(double temperature) {
+  SamplingParams p = Params(temperature, 21, true);
+  p.max_new_tokens = 14;
+  p.max_new_tokens_per_row = {14, 3, 14, 9, 1, 14, 6, 14, 11, 14};
+  return p;
+}
+
+// A slot that takes a waiting row never carries anything of the row it held before: with any
+// slot count, continuous or static, shared prefill or not, every row's tokens and log-probs are
+// those of running it alone in one slot.
+TEST(ContinuousBatchingTest, SlotRefillNeverMixesSequences) {
+  Qwen3Model m = ReferenceModel();
+  for (double temperature : {0.0, 1.0}) {
+    SamplingParams solo = Mixed(temperature);
+    solo.slots = 1;
+    solo.share_prefix = false;
+    const auto want = Generate(m, kMixedRows, solo);
+    // The case must exercise ends at different steps: by the per-row limit and by EOS.
+    SamplingParams eos = solo;
+    eos.eos_token_id = want[0].tokens[1];
+    const auto want_eos = Generate(m, kMixedRows, eos);
+    std::set<size_t> lengths;
+    for (const Completion& c : want_eos) lengths.insert(c.tokens.size());
+    EXPECT_GE(lengths.size(), 4u) << "T=" << temperature;
+    EXPECT_TRUE(want_eos[0].finished_eos);
+    for (int64_t slots : {2, 3, 7, 0}) {
+      for (bool continuous : {true, false}) {
+        for (bool share : {true, false}) {
+          for (const SamplingParams* base : {&solo, &eos}) {
+            SamplingParams p = *base;
+            p.slots = slots;
+            p.continuous = continuous;
+            p.share_prefix = share;
+            const auto got = Generate(m, kMixedRows, p);
+            const auto& expected = base == &solo ? want : want_eos;
+            const std::string what = "T=" + std::to_string(temperature) + " slots=" + std::to_string(slots) +
+                                     (continuous ? " continuous" : " static") + (share ? " shared" : "") +
+                                     (base == &eos ? " eos" : "");
+            EXPECT_EQ(Tokens(got), Tokens(expected)) << what;
+            EXPECT_LT(MaxLogprobDiff(got, expected), 1e-5) << what;
+            for (size_t r = 0; r < got.size(); ++r) EXPECT_EQ(got[r].finished_eos, expected[r].finished_eos) << what;
+          }
+        }
+      }
+    }
+    for (size_t r = 0; r < want.size(); ++r) {
+      EXPECT_EQ(static_cast<int64_t>(want[r].tokens.size()), solo.max_new_tokens_per_row[r]) << "row " << r;
+      const auto rescored = ScoreCompletion(m, kMixedRows[r], want[r].tokens, temperature);
+      for (size_t i = 0; i < rescored.size(); ++i) EXPECT_NEAR(want[r].logprobs[i], rescored[i], 1e-5) << r << " " << i;
+    }
+  }
+}
+
+// One prompt's group of 8 samples through 3 slots: one shared prefill serves rows admitted at
+// different times, and the draws are those of 8 slots.
+TEST(ContinuousBatchingTest, GroupLargerThanTheSlots) {
+  Qwen3Model m = ReferenceModel();
+  const std::vector<std::vector<int64_t>> group(8, kPrompts[0]);
+  SamplingParams wide = Params(1.0, 4, true);
+  wide.max_new_tokens_per_row = {12, 2, 7, 12, 1, 9, 12, 5};
+  SamplingParams narrow = wide;
+  narrow.slots = 3;
+  const auto a = Generate(m, group, wide);
+  const auto b = Generate(m, group, narrow);
+  EXPECT_EQ(Tokens(a), Tokens(b));
+  EXPECT_LT(MaxLogprobDiff(a, b), 1e-5);
+  std::set<std::vector<int64_t>> distinct;
+  for (const Completion& c : b) distinct.insert(std::vector<int64_t>(c.tokens.begin(), c.tokens.begin() + 1));
+  EXPECT_GT(distinct.size(), 1u) << "the samples of one prompt draw independently";
+  for (size_t r = 0; r < b.size(); ++r) {
+    const auto rescored = ScoreCompletion(m, group[r], b[r].tokens, 1.0);
+    for (size_t i = 0; i < rescored.size(); ++i) EXPECT_NEAR(b[r].logprobs[i], rescored[i], 1e-5) << r << " " << i;
+  }
+}
+
+// EOS as the very first token frees the slot after one step; the next row takes it.
+TEST(ContinuousBatchingTest, EosAtTheFirstTokenFreesTheSlot) {
+  Qwen3Model m = ReferenceModel();
+  const std::vector<std::vector<int64_t>> rows = {kPrompts[1], kPrompts[0], kPrompts[1], kPrompts[2]};
+  SamplingParams p = Params(0.0, 0, true);
+  p.eos_token_id = Generate(m, {kPrompts[1]}, p)[0].tokens[0];
+  SamplingParams one_slot = p;
+  one_slot.slots = 1;
+  std::vector<std::vector<int64_t>> steps;  // the rows drawing at each step
+  const auto out = Generate(m, rows, one_slot, [&](const std::vector<int64_t>& r, const auto&, const auto&) {
+    steps.push_back(r);
+    return true;
+  });
+  ASSERT_EQ(out[0].tokens.size(), 1u);
+  EXPECT_TRUE(out[0].finished_eos);
+  EXPECT_TRUE(out[2].finished_eos);
+  EXPECT_EQ(Tokens(out), Tokens(Generate(m, rows, p)));
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps[0], std::vector<int64_t>{0});
+  EXPECT_EQ(steps[1], std::vector<int64_t>{1}) << "row 1 decodes in the step right after row 0 ended";
+  size_t total = 0;
+  for (const Completion& c : out) total += c.tokens.size();
+  EXPECT_EQ(steps.size(), total) << "one slot: every step draws exactly one token, none for a finished row";
+}
+
+// Continuous batching computes no finished row: rows of lengths 1..8 in 8 slots take 36 row
+// forwards (8 + 7 + ... + 1), static batches 64 (all 8 rows for 8 steps); one shared prefill
+// serves a group.
+TEST(ContinuousBatchingTest, NoStepComputesAFinishedRow) {
+  Qwen3Model m = ReferenceModel();
+  const std::vector<std::vector<int64_t>> rows(8, kPrompts[0]);
+  SamplingParams p = Params(1.0, 3, true);
+  p.max_new_tokens_per_row = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<size_t> drawing;
+  GenerateStats stats;
+  const auto out = Generate(
+      m, rows, p,
+      [&](const std::vector<int64_t>& r, const auto&, const auto&) {
+        drawing.push_back(r.size());
+        return true;
+      },
+      &stats);
+  EXPECT_EQ(drawing, (std::vector<size_t>{8, 7, 6, 5, 4, 3, 2, 1}));
+  EXPECT_EQ(stats.steps, 8);
+  EXPECT_EQ(stats.decode_rows, 36);
+  EXPECT_EQ(stats.prefill_tokens, 3) << "one prefill of the prompt but its last token";
+
+  SamplingParams fixed = p;
+  fixed.continuous = false;
+  fixed.share_prefix = false;
+  GenerateStats static_stats;
+  EXPECT_EQ(Tokens(Generate(m, rows, fixed, {}, &static_stats)), Tokens(out));
+  EXPECT_EQ(static_stats.steps, 8);
+  EXPECT_EQ(static_stats.decode_rows, 64);
+  EXPECT_EQ(static_stats.prefill_tokens, 24);
+}
+
+TEST(ContinuousBatchingTest, PerRowLimitsMustMatchThePrompts) {
+  Qwen3Model m = ReferenceModel();
+  SamplingParams p = Params(0.0, 0, true);
+  p.max_new_tokens_per_row = {1, 2};
+  EXPECT_THROW(Generate(m, kPrompts, p), std::invalid_argument);
+  p.max_new_tokens_per_row = {0, 2, 0, 5};
+  const auto out = Generate(m, kPrompts, p);
+  EXPECT_TRUE(out[0].tokens.empty());
+  EXPECT_EQ(out[1].tokens.size(), 2u);
+  EXPECT_TRUE(out[2].tokens.empty());
+  EXPECT_EQ(out[3].tokens.size(), 5u);
 }
 
 }  // namespace

@@ -7,11 +7,14 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
+
+#include "echelon/model/decode_attention.h"
 
 namespace echelon::model {
 namespace {
@@ -56,14 +59,16 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 
 // Additive attention mask [B, 1, 1, T, S] (0 or -inf), or undefined when nothing is masked.
-// A query with no visible key (a padding slot) sees every key instead, so softmax stays
-// finite; such rows are padding and never read.
-at::Tensor AttentionMask(const at::Tensor& key_valid, int64_t batch, int64_t t, int64_t start, at::Device device) {
-  const int64_t s = start + t;
-  if (!key_valid.defined() && t == 1) return at::Tensor();
+// Query i of row b sits at cache column starts[b] + i (`start` for every row when `starts` is
+// undefined) and sees the keys up to it. A query with no visible key (a padding slot) sees
+// every key instead, so softmax stays finite; such rows are padding and never read.
+at::Tensor AttentionMask(const at::Tensor& key_valid, int64_t batch, int64_t t, int64_t start, const at::Tensor& starts,
+                         int64_t s, at::Device device) {
+  if (!key_valid.defined() && !starts.defined() && t == 1) return at::Tensor();
   const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(device);
-  at::Tensor query_pos = at::arange(start, s, longs).unsqueeze(1);
-  at::Tensor allowed = (at::arange(s, longs).unsqueeze(0) <= query_pos).unsqueeze(0);  // [1, T, S]
+  at::Tensor query_pos = at::arange(t, longs).unsqueeze(1);  // [T, 1]
+  query_pos = starts.defined() ? query_pos.unsqueeze(0) + starts.view({batch, 1, 1}) : (query_pos + start).unsqueeze(0);
+  at::Tensor allowed = at::arange(s, longs).view({1, 1, s}) <= query_pos;  // [B or 1, T, S]
   if (key_valid.defined()) {
     TORCH_CHECK(key_valid.dim() == 2 && key_valid.size(0) == batch && key_valid.size(1) >= s,
                 "key_valid must be [B, >= ", s, "], got ", key_valid.sizes());
@@ -157,16 +162,38 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg) : cfg_(cfg) {
 }
 
 at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
-                                   KVCache* cache) {
+                                   KVCache* cache, bool compute_logits) {
   TORCH_CHECK(ids.dim() == 2 && positions.sizes() == ids.sizes(), "Forward: ids and positions must be [B, T], got ",
               ids.sizes(), " and ", positions.sizes());
   const int64_t batch = ids.size(0), t = ids.size(1);
-  const int64_t start = cache != nullptr ? cache->length : 0;
+  CacheWrite write;
+  at::Tensor starts;  // [B] each row's first new column, with row lengths
   if (cache != nullptr) {
-    TORCH_CHECK(start + t <= cache->capacity, "KV cache capacity ", cache->capacity, " exceeded by ", start + t);
     TORCH_CHECK(!cache->k.empty() && cache->k[0].size(0) == batch, "KV cache batch does not match ids");
+    if (cache->row_lengths.empty()) {
+      write.start = cache->length;
+      write.end = write.start + t;
+    } else {
+      TORCH_CHECK(batch > 0 && static_cast<int64_t>(cache->row_lengths.size()) == batch,
+                  "KV cache row_lengths must hold ", batch,
+                  " lengths, got ", cache->row_lengths.size());
+      write.end = *std::max_element(cache->row_lengths.begin(), cache->row_lengths.end()) + t;
+      starts = at::tensor(cache->row_lengths, at::kLong).to(ids.device());
+      const int64_t kv = cfg_.num_key_value_heads, d = cfg_.head_dim;
+      write.scatter = (starts.view({batch, 1, 1, 1}) + at::arange(t, starts.options()).view({1, 1, t, 1}))
+                          .expand({batch, kv, t, d});
+      if (t == 1 && !key_valid.defined() && DecodeAttentionSupports(embed_) && cache->k[0].is_contiguous()) {
+        write.fused_lengths = cache->row_lengths;
+        for (int64_t& len : write.fused_lengths) ++len;
+      }
+    }
+    TORCH_CHECK(write.end <= cache->capacity, "KV cache capacity ", cache->capacity, " exceeded by ", write.end);
+  } else {
+    write.end = t;
   }
-  const at::Tensor mask = AttentionMask(key_valid, batch, t, start, ids.device());
+  const at::Tensor mask = write.fused_lengths.empty()
+                             ? AttentionMask(key_valid, batch, t, write.start, starts, write.end, ids.device())
+                             : at::Tensor();
   // Rotary tables in fp32, then in the weights' dtype (as HF).
   at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(ids.device());  // [B, T, D/2]
   angles = at::cat({angles, angles}, -1).unsqueeze(1);                                      // [B, 1, T, D]
@@ -175,15 +202,20 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
   at::Tensor x = at::embedding(embed_, ids);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    x = x + Attention(l, RmsNorm(x, l.input_norm, cfg_.rms_norm_eps), cos, sin, mask, cache, i);
+    x = x + Attention(l, RmsNorm(x, l.input_norm, cfg_.rms_norm_eps), cos, sin, mask, cache, write, i);
     x = x + Mlp(l, RmsNorm(x, l.post_norm, cfg_.rms_norm_eps));
   }
-  if (cache != nullptr) cache->length = start + t;
+  if (cache != nullptr) {
+    if (cache->row_lengths.empty()) cache->length += t;
+    for (int64_t& len : cache->row_lengths) len += t;
+  }
+  if (!compute_logits) return at::Tensor();
   return at::linear(RmsNorm(x, final_norm_, cfg_.rms_norm_eps), lm_head_);
 }
 
 at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                                     const at::Tensor& mask, KVCache* cache, size_t index) const {
+                                     const at::Tensor& mask, KVCache* cache, const CacheWrite& write,
+                                     size_t index) const {
   const int64_t b = h.size(0), t = h.size(1), d = cfg_.head_dim;
   const int64_t heads = cfg_.num_attention_heads, kv = cfg_.num_key_value_heads, group = heads / kv;
   const double eps = cfg_.rms_norm_eps;
@@ -199,11 +231,20 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   q = ApplyRope(q, cos, sin);  // [B, H, T, D]
   k = ApplyRope(k, cos, sin);  // [B, KV, T, D]
   if (cache != nullptr) {
-    const int64_t start = cache->length;
-    cache->k[index].narrow(2, start, t).copy_(k);
-    cache->v[index].narrow(2, start, t).copy_(v);
-    k = cache->k[index].narrow(2, 0, start + t);
-    v = cache->v[index].narrow(2, 0, start + t);
+    if (write.scatter.defined()) {
+      cache->k[index].scatter_(2, write.scatter, k);
+      cache->v[index].scatter_(2, write.scatter, v);
+    } else {
+      cache->k[index].narrow(2, write.start, t).copy_(k);
+      cache->v[index].narrow(2, write.start, t).copy_(v);
+    }
+    if (!write.fused_lengths.empty()) {
+      const at::Tensor out = DecodeAttention(q.reshape({b, heads, d}).contiguous(), cache->k[index], cache->v[index],
+                                             write.fused_lengths, 1.0 / std::sqrt(double(d)));
+      return at::linear(out.view({b, 1, heads * d}), l.o_proj, l.o_bias);
+    }
+    k = cache->k[index].narrow(2, 0, write.end);
+    v = cache->v[index].narrow(2, 0, write.end);
   }
   const int64_t s = k.size(2);
   // Grouped-query attention without copying K/V: query head h reads kv head h / group, so

@@ -29,11 +29,17 @@ namespace echelon::model {
 
 // Per-layer key/value cache for incremental decoding. Keys and values are stored after the
 // k-norm and rotary embedding, shape [B, num_key_value_heads, capacity, head_dim].
+//
+// Rows share one filled length (`length`, rows left-padded to line up) unless `row_lengths`
+// holds one length per row: then each row's keys fill [0, row_lengths[b]) and a Forward
+// appends each row's T new keys at its own length (sequences of different lengths decoding
+// side by side, as continuous batching needs).
 struct KVCache {
   std::vector<at::Tensor> k;
   std::vector<at::Tensor> v;
-  int64_t length = 0;    // positions filled so far (same for every row; rows are left-padded)
+  int64_t length = 0;  // positions filled so far, every row (when row_lengths is empty)
   int64_t capacity = 0;
+  std::vector<int64_t> row_lengths;
 };
 
 class Qwen3ModelImpl : public torch::nn::Module {
@@ -41,12 +47,15 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // cfg must pass Validate() (c10::Error otherwise); weights start as InitWeights(0).
   explicit Qwen3ModelImpl(const ModelConfig& cfg);
 
-  // ids, positions: [B, T] int64. key_valid: [B, cache->length + T] bool, false for padding
+  // ids, positions: [B, T] int64. key_valid: [B, cache length + T] bool, false for padding
   // slots (nullptr-equivalent: undefined tensor = all valid). With a cache the T new keys are
-  // appended at cache->length and attention covers every cached slot (causal within the new
-  // T). Returns logits [B, T, vocab] in the weights' dtype, on their device.
+  // appended at the cache's length (each row's own with row_lengths) and attention covers every
+  // cached slot of the row (causal within the new T); the lengths grow by T. Returns logits
+  // [B, T, vocab] in the weights' dtype, on their device.
+  // compute_logits false skips the final norm and lm_head (a prefill that only fills the
+  // cache) and returns an undefined tensor.
   at::Tensor Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
-                     KVCache* cache);
+                     KVCache* cache, bool compute_logits = true);
 
   KVCache NewCache(int64_t batch, int64_t capacity) const;
   const ModelConfig& config() const { return cfg_; }
@@ -75,8 +84,17 @@ class Qwen3ModelImpl : public torch::nn::Module {
     at::Tensor q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias;
   };
 
+  // Where a Forward's T new keys go in the cache: columns [start, start + T) of every row, or
+  // per row (`scatter`, [B, KV, T, D] column indices) with row lengths; `end` = columns read.
+  // `fused_lengths` (one new token per row, fp32 CPU): attention by DecodeAttention, row b
+  // over its first fused_lengths[b] keys.
+  struct CacheWrite {
+    int64_t start = 0, end = 0;
+    at::Tensor scatter;
+    std::vector<int64_t> fused_lengths;
+  };
   at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                       const at::Tensor& mask, KVCache* cache, size_t index) const;
+                       const at::Tensor& mask, KVCache* cache, const CacheWrite& write, size_t index) const;
   at::Tensor Mlp(const Layer& layer, const at::Tensor& h) const;
 
   ModelConfig cfg_;

@@ -169,6 +169,45 @@ TEST(Qwen3Test, IncrementalCacheEqualsFullForward) {
       << "writing past the cache capacity must fail loudly";
 }
 
+// Rows of different lengths in one cache (a length per row), decoding side by side: each
+// row's logits equal its own full forward.
+TEST(Qwen3Test, PerRowCacheLengthsEqualFullForwardPerRow) {
+  Qwen3Model m = TinyModel(true, 2);
+  at::NoGradGuard no_grad;
+  const at::Tensor ids = at::randint(23, {3, 9}, at::kLong);
+  const std::vector<int64_t> filled = {2, 6, 0};  // tokens already cached per row
+  KVCache cache = m->NewCache(3, 10);
+  cache.row_lengths = {0, 0, 0};
+  for (int64_t r = 0; r < 3; ++r) {
+    if (filled[r] == 0) continue;
+    KVCache row;
+    row.capacity = cache.capacity;
+    for (size_t i = 0; i < cache.k.size(); ++i) {
+      row.k.push_back(cache.k[i].narrow(0, r, 1));
+      row.v.push_back(cache.v[i].narrow(0, r, 1));
+    }
+    m->Forward(ids[r].narrow(0, 0, filled[r]).unsqueeze(0), Positions(1, filled[r]), at::Tensor(), &row);
+    cache.row_lengths[static_cast<size_t>(r)] = filled[r];
+  }
+  for (int64_t step = 0; step < 3; ++step) {
+    std::vector<int64_t> next, pos;
+    for (int64_t r = 0; r < 3; ++r) {
+      next.push_back(ids[r][filled[r] + step].item<int64_t>());
+      pos.push_back(filled[r] + step);
+    }
+    const at::Tensor logits = m->Forward(at::tensor(next, at::kLong).unsqueeze(1), at::tensor(pos, at::kLong).unsqueeze(1),
+                                         at::Tensor(), &cache);
+    for (int64_t r = 0; r < 3; ++r) {
+      const int64_t len = filled[r] + step + 1;
+      const at::Tensor full = m->Forward(ids[r].narrow(0, 0, len).unsqueeze(0), Positions(1, len), at::Tensor(), nullptr);
+      EXPECT_LT(MaxDiff(logits[r][0], full[0][len - 1]), 1e-5) << "row " << r << " step " << step;
+    }
+  }
+  EXPECT_EQ(cache.row_lengths, (std::vector<int64_t>{5, 9, 3}));
+  EXPECT_THROW(m->Forward(at::zeros({3, 2}, at::kLong), at::zeros({3, 2}, at::kLong), at::Tensor(), &cache), c10::Error)
+      << "row 1 would pass the capacity";
+}
+
 TEST(Qwen3Test, LoadStateDictRejectsMissingMisshapenAndExtraTensors) {
   Qwen3Model m = TinyModel(false, 3);
   const at::Tensor before = m->StateDict().at("model.norm.weight").clone();

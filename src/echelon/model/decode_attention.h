@@ -1,0 +1,31 @@
+// Attention of one new token per row over that row's own cached keys, for decoding with a
+// length per row (continuous batching), fused on the CPU in fp32:
+//
+//   out[b, h] = softmax(q[b, h] . K[b, h / G, 0:len_b] * scale) . V[b, h / G, 0:len_b]
+//
+// with G = heads / kv_heads (grouped-query attention). The generic path multiplies every row
+// against the longest row's keys and masks the rest; here each row reads only its own keys, and
+// the scores, softmax and weighted sum run in one pass per (row, kv head) without
+// intermediate tensors. Numerically the same as the generic path up to float summation order.
+//
+// Thread contract: a pure function; it splits the (row, kv head) pairs over ATen's intra-op
+// threads.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace echelon::model {
+
+// q: [B, heads, D] float, contiguous; k, v: [B, kv_heads, capacity, D] float, contiguous (the
+// whole cache); lengths: each row's keys to read (1 <= lengths[b] <= capacity). Returns
+// [B, heads, D].
+at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::vector<int64_t>& lengths, double scale);
+
+// Whether DecodeAttention serves tensors of this device and dtype.
+bool DecodeAttentionSupports(const at::Tensor& like);
+
+}  // namespace echelon::model

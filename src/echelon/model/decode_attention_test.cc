@@ -1,0 +1,56 @@
+#include "echelon/model/decode_attention.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace echelon::model {
+namespace {
+
+// The same attention by plain tensor ops, one row at a time over exactly its own keys.
+at::Tensor Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<int64_t>& lengths,
+                     double scale) {
+  const int64_t group = q.size(1) / k.size(1);
+  std::vector<at::Tensor> rows;
+  for (int64_t b = 0; b < q.size(0); ++b) {
+    const int64_t len = lengths[static_cast<size_t>(b)];
+    const at::Tensor kb = k[b].narrow(1, 0, len).repeat_interleave(group, 0).to(at::kDouble);  // [H, len, D]
+    const at::Tensor vb = v[b].narrow(1, 0, len).repeat_interleave(group, 0).to(at::kDouble);
+    const at::Tensor scores = at::matmul(kb, q[b].to(at::kDouble).unsqueeze(-1)).squeeze(-1) * scale;  // [H, len]
+    rows.push_back(at::matmul(at::softmax(scores, -1).unsqueeze(1), vb).squeeze(1));
+  }
+  return at::stack(rows).to(at::kFloat);
+}
+
+TEST(DecodeAttentionTest, EqualsPerRowSoftmaxAttention) {
+  at::manual_seed(3);
+  for (int64_t d : {32, 12}) {  // 12: a head size that is not a multiple of the 8-wide sums
+    const int64_t batch = 5, heads = 6, kv = 2, capacity = 40;
+    const at::Tensor q = at::randn({batch, heads, d});
+    const at::Tensor k = at::randn({batch, kv, capacity, d});
+    const at::Tensor v = at::randn({batch, kv, capacity, d});
+    const std::vector<int64_t> lengths = {1, 40, 7, 23, 2};
+    const double scale = 1.0 / std::sqrt(double(d));
+    const at::Tensor got = DecodeAttention(q, k, v, lengths, scale);
+    EXPECT_LT((got - Reference(q, k, v, lengths, scale)).abs().max().item<float>(), 1e-5) << "d=" << d;
+    // Keys past a row's length are never read.
+    const at::Tensor k2 = k.clone(), v2 = v.clone();
+    k2[2].narrow(1, 7, capacity - 7).fill_(NAN);
+    v2[2].narrow(1, 7, capacity - 7).fill_(1e30);
+    EXPECT_TRUE(at::equal(DecodeAttention(q, k2, v2, lengths, scale), got)) << "d=" << d;
+  }
+}
+
+TEST(DecodeAttentionTest, RefusesBadShapesAndLengths) {
+  const at::Tensor q = at::randn({2, 4, 8}), k = at::randn({2, 2, 5, 8});
+  EXPECT_THROW(DecodeAttention(q, k, k, {1}, 1.0), c10::Error);
+  EXPECT_THROW(DecodeAttention(q, k, k, {0, 3}, 1.0), c10::Error);
+  EXPECT_THROW(DecodeAttention(q, k, k, {6, 3}, 1.0), c10::Error);
+  EXPECT_THROW(DecodeAttention(q, at::randn({2, 3, 5, 8}), at::randn({2, 3, 5, 8}), {1, 1}, 1.0), c10::Error);
+  EXPECT_THROW(DecodeAttention(q.to(at::kDouble), k, k, {1, 1}, 1.0), c10::Error);
+  EXPECT_FALSE(DecodeAttentionSupports(q.to(at::kBFloat16)));
+}
+
+}  // namespace
+}  // namespace echelon::model
