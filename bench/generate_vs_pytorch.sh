@@ -18,7 +18,7 @@ trap 'rm -rf "$TMP"' EXIT
 /usr/bin/python3 "$REF" init --out "$TMP/model" --layers 3 --hidden 128 --heads 4 --kv-heads 2 --head-dim 32 \
   --intermediate 384 --vocab 17 --tie --rope-theta 10000 --seed 1 >/dev/null
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-"$BUILD/generate_bench" --benchmark_format=json --benchmark_repetitions=3 \
+"$BUILD/generate_bench" --benchmark_filter=BM_Generate/ --benchmark_format=json --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true > "$TMP/echelon.json"
 for shape in "256 6 8" "16 32 64"; do
   set -- $shape

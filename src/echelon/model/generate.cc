@@ -1,8 +1,9 @@
 // The generation engine: sequence slots over one preallocated KV cache with a length per slot,
-// refilled from the queue of waiting rows as rows finish. An admitted row's prompt, all but
-// its last token, is prefilled into its slot (once per distinct prompt when shared, then
-// copied); the last prompt token is fed by the next decoding step together with every other
-// slot's latest token, so every step is one forward of one token per live slot.
+// refilled from the queue of waiting rows as rows finish. The prompts of the rows admitted
+// together, all but their last token, are prefilled in one left-padded batch (once per
+// distinct prompt when shared) and copied into the rows' slots; the last prompt token is fed by
+// the next decoding step together with every other slot's latest token, so every step is one
+// forward of one token per live slot.
 #include "echelon/model/generate.h"
 
 #include <ATen/ATen.h>
@@ -289,18 +290,52 @@ class Engine {
   // Admits waiting rows into free slots (static batches: only once the whole batch is done).
   void Fill() {
     if (!params_.continuous && live_ > 0) return;
-    while (live_ < slots_ && next_row_ < rows_) {
+    std::vector<int64_t> admit;
+    while (live_ + static_cast<int64_t>(admit.size()) < slots_ && next_row_ < rows_) {
       const int64_t row = next_row_++;
-      if (Limit(row) <= 0) {
-        if (!prompt_of_.empty()) TakeShared(row);
+      if (Limit(row) > 0) admit.push_back(row);
+      else if (!prompt_of_.empty()) TakeShared(row);
+    }
+    if (admit.empty()) return;
+    if (params_.use_cache) Prefill(admit);
+    for (int64_t row : admit) Admit(live_++, row);
+  }
+
+  // The prefill a row takes: its distinct prompt's when shared, its own otherwise.
+  int64_t PrefillKey(int64_t row) const { return prompt_of_.empty() ? -1 - row : PromptOf(row); }
+
+  // Prefills, in one left-padded batch, every prompt (all but its last token) that the rows
+  // need and that is not prefilled yet.
+  void Prefill(const std::vector<int64_t>& rows) {
+    std::vector<int64_t> keys;
+    std::vector<std::vector<int64_t>> prefixes;
+    for (int64_t row : rows) {
+      const std::vector<int64_t>& prompt = prompts_[static_cast<size_t>(row)];
+      const int64_t key = PrefillKey(row);
+      if (prompt.size() == 1 || prefills_.count(key) > 0 || std::find(keys.begin(), keys.end(), key) != keys.end())
         continue;
+      keys.push_back(key);
+      prefixes.emplace_back(prompt.begin(), prompt.end() - 1);
+    }
+    if (keys.empty()) return;
+    const PaddedBatch b = LeftPad(prefixes, std::max<int64_t>(model_->config().pad_token_id, 0));
+    const int64_t width = b.ids.size(1);
+    KVCache batch = model_->NewCache(static_cast<int64_t>(keys.size()), width);
+    model_->Forward(b.ids.to(device_), b.positions.to(device_), b.padded ? b.valid.to(device_) : at::Tensor(), &batch,
+                    /*compute_logits=*/false);
+    for (size_t j = 0; j < keys.size(); ++j) {
+      const int64_t len = static_cast<int64_t>(prefixes[j].size());
+      stats_.prefill_tokens += len;
+      KVCache& entry = prefills_[keys[j]];
+      for (size_t i = 0; i < batch.k.size(); ++i) {  // views of the batch's valid columns
+        entry.k.push_back(batch.k[i][static_cast<int64_t>(j)].narrow(1, width - len, len));
+        entry.v.push_back(batch.v[i][static_cast<int64_t>(j)].narrow(1, width - len, len));
       }
-      Admit(live_++, row);
     }
   }
 
-  // Puts `row` in `slot`: its prompt but the last token into the slot's cache, the last token
-  // to be fed next.
+  // Puts `row` in `slot`: its prompt but the last token into the slot's cache (copied from its
+  // prefill), the last token to be fed next.
   void Admit(int64_t slot, int64_t row) {
     const size_t s = static_cast<size_t>(slot);
     const std::vector<int64_t>& prompt = prompts_[static_cast<size_t>(row)];
@@ -310,47 +345,30 @@ class Engine {
     slot_done_[s] = false;
     if (!params_.use_cache) return;
     cache_.row_lengths[s] = prefix;
-    const bool shared = !prompt_of_.empty() && (Waiting(row) > 1 || prefills_.count(PromptOf(row)) > 0);
-    if (prefix > 0 && !shared) {
-      KVCache view = SlotView(slot);
-      Prefill(prompt, &view);
-    } else if (prefix > 0) {
-      auto [it, fresh] = prefills_.try_emplace(PromptOf(row));
-      if (fresh) {
-        it->second = model_->NewCache(1, prefix);
-        Prefill(prompt, &it->second);
-      }
+    if (prefix > 0) {
+      const KVCache& source = prefills_.at(PrefillKey(row));
       for (size_t i = 0; i < cache_.k.size(); ++i) {
-        cache_.k[i][slot].narrow(1, 0, prefix).copy_(it->second.k[i][0]);
-        cache_.v[i][slot].narrow(1, 0, prefix).copy_(it->second.v[i][0]);
+        cache_.k[i][slot].narrow(1, 0, prefix).copy_(source.k[i]);
+        cache_.v[i][slot].narrow(1, 0, prefix).copy_(source.v[i]);
       }
     }
-    if (!prompt_of_.empty()) TakeShared(row);
+    if (prompt_of_.empty()) prefills_.erase(PrefillKey(row));
+    else TakeShared(row);
   }
 
   int64_t PromptOf(int64_t row) const { return prompt_of_[static_cast<size_t>(row)]; }
-  // Rows with `row`'s prompt not yet admitted (itself included).
-  int64_t Waiting(int64_t row) const { return waiting_of_prompt_[static_cast<size_t>(PromptOf(row))]; }
   // `row` no longer waits; the last row of a prompt frees its shared prefill.
   void TakeShared(int64_t row) {
     if (--waiting_of_prompt_[static_cast<size_t>(PromptOf(row))] == 0) prefills_.erase(PromptOf(row));
   }
 
-  void Prefill(const std::vector<int64_t>& prompt, KVCache* cache) {
-    const int64_t prefix = static_cast<int64_t>(prompt.size()) - 1;
-    stats_.prefill_tokens += prefix;
-    const at::Tensor ids = at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end() - 1), at::kLong);
-    model_->Forward(ids.view({1, prefix}).to(device_), at::arange(prefix, at::kLong).view({1, prefix}).to(device_),
-                    at::Tensor(), cache, /*compute_logits=*/false);
-  }
-
-  // The cache of slots [first, first + count), sharing storage with the whole cache.
-  KVCache SlotView(int64_t first, int64_t count = 1) const {
+  // The cache of slots [0, count), sharing storage with the whole cache.
+  KVCache LiveView(int64_t count) const {
     KVCache view;
     view.capacity = cache_.capacity;
     for (size_t i = 0; i < cache_.k.size(); ++i) {
-      view.k.push_back(cache_.k[i].narrow(0, first, count));
-      view.v.push_back(cache_.v[i].narrow(0, first, count));
+      view.k.push_back(cache_.k[i].narrow(0, 0, count));
+      view.v.push_back(cache_.v[i].narrow(0, 0, count));
     }
     return view;
   }
@@ -374,7 +392,7 @@ class Engine {
                              b.padded ? b.valid.to(device_) : at::Tensor(), nullptr)
           .select(1, -1);
     }
-    KVCache view = SlotView(0, live_);
+    KVCache view = LiveView(live_);
     view.row_lengths.assign(cache_.row_lengths.begin(), cache_.row_lengths.begin() + live_);
     const at::Tensor positions = at::tensor(view.row_lengths, at::kLong).view({live_, 1});
     const at::Tensor logits = model_->Forward(ids.to(device_), positions.to(device_), at::Tensor(), &view).select(1, 0);
@@ -420,8 +438,8 @@ class Engine {
   std::vector<int64_t> slot_row_, slot_token_;  // each slot's row, and the token it feeds next
   std::vector<bool> slot_done_;                 // static batches: finished, still computed
   KVCache cache_;                               // [slots, ...], a length per slot
-  // Prefix sharing: each row's distinct prompt, the rows of each not yet admitted, and the
-  // prefills (all but the last token) of the prompts being admitted.
+  // Prefix sharing: each row's distinct prompt and the rows of each not yet admitted. The
+  // prefills (all but the last token) of the rows being admitted, by PrefillKey.
   std::vector<int64_t> prompt_of_;
   std::vector<int64_t> waiting_of_prompt_;
   std::map<int64_t, KVCache> prefills_;
