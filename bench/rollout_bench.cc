@@ -2,7 +2,7 @@
 // writes the workload and runs the PyTorch-eager side): G samples of each prompt, every row
 // ending after its own length (as if it drew EOS there), sampled at temperature 1.
 //
-//   rollout_bench --model DIR --workload FILE [--slots 64] [--repeats 3] [--seed 0]
+//   rollout_bench --model DIR --workload FILE [--slots 64] [--repeats 3] [--seed 0] [--mode NAME]
 //
 // WORKLOAD is JSON: {"group": G, "prompts": [[ids...], ...], "lengths": [one per row]}, rows
 // being the prompts' G copies in order (prompt 0 x G, prompt 1 x G, ...). For each engine
@@ -41,7 +41,7 @@ constexpr Mode kModes[] = {
 };
 
 int Run(int argc, char** argv) {
-  std::string model_dir, workload_path;
+  std::string model_dir, workload_path, only_mode;
   int64_t slots = 64, repeats = 3;
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -51,13 +51,14 @@ int Run(int argc, char** argv) {
     else if (flag == "--slots") slots = std::stoll(value);
     else if (flag == "--repeats") repeats = std::stoll(value);
     else if (flag == "--seed") seed = std::stoull(value);
+    else if (flag == "--mode") only_mode = value;
     else {
       std::cerr << "rollout_bench: unknown flag " << flag << "\n";
       return 2;
     }
   }
   if (model_dir.empty() || workload_path.empty()) {
-    std::cerr << "usage: rollout_bench --model DIR --workload FILE [--slots N] [--repeats N] [--seed N]\n";
+    std::cerr << "usage: rollout_bench --model DIR --workload FILE [--slots N] [--repeats N] [--seed N] [--mode NAME]\n";
     return 2;
   }
   Result<TextModel> loaded = LoadModelDir(model_dir);
@@ -90,6 +91,7 @@ int Run(int argc, char** argv) {
   warm_up.max_new_tokens = 4;
   Generate(model, {rows.front()}, warm_up);
   for (const Mode& mode : kModes) {
+    if (!only_mode.empty() && only_mode != mode.name) continue;
     SamplingParams p = params;
     p.continuous = mode.continuous;
     p.share_prefix = mode.share_prefix;

@@ -88,6 +88,9 @@ const ConfigSchema& TrainSchema() {
     s.Int("rollout.top_k", 0, 0, 1 << 30, "sample among the k most likely tokens (0: off)");
     s.Float("rollout.min_p", 0.0, 0.0, 1.0, "drop tokens below min_p x the most likely one's probability (0: off)");
     s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit");
+    s.Int("rollout.slots", 0, 0, 1 << 20,
+          "sequences the builtin engine decodes at once, a finished one's slot refilled at once (continuous "
+          "batching); bounds its KV cache (0: every row of a work item)");
     s.Bool("rollout.chat", false,
            "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)");
     // Reasons for both defaults: sched/tunables.h.
@@ -186,6 +189,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.top_k = cfg.Int("rollout.top_k");
   o.min_p = cfg.Float("rollout.min_p");
   o.max_new_tokens = cfg.Int("rollout.max_new_tokens");
+  o.slots = cfg.Int("rollout.slots");
   if (l.micro_batch_tokens > 0 && l.micro_batch_tokens < o.max_new_tokens + 1)
     return InvalidArgument(cfg.source() + ": learner.micro_batch_tokens (" + std::to_string(l.micro_batch_tokens) +
                            ") is smaller than one sequence (a prompt token + rollout.max_new_tokens = " +

@@ -9,6 +9,7 @@ model::SamplingParams RolloutSampling(const RunOptions& options) {
   sp.top_k = options.top_k;
   sp.min_p = options.min_p;
   sp.max_new_tokens = options.max_new_tokens;
+  sp.slots = options.slots;
   return sp;
 }
 

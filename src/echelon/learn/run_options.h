@@ -37,6 +37,7 @@ struct RunOptions {
   int64_t top_k = 0;     // 0: off
   double min_p = 0.0;    // 0: off
   int64_t max_new_tokens = 8;
+  int64_t slots = 0;  // the builtin engine's sequence slots (model::SamplingParams::slots; 0: every row)
   bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
   double lease_seconds = sched::kDefaultLeaseSeconds;
   double stall_timeout_seconds = sched::kDefaultStallTimeoutSeconds;

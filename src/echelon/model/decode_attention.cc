@@ -21,12 +21,12 @@ namespace {
 // The kernels read each key and value once for all G query heads of the kv head: decoding
 // attention is bound by reading the cache from memory.
 
-// One (row, kv head), first pass: the scaled dot products of its G query heads with its first
-// `len` keys, minus each head's largest, into `scores` (G rows of `stride`); -inf past `len`.
+// One (row, kv head), first pass over one run of `n` keys: the scaled dot products of its G
+// query heads with them, into `scores` (G rows of `stride`).
 ECHELON_CPU_CLONES
-void ScoreHeadGroup(const float* q, const float* k, float* scores, int64_t group, int64_t len, int64_t stride,
-                    int64_t d, float scale) {
-  for (int64_t s = 0; s < len; ++s) {
+void ScoreKeys(const float* q, const float* k, float* scores, int64_t group, int64_t n, int64_t stride, int64_t d,
+               float scale) {
+  for (int64_t s = 0; s < n; ++s) {
     const float* ks = k + s * d;
     for (int64_t g = 0; g < group; ++g) {
       const float* qg = q + g * d;
@@ -40,34 +40,30 @@ void ScoreHeadGroup(const float* q, const float* k, float* scores, int64_t group
       scores[g * stride + s] = dot * scale;
     }
   }
+}
+
+// Each head's `n` scores minus their largest; -inf up to `stride` (exp gives 0 there).
+void CenterScores(float* scores, int64_t group, int64_t n, int64_t stride) {
   for (int64_t g = 0; g < group; ++g) {
     float* sg = scores + g * stride;
-    const float top = *std::max_element(sg, sg + len);
-    for (int64_t s = 0; s < len; ++s) sg[s] -= top;
-    std::fill(sg + len, sg + stride, -INFINITY);
+    const float top = *std::max_element(sg, sg + n);
+    for (int64_t s = 0; s < n; ++s) sg[s] -= top;
+    std::fill(sg + n, sg + stride, -INFINITY);
   }
 }
 
-// Second pass, after exp: the values weighted by each head's weights, normalised; `mix` is
-// G x d floats of scratch.
+// Second pass, after exp, over one run of `n` values: adds each head's weighted values to `mix`
+// (G x d).
 ECHELON_CPU_CLONES
-void MixValues(const float* weights, const float* v, float* out, int64_t group, int64_t len, int64_t stride,
-               int64_t d, float* mix) {
-  std::fill(mix, mix + group * d, 0.0f);
-  for (int64_t s = 0; s < len; ++s) {
+void MixValues(const float* weights, const float* v, float* mix, int64_t group, int64_t n, int64_t stride,
+               int64_t d) {
+  for (int64_t s = 0; s < n; ++s) {
     const float* vs = v + s * d;
     for (int64_t g = 0; g < group; ++g) {
       const float w = weights[g * stride + s];
       float* mg = mix + g * d;
       for (int64_t i = 0; i < d; ++i) mg[i] += w * vs[i];
     }
-  }
-  for (int64_t g = 0; g < group; ++g) {
-    const float* wg = weights + g * stride;
-    float total = 0;
-    for (int64_t s = 0; s < len; ++s) total += wg[s];
-    const float inv = 1.0f / total;
-    for (int64_t i = 0; i < d; ++i) out[g * d + i] = mix[g * d + i] * inv;
   }
 }
 
@@ -78,7 +74,8 @@ bool DecodeAttentionSupports(const at::Tensor& like) {
 }
 
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<int64_t>& lengths, double scale) {
+                           const std::vector<int64_t>& lengths, double scale,
+                           const std::vector<DecodePrefix>& prefixes) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 4 && v.sizes() == k.sizes(), "DecodeAttention: q [B, H, D] and k, v "
               "[B, KV, C, D] expected, got ", q.sizes(), " and ", k.sizes());
   const int64_t batch = q.size(0), heads = q.size(1), d = q.size(2), kv = k.size(1), capacity = k.size(2);
@@ -86,38 +83,76 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::T
               q.sizes(), ", k ", k.sizes());
   TORCH_CHECK(static_cast<int64_t>(lengths.size()) == batch, "DecodeAttention: ", lengths.size(), " lengths for ",
               batch, " rows");
+  TORCH_CHECK(prefixes.empty() || static_cast<int64_t>(prefixes.size()) == batch, "DecodeAttention: ",
+              prefixes.size(), " prefixes for ", batch, " rows");
   for (int64_t len : lengths)
     TORCH_CHECK(len >= 1 && len <= capacity, "DecodeAttention: row length ", len, " outside [1, ", capacity, "]");
   TORCH_CHECK(DecodeAttentionSupports(q) && DecodeAttentionSupports(k) && DecodeAttentionSupports(v),
               "DecodeAttention: fp32 CPU tensors only");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "DecodeAttention: contiguous tensors only");
+  std::vector<int64_t> prefix_len(static_cast<size_t>(batch), 0);
+  for (size_t b = 0; b < prefixes.size(); ++b) {
+    const DecodePrefix& p = prefixes[b];
+    if (!p.k.defined()) continue;
+    TORCH_CHECK(p.k.dim() == 3 && p.k.size(0) == kv && p.k.size(2) == d && p.v.sizes() == p.k.sizes(),
+                "DecodeAttention: a prefix must be [", kv, ", length, ", d, "], got ", p.k.sizes());
+    TORCH_CHECK(DecodeAttentionSupports(p.k) && DecodeAttentionSupports(p.v) && p.k.is_contiguous() &&
+                    p.v.is_contiguous(), "DecodeAttention: prefixes must be contiguous fp32 CPU tensors");
+    prefix_len[b] = p.k.size(1);
+  }
   const int64_t group = heads / kv;
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  int64_t longest = 0;  // prefix + own keys, the longest row
+  for (int64_t b = 0; b < batch; ++b)
+    longest = std::max(longest, prefix_len[static_cast<size_t>(b)] + lengths[static_cast<size_t>(b)]);
   at::Tensor out = at::empty({batch, heads, d}, q.options());
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const float s = static_cast<float>(scale);
-  // Pass 1 per (row, kv head); exp over all scores at once (vectorised by ATen); pass 2.
+  // Per (row, kv head): the scores of its prefix's keys then its own, into one row of
+  // `longest`; exp over all scores at once (vectorised by ATen); then the weighted values.
   at::Tensor scores = at::empty({batch, heads, longest}, q.options());
   float* sp = scores.data_ptr<float>();
+  struct Run {
+    const float *k, *v;
+    int64_t n;
+  };
   const auto for_each_pair = [&](const auto& fn) {
     at::parallel_for(0, batch * kv, 1, [&](int64_t begin, int64_t end) {
       for (int64_t pair = begin; pair < end; ++pair) {
+        const int64_t b = pair / kv, h = pair % kv;
+        const size_t row = static_cast<size_t>(b);
+        const int64_t plen = prefix_len[row];
+        const Run prefix = plen == 0 ? Run{nullptr, nullptr, 0}
+                                     : Run{prefixes[row].k.data_ptr<float>() + h * plen * d,
+                                           prefixes[row].v.data_ptr<float>() + h * plen * d, plen};
         // (b, kv head): its keys in [B, KV, C, D], its first query head in [B, H, D].
-        fn(pair * capacity * d, pair * group, lengths[static_cast<size_t>(pair / kv)]);
+        const Run own{kp + pair * capacity * d, vp + pair * capacity * d, lengths[row]};
+        fn(prefix, own, pair * group);
       }
     });
   };
-  for_each_pair([&](int64_t cache_offset, int64_t head, int64_t len) {
-    ScoreHeadGroup(qp + head * d, kp + cache_offset, sp + head * longest, group, len, longest, d, s);
+  for_each_pair([&](const Run& prefix, const Run& own, int64_t head) {
+    float* sc = sp + head * longest;
+    ScoreKeys(qp + head * d, prefix.k, sc, group, prefix.n, longest, d, s);
+    ScoreKeys(qp + head * d, own.k, sc + prefix.n, group, own.n, longest, d, s);
+    CenterScores(sc, group, prefix.n + own.n, longest);
   });
   scores.exp_();
-  for_each_pair([&](int64_t cache_offset, int64_t head, int64_t len) {
-    thread_local std::vector<float> mix;
-    mix.resize(static_cast<size_t>(group * d));
-    MixValues(sp + head * longest, vp + cache_offset, op + head * d, group, len, longest, d, mix.data());
+  for_each_pair([&](const Run& prefix, const Run& own, int64_t head) {
+    const float* w = sp + head * longest;
+    float* o = op + head * d;
+    std::fill(o, o + group * d, 0.0f);
+    MixValues(w, prefix.v, o, group, prefix.n, longest, d);
+    MixValues(w + prefix.n, own.v, o, group, own.n, longest, d);
+    for (int64_t g = 0; g < group; ++g) {
+      const float* wg = w + g * longest;
+      float total = 0;
+      for (int64_t i = 0; i < prefix.n + own.n; ++i) total += wg[i];
+      const float inv = 1.0f / total;
+      for (int64_t i = 0; i < d; ++i) o[g * d + i] *= inv;
+    }
   });
   return out;
 }

@@ -7,6 +7,8 @@
 // against the longest row's keys and masks the rest; here each row reads only its own keys, and
 // the scores, softmax and weighted sum run in one pass per (row, kv head) without
 // intermediate tensors. Numerically the same as the generic path up to float summation order.
+// A row may read a shared prefix first: the G rows of a group keep their prompt's keys once,
+// and a decoding step reads them from cache for every row after the first.
 //
 // Thread contract: a pure function; it splits the (row, kv head) pairs over ATen's intra-op
 // threads.
@@ -19,11 +21,18 @@
 
 namespace echelon::model {
 
+// Keys and values a row reads ahead of its own (a prompt shared by a group's rows, held once):
+// [kv_heads, length, D] float, contiguous; undefined: none.
+struct DecodePrefix {
+  at::Tensor k, v;
+};
+
 // q: [B, heads, D] float, contiguous; k, v: [B, kv_heads, capacity, D] float, contiguous (the
-// whole cache); lengths: each row's keys to read (1 <= lengths[b] <= capacity). Returns
-// [B, heads, D].
+// whole cache); lengths: each row's own keys to read (1 <= lengths[b] <= capacity); prefixes:
+// empty or one per row, read before the row's own keys. Returns [B, heads, D].
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<int64_t>& lengths, double scale);
+                           const std::vector<int64_t>& lengths, double scale,
+                           const std::vector<DecodePrefix>& prefixes = {});
 
 // Whether DecodeAttention serves tensors of this device and dtype.
 bool DecodeAttentionSupports(const at::Tensor& like);

@@ -1,7 +1,7 @@
 // The generation engine: sequence slots over one preallocated KV cache with a length per slot,
 // refilled from the queue of waiting rows as rows finish. The prompts of the rows admitted
-// together, all but their last token, are prefilled in one left-padded batch (once per
-// distinct prompt when shared) and copied into the rows' slots; the last prompt token is fed by
+// together, all but their last token, are prefilled in left-padded batches of similar lengths
+// (once per distinct prompt when shared) and copied into the rows' slots; the last prompt token is fed by
 // the next decoding step together with every other slot's latest token, so every step is one
 // forward of one token per live slot.
 #include "echelon/model/generate.h"
@@ -14,6 +14,8 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
+
+#include "echelon/model/decode_attention.h"
 
 namespace echelon::model {
 namespace {
@@ -202,6 +204,10 @@ class Engine {
         slot_row_(static_cast<size_t>(slots_)),
         slot_token_(static_cast<size_t>(slots_)),
         slot_done_(static_cast<size_t>(slots_)),
+        slot_base_(static_cast<size_t>(slots_)),
+        slot_prefix_(static_cast<size_t>(slots_)),
+        by_reference_(params.use_cache &&
+                      DecodeAttentionSupports(at::empty({0}, at::TensorOptions().dtype(model->dtype()).device(device_)))),
         out_(prompts.size()),
         streams_(params.seed, rows_) {
     int64_t longest = 0;
@@ -215,7 +221,8 @@ class Engine {
                                   std::to_string(prompts.size()) + " prompts");
     if (HasPenalties(params)) counts_ = TokenCounts::Start(prompts, model->config().vocab_size);
     if (params.use_cache) {
-      cache_ = model->NewCache(slots_, longest + params.max_new_tokens);
+      // By reference a slot holds only its own tokens: the last prompt token and the generated.
+      cache_ = model->NewCache(slots_, (by_reference_ ? 1 : longest) + params.max_new_tokens);
       cache_.row_lengths.assign(static_cast<size_t>(slots_), 0);
       if (params.share_prefix) {
         prompt_of_ = DistinctPromptIndex(prompts);
@@ -304,38 +311,55 @@ class Engine {
   // The prefill a row takes: its distinct prompt's when shared, its own otherwise.
   int64_t PrefillKey(int64_t row) const { return prompt_of_.empty() ? -1 - row : PromptOf(row); }
 
-  // Prefills, in one left-padded batch, every prompt (all but its last token) that the rows
-  // need and that is not prefilled yet.
+  // Prefills every prompt (all but its last token) that the rows need and that is not
+  // prefilled yet, in left-padded batches of similar lengths: longest first, a batch takes
+  // prompts down to kPadFloor of its longest, so padding stays under a quarter of its tokens.
   void Prefill(const std::vector<int64_t>& rows) {
-    std::vector<int64_t> keys;
-    std::vector<std::vector<int64_t>> prefixes;
+    constexpr double kPadFloor = 0.75;
+    std::vector<std::pair<int64_t, std::vector<int64_t>>> todo;  // (key, prefix)
     for (int64_t row : rows) {
       const std::vector<int64_t>& prompt = prompts_[static_cast<size_t>(row)];
       const int64_t key = PrefillKey(row);
-      if (prompt.size() == 1 || prefills_.count(key) > 0 || std::find(keys.begin(), keys.end(), key) != keys.end())
-        continue;
-      keys.push_back(key);
-      prefixes.emplace_back(prompt.begin(), prompt.end() - 1);
+      const bool queued = std::any_of(todo.begin(), todo.end(), [&](const auto& t) { return t.first == key; });
+      if (prompt.size() == 1 || prefills_.count(key) > 0 || queued) continue;
+      todo.emplace_back(key, std::vector<int64_t>(prompt.begin(), prompt.end() - 1));
     }
-    if (keys.empty()) return;
+    std::stable_sort(todo.begin(), todo.end(),
+                     [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+    for (size_t first = 0; first < todo.size();) {
+      size_t end = first + 1;
+      while (end < todo.size() &&
+             static_cast<double>(todo[end].second.size()) >= kPadFloor * static_cast<double>(todo[first].second.size()))
+        ++end;
+      PrefillBatch(todo.begin() + static_cast<std::ptrdiff_t>(first), todo.begin() + static_cast<std::ptrdiff_t>(end));
+      first = end;
+    }
+  }
+
+  template <typename It>
+  void PrefillBatch(It begin, It end) {
+    std::vector<std::vector<int64_t>> prefixes;
+    for (It it = begin; it != end; ++it) prefixes.push_back(it->second);
     const PaddedBatch b = LeftPad(prefixes, std::max<int64_t>(model_->config().pad_token_id, 0));
     const int64_t width = b.ids.size(1);
-    KVCache batch = model_->NewCache(static_cast<int64_t>(keys.size()), width);
+    KVCache batch = model_->NewCache(static_cast<int64_t>(prefixes.size()), width);
     model_->Forward(b.ids.to(device_), b.positions.to(device_), b.padded ? b.valid.to(device_) : at::Tensor(), &batch,
                     /*compute_logits=*/false);
-    for (size_t j = 0; j < keys.size(); ++j) {
-      const int64_t len = static_cast<int64_t>(prefixes[j].size());
+    int64_t j = 0;
+    for (It it = begin; it != end; ++it, ++j) {
+      const int64_t len = static_cast<int64_t>(it->second.size());
       stats_.prefill_tokens += len;
-      KVCache& entry = prefills_[keys[j]];
-      for (size_t i = 0; i < batch.k.size(); ++i) {  // views of the batch's valid columns
-        entry.k.push_back(batch.k[i][static_cast<int64_t>(j)].narrow(1, width - len, len));
-        entry.v.push_back(batch.v[i][static_cast<int64_t>(j)].narrow(1, width - len, len));
+      KVCache& entry = prefills_[it->first];
+      entry.length = len;
+      for (size_t i = 0; i < batch.k.size(); ++i) {  // the batch's valid columns, [KV, len, D]
+        entry.k.push_back(batch.k[i][j].narrow(1, width - len, len).contiguous());
+        entry.v.push_back(batch.v[i][j].narrow(1, width - len, len).contiguous());
       }
     }
   }
 
-  // Puts `row` in `slot`: its prompt but the last token into the slot's cache (copied from its
-  // prefill), the last token to be fed next.
+  // Puts `row` in `slot`: its prompt but the last token as the slot's prefix (its prefill, read
+  // in place or copied into the slot's cache), the last token to be fed next.
   void Admit(int64_t slot, int64_t row) {
     const size_t s = static_cast<size_t>(slot);
     const std::vector<int64_t>& prompt = prompts_[static_cast<size_t>(row)];
@@ -344,22 +368,49 @@ class Engine {
     slot_token_[s] = prompt.back();
     slot_done_[s] = false;
     if (!params_.use_cache) return;
-    cache_.row_lengths[s] = prefix;
-    if (prefix > 0) {
-      const KVCache& source = prefills_.at(PrefillKey(row));
-      for (size_t i = 0; i < cache_.k.size(); ++i) {
-        cache_.k[i][slot].narrow(1, 0, prefix).copy_(source.k[i]);
-        cache_.v[i][slot].narrow(1, 0, prefix).copy_(source.v[i]);
+    const int64_t key = PrefillKey(row);
+    if (by_reference_) {
+      cache_.row_lengths[s] = 0;
+      slot_base_[s] = prefix;
+      slot_prefix_[s] = prefix > 0 ? &prefills_.at(key) : nullptr;
+      if (prefix > 0) ++readers_[key];
+    } else {
+      cache_.row_lengths[s] = prefix;
+      if (prefix > 0) {
+        const KVCache& source = prefills_.at(key);
+        for (size_t i = 0; i < cache_.k.size(); ++i) {
+          cache_.k[i][slot].narrow(1, 0, prefix).copy_(source.k[i]);
+          cache_.v[i][slot].narrow(1, 0, prefix).copy_(source.v[i]);
+        }
       }
     }
-    if (prompt_of_.empty()) prefills_.erase(PrefillKey(row));
-    else TakeShared(row);
+    if (!prompt_of_.empty()) TakeShared(row);
+    else MaybeFree(key);
+  }
+
+  // The slot's row is done with its prefix.
+  void Vacate(int64_t slot) {
+    const size_t s = static_cast<size_t>(slot);
+    if (slot_prefix_[s] == nullptr) return;
+    slot_prefix_[s] = nullptr;
+    const int64_t key = PrefillKey(slot_row_[s]);
+    --readers_[key];
+    MaybeFree(key);
   }
 
   int64_t PromptOf(int64_t row) const { return prompt_of_[static_cast<size_t>(row)]; }
-  // `row` no longer waits; the last row of a prompt frees its shared prefill.
+  // `row` no longer waits for its shared prefill.
   void TakeShared(int64_t row) {
-    if (--waiting_of_prompt_[static_cast<size_t>(PromptOf(row))] == 0) prefills_.erase(PromptOf(row));
+    --waiting_of_prompt_[static_cast<size_t>(PromptOf(row))];
+    MaybeFree(PromptOf(row));
+  }
+  // Frees a prefill that no row waits for or reads.
+  void MaybeFree(int64_t key) {
+    if (key >= 0 && waiting_of_prompt_[static_cast<size_t>(key)] > 0) return;
+    const auto it = readers_.find(key);
+    if (it != readers_.end() && it->second > 0) return;
+    if (it != readers_.end()) readers_.erase(it);
+    prefills_.erase(key);
   }
 
   // The cache of slots [0, count), sharing storage with the whole cache.
@@ -394,7 +445,10 @@ class Engine {
     }
     KVCache view = LiveView(live_);
     view.row_lengths.assign(cache_.row_lengths.begin(), cache_.row_lengths.begin() + live_);
-    const at::Tensor positions = at::tensor(view.row_lengths, at::kLong).view({live_, 1});
+    if (by_reference_) view.row_prefix.assign(slot_prefix_.begin(), slot_prefix_.begin() + live_);
+    std::vector<int64_t> positions_at(static_cast<size_t>(live_));
+    for (size_t s = 0; s < positions_at.size(); ++s) positions_at[s] = slot_base_[s] + view.row_lengths[s];
+    const at::Tensor positions = at::tensor(positions_at, at::kLong).view({live_, 1});
     const at::Tensor logits = model_->Forward(ids.to(device_), positions.to(device_), at::Tensor(), &view).select(1, 0);
     std::copy(view.row_lengths.begin(), view.row_lengths.end(), cache_.row_lengths.begin());
     return logits;
@@ -405,10 +459,14 @@ class Engine {
   void Retire(const std::vector<int64_t>& finished) {
     if (!params_.continuous) {
       for (int64_t s : finished) slot_done_[static_cast<size_t>(s)] = true;
-      if (std::all_of(slot_done_.begin(), slot_done_.begin() + live_, [](bool d) { return d; })) live_ = 0;
+      if (std::all_of(slot_done_.begin(), slot_done_.begin() + live_, [](bool d) { return d; })) {
+        for (int64_t s = 0; s < live_; ++s) Vacate(s);
+        live_ = 0;
+      }
       return;
     }
     for (auto it = finished.rbegin(); it != finished.rend(); ++it) {  // descending: `last` is never finished
+      Vacate(*it);
       const int64_t last = --live_;
       if (*it != last) MoveSlot(last, *it);
     }
@@ -419,6 +477,9 @@ class Engine {
     slot_row_[t] = slot_row_[f];
     slot_token_[t] = slot_token_[f];
     slot_done_[t] = slot_done_[f];
+    slot_base_[t] = slot_base_[f];
+    slot_prefix_[t] = slot_prefix_[f];
+    slot_prefix_[f] = nullptr;
     if (!params_.use_cache) return;
     const int64_t len = cache_.row_lengths[f];
     cache_.row_lengths[t] = len;
@@ -437,12 +498,19 @@ class Engine {
   int64_t live_ = 0;      // slots [0, live_) hold rows
   std::vector<int64_t> slot_row_, slot_token_;  // each slot's row, and the token it feeds next
   std::vector<bool> slot_done_;                 // static batches: finished, still computed
+  // Prompts read in place by the fused decoding attention (by_reference_): each slot's prefix
+  // (its prefill) and the position of its first own token; otherwise prefixes are copied into
+  // the slots and slot_base_ stays 0.
+  std::vector<int64_t> slot_base_;
+  std::vector<const KVCache*> slot_prefix_;
+  const bool by_reference_;
   KVCache cache_;                               // [slots, ...], a length per slot
   // Prefix sharing: each row's distinct prompt and the rows of each not yet admitted. The
   // prefills (all but the last token) of the rows being admitted, by PrefillKey.
   std::vector<int64_t> prompt_of_;
   std::vector<int64_t> waiting_of_prompt_;
-  std::map<int64_t, KVCache> prefills_;
+  std::map<int64_t, KVCache> prefills_;  // std::map: slot_prefix_ points into it
+  std::map<int64_t, int64_t> readers_;   // live rows reading each prefill in place
   std::vector<Completion> out_;
   RowStreams streams_;
   std::optional<TokenCounts> counts_;

@@ -455,6 +455,25 @@ TEST(ContinuousBatchingTest, NoStepComputesAFinishedRow) {
   EXPECT_EQ(static_stats.prefill_tokens, 24);
 }
 
+// Where the fused decoding attention does not apply (bf16 here, CUDA on a GPU build), prompts
+// are copied into the slots and the generic attention masks each row to its own length: slot
+// refill still never mixes rows.
+TEST(ContinuousBatchingTest, GenericAttentionPathKeepsRowsApart) {
+  Qwen3Model m = ReferenceModel();
+  m->to(at::kBFloat16);
+  for (bool share : {true, false}) {
+    SamplingParams solo = Mixed(0.0);
+    solo.slots = 1;
+    solo.share_prefix = share;
+    SamplingParams three = solo;
+    three.slots = 3;
+    const auto a = Generate(m, kMixedRows, solo);
+    const auto b = Generate(m, kMixedRows, three);
+    EXPECT_EQ(Tokens(a), Tokens(b)) << (share ? "shared" : "unshared");
+    EXPECT_LT(MaxLogprobDiff(a, b), 0.1) << (share ? "shared" : "unshared");  // bf16 logits: ~3 digits
+  }
+}
+
 TEST(ContinuousBatchingTest, PerRowLimitsMustMatchThePrompts) {
   Qwen3Model m = ReferenceModel();
   SamplingParams p = Params(0.0, 0, true);

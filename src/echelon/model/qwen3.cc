@@ -186,6 +186,13 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
         write.fused_lengths = cache->row_lengths;
         for (int64_t& len : write.fused_lengths) ++len;
       }
+      if (!cache->row_prefix.empty()) {
+        TORCH_CHECK(!write.fused_lengths.empty(), "KV cache prefixes need the fused decoding attention (one token per "
+                    "row, fp32 on the CPU, no key_valid)");
+        TORCH_CHECK(static_cast<int64_t>(cache->row_prefix.size()) == batch, "KV cache row_prefix must hold ", batch,
+                    " entries, got ", cache->row_prefix.size());
+        write.prefixes = &cache->row_prefix;
+      }
     }
     TORCH_CHECK(write.end <= cache->capacity, "KV cache capacity ", cache->capacity, " exceeded by ", write.end);
   } else {
@@ -239,8 +246,13 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
       cache->v[index].narrow(2, write.start, t).copy_(v);
     }
     if (!write.fused_lengths.empty()) {
+      std::vector<DecodePrefix> prefixes;
+      if (write.prefixes != nullptr) {
+        for (const KVCache* p : *write.prefixes)
+          prefixes.push_back(p == nullptr ? DecodePrefix{} : DecodePrefix{p->k[index], p->v[index]});
+      }
       const at::Tensor out = DecodeAttention(q.reshape({b, heads, d}).contiguous(), cache->k[index], cache->v[index],
-                                             write.fused_lengths, 1.0 / std::sqrt(double(d)));
+                                             write.fused_lengths, 1.0 / std::sqrt(double(d)), prefixes);
       return at::linear(out.view({b, 1, heads * d}), l.o_proj, l.o_bias);
     }
     k = cache->k[index].narrow(2, 0, write.end);

@@ -34,12 +34,20 @@ namespace echelon::model {
 // holds one length per row: then each row's keys fill [0, row_lengths[b]) and a Forward
 // appends each row's T new keys at its own length (sequences of different lengths decoding
 // side by side, as continuous batching needs).
+//
+// With row lengths, a row may also read a shared prefix ahead of its own keys (a group's
+// prompt, held once for all its rows): `row_prefix[b]` points at a cache whose k[layer],
+// v[layer] are [num_key_value_heads, length, head_dim], contiguous, and must outlive the
+// Forward. Only the fused decoding attention reads prefixes (one new token per row, fp32 on the
+// CPU: DecodeAttentionSupports); a Forward that cannot take it fails. The caller gives the
+// positions (prefix length + own length).
 struct KVCache {
   std::vector<at::Tensor> k;
   std::vector<at::Tensor> v;
   int64_t length = 0;  // positions filled so far, every row (when row_lengths is empty)
   int64_t capacity = 0;
   std::vector<int64_t> row_lengths;
+  std::vector<const KVCache*> row_prefix;  // empty, or one per row (nullptr: none)
 };
 
 class Qwen3ModelImpl : public torch::nn::Module {
@@ -87,11 +95,12 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // Where a Forward's T new keys go in the cache: columns [start, start + T) of every row, or
   // per row (`scatter`, [B, KV, T, D] column indices) with row lengths; `end` = columns read.
   // `fused_lengths` (one new token per row, fp32 CPU): attention by DecodeAttention, row b
-  // over its first fused_lengths[b] keys.
+  // over its shared prefix (`prefixes`) and its first fused_lengths[b] keys.
   struct CacheWrite {
     int64_t start = 0, end = 0;
     at::Tensor scatter;
     std::vector<int64_t> fused_lengths;
+    const std::vector<const KVCache*>* prefixes = nullptr;
   };
   at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& mask, KVCache* cache, const CacheWrite& write, size_t index) const;

@@ -11,7 +11,8 @@ nlohmann::json RunSpecToJson(const RunSpec& spec) {
             {"top_p", spec.sampling.top_p},
             {"top_k", spec.sampling.top_k},
             {"min_p", spec.sampling.min_p},
-            {"max_new_tokens", spec.sampling.max_new_tokens}}},
+            {"max_new_tokens", spec.sampling.max_new_tokens},
+            {"slots", spec.sampling.slots}}},
           {"seed", spec.seed}};
 }
 
@@ -39,6 +40,7 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
     s.sampling.top_k = sp.at("top_k").get<int64_t>();
     s.sampling.min_p = sp.at("min_p").get<double>();
     s.sampling.max_new_tokens = sp.at("max_new_tokens").get<int64_t>();
+    s.sampling.slots = sp.at("slots").get<int64_t>();
     s.vocab.SetStops(&s.sampling);
     s.seed = j.at("seed").get<uint64_t>();
     return s;

@@ -27,7 +27,7 @@ struct RunSpec {
   data::AdapterOptions task_options;
   model::ModelConfig model;
   model::Vocabulary vocab;
-  model::SamplingParams sampling;  // temperature, top_p, top_k, min_p, max_new_tokens (stops: the vocabulary's)
+  model::SamplingParams sampling;  // temperature, top_p, top_k, min_p, max_new_tokens, slots (stops: the vocabulary's)
   uint64_t seed = 0;
 };
 
