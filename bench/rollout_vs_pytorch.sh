@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rollout throughput on an RL-like workload: echelon's builtin engine against PyTorch eager
 # (../shared/tools/ref_qwen3.py: KV cache, HF-style static left-padded batches), same model,
-# same rows, one thread each, measured back to back in one run, median of 3.
+# same rows, one thread each, median of 3. The two sides alternate run by run (echelon's three
+# configurations, then PyTorch, three times), so a change in the machine's load falls on both.
 #
 # Workload (fixed seed): 32 prompts of 16..128 random tokens, G = 8 samples each (256 rows, in
 # group order), temperature 1. Every row i ends after exactly L_i tokens, L_i drawn uniformly
@@ -56,13 +57,14 @@ out = {"group": group,
        "lengths": rng.integers(8, 257, group * prompts).tolist()}
 json.dump(out, sys.stdout)
 PY
-  echo "== $size: echelon" >&2
-  "$BUILD/rollout_bench" --model "$TMP/$size" --workload "$TMP/$size.workload.json" --slots "$SLOTS" \
-    --repeats "$REPEATS" | tee "$TMP/$size.echelon.jsonl" >&2
-  echo "== $size: PyTorch eager" >&2
-  /usr/bin/python3 - "$REF" "$TMP/$size" "$TMP/$size.workload.json" "$SLOTS" "$REPEATS" <<'PY' | tee "$TMP/$size.pytorch.json" >&2
+  for run in $(seq "$REPEATS"); do
+    echo "== $size, run $run of $REPEATS: echelon" >&2
+    "$BUILD/rollout_bench" --model "$TMP/$size" --workload "$TMP/$size.workload.json" --slots "$SLOTS" \
+      --repeats 1 --seed "$run" | tee -a "$TMP/$size.echelon.jsonl" >&2
+    echo "== $size, run $run of $REPEATS: PyTorch eager" >&2
+    /usr/bin/python3 - "$REF" "$TMP/$size" "$TMP/$size.workload.json" "$SLOTS" "$run" <<'PY' | tee -a "$TMP/$size.pytorch.jsonl" >&2
 import importlib.util, json, sys, time
-ref_path, model_dir, workload_path, slots, repeats = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+ref_path, model_dir, workload_path, slots, run = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 spec = importlib.util.spec_from_file_location("ref_qwen3", ref_path)
 ref = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ref)
@@ -72,16 +74,13 @@ w = json.load(open(workload_path))
 rows = [p for p in w["prompts"] for _ in range(w["group"])]
 lengths = w["lengths"]
 ref.generate(model, [rows[0]], 4, temperature=1.0)  # warm-up
-times = []
-for r in range(repeats):
-    start = time.perf_counter()
-    for b in range(0, len(rows), slots):
-        ref.generate(model, rows[b:b + slots], max(lengths[b:b + slots]), temperature=1.0, seed=r * 1000 + b)
-    times.append(time.perf_counter() - start)
-times.sort()
-median = times[len(times) // 2]
-print(json.dumps({"tokens": sum(lengths), "seconds": median, "tokens_per_s": sum(lengths) / median, **threads}))
+start = time.perf_counter()
+for b in range(0, len(rows), slots):
+    ref.generate(model, rows[b:b + slots], max(lengths[b:b + slots]), temperature=1.0, seed=run * 1000 + b)
+seconds = time.perf_counter() - start
+print(json.dumps({"tokens": sum(lengths), "seconds": seconds, "tokens_per_s": sum(lengths) / seconds, **threads}))
 PY
+  done
 done
 
 /usr/bin/python3 - "$TMP" "$SLOTS" $SIZES <<'PY'
@@ -89,11 +88,15 @@ import json, math, os, sys
 tmp, slots, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = []
 for size in sizes:
-    modes = {}
+    def median_run(runs):  # the run of median time
+        runs = sorted(runs, key=lambda r: r["seconds"])
+        return runs[len(runs) // 2]
+    by_mode = {}
     for line in open(os.path.join(tmp, size + ".echelon.jsonl")):
         m = json.loads(line)
-        modes[m["mode"]] = m
-    pt = json.load(open(os.path.join(tmp, size + ".pytorch.json")))
+        by_mode.setdefault(m["mode"], []).append(m)
+    modes = {k: median_run(v) for k, v in by_mode.items()}
+    pt = median_run([json.loads(line) for line in open(os.path.join(tmp, size + ".pytorch.jsonl"))])
     assert all(m["tokens"] == pt["tokens"] for m in modes.values()), "both sides must generate the same tokens"
     full = modes["continuous+shared_prefix"]["tokens_per_s"]
     total = full / pt["tokens_per_s"]

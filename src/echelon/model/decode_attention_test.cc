@@ -42,6 +42,34 @@ TEST(DecodeAttentionTest, EqualsPerRowSoftmaxAttention) {
   }
 }
 
+// A shared prefix read ahead of a row's own keys equals attention over the two concatenated.
+TEST(DecodeAttentionTest, SharedPrefixEqualsConcatenatedKeys) {
+  at::manual_seed(4);
+  const int64_t batch = 4, heads = 4, kv = 2, d = 16, capacity = 12;
+  const at::Tensor q = at::randn({batch, heads, d});
+  const at::Tensor k = at::randn({batch, kv, capacity, d}), v = at::randn({batch, kv, capacity, d});
+  const std::vector<int64_t> lengths = {3, 1, 12, 5};
+  const DecodePrefix shared{at::randn({kv, 9, d}), at::randn({kv, 9, d})};
+  const std::vector<DecodePrefix> prefixes = {shared, DecodePrefix{}, shared, {at::randn({kv, 2, d}), at::randn({kv, 2, d})}};
+  const at::Tensor got = DecodeAttention(q, k, v, lengths, 0.25, prefixes);
+  for (int64_t b = 0; b < batch; ++b) {
+    const DecodePrefix& p = prefixes[static_cast<size_t>(b)];
+    const int64_t own = lengths[static_cast<size_t>(b)];
+    at::Tensor kb = k[b].narrow(1, 0, own), vb = v[b].narrow(1, 0, own);
+    if (p.k.defined()) {
+      kb = at::cat({p.k, kb}, 1);
+      vb = at::cat({p.v, vb}, 1);
+    }
+    const at::Tensor want = Reference(q.narrow(0, b, 1), kb.unsqueeze(0).contiguous(), vb.unsqueeze(0).contiguous(),
+                                      {kb.size(1)}, 0.25);
+    EXPECT_LT((got[b] - want[0]).abs().max().item<float>(), 1e-5) << "row " << b;
+  }
+  EXPECT_THROW(DecodeAttention(q, k, v, lengths, 0.25, {shared}), c10::Error) << "one prefix entry per row";
+  EXPECT_THROW(DecodeAttention(q, k, v, lengths, 0.25, {shared, {}, {at::randn({3, 2, d}), at::randn({3, 2, d})}, {}}),
+               c10::Error)
+      << "a prefix of another shape";
+}
+
 TEST(DecodeAttentionTest, RefusesBadShapesAndLengths) {
   const at::Tensor q = at::randn({2, 4, 8}), k = at::randn({2, 2, 5, 8});
   EXPECT_THROW(DecodeAttention(q, k, k, {1}, 1.0), c10::Error);

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "echelon/model/decode_attention.h"
+#include "echelon/model/fused_ops.h"
 
 namespace echelon::model {
 namespace {
@@ -47,6 +48,7 @@ class ParamTree {
 
 // RMSNorm over the last dimension, computed in fp32 and cast back (as HF does for bf16).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  if (FusedOpsApply(x) && FusedOpsApply(w)) return RmsNormFused(x, w, eps);  // inference in fp32 on the CPU
   const at::Tensor xf = x.to(at::kFloat);
   return w * (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
 }
@@ -228,15 +230,19 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   const double eps = cfg_.rms_norm_eps;
   at::Tensor q = at::linear(h, l.q_proj, l.q_bias).view({b, t, heads, d});
   at::Tensor k = at::linear(h, l.k_proj, l.k_bias).view({b, t, kv, d});
-  if (l.q_norm.defined()) {  // qwen3: per-head RMSNorm before RoPE
-    q = RmsNorm(q, l.q_norm, eps);
-    k = RmsNorm(k, l.k_norm, eps);
-  }
-  q = q.transpose(1, 2);
-  k = k.transpose(1, 2);
   at::Tensor v = at::linear(h, l.v_proj, l.v_bias).view({b, t, kv, d}).transpose(1, 2);
-  q = ApplyRope(q, cos, sin);  // [B, H, T, D]
-  k = ApplyRope(k, cos, sin);  // [B, KV, T, D]
+  if (FusedOpsApply(q) && FusedOpsApply(cos)) {  // inference in fp32 on the CPU: norm + rotary in one pass
+    const at::Tensor c = cos.view({b * t, d}), s = sin.view({b * t, d});
+    q = NormRopeFused(q.view({b * t, heads, d}), l.q_norm, eps, c, s).view({b, t, heads, d}).transpose(1, 2);
+    k = NormRopeFused(k.view({b * t, kv, d}), l.k_norm, eps, c, s).view({b, t, kv, d}).transpose(1, 2);
+  } else {
+    if (l.q_norm.defined()) {  // qwen3: per-head RMSNorm before RoPE
+      q = RmsNorm(q, l.q_norm, eps);
+      k = RmsNorm(k, l.k_norm, eps);
+    }
+    q = ApplyRope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
+    k = ApplyRope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
+  }
   if (cache != nullptr) {
     if (write.scatter.defined()) {
       cache->k[index].scatter_(2, write.scatter, k);
