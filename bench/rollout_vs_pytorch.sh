@@ -24,15 +24,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-REF=${REF:-../shared/tools/ref_qwen3.py}
 SIZES=${SIZES:-tiny large}
 SLOTS=${SLOTS:-64}
 REPEATS=${REPEATS:-3}
-[ -f "$REF" ] || { echo "reference not found: $REF (set REF=...)" >&2; exit 1; }
-for p in python3-torch python3-numpy; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || \
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
-done
+. bench/reference.sh
 cmake --build "$BUILD" --target rollout_bench -j "$(nproc)" >/dev/null
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

@@ -7,16 +7,10 @@
 #include <cmath>
 #include <vector>
 
+#include "echelon/model/cpu_clones.h"
+
 namespace echelon::model {
 namespace {
-
-// The inner loops, built twice: for x86-64-v3 (AVX2 + FMA) and for the baseline, chosen at load
-// time by the CPU (GCC's function multi-versioning); other compilers and targets get one build.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define ECHELON_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ECHELON_CPU_CLONES
-#endif
 
 // The kernels read each key and value once for all G query heads of the kv head: decoding
 // attention is bound by reading the cache from memory.

@@ -4,15 +4,12 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <vector>
+
+#include "echelon/model/cpu_clones.h"
 
 namespace echelon::model {
 namespace {
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define ECHELON_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ECHELON_CPU_CLONES
-#endif
 
 // 1 / sqrt(mean(x^2) + eps) over d values (eight partial sums, so the loop vectorises).
 ECHELON_CPU_CLONES
