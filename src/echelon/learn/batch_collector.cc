@@ -34,6 +34,11 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
       const uint64_t id = g.group_id;
       waiting_[id] = std::move(g);
     }
+    // Every pass, not only while waiting: with a batch always ready (actors faster than the
+    // learner) a dead actor's leases must still be re-issued.
+    dispatcher_->ExpireLeases();
+    if (evict_silent_)
+      for (const std::string& id : evict_silent_()) dispatcher_->Evict(id);
     sched::IntakeDecision d = assembler_.Assemble(step);
     for (const sched::IntakeGroup& g : d.dropped) waiting_.erase(g.group_id);
     if (!d.batch.empty()) {
@@ -47,9 +52,6 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
       b.wait_seconds = clock_->Now() - start;
       return std::optional<CollectedBatch>(std::move(b));
     }
-    dispatcher_->ExpireLeases();
-    if (evict_silent_)
-      for (const std::string& id : evict_silent_()) dispatcher_->Evict(id);
     if (clock_->Now() - last_arrival_ > options_.stall_timeout_seconds)
       return Aborted("no rollout arrived for " + FormatSeconds(options_.stall_timeout_seconds) +
                      " (rollout.stall_timeout_seconds); every actor is failing or stuck");

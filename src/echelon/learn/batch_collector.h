@@ -1,7 +1,7 @@
 // BatchCollector: the first step of every learner update. It waits for submitted groups
 // (ArrivalQueue), applies the consume rule (sched::BatchAssembler: drop t - x > S, then the B
-// oldest groups), and between arrivals keeps the dispatcher honest: expired leases and silent
-// actors are re-issued. It gives up when nothing arrives for stall_timeout_seconds.
+// oldest groups), and on every pass, a batch ready or not, keeps the dispatcher honest: expired
+// leases and silent actors are re-issued. It gives up when nothing arrives for stall_timeout_seconds.
 //
 // All waiting is on the injected Clock and the queue's Drain timeout, so a test runs the
 // collector on simulated time (learn/intake_equivalence_test.cc feeds it the simulator's
