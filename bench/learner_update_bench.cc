@@ -3,8 +3,9 @@
 // micro-batches, one rank against data-parallel ranks (run as processes with torchrun's
 // variables by bench/learner_update.sh). Prints one JSON line per rank:
 //   {"rank", "ranks", "precision", "micro_batch_tokens", "shard_optimizer", "threads",
-//    "update_s" (median), "updates", "peak_rss_mb", "optimizer_mb"}
-// Usage: learner_update_bench [--precision fp32|bf16] [--micro N] [--shard] [--updates N] [--device D]
+//    "pack_sequences", "update_s" (median), "updates", "peak_rss_mb", "optimizer_mb"}
+// Usage: learner_update_bench [--precision fp32|bf16] [--micro N] [--shard] [--no-pack] [--updates N]
+//        [--device D]
 //        (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT for ranks)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
     if (a == "--precision" && i + 1 < argc) o.precision = learn::ParsePrecision(argv[++i]).value();
     if (a == "--micro" && i + 1 < argc) o.micro_batch_tokens = std::atoll(argv[++i]);
     if (a == "--shard") o.shard_optimizer = true;
+    if (a == "--no-pack") o.pack_sequences = false;
     if (a == "--updates" && i + 1 < argc) updates = std::atoi(argv[++i]);
     if (a == "--device" && i + 1 < argc) o.device = argv[++i];
   }
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
                          {"precision", o.precision == learn::Precision::kBf16 ? "bf16" : "fp32"},
                          {"micro_batch_tokens", o.micro_batch_tokens},
                          {"shard_optimizer", o.shard_optimizer},
+                         {"pack_sequences", o.pack_sequences},
                          {"threads", threads},
                          {"parameters", m->config().NumParameters()},
                          {"update_s", seconds[seconds.size() / 2]},

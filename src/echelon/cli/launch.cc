@@ -125,7 +125,7 @@ bool ChangeableOnResume(const std::string& key) {
   static const std::set<std::string> kKeys = {"rl.steps",         "checkpoint.every",        "checkpoint.keep",
                                               "eval.every",       "rollout.lease_seconds",   "rollout.stall_timeout_seconds",
                                               "learner.device",   "learner.micro_batch_tokens", "learner.ranks",
-                                              "learner.rank_timeout_seconds"};
+                                              "learner.rank_timeout_seconds", "learner.pack_sequences"};
   return kKeys.count(key) > 0;
 }
 
@@ -150,7 +150,7 @@ Result<Config> ResumeConfig(const LaunchArgs& args, const std::string& run_dir) 
     return InvalidArgument("resuming " + run_dir + ": the config differs from the run's config.yaml in " + keys +
                            "; a resumed run may change only rl.steps, checkpoint.*, eval.every, "
                            "rollout.lease_seconds, rollout.stall_timeout_seconds, learner.device, "
-                           "learner.micro_batch_tokens and learner.ranks");
+                           "learner.micro_batch_tokens, learner.pack_sequences and learner.ranks");
   }
   if (wanted.ToYaml() != saved.ToYaml())
     ECHELON_RETURN_IF_ERROR(WriteFileAtomic(saved_path, "# " + VersionLine() + "\n" + wanted.ToYaml()));

@@ -63,6 +63,9 @@ const ConfigSchema& TrainSchema() {
     s.Int("learner.micro_batch_tokens", 0, 0, int64_t{1} << 40,
           "token budget of one forward/backward (gradients accumulated; rows sorted by length, padded per "
           "micro-batch); 0: the whole minibatch at once");
+    s.Bool("learner.pack_sequences", true,
+           "padding-free update: sequences packed back to back (attention kept inside each); false pads every "
+           "row to the longest");
     s.Int("learner.ranks", 1, 1, 1024,
           "data-parallel learner ranks on this host (c10d Gloo); across hosts set torchrun's RANK, WORLD_SIZE, "
           "MASTER_ADDR, MASTER_PORT instead");
@@ -160,6 +163,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   if (Status st = model::CheckDevice(l.device); !st.ok()) return st.WithContext(cfg.source() + ": learner.device");
   ECHELON_ASSIGN_OR_RETURN(l.precision, learn::ParsePrecision(cfg.String("learner.precision")));
   l.micro_batch_tokens = cfg.Int("learner.micro_batch_tokens");
+  l.pack_sequences = cfg.Bool("learner.pack_sequences");
   o.learner_ranks = cfg.Int("learner.ranks");
   o.rank_timeout_seconds = cfg.Float("learner.rank_timeout_seconds");
   l.shard_optimizer = cfg.Bool("learner.shard_optimizer");

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "echelon/learn/packing.h"
+
 namespace echelon::learn {
 
 // Right-padded training batch on the CPU: input = seq[:-1], target = seq[1:]; completion tokens
@@ -283,14 +285,36 @@ std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::
   if (options_.micro_batch_tokens <= 0 && world == 1) return {rows};
   std::vector<int64_t> order(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return b.row_len[x] > b.row_len[y]; });
+  // Units of work, each `width` positions wide: padded, the rows longest first (a part is padded
+  // to its first row); packed, the rows in bins as wide as the longest row, nearly full.
+  std::vector<std::vector<int64_t>> units;
+  std::vector<int64_t> width;
+  if (options_.pack_sequences && !order.empty()) {
+    std::vector<int64_t> lengths;
+    for (int64_t r : order) lengths.push_back(b.row_len[r]);
+    for (const std::vector<size_t>& bin : PackFirstFitDecreasing(lengths, lengths.front())) {
+      units.emplace_back();
+      for (size_t i : bin) units.back().push_back(order[i]);
+      width.push_back(lengths.front());
+    }
+  } else {
+    for (int64_t r : order) {
+      units.push_back({r});
+      width.push_back(b.row_len[r]);
+    }
+  }
+  // A part of k units costs k x its first unit's width; a unit wider than the budget goes alone.
   const int64_t budget = options_.micro_batch_tokens > 0 ? options_.micro_batch_tokens : INT64_MAX;
   std::vector<std::vector<int64_t>> parts;
-  for (int64_t r : order) {
-    // Longest first: the first row of a part is its padded width. A row longer than the budget
-    // goes alone.
-    if (parts.empty() || static_cast<int64_t>(parts.back().size() + 1) * b.row_len[parts.back().front()] > budget)
+  int64_t part_units = 0, part_width = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (parts.empty() || (part_units + 1) * part_width > budget) {
       parts.emplace_back();
-    parts.back().push_back(r);
+      part_units = 0;
+      part_width = width[u];
+    }
+    parts.back().insert(parts.back().end(), units[u].begin(), units[u].end());
+    ++part_units;
   }
   // Every rank needs a share: at least `world` parts when there are enough rows.
   if (parts.size() < world && order.size() >= world) {
@@ -303,10 +327,45 @@ std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::
 }
 
 at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len) {
-  const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
-  const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
-  const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
-  return TokenLogProbs(m->Forward(input, positions, at::Tensor(), nullptr), target, options_.temperature);
+  if (!options_.pack_sequences) {
+    const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
+    const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
+    const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
+    return TokenLogProbs(m->Forward(input, positions, at::Tensor(), nullptr), target, options_.temperature);
+  }
+  // The rows back to back in packed rows of width `len`; the log-probs come back to the padded
+  // layout [rows, len] (zero past a row's length) through one gather.
+  const int64_t n = rows.numel();
+  const int64_t* row = rows.data_ptr<int64_t>();
+  std::vector<int64_t> lengths(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) lengths[i] = b.row_len[row[i]];
+  const std::vector<std::vector<size_t>> packed = PackFirstFitDecreasing(lengths, len);
+  const int64_t bins = static_cast<int64_t>(packed.size());
+  at::Tensor ids = at::zeros({bins, len}, at::kLong), target = at::zeros({bins, len}, at::kLong);
+  at::Tensor positions = at::zeros({bins, len}, at::kLong), segments = at::full({bins, len}, -1, at::kLong);
+  at::Tensor from = at::zeros({n, len}, at::kLong), real = at::zeros({n, len}, at::kBool);
+  auto in = b.input.accessor<int64_t, 2>(), tg = b.target.accessor<int64_t, 2>();
+  auto id = ids.accessor<int64_t, 2>(), tp = target.accessor<int64_t, 2>(), ps = positions.accessor<int64_t, 2>();
+  auto sg = segments.accessor<int64_t, 2>(), fr = from.accessor<int64_t, 2>();
+  auto rl = real.accessor<bool, 2>();
+  for (int64_t k = 0; k < bins; ++k) {
+    int64_t offset = 0;
+    for (size_t i : packed[k]) {
+      for (int64_t j = 0; j < lengths[i]; ++j) {
+        id[k][offset + j] = in[row[i]][j];
+        tp[k][offset + j] = tg[row[i]][j];
+        ps[k][offset + j] = j;
+        sg[k][offset + j] = static_cast<int64_t>(i);
+        fr[i][j] = k * len + offset + j;
+        rl[i][j] = true;
+      }
+      offset += lengths[i];
+    }
+  }
+  const at::Tensor logp = TokenLogProbs(m->ForwardPacked(ids.to(device_), positions.to(device_), segments.to(device_)),
+                                        target.to(device_), options_.temperature);
+  const at::Tensor gathered = logp.flatten().index_select(0, from.flatten().to(device_)).view({n, len});
+  return gathered.masked_fill(real.to(device_).logical_not(), 0.0);
 }
 
 namespace {

@@ -51,9 +51,13 @@ struct LearnerOptions {
   std::string device = "cpu";  // a LibTorch device: cpu, cuda, cuda:N (model::CheckDevice)
   Precision precision = Precision::kFp32;
   // Token budget of one forward/backward: a minibatch's rows, sorted by length, go through in
-  // micro-batches of at most this many (padded) tokens with their gradients accumulated, each
-  // padded only to its own longest row. 0: one forward/backward per minibatch.
+  // micro-batches of at most this many tokens (packed: the rows' own, about; padded: rows x the
+  // longest) with their gradients accumulated. 0: one forward/backward per minibatch.
   int64_t micro_batch_tokens = 0;
+  // Padding-free forward/backward: a (micro-)batch's rows go back to back into rows as wide as
+  // its longest (first-fit decreasing, attention kept inside each sequence), so the update
+  // computes about the real tokens only. false: each row padded to the longest.
+  bool pack_sequences = true;
   // With several ranks, each keeps the AdamW state of every world-th parameter only (ZeRO
   // stage 1), steps those parameters, and sends them to the others.
   bool shard_optimizer = false;

@@ -203,6 +203,28 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
   const at::Tensor mask = write.fused_lengths.empty()
                              ? AttentionMask(key_valid, batch, t, write.start, starts, write.end, ids.device())
                              : at::Tensor();
+  return Layers(ids, positions, mask, cache, write, compute_logits);
+}
+
+at::Tensor Qwen3ModelImpl::ForwardPacked(const at::Tensor& ids, const at::Tensor& positions,
+                                         const at::Tensor& segments) {
+  TORCH_CHECK(ids.dim() == 2 && positions.sizes() == ids.sizes() && segments.sizes() == ids.sizes(),
+              "ForwardPacked: ids, positions and segments must be [B, T] alike, got ", ids.sizes(), ", ",
+              positions.sizes(), " and ", segments.sizes());
+  const int64_t t = ids.size(1);
+  // Causal within a segment, nothing across: [B, T, T]. Padding (-1) attends to padding only.
+  const at::Tensor causal = at::ones({t, t}, segments.options().dtype(at::kBool)).tril();
+  const at::Tensor allowed = causal.unsqueeze(0) & (segments.unsqueeze(2) == segments.unsqueeze(1));
+  at::Tensor mask = at::zeros(allowed.sizes(), segments.options().dtype(at::kFloat));
+  mask.masked_fill_(~allowed, -std::numeric_limits<float>::infinity());
+  CacheWrite write;
+  write.end = t;
+  return Layers(ids, positions, mask.view({ids.size(0), 1, 1, t, t}), nullptr, write, true);
+}
+
+at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& mask,
+                                  KVCache* cache, const CacheWrite& write, bool compute_logits) {
+  const int64_t t = ids.size(1);
   // Rotary tables in fp32, then in the weights' dtype (as HF).
   at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(ids.device());  // [B, T, D/2]
   angles = at::cat({angles, angles}, -1).unsqueeze(1);                                      // [B, 1, T, D]

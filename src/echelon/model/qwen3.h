@@ -65,6 +65,12 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
                      KVCache* cache, bool compute_logits = true);
 
+  // A padding-free batch: each row holds several sequences back to back. segments [B, T] int64
+  // names each position's sequence; a token attends only to the earlier tokens of its own
+  // segment, so every sequence's logits are those of a Forward of it alone. positions restart
+  // at 0 with each sequence (the caller's). Trailing padding takes segment -1. No cache.
+  at::Tensor ForwardPacked(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& segments);
+
   KVCache NewCache(int64_t batch, int64_t capacity) const;
   const ModelConfig& config() const { return cfg_; }
 
@@ -102,6 +108,9 @@ class Qwen3ModelImpl : public torch::nn::Module {
     std::vector<int64_t> fused_lengths;
     const std::vector<const KVCache*>* prefixes = nullptr;
   };
+  // Embedding, the layers, the final norm and lm_head under an additive attention mask.
+  at::Tensor Layers(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& mask, KVCache* cache,
+                    const CacheWrite& write, bool compute_logits);
   at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& mask, KVCache* cache, const CacheWrite& write, size_t index) const;
   at::Tensor Mlp(const Layer& layer, const at::Tensor& h) const;

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <set>
 
@@ -149,6 +150,52 @@ TEST(Qwen3Test, LeftPaddedBatchEqualsPerRowForward) {
     at::Tensor alone = m->Forward(at::tensor(row, at::kLong).unsqueeze(0), Positions(1, len), at::Tensor(), nullptr)[0];
     EXPECT_LT(MaxDiff(padded[r].narrow(0, width - len, len), alone), 1e-5) << "row " << r;
   }
+}
+
+// Sequences back to back in packed rows (positions restarting, attention kept inside each
+// segment, trailing padding): each sequence's logits and gradients equal its own forward's.
+TEST(Qwen3Test, PackedRowsEqualPerSequenceForward) {
+  Qwen3Model m = TinyModel(false, 3);
+  const std::vector<std::vector<int64_t>> seqs = {{3, 9, 4}, {1, 2, 3, 4, 5, 6, 7}, {11}, {5, 5, 6, 22, 0}, {8, 8}};
+  // Row 0: seqs 1, 0 (10 positions); row 1: seqs 3, 4, 2, then two padding positions.
+  const std::vector<std::vector<size_t>> rows = {{1, 0}, {3, 4, 2}};
+  const int64_t width = 10;
+  at::Tensor ids = at::zeros({2, width}, at::kLong), positions = at::zeros({2, width}, at::kLong);
+  at::Tensor segments = at::full({2, width}, -1, at::kLong);
+  std::vector<std::pair<int64_t, int64_t>> where(seqs.size());  // (row, offset)
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t offset = 0;
+    for (size_t i : rows[static_cast<size_t>(r)]) {
+      const int64_t len = static_cast<int64_t>(seqs[i].size());
+      ids[r].narrow(0, offset, len).copy_(at::tensor(seqs[i], at::kLong));
+      positions[r].narrow(0, offset, len).copy_(at::arange(len, at::kLong));
+      segments[r].narrow(0, offset, len).fill_(static_cast<int64_t>(i));
+      where[i] = {r, offset};
+      offset += len;
+    }
+  }
+  at::Tensor packed = m->ForwardPacked(ids, positions, segments);
+  // One scalar through every sequence's logits, so the gradients of all weights are compared.
+  const at::Tensor weights = at::randn({2, width, 23});
+  std::vector<at::Tensor> params = m->parameters();
+  at::Tensor packed_loss = at::zeros({});
+  at::Tensor alone_loss = at::zeros({});
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t len = static_cast<int64_t>(seqs[i].size());
+    const auto [r, offset] = where[i];
+    at::Tensor alone = m->Forward(at::tensor(seqs[i], at::kLong).unsqueeze(0), Positions(1, len), at::Tensor(), nullptr)[0];
+    EXPECT_LT(MaxDiff(packed[r].narrow(0, offset, len), alone), 1e-5) << "sequence " << i;
+    const at::Tensor w = weights[r].narrow(0, offset, len);
+    packed_loss = packed_loss + (packed[r].narrow(0, offset, len) * w).sum();
+    alone_loss = alone_loss + (alone * w).sum();
+  }
+  const std::vector<at::Tensor> g_packed = torch::autograd::grad({packed_loss}, params);
+  const std::vector<at::Tensor> g_alone = torch::autograd::grad({alone_loss}, params);
+  for (size_t p = 0; p < params.size(); ++p)
+    EXPECT_LT(MaxDiff(g_packed[p], g_alone[p]), 1e-4 * std::max(1.0, g_alone[p].abs().max().item<double>()))
+        << "parameter " << p;
+  EXPECT_FALSE(packed.isnan().any().item<bool>()) << "padding positions stay finite";
+  EXPECT_THROW(m->ForwardPacked(ids, positions, segments.narrow(1, 0, 4)), c10::Error);
 }
 
 TEST(Qwen3Test, IncrementalCacheEqualsFullForward) {
