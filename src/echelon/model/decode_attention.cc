@@ -112,10 +112,24 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     const float *k, *v;
     int64_t n;
   };
+  // Rows that read the same prefix go one after another, kv head by kv head, so each prefix
+  // head comes from memory once and from cache for the group's other rows.
+  std::vector<int64_t> order(static_cast<size_t>(batch * kv));
+  for (int64_t pair = 0; pair < batch * kv; ++pair) order[static_cast<size_t>(pair)] = pair;
+  if (!prefixes.empty()) {
+    const auto prefix_of = [&](int64_t pair) {
+      const at::Tensor& k = prefixes[static_cast<size_t>(pair / kv)].k;
+      return k.defined() ? reinterpret_cast<uintptr_t>(k.data_ptr<float>()) : uintptr_t{0};
+    };
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      const uintptr_t px = prefix_of(x), py = prefix_of(y);
+      return px != py ? px < py : x % kv < y % kv;
+    });
+  }
   const auto for_each_pair = [&](const auto& fn) {
     at::parallel_for(0, batch * kv, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t pair = begin; pair < end; ++pair) {
-        const int64_t b = pair / kv, h = pair % kv;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t pair = order[static_cast<size_t>(i)], b = pair / kv, h = pair % kv;
         const size_t row = static_cast<size_t>(b);
         const int64_t plen = prefix_len[row];
         const Run prefix = plen == 0 ? Run{nullptr, nullptr, 0}
