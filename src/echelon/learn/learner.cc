@@ -280,8 +280,8 @@ struct Learner::Minibatch {
 
 std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::Tensor& rows) const {
   const size_t world = reducer_ != nullptr ? static_cast<size_t>(reducer_->world()) : 1;
-  // One forward/backward on one rank: the rows as they are (the update of earlier releases,
-  // to the bit).
+  // One forward/backward on one rank: the rows as they are (padded: the update of earlier
+  // releases, to the bit).
   if (options_.micro_batch_tokens <= 0 && world == 1) return {rows};
   std::vector<int64_t> order(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return b.row_len[x] > b.row_len[y]; });
