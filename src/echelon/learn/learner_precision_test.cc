@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "echelon/learn/learner.h"
 #include "echelon/learn/snapshot_publisher.h"
@@ -13,64 +14,62 @@
 namespace echelon::learn {
 namespace {
 
-// The same ten updates on the same batches, whole against micro-batched, padded and packed.
-// The micro-batches see each row once, padded (or packed) to their own width instead of the
-// batch's: the same arithmetic in another summation order, so the weights agree to float32
+// Ten updates of two learners from `init` on the same batches, which must be the same update
+// computed in another summation order: equal statistics, and weights that agree to float32
 // rounding (~1e-7 relative), which AdamW can amplify only where a gradient is itself rounding
 // noise: the bound is 2e-5 (the worst seen: one element of one matrix at 1.0e-5, every other
 // below 3e-6), against an update size of ~1e-3 per step.
+void ExpectSameUpdates(const model::Qwen3Model& init, const LearnerOptions& a_opts, const LearnerOptions& b_opts,
+                       const std::vector<LearnerGroup>& groups, const std::string& what) {
+  Learner a(Copy(init), a_opts);
+  Learner b(Copy(init), b_opts);
+  for (int step = 0; step < 10; ++step) {
+    Result<StepStats> x = a.Step(groups);
+    Result<StepStats> y = b.Step(groups);
+    ASSERT_TRUE(x.ok() && y.ok()) << what;
+    EXPECT_EQ(x->tokens, y->tokens) << what;
+    EXPECT_NEAR(x->loss, y->loss, 1e-6) << what << ", step " << step;
+    EXPECT_NEAR(x->grad_norm, y->grad_norm, 1e-5 * std::max(1.0, x->grad_norm)) << what << ", step " << step;
+    EXPECT_NEAR(x->logprob_gap, y->logprob_gap, 1e-6) << what << ", step " << step;
+  }
+  EXPECT_LT(MaxWeightDiff(a.model(), b.model()), 2e-5) << what;
+  EXPECT_GT(MaxWeightDiff(a.model(), init), 1e-3) << what << ": the weights did move";
+}
+
+// Whole against micro-batched, padded and packed: the micro-batches see each row once, padded
+// (or packed) to their own width instead of the batch's.
 TEST(LearnerMicroBatches, AccumulatedUpdatesEqualWholeBatchUpdates) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(5);
   const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
   for (bool pack : {false, true})
     for (int64_t minibatches : {1, 2}) {
-      LearnerOptions whole_opts;
-      whole_opts.lr = 1e-3;
-      whole_opts.minibatches = minibatches;
-      whole_opts.pack_sequences = pack;
-      LearnerOptions micro_opts = whole_opts;
-      micro_opts.micro_batch_tokens = 20;  // 2-3 rows of 7-10 positions per forward
-      Learner whole(Copy(init), whole_opts);
-      Learner micro(Copy(init), micro_opts);
-      for (int step = 0; step < 10; ++step) {
-        Result<StepStats> a = whole.Step(groups);
-        Result<StepStats> b = micro.Step(groups);
-        ASSERT_TRUE(a.ok() && b.ok());
-        EXPECT_NEAR(a->loss, b->loss, 1e-6) << "step " << step;
-        EXPECT_NEAR(a->grad_norm, b->grad_norm, 1e-5 * std::max(1.0, a->grad_norm)) << "step " << step;
-        EXPECT_NEAR(a->logprob_gap, b->logprob_gap, 1e-6);
-      }
-      EXPECT_LT(MaxWeightDiff(whole.model(), micro.model()), 2e-5) << "minibatches " << minibatches << " pack " << pack;
-      EXPECT_GT(MaxWeightDiff(whole.model(), init), 1e-3);  // they did move
+      LearnerOptions whole;
+      whole.lr = 1e-3;
+      whole.minibatches = minibatches;
+      whole.pack_sequences = pack;
+      LearnerOptions micro = whole;
+      micro.micro_batch_tokens = 20;  // 2-3 rows of 7-10 positions per forward
+      ExpectSameUpdates(init, whole, micro, groups,
+                        "minibatches " + std::to_string(minibatches) + ", pack " + std::to_string(pack));
     }
 }
 
+// Padding-free updates (several rows back to back in one packed row) against rows padded to
+// the longest, with and without micro-batches, over two minibatches (pi_prox computed up front).
 TEST(LearnerPacking, PackedUpdatesEqualPaddedUpdates) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(6);
   const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
   for (int64_t micro : {int64_t{0}, int64_t{24}}) {
-    LearnerOptions padded_opts;
-    padded_opts.lr = 1e-3;
-    padded_opts.minibatches = 2;
-    padded_opts.micro_batch_tokens = micro;
-    padded_opts.pack_sequences = false;
-    LearnerOptions packed_opts = padded_opts;
-    packed_opts.pack_sequences = true;
-    Learner padded(Copy(init), padded_opts);
-    Learner packed(Copy(init), packed_opts);
-    for (int step = 0; step < 10; ++step) {
-      Result<StepStats> a = padded.Step(groups);
-      Result<StepStats> b = packed.Step(groups);
-      ASSERT_TRUE(a.ok() && b.ok());
-      EXPECT_EQ(a->tokens, b->tokens);
-      EXPECT_NEAR(a->loss, b->loss, 1e-6) << "step " << step;
-      EXPECT_NEAR(a->grad_norm, b->grad_norm, 1e-5 * std::max(1.0, a->grad_norm)) << "step " << step;
-      EXPECT_NEAR(a->logprob_gap, b->logprob_gap, 1e-6);
-    }
-    EXPECT_LT(MaxWeightDiff(padded.model(), packed.model()), 2e-5) << "micro_batch_tokens " << micro;
-    EXPECT_GT(MaxWeightDiff(padded.model(), init), 1e-3);
+    LearnerOptions padded;
+    padded.lr = 1e-3;
+    padded.minibatches = 2;
+    padded.micro_batch_tokens = micro;
+    padded.pack_sequences = false;
+    LearnerOptions packed = padded;
+    packed.pack_sequences = true;
+    ExpectSameUpdates(init, padded, packed, groups, "micro_batch_tokens " + std::to_string(micro));
   }
 }
 
