@@ -46,11 +46,14 @@ std::vector<echelon::learn::LearnerGroup> Batch(int groups, int group_size, uint
   return out;
 }
 
+// Arg: 1 packs the rows without padding (the default), 0 pads them to the longest.
 void BM_LearnerStep(benchmark::State& state) {
   at::set_num_threads(1);
   echelon::model::Qwen3Model m(DefaultModel());
   m->InitWeights(1);
-  echelon::learn::Learner learner(m, echelon::learn::LearnerOptions{});
+  echelon::learn::LearnerOptions options;
+  options.pack_sequences = state.range(0) != 0;
+  echelon::learn::Learner learner(m, options);
   const auto batch = Batch(32, 8, 3);
   for (auto _ : state) {
     auto s = learner.Step(batch);
@@ -58,7 +61,7 @@ void BM_LearnerStep(benchmark::State& state) {
   }
   state.counters["sequences/s"] = benchmark::Counter(32.0 * 8, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_LearnerStep)->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_LearnerStep)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->MinTime(3.0);
 
 }  // namespace
 
