@@ -61,11 +61,11 @@ const ConfigSchema& TrainSchema() {
              "fp32, or bf16: bf16 parameters and activations with fp32 master weights and AdamW state",
              {"fp32", "bf16"});
     s.Int("learner.micro_batch_tokens", 0, 0, int64_t{1} << 40,
-          "token budget of one forward/backward (gradients accumulated; rows sorted by length, padded per "
-          "micro-batch); 0: the whole minibatch at once");
+          "token budget of one forward/backward, padding included (gradients accumulated; rows sorted by "
+          "length, packed or padded per micro-batch); 0: the whole minibatch at once");
     s.Bool("learner.pack_sequences", true,
-           "padding-free update: sequences packed back to back (attention kept inside each); false pads every "
-           "row to the longest");
+           "padding-free update: sequences packed back to back (attention kept inside each) where that removes "
+           "at least an eighth of the rows; false pads every row to the longest");
     s.Int("learner.ranks", 1, 1, 1024,
           "data-parallel learner ranks on this host (c10d Gloo); across hosts set torchrun's RANK, WORLD_SIZE, "
           "MASTER_ADDR, MASTER_PORT instead");

@@ -275,6 +275,7 @@ std::vector<at::Tensor> MinibatchRows(const TrainingBatch& b, size_t num_groups,
 struct Learner::Minibatch {
   double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0;
   ImportanceHealth health;
+  int64_t computed_positions = 0, sequence_positions = 0;  // of this rank's gradient forwards
   at::Tensor start_logp;  // [rows, T] on the CPU; undefined when pi_prox was computed up front
 };
 
@@ -287,15 +288,20 @@ std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return b.row_len[x] > b.row_len[y]; });
   // Units of work, each `width` positions wide: padded, the rows longest first (a part is padded
   // to its first row); packed, the rows in bins as wide as the longest row, nearly full.
-  std::vector<std::vector<int64_t>> units;
-  std::vector<int64_t> width;
+  // Packing that saves too few rows is not worth its extra work (PackingPays): padded units.
+  std::vector<std::vector<size_t>> bins;
   if (options_.pack_sequences && !order.empty()) {
     std::vector<int64_t> lengths;
     for (int64_t r : order) lengths.push_back(b.row_len[r]);
-    for (const std::vector<size_t>& bin : PackFirstFitDecreasing(lengths, lengths.front())) {
+    bins = PackFirstFitDecreasing(lengths, lengths.front());
+  }
+  std::vector<std::vector<int64_t>> units;
+  std::vector<int64_t> width;
+  if (!bins.empty() && PackingPays(order.size(), bins.size())) {
+    for (const std::vector<size_t>& bin : bins) {
       units.emplace_back();
       for (size_t i : bin) units.back().push_back(order[i]);
-      width.push_back(lengths.front());
+      width.push_back(b.row_len[order.front()]);
     }
   } else {
     for (int64_t r : order) {
@@ -326,8 +332,16 @@ std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::
   return out;
 }
 
-at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len) {
-  if (!options_.pack_sequences) {
+at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len,
+                             int64_t* computed) {
+  const int64_t n = rows.numel();
+  const int64_t* row = rows.data_ptr<int64_t>();
+  std::vector<int64_t> lengths(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) lengths[i] = b.row_len[row[i]];
+  std::vector<std::vector<size_t>> packed;
+  if (options_.pack_sequences) packed = PackFirstFitDecreasing(lengths, len);
+  if (packed.empty() || !PackingPays(static_cast<size_t>(n), packed.size())) {
+    if (computed != nullptr) *computed += n * len;
     const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
@@ -335,12 +349,8 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
   }
   // The rows back to back in packed rows of width `len`; the log-probs come back to the padded
   // layout [rows, len] (zero past a row's length) through one gather.
-  const int64_t n = rows.numel();
-  const int64_t* row = rows.data_ptr<int64_t>();
-  std::vector<int64_t> lengths(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) lengths[i] = b.row_len[row[i]];
-  const std::vector<std::vector<size_t>> packed = PackFirstFitDecreasing(lengths, len);
   const int64_t bins = static_cast<int64_t>(packed.size());
+  if (computed != nullptr) *computed += bins * len;
   at::Tensor ids = at::zeros({bins, len}, at::kLong), target = at::zeros({bins, len}, at::kLong);
   at::Tensor positions = at::zeros({bins, len}, at::kLong), segments = at::full({bins, len}, -1, at::kLong);
   at::Tensor from = at::zeros({n, len}, at::kLong), real = at::zeros({n, len}, at::kBool);
@@ -398,7 +408,8 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     const at::Tensor& u = micro[i];
     const int64_t len = Width(b, u);
     PolicyLossInputs in;
-    in.logp = LogProbs(compute_, b, u, len);
+    in.logp = LogProbs(compute_, b, u, len, &mb->computed_positions);
+    for (int64_t i = 0; i < u.numel(); ++i) mb->sequence_positions += b.row_len[u.data_ptr<int64_t>()[i]];
     in.behav_logp = Rows(b.behav, u, len, device_);
     in.mask = Rows(b.mask, u, len, device_);
     in.advantages = b.adv.index_select(0, u).to(device_);
@@ -524,6 +535,8 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     for (const at::Tensor& rows : minibatches) {
       Minibatch mb;
       AccumulateGradients(b, rows, prox, keep, &mb);
+      stats.computed_positions += mb.computed_positions;
+      stats.sequence_positions += mb.sequence_positions;
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));
       if (!prox.defined()) LogprobGaps(mb.start_logp, b, groups.size(), &stats);
       if (std::isnan(norm)) {

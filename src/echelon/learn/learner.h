@@ -93,6 +93,10 @@ struct StepStats {
   double logprob_gap = 0;        // mean |learner log-prob - actor log-prob| at the start of the update
   std::vector<double> group_logprob_gap;  // the same per group, in the order given
   int64_t tokens = 0;            // completion tokens trained on
+  // Positions of this rank's gradient forwards: computed (padding included) and real (prompt and
+  // completion); their difference is what padding cost (learner.pack_sequences removes most).
+  int64_t computed_positions = 0;
+  int64_t sequence_positions = 0;
   int64_t zero_spread_groups = 0;  // groups whose rewards were all equal (no signal)
   int64_t skipped_nonfinite = 0;   // optimizer steps not taken: non-finite loss or gradient
   std::vector<size_t> nonfinite_groups;  // the groups (indices into Step's) of those steps' minibatches
@@ -147,7 +151,10 @@ class Learner {
   Result<double> ApplyGradients(Minibatch* mb);
   // Start-of-update log-probs of every row, without gradients (pi_prox), summed over ranks.
   Result<at::Tensor> ProxLogProbs(const TrainingBatch& b);
-  at::Tensor LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len);
+  // The log-probs [rows, len] of `rows`' targets, the rows packed when that pays (packing.h);
+  // `*computed` (when given) grows by the positions the forward computed, padding included.
+  at::Tensor LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len,
+                      int64_t* computed = nullptr);
   std::vector<at::Tensor> MicroBatches(const TrainingBatch& b, const at::Tensor& rows) const;
 
   model::Qwen3Model model_;               // master weights, fp32

@@ -55,12 +55,34 @@ TEST(LearnerMicroBatches, AccumulatedUpdatesEqualWholeBatchUpdates) {
     }
 }
 
+// Groups of 4 episodes with the given prompt lengths, episode i of group g completing in
+// completion(g, i) tokens; behaviour log-probs near the tiny model's uniform -log 16.
+std::vector<LearnerGroup> FixedGroups(const std::vector<int64_t>& prompt_lengths, int64_t (*completion)(size_t, int)) {
+  std::vector<LearnerGroup> groups(prompt_lengths.size());
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int i = 0; i < 4; ++i) {
+      data::Episode e;
+      data::Turn t;
+      for (int64_t k = 0; k < prompt_lengths[g]; ++k) t.prompt_ids.push_back(1 + (k * 7 + static_cast<int64_t>(g)) % 15);
+      for (int64_t k = 0; k < completion(g, i); ++k) {
+        t.tokens.push_back(2 + (k * 5 + i + static_cast<int64_t>(g) * 3) % 13);
+        t.logprobs.push_back(-2.5f - 0.1f * static_cast<float>((k + i) % 5));
+      }
+      e.turns.push_back(t);
+      e.reward = i % 2;
+      groups[g].episodes.push_back(e);
+    }
+  return groups;
+}
+
 // Padding-free updates (several rows back to back in one packed row) against rows padded to
 // the longest, with and without micro-batches, over two minibatches (pi_prox computed up front).
 TEST(LearnerPacking, PackedUpdatesEqualPaddedUpdates) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(6);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  // Rows of 2..16 positions: most pair up at the minibatch's width.
+  const std::vector<LearnerGroup> groups =
+      FixedGroups({2, 3, 5, 8}, [](size_t g, int i) { return int64_t{1} + static_cast<int64_t>(g * 5 + i * 3) % 9; });
   for (int64_t micro : {int64_t{0}, int64_t{24}}) {
     LearnerOptions padded;
     padded.lr = 1e-3;
@@ -70,6 +92,42 @@ TEST(LearnerPacking, PackedUpdatesEqualPaddedUpdates) {
     LearnerOptions packed = padded;
     packed.pack_sequences = true;
     ExpectSameUpdates(init, padded, packed, groups, "micro_batch_tokens " + std::to_string(micro));
+    // Packing did happen: the same real positions in fewer computed ones.
+    Learner a(Copy(init), padded), b(Copy(init), packed);
+    Result<StepStats> x = a.Step(groups), y = b.Step(groups);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(x->sequence_positions, y->sequence_positions);
+    EXPECT_LT(y->computed_positions, x->computed_positions) << "micro_batch_tokens " << micro;
+  }
+}
+
+// Packing that saves too little (PackingPays) is not done: 16 rows of 10 positions, of which 2
+// (or 4) are 4 positions long and pair up. Saving 1 row of 16 takes the padded forward, whose
+// updates the packed learner then equals to the bit; saving 2 of 16 packs.
+TEST(LearnerPacking, PackingThatSavesTooLittleTakesThePaddedForward) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(8);
+  for (int short_rows : {2, 4}) {
+    const std::vector<LearnerGroup> groups =
+        FixedGroups({4, 4, 4, 4}, short_rows == 2 ? [](size_t g, int i) { return int64_t{g == 0 && i < 2 ? 1 : 7}; }
+                                                  : [](size_t g, int) { return int64_t{g == 0 ? 1 : 7}; });
+    LearnerOptions padded;
+    padded.lr = 1e-3;
+    padded.pack_sequences = false;
+    LearnerOptions packed = padded;
+    packed.pack_sequences = true;
+    Learner a(Copy(init), padded), b(Copy(init), packed);
+    for (int step = 0; step < 3; ++step) {
+      Result<StepStats> x = a.Step(groups), y = b.Step(groups);
+      ASSERT_TRUE(x.ok() && y.ok());
+      EXPECT_EQ(x->computed_positions, 16 * 10);
+      EXPECT_EQ(y->computed_positions, short_rows == 2 ? 16 * 10 : 14 * 10);
+      if (short_rows == 2) {
+        EXPECT_EQ(x->loss, y->loss) << "step " << step;
+        EXPECT_EQ(x->grad_norm, y->grad_norm) << "step " << step;
+      }
+    }
+    if (short_rows == 2) EXPECT_EQ(MaxWeightDiff(a.model(), b.model()), 0.0);
   }
 }
 

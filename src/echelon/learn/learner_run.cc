@@ -298,6 +298,8 @@ class LearnerRun {
     r.verified_groups = verified.checked;
     r.verify_gap_max = verified.max_gap;
     r.tokens = stats.tokens;
+    if (stats.computed_positions > 0)
+      r.learner_pad_frac = 1.0 - static_cast<double>(stats.sequence_positions) / stats.computed_positions;
     if (std::optional<BroadcastCompletion> b = transport_.TakeCompletedBroadcast()) {
       r.broadcast_version = b->version;
       r.broadcast_s = b->seconds;

@@ -29,4 +29,6 @@ std::vector<std::vector<size_t>> PackFirstFitDecreasing(const std::vector<int64_
   return rows;
 }
 
+bool PackingPays(size_t rows, size_t packed_rows) { return packed_rows * 8 <= rows * 7; }
+
 }  // namespace echelon::learn

@@ -20,4 +20,11 @@ namespace echelon::learn {
 // half full, so rows <= 2 * sum(lengths) / width + 1.
 std::vector<std::vector<size_t>> PackFirstFitDecreasing(const std::vector<int64_t>& lengths, int64_t width);
 
+// Whether `rows` rows of one width packed into `packed_rows` rows of the same width save enough
+// to pay for the packed forward's extra work (a per-row segment mask instead of the causal one,
+// and a gather back to the padded layout): on equal rows, where packing saves nothing, the packed
+// forward costs 3-12% more (bench/learner_step_bench, docs/BENCHMARKS.md), so it must remove at
+// least an eighth of the rows.
+bool PackingPays(size_t rows, size_t packed_rows);
+
 }  // namespace echelon::learn

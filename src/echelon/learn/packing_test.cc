@@ -47,5 +47,14 @@ TEST(PackingTest, ALengthOutsideTheWidthIsRefused) {
   EXPECT_THROW(PackFirstFitDecreasing({0}, 10), std::invalid_argument);
 }
 
+TEST(PackingTest, PackingPaysOnlyWhenItRemovesAnEighthOfTheRows) {
+  EXPECT_FALSE(PackingPays(16, 16));  // equal rows: nothing saved
+  EXPECT_FALSE(PackingPays(16, 15));
+  EXPECT_TRUE(PackingPays(16, 14));
+  EXPECT_TRUE(PackingPays(8, 7));
+  EXPECT_FALSE(PackingPays(1, 1));
+  EXPECT_TRUE(PackingPays(2, 1));
+}
+
 }  // namespace
 }  // namespace echelon::learn

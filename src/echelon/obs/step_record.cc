@@ -51,6 +51,7 @@ void VisitFields(R& r, V& v) {
   v.Count("verified_groups", r.verified_groups);
   v.Number("verify_gap_max", r.verify_gap_max);
   v.Count("tokens", r.tokens);
+  v.Number("learner_pad_frac", r.learner_pad_frac);
   v.Number("tokens_per_s", r.tokens_per_s);
   v.Count("broadcast_version", r.broadcast_version);
   v.Number("broadcast_s", r.broadcast_s);

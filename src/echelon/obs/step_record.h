@@ -11,7 +11,7 @@
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
 //               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, logprob_gap, actor_logprob_gap, zero_spread_groups,
-//               skipped_nonfinite, verified_groups, verify_gap_max, tokens,
+//               skipped_nonfinite, verified_groups, verify_gap_max, tokens, learner_pad_frac,
 //               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
@@ -81,6 +81,7 @@ struct StepRecord {
   std::optional<int64_t> verified_groups;    // groups whose behaviour log-probs were recomputed (total, this process)
   double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
   std::optional<int64_t> tokens;                      // completion tokens trained on
+  double learner_pad_frac = kMissing;  // share of the positions the gradient forwards computed that were padding
 
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
   double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer

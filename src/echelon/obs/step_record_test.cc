@@ -43,6 +43,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.reward_metrics = {{"length", 12.5}};
   r.zero_spread_groups = 1;
   r.tokens = 96;
+  r.learner_pad_frac = 0.125;
   r.broadcast_version = 6;
   r.broadcast_s = 0.3;
   r.learner_rss_mb = 300.5;
@@ -55,7 +56,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 42u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 43u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 
