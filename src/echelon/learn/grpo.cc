@@ -55,13 +55,12 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
     ratio = ExpClamped(in.logp - prox);
     weight = ExpClamped(prox - in.behav_logp);
     if (options.correction == Correction::kTruncatedIS) weight = at::clamp_max(weight, options.tis_cap);
-    if (options.correction == Correction::kIcePop)
-      weight = weight * ((weight >= 1.0 / options.icepop_beta) & (weight <= options.icepop_beta)).to(weight.scalar_type());
   }
-  if (options.correction == Correction::kM2po) {
-    TORCH_CHECK(in.keep.defined(), "PolicyLoss: m2po needs its token mask (M2poKeep)");
-    weight = in.keep.to(in.logp.scalar_type());
-  }
+  TORCH_CHECK(options.correction != Correction::kM2po || in.keep.defined(),
+              "PolicyLoss: m2po needs its token mask (M2poKeep)");
+  const at::Tensor dropped = DroppedTokens((prox - in.behav_logp).detach(), in.keep, options);
+  if (options.correction == Correction::kIcePop) weight = weight.masked_fill(dropped, 0.0);
+  if (options.correction == Correction::kM2po) weight = in.keep.to(in.logp.scalar_type());
   const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
   const at::Tensor unclipped_obj = ratio * adv;
   // M2PO's objective has no clip: its trust region is the token mask.
@@ -84,18 +83,48 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   const at::Tensor was_clipped = (clipped_obj < unclipped_obj).to(at::kFloat);
   out.clip_frac = ((was_clipped * mask).sum() / denom).item<double>();
   out.behav_weight_mean = ((weight * mask).sum() / denom).item<double>();
-  {
-    at::NoGradGuard no_grad;
-    const at::Tensor log_w = at::clamp(prox - in.behav_logp, -kMaxLogRatio, kMaxLogRatio).to(at::kDouble);
-    const at::Tensor m = mask.to(at::kDouble);
-    const double n = std::max(1.0, m.sum().item<double>());
-    out.health.weight_mean = (log_w.exp() * m).sum().item<double>() / n;
-    out.health.weight_m2 = ((2.0 * log_w).exp() * m).sum().item<double>() / n;
-    out.health.logratio_m2 = (log_w * log_w * m).sum().item<double>() / n;
-    if (options.correction == Correction::kIcePop || options.correction == Correction::kM2po)
-      out.health.masked_frac = ((weight == 0).to(at::kDouble) * m).sum().item<double>() / n;
-  }
+  ImportanceSums all;
+  for (const ImportanceSums& row : RowImportanceSums((prox - in.behav_logp).detach(), mask, dropped)) all.Add(row);
+  out.health = all.Health();
   return out;
+}
+
+void ImportanceSums::Add(const ImportanceSums& o) {
+  tokens += o.tokens;
+  weight += o.weight;
+  weight_sq += o.weight_sq;
+  logratio_sq += o.logratio_sq;
+  dropped += o.dropped;
+}
+
+ImportanceHealth ImportanceSums::Health() const {
+  if (tokens <= 0) return {};
+  return {weight / tokens, weight_sq / tokens, logratio_sq / tokens, dropped / tokens};
+}
+
+std::vector<ImportanceSums> RowImportanceSums(const at::Tensor& log_w, const at::Tensor& mask, const at::Tensor& dropped) {
+  at::NoGradGuard no_grad;
+  const at::Tensor lw = at::clamp(log_w, -kMaxLogRatio, kMaxLogRatio).to(at::kCPU, at::kDouble);
+  const at::Tensor m = mask.to(at::kCPU, at::kDouble);
+  const at::Tensor d = dropped.defined() ? dropped.to(at::kCPU, at::kDouble) * m : at::zeros_like(m);
+  const at::Tensor sums = at::stack({m.sum(1), (lw.exp() * m).sum(1), ((2.0 * lw).exp() * m).sum(1), (lw * lw * m).sum(1),
+                                     d.sum(1)},
+                                    1)
+                              .contiguous();
+  auto s = sums.accessor<double, 2>();
+  std::vector<ImportanceSums> out(static_cast<size_t>(sums.size(0)));
+  for (int64_t r = 0; r < sums.size(0); ++r) out[r] = {s[r][0], s[r][1], s[r][2], s[r][3], s[r][4]};
+  return out;
+}
+
+at::Tensor DroppedTokens(const at::Tensor& log_w, const at::Tensor& keep, const PolicyLossOptions& options) {
+  at::NoGradGuard no_grad;
+  if (options.correction == Correction::kIcePop) {
+    const at::Tensor w = ExpClamped(log_w);
+    return (w < 1.0 / options.icepop_beta) | (w > options.icepop_beta);
+  }
+  if (options.correction == Correction::kM2po && keep.defined()) return keep == 0;
+  return {};
 }
 
 at::Tensor M2poKeep(const at::Tensor& log_w, const at::Tensor& mask, double tau) {

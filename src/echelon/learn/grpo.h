@@ -79,6 +79,24 @@ struct ImportanceHealth {
   double ess_frac() const { return weight_m2 > 0 ? weight_mean * weight_mean / weight_m2 : 1.0; }
 };
 
+// The token sums behind an ImportanceHealth, for any subset of rows (a group, a staleness bin):
+// sums add, means do not.
+struct ImportanceSums {
+  double tokens = 0, weight = 0, weight_sq = 0, logratio_sq = 0, dropped = 0;
+  void Add(const ImportanceSums& o);
+  ImportanceHealth Health() const;  // token means (all zero with no tokens)
+};
+
+// One ImportanceSums per row of log_w = log pi_prox - log pi_behav [N, T] (clamped as the loss
+// clamps it), over the tokens of `mask`; `dropped` [N, T] bool marks the tokens the correction
+// drops (undefined: none).
+std::vector<ImportanceSums> RowImportanceSums(const at::Tensor& log_w, const at::Tensor& mask, const at::Tensor& dropped);
+
+// The tokens `options.correction` drops (no gradient), as a bool tensor shaped like log_w:
+// kIcePop those whose w leaves [1/beta, beta], kM2po those `keep` masks out; undefined for the
+// corrections that drop nothing.
+at::Tensor DroppedTokens(const at::Tensor& log_w, const at::Tensor& keep, const PolicyLossOptions& options);
+
 struct PolicyLossOutput {
   at::Tensor loss;          // scalar
   double clip_frac = 0;     // fraction of tokens whose ratio was clipped in the objective

@@ -145,6 +145,34 @@ TEST(PolicyLossTest, ImportanceHealthOfTheBehaviourWeights) {
   }
 }
 
+// The same sums row by row: row 0 holds w = 2 and 1 (the third token padding), row 1 w = 0.5
+// (dropped by IcePop at beta 1.5) and 1. Sums add; Health() is their token mean.
+TEST(PolicyLossTest, RowImportanceSumsByHand) {
+  const at::Tensor log_w = at::log(at::tensor({2.0, 1.0, 7.0, 0.5, 1.0, 1.0}).view({2, 3}));
+  const at::Tensor mask = at::tensor({1.0f, 1.0f, 0.0f, 1.0f, 1.0f, 0.0f}).view({2, 3});
+  PolicyLossOptions opt;
+  opt.correction = Correction::kIcePop;
+  opt.icepop_beta = 1.5;
+  const at::Tensor dropped = DroppedTokens(log_w, at::Tensor(), opt);
+  const std::vector<ImportanceSums> rows = RowImportanceSums(log_w, mask, dropped);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NEAR(rows[0].tokens, 2, 1e-12);
+  EXPECT_NEAR(rows[0].weight, 3, 1e-12);
+  EXPECT_NEAR(rows[0].weight_sq, 5, 1e-12);
+  EXPECT_NEAR(rows[0].logratio_sq, std::log(2.0) * std::log(2.0), 1e-12);
+  EXPECT_NEAR(rows[0].dropped, 1, 1e-12);  // w = 2 leaves [2/3, 1.5]; the padding's 7 does not count
+  EXPECT_NEAR(rows[1].weight, 1.5, 1e-12);
+  EXPECT_NEAR(rows[1].dropped, 1, 1e-12);
+  ImportanceSums all = rows[0];
+  all.Add(rows[1]);
+  const ImportanceHealth h = all.Health();
+  EXPECT_NEAR(h.weight_mean, 4.5 / 4, 1e-12);
+  EXPECT_NEAR(h.weight_m2, 6.25 / 4, 1e-12);
+  EXPECT_NEAR(h.masked_frac, 0.5, 1e-12);
+  EXPECT_FALSE(DroppedTokens(log_w, at::Tensor(), PolicyLossOptions{}).defined());  // kNone drops nothing
+  EXPECT_EQ(ImportanceSums{}.Health().ess_frac(), 1.0);
+}
+
 // M2PO's mask by hand: log w = 0.5, -0.1, 0.05, 0.3 (squares 0.25, 0.01, 0.0025, 0.09, mean
 // 0.088); the padding token (log w 3) never counts. tau 0.04: dropping 0.25 leaves mean
 // 0.0342. tau 0.02: 0.09 goes too (mean 0.00625). tau 1: nothing goes.

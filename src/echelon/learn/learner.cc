@@ -240,7 +240,10 @@ namespace {
 
 // Per-group mean |learner log-prob - actor log-prob| at the start of the update, and overall
 // (start_logp on the CPU, shaped like the batch).
-void LogprobGaps(const at::Tensor& start_logp, const TrainingBatch& b, size_t num_groups, StepStats* stats) {
+// The per-group statistics of pi_prox (the start-of-update log-probs) against the behaviour
+// log-probs: the mean |gap| and the importance sums (with the tokens `options`' correction drops).
+void StartOfUpdateStats(const at::Tensor& start_logp, const at::Tensor& keep, const PolicyLossOptions& options,
+                        const TrainingBatch& b, size_t num_groups, StepStats* stats) {
   const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
   const at::Tensor gap = (start_logp - b.behav).abs() * b.mask;
   stats->logprob_gap = gap.sum().div(denom).item<double>();
@@ -255,6 +258,10 @@ void LogprobGaps(const at::Tensor& start_logp, const TrainingBatch& b, size_t nu
   }
   for (size_t g = 0; g < num_groups; ++g)
     stats->group_logprob_gap.push_back(token_sum[g] > 0 ? gap_sum[g] / token_sum[g] : 0.0);
+  const at::Tensor log_w = start_logp - b.behav;
+  const std::vector<ImportanceSums> rows = RowImportanceSums(log_w, b.mask, DroppedTokens(log_w, keep, options));
+  stats->group_importance.assign(num_groups, {});
+  for (size_t r = 0; r < rows.size(); ++r) stats->group_importance[b.row_group[r]].Add(rows[r]);
 }
 
 // Rows of the batch split into `parts` runs of whole groups (rows of a group are adjacent).
@@ -529,16 +536,16 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     at::Tensor prox, keep;
     if (parts > 1 || m2po) {
       ECHELON_ASSIGN_OR_RETURN(prox, ProxLogProbs(b));
-      LogprobGaps(prox, b, groups.size(), &stats);
     }
     if (m2po) keep = M2poKeep(prox - b.behav, b.mask, options_.loss.m2po_tau);
+    if (prox.defined()) StartOfUpdateStats(prox, keep, options_.loss, b, groups.size(), &stats);
     for (const at::Tensor& rows : minibatches) {
       Minibatch mb;
       AccumulateGradients(b, rows, prox, keep, &mb);
       stats.computed_positions += mb.computed_positions;
       stats.sequence_positions += mb.sequence_positions;
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));
-      if (!prox.defined()) LogprobGaps(mb.start_logp, b, groups.size(), &stats);
+      if (!prox.defined()) StartOfUpdateStats(mb.start_logp, keep, options_.loss, b, groups.size(), &stats);
       if (std::isnan(norm)) {
         ++stats.skipped_nonfinite;
         const auto r = rows.accessor<int64_t, 1>();

@@ -92,6 +92,9 @@ struct StepStats {
   ImportanceHealth health;       // of the behaviour policy against pi_prox (grpo.h)
   double logprob_gap = 0;        // mean |learner log-prob - actor log-prob| at the start of the update
   std::vector<double> group_logprob_gap;  // the same per group, in the order given
+  // Per group, in the order given: the importance sums of pi_prox (the start of the update)
+  // against the behaviour policy (learner_run bins them by staleness).
+  std::vector<ImportanceSums> group_importance;
   int64_t tokens = 0;            // completion tokens trained on
   // Positions of this rank's gradient forwards: computed (padding included) and real (prompt and
   // completion); their difference is what padding cost (learner.pack_sequences removes most).

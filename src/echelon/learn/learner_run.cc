@@ -245,6 +245,7 @@ class LearnerRun {
     double reward_sum = 0, success_sum = 0, stale_sum = 0;
     int64_t episodes = 0, stale_max = 0;
     std::map<std::string, int> gap_n;
+    std::map<std::string, ImportanceSums> by_bin;
     for (size_t i = 0; i < batch.groups.size(); ++i) {
       const rollout::GroupRollout& g = batch.groups[i];
       for (const data::Episode& e : g.episodes) {
@@ -257,12 +258,19 @@ class LearnerRun {
       stale_sum += staleness;
       stale_max = std::max(stale_max, staleness);
       ++r.staleness_hist[staleness];
+      if (i < stats.group_importance.size()) by_bin[obs::StalenessBin(staleness)].Add(stats.group_importance[i]);
       r.consumed_groups.push_back(g.group_id);
       // Learner/actor log-prob gap per actor name: a bad or mismatched worker stands out.
       r.actor_logprob_gap[ActorName(g.actor)] += stats.group_logprob_gap[i];
       ++gap_n[ActorName(g.actor)];
     }
     for (auto& [name, gap] : r.actor_logprob_gap) gap /= gap_n[name];
+    for (const auto& [bin, sums] : by_bin) {
+      const ImportanceHealth h = sums.Health();
+      r.is_ess_frac_by_staleness[bin] = h.ess_frac();
+      r.is_logratio_m2_by_staleness[bin] = h.logratio_m2;
+      r.masked_frac_by_staleness[bin] = h.masked_frac;
+    }
     r.reward_mean = reward_sum / episodes;
     for (auto& [name, sum] : r.reward_metrics) sum /= static_cast<double>(episodes);
     r.accuracy = success_sum / episodes;

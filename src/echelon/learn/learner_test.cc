@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "echelon/learn/testing.h"
@@ -44,6 +45,41 @@ TEST(LearnerTest, PerGroupLogprobGapSinglesOutAMismatchedWorker) {
   EXPECT_LT(s->group_logprob_gap[0], 1e-5);
   EXPECT_NEAR(s->group_logprob_gap[1], 0.5, 1e-4);
   EXPECT_LT(s->group_logprob_gap[2], 1e-5);
+}
+
+// Per-group importance health, as staleness bins are built from it: group 1's behaviour
+// log-probs alternate +-0.3 nats around the learner's, so log w = -+0.3: E[(log w)^2] = 0.09
+// and the ESS fraction cosh(0.3)^2 / cosh(0.6) (0.9217); the on-policy groups stay at 0 and 1.
+// With icepop at beta e^0.2 every token of group 1 is dropped, none of the others.
+TEST(LearnerTest, PerGroupImportanceHealthByHand) {
+  model::Qwen3Model m(TinyConfig());
+  m->InitWeights(4);
+  std::vector<LearnerGroup> groups = SampleGroups(m, 1.0, 4);
+  for (data::Episode& e : groups[1].episodes)
+    for (size_t k = 0; k < e.turns[0].logprobs.size(); ++k) e.turns[0].logprobs[k] += k % 2 == 0 ? 0.3f : -0.3f;
+  for (Correction c : {Correction::kNone, Correction::kIcePop}) {
+    LearnerOptions o;
+    o.loss.correction = c;
+    o.loss.icepop_beta = std::exp(0.2);
+    Learner learner(Copy(m), o);
+    Result<StepStats> s = learner.Step(groups);
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ(s->group_importance.size(), 3u);
+    double plus = 0, minus = 0;  // group 1's tokens at +0.3 and -0.3
+    for (const data::Episode& e : groups[1].episodes)
+      for (size_t k = 0; k < e.turns[0].logprobs.size(); ++k) (k % 2 == 0 ? plus : minus) += 1;
+    const ImportanceHealth h = s->group_importance[1].Health();
+    const double w_mean = (plus * std::exp(-0.3) + minus * std::exp(0.3)) / (plus + minus);
+    const double w_m2 = (plus * std::exp(-0.6) + minus * std::exp(0.6)) / (plus + minus);
+    EXPECT_NEAR(h.logratio_m2, 0.09, 1e-4);
+    EXPECT_NEAR(h.ess_frac(), w_mean * w_mean / w_m2, 1e-4);
+    EXPECT_NEAR(h.masked_frac, c == Correction::kIcePop ? 1.0 : 0.0, 1e-9);
+    for (size_t g : {size_t{0}, size_t{2}}) {
+      EXPECT_LT(s->group_importance[g].Health().logratio_m2, 1e-9);
+      EXPECT_NEAR(s->group_importance[g].Health().ess_frac(), 1.0, 1e-6);
+      EXPECT_EQ(s->group_importance[g].dropped, 0.0);
+    }
+  }
 }
 
 TEST(LearnerTest, UpdatesRaiseTheLikelihoodOfRewardedSamples) {

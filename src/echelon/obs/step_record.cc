@@ -43,6 +43,9 @@ void VisitFields(R& r, V& v) {
   v.Number("is_weight_m2", r.is_weight_m2);
   v.Number("is_logratio_m2", r.is_logratio_m2);
   v.Number("masked_frac", r.masked_frac);
+  v.Numbers("is_ess_frac_by_staleness", r.is_ess_frac_by_staleness);
+  v.Numbers("is_logratio_m2_by_staleness", r.is_logratio_m2_by_staleness);
+  v.Numbers("masked_frac_by_staleness", r.masked_frac_by_staleness);
   v.Number("logprob_gap", r.logprob_gap);
   v.Numbers("actor_logprob_gap", r.actor_logprob_gap);
   v.Numbers("reward_metrics", r.reward_metrics);
@@ -184,6 +187,13 @@ Result<StepRecord> StepRecord::FromJson(const json& line, const std::string& whe
   if (std::isnan(r.broadcast_s)) reader.Number("snapshot_broadcast_s", r.broadcast_s);
   ECHELON_RETURN_IF_ERROR(reader.status);
   return r;
+}
+
+std::string StalenessBin(int64_t staleness) {
+  if (staleness <= 1) return std::to_string(staleness);
+  int64_t low = 2;
+  while (low * 2 <= staleness) low *= 2;
+  return std::to_string(low) + "-" + std::to_string(2 * low - 1);
 }
 
 }  // namespace echelon::obs

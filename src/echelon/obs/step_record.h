@@ -10,7 +10,8 @@
 //               learner_busy_frac
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
-//               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, logprob_gap, actor_logprob_gap, zero_spread_groups,
+//               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
+//               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
 //               skipped_nonfinite, verified_groups, verify_gap_max, tokens, learner_pad_frac,
 //               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
@@ -73,6 +74,9 @@ struct StepRecord {
   // Staleness health (learn::ImportanceHealth): ESS fraction and second moment of the
   // importance weights pi_prox / pi_behav, E[(log w)^2], and the fraction of tokens dropped.
   double is_ess_frac = kMissing, is_weight_m2 = kMissing, is_logratio_m2 = kMissing, masked_frac = kMissing;
+  // The same per staleness bin of the batch's groups (StalenessBin: "0", "1", "2-3", "4-7", ...),
+  // pi_prox taken at the start of the update: where stale data starts to hurt.
+  std::map<std::string, double> is_ess_frac_by_staleness, is_logratio_m2_by_staleness, masked_frac_by_staleness;
   double logprob_gap = kMissing;                      // mean |learner - actor| log-prob
   std::map<std::string, double> actor_logprob_gap;    // the same per actor name
   std::map<std::string, double> reward_metrics;       // batch means of what the reward reported
@@ -99,5 +103,8 @@ struct StepRecord {
   // integer "step" or a number "wall_s", or a present field of the wrong type or sign.
   static Result<StepRecord> FromJson(const nlohmann::json& line, const std::string& where);
 };
+
+// The label of a staleness's power-of-two bin: 0 -> "0", 1 -> "1", 2..3 -> "2-3", 4..7 -> "4-7", ...
+std::string StalenessBin(int64_t staleness);
 
 }  // namespace echelon::obs

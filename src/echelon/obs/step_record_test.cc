@@ -43,6 +43,9 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.reward_metrics = {{"length", 12.5}};
   r.zero_spread_groups = 1;
   r.tokens = 96;
+  r.is_ess_frac_by_staleness = {{"0", 1.0}, {"2-3", 0.8}};
+  r.is_logratio_m2_by_staleness = {{"0", 0.0}, {"2-3", 0.05}};
+  r.masked_frac_by_staleness = {{"0", 0.0}, {"2-3", 0.1}};
   r.learner_pad_frac = 0.125;
   r.broadcast_version = 6;
   r.broadcast_s = 0.3;
@@ -56,8 +59,18 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 43u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 46u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
+}
+
+TEST(StepRecord, StalenessBinsArePowersOfTwo) {
+  EXPECT_EQ(StalenessBin(0), "0");
+  EXPECT_EQ(StalenessBin(1), "1");
+  EXPECT_EQ(StalenessBin(2), "2-3");
+  EXPECT_EQ(StalenessBin(3), "2-3");
+  EXPECT_EQ(StalenessBin(4), "4-7");
+  EXPECT_EQ(StalenessBin(63), "32-63");
+  EXPECT_EQ(StalenessBin(64), "64-127");
 }
 
 TEST(StepRecord, MissingFieldsStayMissingAndAreNotWritten) {
