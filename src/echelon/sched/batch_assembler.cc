@@ -1,8 +1,8 @@
 #include "echelon/sched/batch_assembler.h"
 
 #include <algorithm>
-
-#include "echelon/sched/staleness_gate.h"
+#include <cstddef>
+#include <tuple>
 
 namespace echelon::sched {
 
@@ -10,25 +10,31 @@ BatchAssembler::BatchAssembler(int64_t max_staleness, int64_t batch_groups, Disp
     : max_staleness_(max_staleness), batch_groups_(batch_groups), dispatcher_(dispatcher) {}
 
 void BatchAssembler::Add(uint64_t group_id, int64_t behavior_version) {
-  waiting_.insert({behavior_version, group_id});
+  const int64_t admitted = dispatcher_ != nullptr ? dispatcher_->AdmittedStaleness(group_id) : max_staleness_;
+  waiting_.push_back({behavior_version, group_id, admitted});
+}
+
+int64_t BatchAssembler::Deadline(const Waiting& w) const {
+  return w.behavior_version + std::max(w.admitted_staleness, max_staleness_);
 }
 
 IntakeDecision BatchAssembler::Assemble(int64_t step) {
   IntakeDecision d;
   d.step = step;
-  const StalenessGate gate(max_staleness_);
-  while (!waiting_.empty() && !gate.Admits(waiting_.begin()->first, step)) {
-    const auto [version, group] = *waiting_.begin();
-    waiting_.erase(waiting_.begin());
-    if (dispatcher_ != nullptr) dispatcher_->Settle(group, Outcome::kDroppedStale);
-    d.dropped.push_back({group, version});
+  std::sort(waiting_.begin(), waiting_.end(), [this](const Waiting& a, const Waiting& b) {
+    return std::make_tuple(Deadline(a), a.behavior_version, a.group_id) <
+           std::make_tuple(Deadline(b), b.behavior_version, b.group_id);
+  });
+  size_t expired = 0;
+  for (; expired < waiting_.size() && Deadline(waiting_[expired]) < step; ++expired) {
+    const Waiting& w = waiting_[expired];
+    if (dispatcher_ != nullptr) dispatcher_->Settle(w.group_id, Outcome::kDroppedStale);
+    d.dropped.push_back({w.group_id, w.behavior_version});
   }
+  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(expired));
   if (static_cast<int64_t>(waiting_.size()) >= batch_groups_) {
-    for (int64_t i = 0; i < batch_groups_; ++i) {
-      const auto [version, group] = *waiting_.begin();
-      waiting_.erase(waiting_.begin());
-      d.batch.push_back({group, version});
-    }
+    for (int64_t i = 0; i < batch_groups_; ++i) d.batch.push_back({waiting_[i].group_id, waiting_[i].behavior_version});
+    waiting_.erase(waiting_.begin(), waiting_.begin() + batch_groups_);
     std::sort(d.batch.begin(), d.batch.end(),
               [](const IntakeGroup& a, const IntakeGroup& b) { return a.group_id < b.group_id; });
   }

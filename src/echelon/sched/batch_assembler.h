@@ -5,9 +5,13 @@
 // Submitted groups wait here. Building update t -> t+1 (Assemble(t)):
 //   1. every waiting group with t - x > S (x its behaviour version) is dropped and settled
 //      as dropped-stale in the dispatcher: it can never be used again;
-//   2. once B groups are admissible, the B oldest (lowest behaviour version, then lowest
-//      group id) form the batch, returned in group-id order; younger ones wait.
-// Oldest first, not arrival order: a group stays usable until update x + S, its deadline.
+//   2. once B groups are admissible, the B with the earliest deadlines x + S (then the lowest
+//      behaviour version, then the lowest group id) form the batch, returned in group-id
+//      order; the others wait.
+// A group's S is the larger of the current one (SetMaxStaleness) and the one the dispatcher
+// first handed it out under (Dispatcher::AdmittedStaleness), so lowering S never drops a group
+// issued before; with one S throughout, earliest deadline is oldest first.
+// Earliest deadline, not arrival order: a group stays usable until update x + S, its deadline.
 // Taking the earliest deadlines first (EDF) drops the fewest groups: a younger group left
 // waiting outlives an older one, so any order that leaves an older group behind can only
 // lose more work to the staleness bound. The cost is a slightly higher mean staleness of
@@ -26,7 +30,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -65,15 +68,23 @@ class BatchAssembler {
 
   size_t waiting() const { return waiting_.size(); }
   int64_t max_staleness() const { return max_staleness_; }
+  void SetMaxStaleness(int64_t max_staleness) { max_staleness_ = max_staleness; }
   int64_t batch_groups() const { return batch_groups_; }
   // Every decision that dropped or took something, as it is made (traces and tests).
   void set_observer(std::function<void(const IntakeDecision&)> observer) { observer_ = std::move(observer); }
 
  private:
-  const int64_t max_staleness_;
+  struct Waiting {
+    int64_t behavior_version;
+    uint64_t group_id;
+    int64_t admitted_staleness;  // S at the group's first hand-out
+  };
+  int64_t Deadline(const Waiting& w) const;  // the last update that may consume it
+
+  int64_t max_staleness_;
   const int64_t batch_groups_;
   Dispatcher* const dispatcher_;
-  std::set<std::pair<int64_t, uint64_t>> waiting_;  // (behaviour version, group id): oldest first
+  std::vector<Waiting> waiting_;
   std::function<void(const IntakeDecision&)> observer_;
 };
 

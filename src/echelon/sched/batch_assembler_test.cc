@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -64,6 +65,57 @@ TEST(BatchAssembler, SettlesDropsAtOnceAndTheBatchOnCommit) {
   const IntakeDecision second = a.Assemble(1);     // S = 0: unusable at step 1
   EXPECT_EQ(Ids(second.dropped), std::vector<uint64_t>{items[0].group_id});
   const DispatchCounts c = d.counts();
+  EXPECT_EQ(c.dropped_stale, 1u);
+  EXPECT_EQ(c.handed_out, c.consumed + c.dropped_stale + c.reissued + c.outstanding + c.pending);
+}
+
+// S lowered from 4 to 1 while 5 groups of version 0 are in flight: the window admits nothing
+// new until consumption catches up, and every one of the 5 is consumed (the last at staleness 4,
+// under the S it was issued with), none dropped; a group issued after the change has S = 1.
+// Raising S again extends a waiting group's deadline.
+TEST(BatchAssembler, LoweringStalenessDropsNoGroupIssuedBeforeIt) {
+  SimulatedClock clock;
+  Dispatcher d({/*max_staleness=*/4, /*batch_groups=*/1, /*lease_seconds=*/100}, &clock);
+  BatchAssembler a(4, 1, &d);
+  std::vector<WorkItem> items;
+  while (auto w = d.Acquire("a")) items.push_back(*w);
+  ASSERT_EQ(items.size(), 5u);  // (S + v + 1) B
+  for (const WorkItem& w : items) {
+    ASSERT_EQ(d.Submit(w.group_id, w.lease_id, "a"), SubmitResult::kAccepted);
+    a.Add(w.group_id, /*behavior_version=*/0);
+  }
+  d.SetMaxStaleness(1);
+  a.SetMaxStaleness(1);
+  EXPECT_EQ(d.AdmittedStaleness(items[4].group_id), 4);
+  for (int64_t t = 0; t < 5; ++t) {
+    const IntakeDecision step = a.Assemble(t);
+    EXPECT_TRUE(step.dropped.empty()) << "step " << t;
+    ASSERT_EQ(step.batch.size(), 1u) << "step " << t;
+    a.Commit(step);
+    d.SetVersion(t + 1);
+    // The window (S + v + 1) B = v + 2 against 5 issued: nothing new until v = 4.
+    EXPECT_EQ(d.Capacity(), std::max<int64_t>(0, t + 3 - 5)) << "step " << t;
+  }
+  EXPECT_EQ(d.counts().consumed, 5u);
+  EXPECT_EQ(d.counts().dropped_stale, 0u);
+  // Version 5: two new groups under S = 1, generated with version 3 (a lagging actor).
+  std::optional<WorkItem> late = d.Acquire("a"), later = d.Acquire("a");
+  ASSERT_TRUE(late && later);
+  EXPECT_EQ(d.AdmittedStaleness(late->group_id), 1);
+  ASSERT_EQ(d.Submit(late->group_id, late->lease_id, "a"), SubmitResult::kAccepted);
+  ASSERT_EQ(d.Submit(later->group_id, later->lease_id, "a"), SubmitResult::kAccepted);
+  a.Add(late->group_id, 3);
+  a.Add(later->group_id, 3);
+  a.SetMaxStaleness(2);
+  const IntakeDecision raised = a.Assemble(5);  // 5 - 3 = 2: within the raised S
+  EXPECT_TRUE(raised.dropped.empty());
+  EXPECT_EQ(Ids(raised.batch), std::vector<uint64_t>{late->group_id});
+  a.Commit(raised);
+  a.SetMaxStaleness(1);
+  const IntakeDecision lowered = a.Assemble(6);  // 6 - 3 = 3: beyond both the S it was issued with and the current
+  EXPECT_EQ(Ids(lowered.dropped), std::vector<uint64_t>{later->group_id});
+  const DispatchCounts c = d.counts();
+  EXPECT_EQ(c.consumed, 6u);
   EXPECT_EQ(c.dropped_stale, 1u);
   EXPECT_EQ(c.handed_out, c.consumed + c.dropped_stale + c.reissued + c.outstanding + c.pending);
 }

@@ -5,7 +5,7 @@
 namespace echelon::sched {
 
 Dispatcher::Dispatcher(const DispatcherOptions& options, const Clock* clock)
-    : options_(options), clock_(clock) {}
+    : options_(options), clock_(clock), max_staleness_(options.max_staleness) {}
 
 std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -17,6 +17,7 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
     reissue_queue_.pop_front();
   } else if (CapacityLocked() > 0) {
     item.group_id = next_group_++;
+    admitted_staleness_[item.group_id] = max_staleness_;
   } else {
     return std::nullopt;
   }
@@ -61,6 +62,7 @@ void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {
   if (it == pending_.end()) return;
   settled_[group_id] = it->second;
   pending_.erase(it);
+  admitted_staleness_.erase(group_id);
   if (outcome == Outcome::kConsumed) {
     ++counts_.consumed;
   } else {
@@ -96,6 +98,22 @@ void Dispatcher::SetVersion(int64_t version) {
 int64_t Dispatcher::version() const {
   std::lock_guard<std::mutex> lock(mu_);
   return version_;
+}
+
+void Dispatcher::SetMaxStaleness(int64_t max_staleness) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_staleness_ = max_staleness;
+}
+
+int64_t Dispatcher::max_staleness() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return max_staleness_;
+}
+
+int64_t Dispatcher::AdmittedStaleness(uint64_t group_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = admitted_staleness_.find(group_id);
+  return it != admitted_staleness_.end() ? it->second : max_staleness_;
 }
 
 int64_t Dispatcher::Capacity() const {
@@ -175,7 +193,7 @@ int Dispatcher::ExpireLeasesLocked() {
 }
 
 int64_t Dispatcher::CapacityLocked() const {
-  const int64_t limit = (options_.max_staleness + version_ + 1) * options_.batch_groups;
+  const int64_t limit = (max_staleness_ + version_ + 1) * options_.batch_groups;
   const int64_t live = static_cast<int64_t>(counts_.consumed + pending_.size() + running_.size() +
                                             reissue_queue_.size());
   return std::max<int64_t>(0, limit - live);

@@ -9,6 +9,12 @@
 // groups waiting for re-issue: their slot was taken at first hand-out, so a re-issue needs no
 // admission and is handed out before any new group.
 //
+// S may change during a run (SetMaxStaleness: `rl.staleness: auto`, sched/staleness_control.h).
+// The window follows at once (a smaller S admits nothing new until consumption catches up), and
+// each group remembers the S in force at its first hand-out (AdmittedStaleness): the learner
+// consumes it under the larger of that and the current S, so no group is dropped only because
+// S shrank after it was issued.
+//
 // Group ids are 0, 1, 2, ... in order of first hand-out; the caller maps an id to a prompt
 // deterministically (e.g. TaskAdapter::TrainPrompt(id)), so a re-issued group is the same
 // prompt. Each hand-out carries a lease id; only the current lease holder may submit. A
@@ -101,6 +107,11 @@ class Dispatcher {
   // The learner's current version v (monotonic).
   void SetVersion(int64_t version);
   int64_t version() const;
+  // The staleness budget S of admission from now on, and the one a group was first handed out
+  // under (the current S for a group it does not know: settled, or re-issued after a restore).
+  void SetMaxStaleness(int64_t max_staleness);
+  int64_t max_staleness() const;
+  int64_t AdmittedStaleness(uint64_t group_id) const;
   // How many new groups admission would allow right now.
   int64_t Capacity() const;
   DispatchCounts counts() const;
@@ -129,6 +140,8 @@ class Dispatcher {
   const Clock* clock_;
   mutable std::mutex mu_;  // guards everything below
   int64_t version_ = 0;
+  int64_t max_staleness_;
+  std::map<uint64_t, int64_t> admitted_staleness_;  // unsettled group id -> S at its first hand-out
   uint64_t next_group_ = 0;
   uint64_t next_lease_ = 1;
   std::map<uint64_t, Lease> running_;     // group id -> current lease
