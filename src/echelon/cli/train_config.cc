@@ -1,5 +1,6 @@
 #include "echelon/cli/train_config.h"
 
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -75,8 +76,21 @@ const ConfigSchema& TrainSchema() {
     // wait; a rank that dies is noticed at once by its closed connection, not by this.
     s.Float("learner.rank_timeout_seconds", 1800.0, 1.0, 86400.0,
             "the learner ranks give up on a collective operation after this long");
-    s.Int("rl.staleness", 2, 0, 1000, "S: a rollout from version x is used at step t only if t - x <= S");
-    s.Int("rl.publish_period", 0, 0, 1000, "kappa: publish a snapshot every kappa steps (0: max(1, S - 1))");
+    s.String("rl.staleness", "2",
+             "S: a rollout from version x is used at step t only if t - x <= S (an integer in [0, 1000]), or auto: "
+             "the run moves S itself (rl.staleness_* below)");
+    // rl.staleness: auto (sched/staleness_control.h has the rules and the reasons for the defaults).
+    s.Int("rl.staleness_start", 4, 0, 1000, "auto: S at the first update");
+    s.Int("rl.staleness_min", 0, 0, 1000, "auto: the smallest S");
+    s.Int("rl.staleness_max", 64, 0, 1000, "auto: the largest S");
+    s.Float("rl.staleness_ess_min", 0.9, 0.0, 1.0,
+            "auto: S halves when the importance weights' mean ESS fraction over a window is below this");
+    s.Float("rl.staleness_busy_target", 0.95, 0.0, 1.0,
+            "auto: S grows by one when the learner's busy share over a window is below this (and the data is healthy)");
+    s.Int("rl.staleness_window", 4, 1, 10000, "auto: updates per decision");
+    s.Bool("rl.staleness_couple_lr", true, "auto: scale the learning rate by start / S above the starting S");
+    s.Int("rl.publish_period", 0, 0, 1000,
+          "kappa: publish a snapshot every kappa steps (0: max(1, S - 1); 1 with rl.staleness: auto)");
     s.Int("rollout.actors", 1, 0, 256, "rollout workers that `echelon train` starts (remote actors may join too)");
     // Processes over loopback gRPC are what a multi-host run does, so `train` exercises it;
     // threads skip the network and are what the unit tests use.
@@ -180,12 +194,37 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   o.steps = cfg.Int("rl.steps");
   o.groups_per_step = cfg.Int("rl.groups_per_step");
   o.group_size = cfg.Int("rl.group_size");
-  o.staleness = cfg.Int("rl.staleness");
+  const std::string& staleness = cfg.String("rl.staleness");
+  if (staleness == "auto") {
+    sched::StalenessControlOptions& c = o.staleness_control.emplace();
+    c.start = cfg.Int("rl.staleness_start");
+    c.min = cfg.Int("rl.staleness_min");
+    c.max = cfg.Int("rl.staleness_max");
+    c.ess_min = cfg.Float("rl.staleness_ess_min");
+    c.busy_target = cfg.Float("rl.staleness_busy_target");
+    c.window = cfg.Int("rl.staleness_window");
+    c.couple_lr = cfg.Bool("rl.staleness_couple_lr");
+    if (!(c.min <= c.start && c.start <= c.max))
+      return InvalidArgument(cfg.source() + ": rl.staleness: auto needs rl.staleness_min (" + std::to_string(c.min) +
+                             ") <= rl.staleness_start (" + std::to_string(c.start) + ") <= rl.staleness_max (" +
+                             std::to_string(c.max) + ")");
+    o.staleness = c.start;
+  } else {
+    char* end = nullptr;
+    const long long s = std::strtoll(staleness.c_str(), &end, 10);
+    if (staleness.empty() || *end != '\0' || s < 0 || s > 1000)
+      return InvalidArgument(cfg.source() + ": rl.staleness = '" + staleness +
+                             "' is invalid; expected an integer in [0, 1000] or auto");
+    o.staleness = s;
+  }
+  // With S moving, a snapshot every update keeps every S reachable.
+  const int64_t smallest_s = o.staleness_control ? o.staleness_control->min : o.staleness;
   o.publish_period = cfg.Int("rl.publish_period");
-  if (o.publish_period == 0) o.publish_period = sched::DefaultPublishPeriod(o.staleness);
-  if (o.publish_period > o.staleness + 1)
+  if (o.publish_period == 0) o.publish_period = o.staleness_control ? 1 : sched::DefaultPublishPeriod(o.staleness);
+  if (o.publish_period > smallest_s + 1)
     return InvalidArgument(cfg.source() + ": rl.publish_period (" + std::to_string(o.publish_period) +
-                           ") must be at most rl.staleness + 1 (" + std::to_string(o.staleness + 1) +
+                           ") must be at most " + (o.staleness_control ? "rl.staleness_min" : "rl.staleness") +
+                           " + 1 (" + std::to_string(smallest_s + 1) +
                            "): a snapshot older than S versions makes its rollouts unusable");
   o.actors = cfg.Int("rollout.actors");
   o.temperature = l.temperature;

@@ -118,6 +118,12 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
   if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
 }
 
+void Learner::SetLearningRate(double lr) {
+  options_.lr = lr;
+  for (torch::optim::OptimizerParamGroup& group : optimizer_->param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
 int Learner::Owner(size_t index) const { return sharded_ ? static_cast<int>(index % reducer_->world()) : -1; }
 bool Learner::Owns(size_t index) const { return !sharded_ || Owner(index) == reducer_->rank(); }
 

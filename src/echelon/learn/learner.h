@@ -126,6 +126,8 @@ class Learner {
   // The frozen reference weights of the KL term (empty when kl_coef is 0).
   std::map<std::string, at::Tensor> ReferenceState() const;
   const LearnerOptions& options() const { return options_; }
+  // The learning rate of the updates from now on (rl.staleness: auto couples it to S).
+  void SetLearningRate(double lr);
 
   // AdamW's per-parameter state for a checkpoint: "<param>.exp_avg", "<param>.exp_avg_sq"
   // and "<param>.step" (int64, one element). Empty before the first update. With a sharded

@@ -136,8 +136,8 @@ Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Ten
   return Status::Ok();
 }
 
-Status LearnerRanks::SendStep(const std::vector<LearnerGroup>& groups) {
-  return SendMessage(*group_, {{"op", "step"}, {"groups", GroupsToJson(groups)}});
+Status LearnerRanks::SendStep(const std::vector<LearnerGroup>& groups, double lr) {
+  return SendMessage(*group_, {{"op", "step"}, {"lr", lr}, {"groups", GroupsToJson(groups)}});
 }
 
 Result<std::map<std::string, at::Tensor>> LearnerRanks::GatherOptimizerState(Learner& learner) {
@@ -214,6 +214,10 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
     }
     if (message["op"] != "step") return DataLoss("learner rank: unknown message " + message["op"].dump());
     ECHELON_ASSIGN_OR_RETURN(std::vector<LearnerGroup> groups, GroupsFromJson(message["groups"]));
+    const auto lr = message.find("lr");
+    if (lr == message.end() || !lr->is_number() || !(lr->get<double>() > 0))
+      return DataLoss("learner rank: a step message needs a positive number 'lr'");
+    learner.SetLearningRate(lr->get<double>());
     ECHELON_RETURN_IF_ERROR(learner.Step(groups).status());
   }
 }

@@ -37,7 +37,8 @@ class LearnerRanks {
   // already restored when resuming) with the whole AdamW state (empty: none yet).
   Status Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer_state);
   // The groups of the next update; every rank then runs Learner::Step on them.
-  Status SendStep(const std::vector<LearnerGroup>& groups);
+  // `lr`: the learning rate of this update (rank 0's, which rl.staleness: auto may move).
+  Status SendStep(const std::vector<LearnerGroup>& groups, double lr);
   // The whole AdamW state, also when it is sharded across the ranks (for a checkpoint).
   Result<std::map<std::string, at::Tensor>> GatherOptimizerState(Learner& learner);
   // Workers leave their loop (best effort: a dead group just ends).

@@ -44,7 +44,8 @@ struct TwoRanks {
 // The same ten updates on the same batches, one rank against two: each of two ranks computes
 // the gradients of half the micro-batches and the sum is all-reduced, which is the one-rank
 // gradient summed in another order (float32 rounding, ~1e-7 relative); as for micro-batches,
-// AdamW turns that into weights equal within 1e-5.
+// AdamW turns that into weights equal within 1e-5. The learning rate changes half-way (each
+// step message carries rank 0's).
 TEST(LearnerRanks, TwoRanksGiveTheWeightsOfOne) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(5);
@@ -60,8 +61,12 @@ TEST(LearnerRanks, TwoRanksGiveTheWeightsOfOne) {
     Learner rank0(Copy(init), o, two.ranks->group());
     ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
     for (int step = 0; step < 10; ++step) {
+      if (step == 5) {  // rl.staleness: auto moving the learning rate: every rank follows rank 0's
+        one.SetLearningRate(3e-3);
+        rank0.SetLearningRate(3e-3);
+      }
       Result<StepStats> a = one.Step(groups);
-      ASSERT_TRUE(two.ranks->SendStep(groups).ok());
+      ASSERT_TRUE(two.ranks->SendStep(groups, rank0.options().lr).ok());
       Result<StepStats> b = rank0.Step(groups);
       ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
       EXPECT_NEAR(a->loss, b->loss, 1e-6) << "step " << step;
@@ -92,7 +97,7 @@ TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
   ASSERT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), {}).ok());
   ASSERT_TRUE(two.ranks->Setup(rank0, one.OptimizerState()).ok());
   ASSERT_TRUE(one.Step(groups).ok());
-  ASSERT_TRUE(two.ranks->SendStep(groups).ok());
+  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
   ASSERT_TRUE(rank0.Step(groups).ok());
   two.ranks->Stop();
   ASSERT_TRUE(two.worker.get().ok());
@@ -117,7 +122,7 @@ TEST(LearnerRanks, ShardedOptimizerGivesTheWeightsOfOneRankWithHalfTheState) {
   ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
   for (int step = 0; step < 10; ++step) {
     ASSERT_TRUE(one.Step(groups).ok());
-    ASSERT_TRUE(two.ranks->SendStep(groups).ok());
+    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
     ASSERT_TRUE(rank0.Step(groups).ok());
   }
   EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);

@@ -99,7 +99,9 @@ class LearnerRun {
                                               options_.staleness + 2, options_.temperature});
     intake_->SetVerifier(verifier_.get());
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
+    if (options_.staleness_control) control_.emplace(*options_.staleness_control);
     if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
+    if (control_) ApplyStaleness();
     if (ranks_) {
       ECHELON_RETURN_IF_ERROR(ranks_->Setup(*learner_, start_.optimizer));
       progress_ << "learner ranks: " << ranks_->world() << " (data-parallel, rendezvous port "
@@ -128,6 +130,8 @@ class LearnerRun {
     ECHELON_RETURN_IF_ERROR(
         dispatcher_->Restore(rs.dispatcher, FreshLeaseBase(rs.dispatcher.next_lease)).WithContext(where));
     ECHELON_RETURN_IF_ERROR(RestoreRngState(rs.rng_state_hex).WithContext(where));
+    if (control_ && !rs.staleness_control.is_null())
+      ECHELON_RETURN_IF_ERROR(control_->Restore(rs.staleness_control, where));
     intake_->RestoreCounters(rs.refusals, rs.accepted_tokens, rs.actor_groups, rs.actor_forged);
     ++rs.resumes;
     const sched::DispatchCounts c = dispatcher_->counts();
@@ -167,10 +171,20 @@ class LearnerRun {
     return Status::Ok();
   }
 
+  // The staleness bound in force: fixed, or rl.staleness: auto's current one.
+  int64_t Staleness() const { return control_ ? control_->staleness() : options_.staleness; }
+
+  // The controller's S into admission, and its learning rate into the learner (the ranks get
+  // it with every step).
+  void ApplyStaleness() {
+    dispatcher_->SetMaxStaleness(control_->staleness());
+    learner_->SetLearningRate(options_.learner.lr * control_->LrScale());
+  }
+
   // --- the learner loop ----------------------------------------------------------------------
   Status Loop() {
     CollectorOptions co;
-    co.max_staleness = options_.staleness;
+    co.max_staleness = Staleness();
     co.batch_groups = options_.groups_per_step;
     co.stall_timeout_seconds = options_.stall_timeout_seconds;
     BatchCollector collector(co, dispatcher_.get(), intake_.get(), [this] { return transport_.EvictSilent(); }, &clock_);
@@ -187,6 +201,22 @@ class LearnerRun {
       // After the last update nothing more is consumed: admit no new work for it.
       if (version < options_.steps) dispatcher_->SetVersion(version);
       ECHELON_RETURN_IF_ERROR(Record(t, *batch, stats, step_start));
+      if (control_ && version < options_.steps) {
+        if (std::optional<sched::StalenessChange> change =
+                control_->Observe({stats.health.ess_frac(), last_train_seconds_, batch->wait_seconds})) {
+          ApplyStaleness();
+          collector.assembler().SetMaxStaleness(change->to);
+          ECHELON_RETURN_IF_ERROR(metrics_.Write({{"event", "staleness"},
+                                                  {"version", version},
+                                                  {"from", change->from},
+                                                  {"to", change->to},
+                                                  {"reason", change->reason},
+                                                  {"lr", learner_->options().lr},
+                                                  {"wall_s", WallNow()}}));
+          progress_ << "staleness: S " << change->from << " -> " << change->to << " (" << change->reason << "), lr "
+                    << std::defaultfloat << std::setprecision(3) << learner_->options().lr << std::endl;
+        }
+      }
       if (options_.checkpoint_every > 0 && version % options_.checkpoint_every == 0 && version != options_.steps)
         ECHELON_RETURN_IF_ERROR(SaveState());
     }
@@ -198,7 +228,7 @@ class LearnerRun {
     groups.reserve(batch.groups.size());
     for (const rollout::GroupRollout& g : batch.groups) groups.push_back({g.behavior_version, g.episodes});
     const double t0 = clock_.Now();
-    if (ranks_) ECHELON_RETURN_IF_ERROR(ranks_->SendStep(groups));
+    if (ranks_) ECHELON_RETURN_IF_ERROR(ranks_->SendStep(groups, learner_->options().lr));
     Result<StepStats> stats = learner_->Step(groups);
     if (!stats.ok()) return stats.status().WithContext("learner step " + std::to_string(learner_->version()));
     for (size_t i : stats->nonfinite_groups)
@@ -225,7 +255,7 @@ class LearnerRun {
     const double eta = RlWallNow() / (t + 1) * (options_.steps - t - 1);
     progress_ << "step " << t + 1 << "/" << options_.steps << " v" << *r.version << std::fixed << std::setprecision(3)
               << " reward " << r.reward_mean << " acc " << r.accuracy << std::setprecision(2) << " stale "
-              << r.staleness_mean << "/" << *r.staleness_max << " (S=" << options_.staleness << ")"
+              << r.staleness_mean << "/" << *r.staleness_max << " (S=" << Staleness() << ")"
               << " drop " << *r.groups_dropped_stale << " reissue " << *r.groups_reissued << std::setprecision(0)
               << " tok/s " << r.tokens_per_s << std::setprecision(2) << " busy " << r.learner_busy_frac << " eta "
               << FormatDuration(eta);
@@ -276,7 +306,7 @@ class LearnerRun {
     r.accuracy = success_sum / episodes;
     r.staleness_mean = stale_sum / static_cast<double>(batch.groups.size());
     r.staleness_max = stale_max;
-    r.staleness_bound = options_.staleness;
+    r.staleness_bound = Staleness();
     const sched::DispatchCounts c = dispatcher_->counts();
     r.groups_issued = static_cast<int64_t>(c.handed_out);
     r.groups_consumed = static_cast<int64_t>(c.consumed);
@@ -332,6 +362,7 @@ class LearnerRun {
     rs.actor_groups = intake_->actor_groups();
     rs.actor_forged = intake_->actor_forged();
     rs.rng_state_hex = CaptureRngState();
+    if (control_) rs.staleness_control = control_->Export();
     std::map<std::string, at::Tensor> optimizer;
     if (ranks_) {
       ECHELON_ASSIGN_OR_RETURN(optimizer, ranks_->GatherOptimizerState(*learner_));
@@ -428,6 +459,7 @@ class LearnerRun {
   double t_rl_ = 0;     // when this process's RL loop started
   double busy_seconds_ = 0;
   double last_train_seconds_ = 0;
+  std::optional<sched::StalenessControl> control_;  // rl.staleness: auto
   int64_t consumed_tokens_ = 0;
 };
 

@@ -146,7 +146,8 @@ nlohmann::json RunStateToJson(const RunState& s) {
           {"accepted_tokens", s.accepted_tokens},
           {"actor_groups", s.actor_groups},
           {"actor_forged", s.actor_forged},
-          {"rng_state", s.rng_state_hex}};
+          {"rng_state", s.rng_state_hex},
+          {"staleness_control", s.staleness_control}};
 }
 
 Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& where) {
@@ -168,6 +169,7 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   s.actor_groups = r.Get<std::map<std::string, int64_t>>("actor_groups");
   if (j.contains("actor_forged")) s.actor_forged = r.Get<std::map<std::string, int64_t>>("actor_forged");
   s.rng_state_hex = r.Get<std::string>("rng_state");
+  if (j.contains("staleness_control")) s.staleness_control = j["staleness_control"];  // checked by its owner
   Reader d(r.Sub("dispatcher"), where + " dispatcher");
   s.dispatcher.version = d.Get<int64_t>("version");
   s.dispatcher.next_group = d.Get<uint64_t>("next_group");

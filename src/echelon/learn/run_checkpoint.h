@@ -49,6 +49,7 @@ struct RunState {
   std::map<std::string, int64_t> actor_groups;
   std::map<std::string, int64_t> actor_forged;  // absent in checkpoints of older releases: empty
   std::string rng_state_hex;      // the process's default CPU generator
+  nlohmann::json staleness_control;  // sched::StalenessControl::Export (null: a fixed S)
 };
 
 nlohmann::json RunStateToJson(const RunState& s);

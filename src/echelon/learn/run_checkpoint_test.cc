@@ -169,9 +169,15 @@ TEST(RunStateJson, RoundTripsAndNamesBadFields) {
   s.dispatcher.unsettled = {3, 9};
   s.refusals = {{"bad_version", 2}};
   s.rng_state_hex = "00ff";
+  s.staleness_control = {{"staleness", 5}, {"seen", 1}, {"ess_sum", 0.9}, {"train_sum", 1.0}, {"wait_sum", 0.5}};
   Result<RunState> back = RunStateFromJson(RunStateToJson(s), "state.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(RunStateToJson(back.value()), RunStateToJson(s));
+  // Checkpoints of releases before rl.staleness: auto have no such field: a fixed S.
+  nlohmann::json old = RunStateToJson(s);
+  old.erase("staleness_control");
+  ASSERT_TRUE(RunStateFromJson(old, "state.json").ok());
+  EXPECT_TRUE(RunStateFromJson(old, "state.json")->staleness_control.is_null());
 
   nlohmann::json j = RunStateToJson(s);
   j.erase("metrics_bytes");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "echelon/learn/warmstart.h"
 #include "echelon/model/generate.h"
 #include "echelon/model/model_config.h"
+#include "echelon/sched/staleness_control.h"
 #include "echelon/sched/tunables.h"
 
 namespace echelon::learn {
@@ -29,7 +31,8 @@ struct RunOptions {
   int64_t steps = 0;
   int64_t groups_per_step = 0;  // B
   int64_t group_size = 0;       // G
-  int64_t staleness = 0;        // S
+  int64_t staleness = 0;        // S (with staleness_control: its starting S)
+  std::optional<sched::StalenessControlOptions> staleness_control;  // rl.staleness: auto
   int64_t publish_period = 1;   // kappa
   int64_t actors = 1;
   double temperature = 1.0;

@@ -32,6 +32,7 @@ struct UpdateLine {
   int64_t step = 0;
   double wall_s = 0, step_s = 0, busy_frac = 0, tokens_per_s = 0;
   int64_t in_flight = 0;
+  int64_t staleness_bound = -1;  // S in force (-1: the line has none)
   std::map<std::string, int64_t> actor_groups;
   int64_t start = 0;  // process start (0, then one more per resume event)
 };
@@ -66,6 +67,7 @@ Status ParseUpdate(const json& o, const std::string& where, UpdateLine* u) {
   u->busy_frac = r.learner_busy_frac;
   u->tokens_per_s = r.tokens_per_s;
   u->in_flight = *r.groups_in_flight;
+  u->staleness_bound = r.staleness_bound.value_or(-1);
   u->actor_groups = r.actor_groups;
   return Status::Ok();
 }
@@ -114,6 +116,7 @@ Result<ParsedMetrics> ParseMetricsFile(const std::string& path) {
 
 struct RunConfig {
   int64_t groups_per_step = 0, group_size = 0, staleness = 0, publish_period = 0;
+  bool staleness_auto = false;  // rl.staleness: auto (S from the metrics)
 };
 
 Result<RunConfig> ReadRunConfig(const std::string& path) {
@@ -126,9 +129,12 @@ Result<RunConfig> ReadRunConfig(const std::string& path) {
   RunConfig c;
   ECHELON_RETURN_IF_ERROR(rl.Int("groups_per_step", &c.groups_per_step, 1, 1000000, true));
   ECHELON_RETURN_IF_ERROR(rl.Int("group_size", &c.group_size, 1, 100000, true));
-  ECHELON_RETURN_IF_ERROR(rl.Int("staleness", &c.staleness, 0, 1000, true));
+  std::string staleness;
+  ECHELON_RETURN_IF_ERROR(rl.String("staleness", &staleness, true));
+  c.staleness_auto = staleness == "auto";
+  if (!c.staleness_auto) ECHELON_RETURN_IF_ERROR(rl.Int("staleness", &c.staleness, 0, 1000, true));
   ECHELON_RETURN_IF_ERROR(rl.Int("publish_period", &c.publish_period, 0, 1001));
-  if (c.publish_period == 0) c.publish_period = sched::DefaultPublishPeriod(c.staleness);
+  if (c.publish_period == 0) c.publish_period = c.staleness_auto ? 1 : sched::DefaultPublishPeriod(c.staleness);
   return c;
 }
 
@@ -150,6 +156,13 @@ Result<RunFit> FitRun(const std::string& dir) {
   f.groups_per_step = cfg.groups_per_step;
   f.group_size = cfg.group_size;
   f.max_staleness = cfg.staleness;
+  // A run that chose S itself is fitted at the S it ended with.
+  if (cfg.staleness_auto) {
+    if (m.updates.back().staleness_bound < 0)
+      return InvalidArgument(metrics_path + ":" + std::to_string(m.updates.back().line_no) +
+                             ": rl.staleness is auto, and the last update line has no staleness_bound");
+    f.max_staleness = m.updates.back().staleness_bound;
+  }
   f.publish_period = cfg.publish_period;
   f.process_starts = m.starts;
   f.end_event = m.end_event;
