@@ -58,7 +58,8 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   }
   TORCH_CHECK(options.correction != Correction::kM2po || in.keep.defined(),
               "PolicyLoss: m2po needs its token mask (M2poKeep)");
-  const at::Tensor dropped = DroppedTokens((prox - in.behav_logp).detach(), in.keep, options);
+  const at::Tensor log_w = (prox - in.behav_logp).detach();  // the behaviour weight's log, for the health
+  const at::Tensor dropped = DroppedTokens(log_w, in.keep, options);
   if (options.correction == Correction::kIcePop) weight = weight.masked_fill(dropped, 0.0);
   if (options.correction == Correction::kM2po) weight = in.keep.to(in.logp.scalar_type());
   const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
@@ -84,7 +85,7 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   out.clip_frac = ((was_clipped * mask).sum() / denom).item<double>();
   out.behav_weight_mean = ((weight * mask).sum() / denom).item<double>();
   ImportanceSums all;
-  for (const ImportanceSums& row : RowImportanceSums((prox - in.behav_logp).detach(), mask, dropped)) all.Add(row);
+  for (const ImportanceSums& row : RowImportanceSums(log_w, mask, dropped)) all.Add(row);
   out.health = all.Health();
   return out;
 }
@@ -104,12 +105,14 @@ ImportanceHealth ImportanceSums::Health() const {
 
 std::vector<ImportanceSums> RowImportanceSums(const at::Tensor& log_w, const at::Tensor& mask, const at::Tensor& dropped) {
   at::NoGradGuard no_grad;
-  const at::Tensor lw = at::clamp(log_w, -kMaxLogRatio, kMaxLogRatio).to(at::kCPU, at::kDouble);
-  const at::Tensor m = mask.to(at::kCPU, at::kDouble);
-  const at::Tensor d = dropped.defined() ? dropped.to(at::kCPU, at::kDouble) * m : at::zeros_like(m);
+  // Summed where the tensors live; only [rows, 5] comes to the CPU.
+  const at::Tensor lw = at::clamp(log_w, -kMaxLogRatio, kMaxLogRatio).to(at::kDouble);
+  const at::Tensor m = mask.to(lw.device(), at::kDouble);
+  const at::Tensor d = dropped.defined() ? dropped.to(lw.device(), at::kDouble) * m : at::zeros_like(m);
   const at::Tensor sums = at::stack({m.sum(1), (lw.exp() * m).sum(1), ((2.0 * lw).exp() * m).sum(1), (lw * lw * m).sum(1),
                                      d.sum(1)},
                                     1)
+                              .to(at::kCPU)
                               .contiguous();
   auto s = sums.accessor<double, 2>();
   std::vector<ImportanceSums> out(static_cast<size_t>(sums.size(0)));

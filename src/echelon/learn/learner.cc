@@ -244,10 +244,9 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
 
 namespace {
 
-// Per-group mean |learner log-prob - actor log-prob| at the start of the update, and overall
-// (start_logp on the CPU, shaped like the batch).
-// The per-group statistics of pi_prox (the start-of-update log-probs) against the behaviour
-// log-probs: the mean |gap| and the importance sums (with the tokens `options`' correction drops).
+// pi_prox (the start-of-update log-probs, on the CPU, shaped like the batch) against the
+// behaviour log-probs: the mean |gap| overall and per group, and each group's importance sums
+// (with the tokens `options`' correction drops).
 void StartOfUpdateStats(const at::Tensor& start_logp, const at::Tensor& keep, const PolicyLossOptions& options,
                         const TrainingBatch& b, size_t num_groups, StepStats* stats) {
   const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
@@ -422,7 +421,7 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     const int64_t len = Width(b, u);
     PolicyLossInputs in;
     in.logp = LogProbs(compute_, b, u, len, &mb->computed_positions);
-    for (int64_t i = 0; i < u.numel(); ++i) mb->sequence_positions += b.row_len[u.data_ptr<int64_t>()[i]];
+    for (int64_t k = 0; k < u.numel(); ++k) mb->sequence_positions += b.row_len[u.data_ptr<int64_t>()[k]];
     in.behav_logp = Rows(b.behav, u, len, device_);
     in.mask = Rows(b.mask, u, len, device_);
     in.advantages = b.adv.index_select(0, u).to(device_);
