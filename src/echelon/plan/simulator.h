@@ -1,5 +1,5 @@
 // Simulator: a discrete-event simulation of a whole asynchronous run, at any scale, driving
-// the real sched::Dispatcher (admission window, leases, re-issue) and sched::StalenessGate
+// the real sched::Dispatcher (admission window, leases, re-issue) and the consume rule
 // against a SimulatedClock, so it makes the same decisions as the learner does.
 //
 // What is modelled:

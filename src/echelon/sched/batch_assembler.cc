@@ -12,6 +12,7 @@ BatchAssembler::BatchAssembler(int64_t max_staleness, int64_t batch_groups, Disp
 void BatchAssembler::Add(uint64_t group_id, int64_t behavior_version) {
   const int64_t admitted = dispatcher_ != nullptr ? dispatcher_->AdmittedStaleness(group_id) : max_staleness_;
   waiting_.push_back({behavior_version, group_id, admitted});
+  sorted_ = false;
 }
 
 int64_t BatchAssembler::Deadline(const Waiting& w) const {
@@ -21,10 +22,13 @@ int64_t BatchAssembler::Deadline(const Waiting& w) const {
 IntakeDecision BatchAssembler::Assemble(int64_t step) {
   IntakeDecision d;
   d.step = step;
-  std::sort(waiting_.begin(), waiting_.end(), [this](const Waiting& a, const Waiting& b) {
-    return std::make_tuple(Deadline(a), a.behavior_version, a.group_id) <
-           std::make_tuple(Deadline(b), b.behavior_version, b.group_id);
-  });
+  if (!sorted_) {
+    std::sort(waiting_.begin(), waiting_.end(), [this](const Waiting& a, const Waiting& b) {
+      return std::make_tuple(Deadline(a), a.behavior_version, a.group_id) <
+             std::make_tuple(Deadline(b), b.behavior_version, b.group_id);
+    });
+    sorted_ = true;  // removing a prefix below keeps the order
+  }
   size_t expired = 0;
   for (; expired < waiting_.size() && Deadline(waiting_[expired]) < step; ++expired) {
     const Waiting& w = waiting_[expired];

@@ -68,7 +68,10 @@ class BatchAssembler {
 
   size_t waiting() const { return waiting_.size(); }
   int64_t max_staleness() const { return max_staleness_; }
-  void SetMaxStaleness(int64_t max_staleness) { max_staleness_ = max_staleness; }
+  void SetMaxStaleness(int64_t max_staleness) {
+    max_staleness_ = max_staleness;
+    sorted_ = false;
+  }
   int64_t batch_groups() const { return batch_groups_; }
   // Every decision that dropped or took something, as it is made (traces and tests).
   void set_observer(std::function<void(const IntakeDecision&)> observer) { observer_ = std::move(observer); }
@@ -84,7 +87,8 @@ class BatchAssembler {
   int64_t max_staleness_;
   const int64_t batch_groups_;
   Dispatcher* const dispatcher_;
-  std::vector<Waiting> waiting_;
+  std::vector<Waiting> waiting_;  // in deadline order while sorted_ (Assemble runs every poll)
+  bool sorted_ = true;
   std::function<void(const IntakeDecision&)> observer_;
 };
 
