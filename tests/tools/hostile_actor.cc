@@ -8,6 +8,7 @@
 // {"kind", "worker", "accepted", "reason"}.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -52,8 +53,7 @@ class Attacker {
       plan.push_back(structural[k++ % structural.size()]);
       replayed = true;
       for (const std::string& kind : plan) {
-        if (!Attack(kind)) break;  // quarantined (or the run is over)
-        std::this_thread::sleep_for(std::chrono::duration<double>(pace_));
+        if (!Attack(kind) || !Pause()) break;  // quarantined or evicted (or the run is over)
       }
       if (done_ || !NextWorker()) break;
     }
@@ -62,6 +62,26 @@ class Attacker {
   }
 
  private:
+  // Waits `pace_` seconds between attacks while heartbeating as a real actor does, so that a
+  // pause as long as the eviction time does not end this worker before its strikes are in
+  // (under load a bare sleep of pace_ = kEvictAfterSeconds got a worker evicted after two
+  // strikes, never quarantined). False when the learner no longer knows the actor.
+  bool Pause() {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point end =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(pace_));
+    while (Clock::now() < end) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(500), end - Clock::now()));
+      grpc::ClientContext ctx;
+      net::AttachToken(ctx, worker_.token);
+      v1::HeartbeatRequest req;
+      req.set_actor_id(actor_);
+      v1::HeartbeatReply reply;
+      if (!stub_->Heartbeat(&ctx, req, &reply).ok() || !reply.known()) return false;
+    }
+    return true;
+  }
+
   // Registers with the next token; false when none is left (every worker quarantined).
   bool NextWorker() {
     while (next_worker_ < workers_.size()) {
