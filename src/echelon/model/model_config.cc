@@ -1,5 +1,6 @@
 #include "echelon/model/model_config.h"
 
+#include <algorithm>
 #include <string>
 
 namespace echelon::model {
@@ -82,8 +83,22 @@ Status ModelConfig::Validate() const {
   ECHELON_RETURN_IF_ERROR(positive(num_key_value_heads, "num_key_value_heads"));
   ECHELON_RETURN_IF_ERROR(positive(head_dim, "head_dim"));
   ECHELON_RETURN_IF_ERROR(positive(max_position_embeddings, "max_position_embeddings"));
-  if (model_type != "qwen3" && model_type != "qwen2" && model_type != "llama")
-    return InvalidArgument("model_type must be \"qwen3\", \"qwen2\" or \"llama\", got \"" + model_type + "\"");
+  if (model_type != "qwen3" && model_type != "qwen2" && model_type != "llama" && model_type != "qwen3_moe")
+    return InvalidArgument("model_type must be \"qwen3\", \"qwen2\", \"llama\" or \"qwen3_moe\", got \"" + model_type +
+                           "\"");
+  if (moe()) {
+    ECHELON_RETURN_IF_ERROR(positive(num_experts, "num_experts"));
+    ECHELON_RETURN_IF_ERROR(positive(moe_intermediate_size, "moe_intermediate_size"));
+    ECHELON_RETURN_IF_ERROR(positive(decoder_sparse_step, "decoder_sparse_step"));
+    if (num_experts_per_tok < 1 || num_experts_per_tok > num_experts)
+      return InvalidArgument("num_experts_per_tok must be in [1, num_experts = " + std::to_string(num_experts) +
+                             "], got " + std::to_string(num_experts_per_tok));
+    for (int64_t layer : mlp_only_layers) {
+      if (layer < 0 || layer >= num_hidden_layers)
+        return InvalidArgument("mlp_only_layers holds " + std::to_string(layer) + ", not a layer of " +
+                               std::to_string(num_hidden_layers));
+    }
+  }
   if (num_attention_heads % num_key_value_heads != 0) {
     return InvalidArgument("num_attention_heads (" + std::to_string(num_attention_heads) +
                            ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
@@ -107,10 +122,13 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::st
   } else if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
              j["architectures"][0].is_string()) {
     const std::string arch = j["architectures"][0].get<std::string>();
-    c.model_type = arch == "Qwen2ForCausalLM" ? "qwen2" : arch == "LlamaForCausalLM" ? "llama" : "qwen3";
+    c.model_type = arch == "Qwen2ForCausalLM"      ? "qwen2"
+                   : arch == "LlamaForCausalLM"    ? "llama"
+                   : arch == "Qwen3MoeForCausalLM" ? "qwen3_moe"
+                                                   : "qwen3";
   }
-  if (c.model_type != "qwen3" && c.model_type != "qwen2" && c.model_type != "llama")
-    return FieldError(where, "model_type", "is \"" + c.model_type + "\"; supported: qwen3, qwen2, llama");
+  if (c.model_type != "qwen3" && c.model_type != "qwen2" && c.model_type != "llama" && c.model_type != "qwen3_moe")
+    return FieldError(where, "model_type", "is \"" + c.model_type + "\"; supported: qwen3, qwen2, llama, qwen3_moe");
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "vocab_size", true, &c.vocab_size));
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "hidden_size", true, &c.hidden_size));
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "intermediate_size", true, &c.intermediate_size));
@@ -119,7 +137,7 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::st
   c.num_key_value_heads = c.num_attention_heads;  // HF: absent means multi-head attention
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_key_value_heads", false, &c.num_key_value_heads));
   // HF Qwen3Config's default is 128, not hidden/heads; Qwen2 and Llama derive it.
-  c.head_dim = c.model_type == "qwen3" ? 128 : c.hidden_size / c.num_attention_heads;
+  c.head_dim = c.qk_norm() ? 128 : c.hidden_size / c.num_attention_heads;
   ECHELON_RETURN_IF_ERROR(GetInt(j, where, "head_dim", false, &c.head_dim));
   ECHELON_RETURN_IF_ERROR(GetBool(j, where, "attention_bias", &c.attention_bias));
   ECHELON_RETURN_IF_ERROR(GetBool(j, where, "mlp_bias", &c.mlp_bias));
@@ -140,6 +158,26 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::st
       return FieldError(where, key, "is \"" + c.torch_dtype + "\"; supported: float32, bfloat16, float16");
     break;
   }
+  if (c.moe()) {  // Qwen3MoeConfig's defaults
+    c.num_experts = 128;
+    c.num_experts_per_tok = 8;
+    c.moe_intermediate_size = 768;
+    ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_experts", false, &c.num_experts));
+    ECHELON_RETURN_IF_ERROR(GetInt(j, where, "num_experts_per_tok", false, &c.num_experts_per_tok));
+    ECHELON_RETURN_IF_ERROR(GetInt(j, where, "moe_intermediate_size", false, &c.moe_intermediate_size));
+    ECHELON_RETURN_IF_ERROR(GetBool(j, where, "norm_topk_prob", &c.norm_topk_prob));
+    ECHELON_RETURN_IF_ERROR(GetInt(j, where, "decoder_sparse_step", false, &c.decoder_sparse_step));
+    ECHELON_RETURN_IF_ERROR(GetDouble(j, where, "router_aux_loss_coef", &c.router_aux_loss_coef));
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+      const json& layers = j["mlp_only_layers"];
+      if (!layers.is_array()) return FieldError(where, "mlp_only_layers", "must be a list of layer indices");
+      for (const json& layer : layers) {
+        if (!layer.is_number_integer())
+          return FieldError(where, "mlp_only_layers", "must hold integers, got " + layer.dump());
+        c.mlp_only_layers.push_back(layer.get<int64_t>());
+      }
+    }
+  }
   ECHELON_RETURN_IF_ERROR(RejectUnsupported(j, where));
   Status valid = c.Validate();
   if (!valid.ok()) return valid.WithContext(where);
@@ -152,8 +190,16 @@ Result<ModelConfig> ModelConfig::FromJsonText(const std::string& text, const std
   return FromJson(j, where);
 }
 
+bool ModelConfig::is_sparse(int64_t layer) const {
+  return moe() && (layer + 1) % decoder_sparse_step == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+}
+
 std::string ModelConfig::architecture() const {
-  return model_type == "qwen2" ? "Qwen2ForCausalLM" : model_type == "llama" ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
+  return model_type == "qwen2"       ? "Qwen2ForCausalLM"
+         : model_type == "llama"     ? "LlamaForCausalLM"
+         : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                     : "Qwen3ForCausalLM";
 }
 
 nlohmann::json ModelConfig::ToJson() const {
@@ -182,17 +228,37 @@ nlohmann::json ModelConfig::ToJson() const {
       {"torch_dtype", torch_dtype},
   };
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
+  if (moe()) {
+    j["num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["mlp_only_layers"] = mlp_only_layers;
+    j["router_aux_loss_coef"] = router_aux_loss_coef;
+  }
   return j;
 }
 
-int64_t ModelConfig::NumParameters() const {
-  const int64_t e = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  const int64_t attn = e * q + 2 * e * kv + q * e + (qk_norm() ? 2 * head_dim : 0) +
-                       (qkv_bias() ? q + 2 * kv : 0) + (o_bias() ? e : 0);
-  const int64_t mlp = 3 * e * intermediate_size + (mlp_biased() ? 2 * intermediate_size + e : 0);
-  const int64_t layer = attn + mlp + 2 * e;
-  const int64_t embed = vocab_size * e;
-  return embed + num_hidden_layers * layer + e + (tie_word_embeddings ? 0 : embed);
+namespace {
+
+// Parameters of the model, counting `experts` of each sparse layer's experts.
+int64_t CountParameters(const ModelConfig& c, bool active_only) {
+  const int64_t e = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const int64_t attn = e * q + 2 * e * kv + q * e + (c.qk_norm() ? 2 * c.head_dim : 0) +
+                       (c.qkv_bias() ? q + 2 * kv : 0) + (c.o_bias() ? e : 0);
+  const int64_t dense = 3 * e * c.intermediate_size + (c.mlp_biased() ? 2 * c.intermediate_size + e : 0);
+  const int64_t experts = active_only ? c.num_experts_per_tok : c.num_experts;
+  const int64_t sparse = c.num_experts * e + experts * 3 * e * c.moe_intermediate_size;
+  int64_t layers = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers += attn + 2 * e + (c.is_sparse(i) ? sparse : dense);
+  const int64_t embed = c.vocab_size * e;
+  return embed + layers + e + (c.tie_word_embeddings ? 0 : embed);
 }
+
+}  // namespace
+
+int64_t ModelConfig::NumParameters() const { return CountParameters(*this, false); }
+int64_t ModelConfig::NumActiveParameters() const { return CountParameters(*this, true); }
 
 }  // namespace echelon::model

@@ -6,12 +6,18 @@
 //   qwen2 (Qwen2ForCausalLM): q/k/v always biased, o never; head_dim = hidden/heads.
 //   llama (LlamaForCausalLM): q/k/v/o biased iff attention_bias, MLP iff mlp_bias;
 //     head_dim = hidden/heads when missing.
+// One mixture-of-experts family shares it too:
+//   qwen3_moe (Qwen3MoeForCausalLM): qwen3 whose MLP, in the sparse layers (is_sparse), is a
+//     router (mlp.gate) over num_experts SwiGLU experts of moe_intermediate_size, each token
+//     taking the top num_experts_per_tok; the other layers keep the dense MLP of
+//     intermediate_size.
 //
 //   ECHELON_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::FromJsonText(text, "ckpt/config.json"));
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,7 +26,7 @@
 namespace echelon::model {
 
 struct ModelConfig {
-  std::string model_type = "qwen3";  // qwen3, qwen2 or llama
+  std::string model_type = "qwen3";  // qwen3, qwen2, llama or qwen3_moe
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -40,12 +46,23 @@ struct ModelConfig {
   // The weights' storage dtype ("float32", "bfloat16" or "float16"; config.json torch_dtype):
   // checkpoints and snapshots are written in it, whatever the learner computes in.
   std::string torch_dtype = "float32";
+  // qwen3_moe only (missing fields take Qwen3MoeConfig's defaults).
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;      // renormalise the top-k router weights to sum to 1
+  int64_t decoder_sparse_step = 1;  // layer i is sparse iff (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;  // ... and i is not listed here
+  double router_aux_loss_coef = 0.001;   // carried through config.json; the run's own is rl.router_aux_coef
 
-  bool qk_norm() const { return model_type == "qwen3"; }
+  bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
+  bool moe() const { return model_type == "qwen3_moe"; }
+  // Whether layer i's MLP is the mixture of experts.
+  bool is_sparse(int64_t layer) const;
   bool qkv_bias() const { return model_type == "qwen2" || attention_bias; }
   bool o_bias() const { return model_type != "qwen2" && attention_bias; }
   bool mlp_biased() const { return model_type == "llama" && mlp_bias; }
-  // "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM".
+  // "Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM" or "Qwen3MoeForCausalLM".
   std::string architecture() const;
 
   // Checks every field is in range and the shapes agree (heads divisible by kv heads...).
@@ -55,6 +72,8 @@ struct ModelConfig {
   static Result<ModelConfig> FromJsonText(const std::string& text, const std::string& where);
   nlohmann::json ToJson() const;
   int64_t NumParameters() const;
+  // Parameters one token computes with: NumParameters less the experts it is not routed to.
+  int64_t NumActiveParameters() const;
 };
 
 }  // namespace echelon::model

@@ -145,6 +145,20 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg) : cfg_(cfg) {
       l.k_norm = tree.Add(p + "self_attn.k_norm.weight", {d});
     }
     l.post_norm = tree.Add(p + "post_attention_layernorm.weight", {e});
+    if (cfg.is_sparse(i)) {
+      const int64_t mi = cfg.moe_intermediate_size;
+      l.router = tree.Add(p + "mlp.gate.weight", {cfg.num_experts, e});
+      for (int64_t j = 0; j < cfg.num_experts; ++j) {
+        const std::string x = p + "mlp.experts." + std::to_string(j) + ".";
+        l.expert_gate.push_back(tree.Add(x + "gate_proj.weight", {mi, e}));
+        l.expert_up.push_back(tree.Add(x + "up_proj.weight", {mi, e}));
+        l.expert_down.push_back(tree.Add(x + "down_proj.weight", {e, mi}));
+      }
+      l.sparse_index = static_cast<int64_t>(router_load_.size()) / cfg.num_experts;
+      router_load_.resize(router_load_.size() + static_cast<size_t>(cfg.num_experts), 0);
+      layers_.push_back(l);
+      continue;
+    }
     l.gate_proj = tree.Add(p + "mlp.gate_proj.weight", {inter, e});
     l.up_proj = tree.Add(p + "mlp.up_proj.weight", {inter, e});
     l.down_proj = tree.Add(p + "mlp.down_proj.weight", {e, inter});
@@ -299,9 +313,47 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   return at::linear(out, l.o_proj, l.o_bias);
 }
 
-at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h) const {
+at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h) {
+  if (l.router.defined()) return Experts(l, h);
   return at::linear(at::silu(at::linear(h, l.gate_proj, l.gate_bias)) * at::linear(h, l.up_proj, l.up_bias),
                    l.down_proj, l.down_bias);
+}
+
+at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h) {
+  const int64_t experts = cfg_.num_experts, k = cfg_.num_experts_per_tok;
+  const at::Tensor x = h.reshape({-1, h.size(-1)});  // [N, E]
+  // As transformers: router logits in the weights' dtype, softmax and top-k in fp32.
+  const at::Tensor probs = at::softmax(at::linear(x, l.router).to(at::kFloat), -1);  // [N, X]
+  auto [weights, chosen] = probs.topk(k, -1);                                       // [N, k]
+  if (cfg_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(x.scalar_type());
+  // Group the N * k (token, slot) pairs by expert: one gather and three matmuls per expert.
+  const at::Tensor flat = chosen.reshape({-1});
+  const at::Tensor order = flat.argsort();
+  const at::Tensor counts = at::bincount(flat, /*weights=*/{}, experts).to(at::kCPU);
+  const int64_t* count = counts.data_ptr<int64_t>();
+  const at::Tensor token_of = at::floor_divide(order, k);
+  const at::Tensor flat_weights = weights.reshape({-1}).index_select(0, order);
+  at::Tensor out = at::zeros_like(x);
+  int64_t start = 0;
+  for (int64_t j = 0; j < experts; ++j) {
+    router_load_[static_cast<size_t>(l.sparse_index * experts + j)] += count[j];
+    if (count[j] == 0) continue;
+    const at::Tensor tokens = token_of.narrow(0, start, count[j]);
+    const at::Tensor xe = x.index_select(0, tokens);
+    const at::Tensor ye = at::linear(at::silu(at::linear(xe, l.expert_gate[j])) * at::linear(xe, l.expert_up[j]),
+                                     l.expert_down[j]);
+    out = out.index_add(0, tokens, ye * flat_weights.narrow(0, start, count[j]).unsqueeze(1));
+    start += count[j];
+  }
+  return out.view(h.sizes());
+}
+
+at::Tensor Qwen3ModelImpl::TakeRouterLoad() {
+  const int64_t experts = cfg_.num_experts, rows = experts > 0 ? static_cast<int64_t>(router_load_.size()) / experts : 0;
+  at::Tensor load = at::tensor(router_load_, at::kLong).view({rows, rows > 0 ? experts : 0});
+  std::fill(router_load_.begin(), router_load_.end(), 0);
+  return load;
 }
 
 KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {

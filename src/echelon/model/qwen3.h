@@ -4,6 +4,11 @@
 // padding mask) -> residual -> RMSNorm -> SwiGLU MLP -> residual; final RMSNorm; lm_head (or
 // the embedding when tied). As transformers does, RMSNorm, the rotary tables and the
 // attention softmax run in fp32 whatever the weights' dtype; logits come in the weights' dtype.
+// Qwen3-MoE's sparse layers replace the MLP by a mixture of experts: router softmax in fp32,
+// the top-k experts per token (weights renormalised iff norm_topk_prob, then cast back), each
+// expert a SwiGLU MLP run once over the tokens routed to it (gathered by expert, not a loop
+// over tokens), outputs summed with the router weights; the router's gradient flows through
+// those weights.
 //
 // Parameter names are exactly Hugging Face's ("model.layers.0.self_attn.q_proj.weight",
 // "lm_head.weight", ...), so NamedParameters() maps one-to-one onto a safetensors file.
@@ -89,6 +94,11 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // Re-initialises weights (normal(0, 0.02), norms to 1) from a seed; deterministic.
   void InitWeights(uint64_t seed);
 
+  // Tokens routed to each expert since the last call, one row per sparse layer in layer order
+  // ([sparse layers, num_experts] int64 on the CPU; [0, 0] for a dense model): the router's
+  // load, for the metrics. Every Forward adds to it (padding positions included).
+  at::Tensor TakeRouterLoad();
+
  private:
   // One decoder layer's weights (the same tensors are registered as HF-named parameters).
   struct Layer {
@@ -96,6 +106,11 @@ class Qwen3ModelImpl : public torch::nn::Module {
     at::Tensor post_norm, gate_proj, up_proj, down_proj;
     // Undefined when the family has none (see ModelConfig).
     at::Tensor q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias;
+    // A sparse (Qwen3-MoE) layer: the router [num_experts, hidden] and each expert's SwiGLU
+    // weights; gate_proj / up_proj / down_proj are then undefined.
+    at::Tensor router;
+    std::vector<at::Tensor> expert_gate, expert_up, expert_down;
+    int64_t sparse_index = -1;  // row of router_load_
   };
 
   // Where a Forward's T new keys go in the cache: columns [start, start + T) of every row, or
@@ -113,7 +128,8 @@ class Qwen3ModelImpl : public torch::nn::Module {
                     const CacheWrite& write, bool compute_logits);
   at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& mask, KVCache* cache, const CacheWrite& write, size_t index) const;
-  at::Tensor Mlp(const Layer& layer, const at::Tensor& h) const;
+  at::Tensor Mlp(const Layer& layer, const at::Tensor& h);
+  at::Tensor Experts(const Layer& layer, const at::Tensor& h);
 
   ModelConfig cfg_;
   at::Tensor embed_;
@@ -121,6 +137,7 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor final_norm_;
   at::Tensor lm_head_;   // the embedding itself when tied
   at::Tensor inv_freq_;  // [head_dim / 2] rotary frequencies, not a parameter
+  std::vector<int64_t> router_load_;  // [sparse layers * num_experts], see TakeRouterLoad
 };
 TORCH_MODULE(Qwen3Model);
 

@@ -80,6 +80,115 @@ void ExpectMatchesGolden(const std::string& name) {
 
 TEST(Qwen3GoldenTest, Bf16UntiedCheckpointMatchesReference) { ExpectMatchesGolden("qwen3_bf16"); }
 TEST(Qwen3GoldenTest, TiedCheckpointWithWideHeadsMatchesReference) { ExpectMatchesGolden("qwen3_tied"); }
+// 6 experts, top-2 renormalised, layer 1 dense (mlp_only_layers), F32, untied.
+TEST(Qwen3GoldenTest, MoeF32CheckpointMatchesReference) { ExpectMatchesGolden("qwen3_moe_f32"); }
+// 4 experts, top-3 not renormalised, decoder_sparse_step 2 (layer 0 dense), BF16, tied.
+TEST(Qwen3GoldenTest, MoeBf16CheckpointMatchesReference) { ExpectMatchesGolden("qwen3_moe_bf16"); }
+
+// A tiny Qwen3-MoE: 4 experts, top-2, layer 0 sparse and layer 1 dense (mlp_only_layers).
+ModelConfig TinyMoeConfig() {
+  ModelConfig c = TinyConfig(false);
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 24;
+  c.norm_topk_prob = true;
+  c.mlp_only_layers = {1};
+  return c;
+}
+
+TEST(Qwen3MoeTest, ParametersHaveHuggingFaceNamesAndTheCountMatches) {
+  Qwen3Model m(TinyMoeConfig());
+  const auto sd = m->StateDict();
+  EXPECT_EQ(sd.at("model.layers.0.mlp.gate.weight").sizes(), (std::vector<int64_t>{4, 32}));
+  EXPECT_EQ(sd.at("model.layers.0.mlp.experts.3.gate_proj.weight").sizes(), (std::vector<int64_t>{24, 32}));
+  EXPECT_EQ(sd.at("model.layers.0.mlp.experts.3.down_proj.weight").sizes(), (std::vector<int64_t>{32, 24}));
+  EXPECT_EQ(sd.count("model.layers.0.mlp.gate_proj.weight"), 0u);
+  EXPECT_EQ(sd.at("model.layers.1.mlp.gate_proj.weight").sizes(), (std::vector<int64_t>{48, 32}));
+  EXPECT_EQ(sd.count("model.layers.1.mlp.gate.weight"), 0u);
+  int64_t total = 0;
+  for (const auto& p : m->parameters()) total += p.numel();
+  EXPECT_EQ(total, TinyMoeConfig().NumParameters());
+  // Active: 2 of the 4 experts of layer 0 (each 3 * 32 * 24).
+  EXPECT_EQ(TinyMoeConfig().NumParameters() - TinyMoeConfig().NumActiveParameters(), 2 * 3 * 32 * 24);
+}
+
+TEST(Qwen3MoeTest, GradientsReachTheRouterAndEveryRoutedExpert) {
+  Qwen3Model m(TinyMoeConfig());
+  m->InitWeights(3);
+  at::Tensor ids = at::randint(23, {4, 9}, at::kLong);
+  at::Tensor logits = m->Forward(ids.narrow(1, 0, 8), Positions(4, 8), at::Tensor(), nullptr);
+  at::cross_entropy_loss(logits.reshape({-1, 23}), ids.narrow(1, 1, 8).reshape({-1})).backward();
+  const at::Tensor load = m->TakeRouterLoad();
+  ASSERT_EQ(load.sizes(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(load.sum().item<int64_t>(), 4 * 8 * 2);  // every token, top-2
+  for (const auto& item : m->named_parameters()) {
+    const std::string& name = item.key();
+    const size_t at = name.find("experts.");
+    if (at != std::string::npos && load[0][std::stoi(name.substr(at + 8))].item<int64_t>() == 0) continue;
+    ASSERT_TRUE(item.value().grad().defined()) << name;
+    EXPECT_GT(item.value().grad().abs().sum().item<double>(), 0.0) << name;
+  }
+  EXPECT_EQ(m->TakeRouterLoad().sum().item<int64_t>(), 0) << "taking the load resets it";
+  Qwen3Model dense(TinyConfig(false));
+  EXPECT_EQ(dense->TakeRouterLoad().numel(), 0);
+}
+
+// The expert dispatch against a per-token loop: with o_proj zeroed the attention adds nothing,
+// so the one layer's MLP input is RMSNorm(embedding) and the logits follow by hand.
+TEST(Qwen3MoeTest, ExpertsEqualAPerTokenLoop) {
+  ModelConfig c = TinyMoeConfig();
+  c.mlp_only_layers = {};
+  c.num_hidden_layers = 1;
+  c.tie_word_embeddings = true;
+  for (bool norm : {true, false}) {
+    c.norm_topk_prob = norm;
+    Qwen3Model m(c);
+    m->InitWeights(9);
+    auto sd = m->StateDict();
+    {
+      at::NoGradGuard no_grad;
+      sd.at("model.layers.0.mlp.gate.weight").mul_(20);  // routing far from ties
+      sd.at("model.layers.0.self_attn.o_proj.weight").zero_();
+    }
+    const at::Tensor ids = at::randint(23, {3, 6}, at::kLong);
+    const at::Tensor logits = m->Forward(ids, Positions(3, 6), at::Tensor(), nullptr);
+    auto rms = [&](const at::Tensor& x) { return x * at::rsqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps); };
+    const at::Tensor embed = sd.at("model.embed_tokens.weight");
+    for (int64_t b = 0; b < 3; ++b) {
+      for (int64_t t = 0; t < 6; ++t) {
+        const at::Tensor x = embed[ids[b][t].item<int64_t>()];
+        const at::Tensor h = rms(x) * sd.at("model.layers.0.post_attention_layernorm.weight");
+        const at::Tensor probs = at::softmax(at::mv(sd.at("model.layers.0.mlp.gate.weight"), h), 0);
+        auto [w, top] = probs.topk(2);
+        if (norm) w = w / w.sum();
+        at::Tensor y = at::zeros_like(x);
+        for (int64_t s = 0; s < 2; ++s) {
+          const std::string e = "model.layers.0.mlp.experts." + std::to_string(top[s].item<int64_t>()) + ".";
+          const at::Tensor inner = at::silu(at::mv(sd.at(e + "gate_proj.weight"), h)) * at::mv(sd.at(e + "up_proj.weight"), h);
+          y = y + w[s] * at::mv(sd.at(e + "down_proj.weight"), inner);
+        }
+        const at::Tensor expected = at::mv(embed, rms(x + y) * sd.at("model.norm.weight"));
+        EXPECT_LT(MaxDiff(logits[b][t], expected), 1e-4) << "norm_topk_prob=" << norm << " b=" << b << " t=" << t;
+      }
+    }
+  }
+}
+
+TEST(Qwen3MoeTest, SaveLoadIsIdenticalAndConfigRoundTrips) {
+  const ModelConfig c = TinyMoeConfig();
+  Result<ModelConfig> back = ModelConfig::FromJson(c.ToJson(), "rt");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->ToJson(), c.ToJson());
+  EXPECT_EQ(back->ToJson()["architectures"][0], "Qwen3MoeForCausalLM");
+  Qwen3Model a(c), b(back.value());
+  a->InitWeights(4);
+  ASSERT_TRUE(b->LoadStateDict(a->StorageStateDict(), "a").ok());
+  for (const auto& [name, t] : a->StateDict()) EXPECT_TRUE(at::equal(t, b->StateDict().at(name))) << name;
+  const at::Tensor ids = at::randint(23, {2, 5}, at::kLong);
+  EXPECT_TRUE(at::equal(a->Forward(ids, Positions(2, 5), at::Tensor(), nullptr),
+                        b->Forward(ids, Positions(2, 5), at::Tensor(), nullptr)));
+}
 
 TEST(Qwen3Test, ParametersHaveHuggingFaceNames) {
   Qwen3Model untied(TinyConfig(false));
@@ -367,6 +476,40 @@ TEST(ModelConfigTest, RejectsInconsistentOrUnsupportedConfigs) {
   bad("model_type", "gpt2");
   bad("hidden_act", "gelu");
   bad("vocab_size", 0);
+  auto bad_moe = [](const char* field, const nlohmann::json& value) {
+    nlohmann::json j = TinyMoeConfig().ToJson();
+    j[field] = value;
+    Result<ModelConfig> c = ModelConfig::FromJson(j, "moe.json");
+    EXPECT_FALSE(c.ok()) << field;
+    if (!c.ok()) EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status().message();
+  };
+  bad_moe("num_experts_per_tok", 5);
+  bad_moe("num_experts_per_tok", 0);
+  bad_moe("num_experts", 0);
+  bad_moe("moe_intermediate_size", 0);
+  bad_moe("decoder_sparse_step", 0);
+  bad_moe("mlp_only_layers", {2});
+  bad_moe("mlp_only_layers", "1");
+}
+
+TEST(ModelConfigTest, MoeDefaultsAreQwen3MoeConfigs) {
+  nlohmann::json j = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 10}, {"hidden_size", 64},
+                      {"intermediate_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
+                      {"decoder_sparse_step", 2}, {"mlp_only_layers", {3}}};
+  Result<ModelConfig> c = ModelConfig::FromJson(j, "c");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model_type, "qwen3_moe");
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->num_experts, 128);
+  EXPECT_EQ(c->num_experts_per_tok, 8);
+  EXPECT_EQ(c->moe_intermediate_size, 768);
+  EXPECT_FALSE(c->norm_topk_prob);
+  EXPECT_TRUE(c->qk_norm());
+  // Layer i is sparse iff (i + 1) % 2 == 0 and i is not in mlp_only_layers.
+  EXPECT_FALSE(c->is_sparse(0));
+  EXPECT_TRUE(c->is_sparse(1));
+  EXPECT_FALSE(c->is_sparse(2));
+  EXPECT_FALSE(c->is_sparse(3));
 }
 
 TEST(ModelConfigTest, JsonRoundTripAndParameterCount) {
