@@ -10,8 +10,19 @@ namespace {
 // Relative slack for comparing throughputs and costs computed in floating point.
 constexpr double kEps = 1e-9;
 
+// A demand counts as covered when what is left of it is at most Slack(demand): the one
+// tolerance of the search, the greedy and the feasibility label (a cover that is exact in
+// decimal may leave a residual of a few ulps in binary).
+double Slack(double demand) { return kEps * std::max(1.0, demand); }
+
+// Units of `rate` that bring `residual` within `slack`.
+int64_t UnitsToCover(double residual, double slack, double rate) {
+  return std::max<int64_t>(0, static_cast<int64_t>(std::ceil((residual - slack) / rate)));
+}
+
 struct Search {
   const std::vector<WorkerOffer>* offers;
+  double slack = 0;  // Slack(demand)
   std::vector<int> order;  // usable offers by price per throughput, cheapest first
   int64_t budget;
   int64_t nodes = 0;
@@ -23,15 +34,14 @@ struct Search {
 
   // Fractional greedy from position k: the LP optimum for covering `residual`.
   double LpBound(size_t k, double residual) const {
-    const double tolerance = kEps * std::max(1.0, residual);
     double cost = 0;
-    for (; k < order.size() && residual > tolerance; ++k) {
+    for (; k < order.size() && residual > slack; ++k) {
       const WorkerOffer& o = at(k);
       const double n = std::min<double>(o.available, residual / o.rate);
       cost += n * o.price_per_hour;
       residual -= n * o.rate;
     }
-    return residual > tolerance ? INFINITY : cost;
+    return residual > slack ? INFINITY : cost;
   }
 
   void Dfs(size_t k, double residual, double cost, double supply) {
@@ -39,7 +49,7 @@ struct Search {
       exhausted = true;
       return;
     }
-    if (residual <= 0) {
+    if (residual <= slack) {
       if (cost < best_cost - kEps * std::max(1.0, cost) ||
           (std::abs(cost - best_cost) <= kEps * std::max(1.0, cost) && supply > best_supply)) {
         best_cost = cost;
@@ -51,8 +61,8 @@ struct Search {
     if (k == order.size()) return;
     if (cost + LpBound(k, residual) >= best_cost - kEps * std::max(1.0, best_cost)) return;
     const WorkerOffer& o = at(k);
-    const int64_t most = std::min<int64_t>(o.available, static_cast<int64_t>(std::ceil(residual / o.rate - kEps)));
-    for (int64_t n = std::max<int64_t>(0, most); n >= 0 && !exhausted; --n) {
+    const int64_t most = std::min<int64_t>(o.available, UnitsToCover(residual, slack, o.rate));
+    for (int64_t n = most; n >= 0 && !exhausted; --n) {
       counts[order[k]] = n;
       Dfs(k + 1, residual - n * o.rate, cost + n * o.price_per_hour, supply + n * o.rate);
     }
@@ -67,16 +77,16 @@ Activation Finish(const std::vector<WorkerOffer>& offers, std::vector<int64_t> c
     a.cost_per_hour += a.counts[j] * offers[j].price_per_hour;
     a.supply += a.counts[j] * offers[j].rate;
   }
-  a.feasible = a.supply >= demand * (1 - kEps);
+  a.feasible = a.supply >= demand - Slack(demand);
   return a;
 }
 
 std::vector<int64_t> Greedy(const Search& s, double demand) {
   std::vector<int64_t> counts(s.offers->size(), 0);
   double residual = demand;
-  for (size_t k = 0; k < s.order.size() && residual > 0; ++k) {
+  for (size_t k = 0; k < s.order.size() && residual > s.slack; ++k) {
     const WorkerOffer& o = s.at(k);
-    const int64_t n = std::min<int64_t>(o.available, static_cast<int64_t>(std::ceil(residual / o.rate - kEps)));
+    const int64_t n = std::min<int64_t>(o.available, UnitsToCover(residual, s.slack, o.rate));
     counts[s.order[k]] = n;
     residual -= n * o.rate;
   }
@@ -87,7 +97,7 @@ std::vector<int64_t> Greedy(const Search& s, double demand) {
   double supply = demand - residual;
   for (int j : by_price) {
     const WorkerOffer& o = (*s.offers)[j];
-    while (counts[j] > 0 && supply - o.rate >= demand * (1 - kEps)) {
+    while (counts[j] > 0 && supply - o.rate >= demand - s.slack) {
       --counts[j];
       supply -= o.rate;
     }
@@ -101,6 +111,7 @@ Activation Activate(const std::vector<WorkerOffer>& offers, double demand, int64
   Search s;
   s.offers = &offers;
   s.budget = node_budget;
+  s.slack = Slack(demand);
   for (size_t j = 0; j < offers.size(); ++j)
     if (offers[j].rate > 0 && offers[j].available > 0) s.order.push_back(static_cast<int>(j));
   std::stable_sort(s.order.begin(), s.order.end(), [&](int a, int b) {

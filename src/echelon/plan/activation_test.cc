@@ -73,6 +73,36 @@ TEST(ActivationExact, EqualsBruteForceOnRandomSmallCatalogues) {
   }
 }
 
+// Round prices and rates with a demand that some set supplies exactly (in decimal, not in
+// binary floating point): the search once required the residual to reach <= 0 while it sized
+// each count with a tolerance, so it could stop a hair short of the exact cover and return a
+// dearer set, still labelled exact.
+TEST(ActivationExact, ExactTiesEqualBruteForce) {
+  std::mt19937_64 rng(13);
+  std::uniform_int_distribution<int> types(2, 4), count(1, 4), tenths(1, 30), cents(10, 300);
+  int ties = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<WorkerOffer> offers(types(rng));
+    for (size_t j = 0; j < offers.size(); ++j)
+      offers[j] = {"c" + std::to_string(j), count(rng), cents(rng) / 100.0, tenths(rng) / 10.0};
+    // The demand is the supply of a random set, summed in the reverse order of the search's.
+    double demand = 0;
+    for (size_t j = offers.size(); j-- > 0;) {
+      const int64_t n = std::uniform_int_distribution<int64_t>(0, offers[j].available)(rng);
+      for (int64_t i = 0; i < n; ++i) demand += offers[j].rate;
+    }
+    if (demand <= 0) continue;
+    const Brute brute = BruteForce(offers, demand);
+    const Activation a = Activate(offers, demand);
+    ASSERT_TRUE(brute.feasible);
+    ASSERT_TRUE(a.feasible) << "trial " << trial;
+    EXPECT_EQ(a.method, "exact");
+    ties += std::abs(Supply(offers, a.counts) - demand) <= 1e-9 * demand;
+    EXPECT_NEAR(a.cost_per_hour, brute.cost, 1e-9 * std::max(1.0, brute.cost)) << "trial " << trial;
+  }
+  EXPECT_GT(ties, 1000) << "the cases must include exact covers";
+}
+
 TEST(ActivationGreedy, WithinOneWorkerPriceOfTheOptimum) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> frac(0.05, 1.0);
