@@ -524,6 +524,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   }
   const TrainingBatch b = BuildBatch(groups, advantages);
   if (b.input.size(0) == 0) return InvalidArgument("learner step with no completion tokens");
+  (void)compute_->TakeRouterLoad();  // what evaluation routed since the last update
   stats.tokens = static_cast<int64_t>(b.mask.sum().item<double>());
   compute_->train();
   // With one optimizer step per update pi_prox is the forward pass itself; with several
@@ -584,6 +585,11 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     mean.Add(stats.health, 1.0 / n);
     return mean;
   }();
+  const at::Tensor load = compute_->TakeRouterLoad();
+  for (int64_t layer = 0; layer < load.size(0); ++layer) {
+    const at::Tensor row = load[layer].contiguous();
+    stats.router_load.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+  }
   ++version_;
   return stats;
 }

@@ -102,6 +102,9 @@ struct StepStats {
   int64_t sequence_positions = 0;
   int64_t zero_spread_groups = 0;  // groups whose rewards were all equal (no signal)
   int64_t skipped_nonfinite = 0;   // optimizer steps not taken: non-finite loss or gradient
+  // Mixture-of-experts models: tokens this rank's forwards of the update routed to each expert,
+  // one row per sparse layer (model/qwen3.h TakeRouterLoad); empty for dense models.
+  std::vector<std::vector<int64_t>> router_load;
   std::vector<size_t> nonfinite_groups;  // the groups (indices into Step's) of those steps' minibatches
 };
 

@@ -338,6 +338,7 @@ class LearnerRun {
     r.tokens = stats.tokens;
     if (stats.computed_positions > 0)
       r.learner_pad_frac = 1.0 - static_cast<double>(stats.sequence_positions) / stats.computed_positions;
+    obs::SetRouterLoad(stats.router_load, &r);
     if (std::optional<BroadcastCompletion> b = transport_.TakeCompletedBroadcast()) {
       r.broadcast_version = b->version;
       r.broadcast_s = b->seconds;

@@ -107,6 +107,44 @@ TEST(LearnerTest, UpdatesRaiseTheLikelihoodOfRewardedSamples) {
   EXPECT_EQ(learner.version(), 5);
 }
 
+// A Qwen3-MoE learns like the dense model, and its update reports the router's load: every
+// position the gradient forward computed, top-k times, in the one sparse layer.
+TEST(LearnerTest, MoeUpdatesLearnAndReportTheRouterLoad) {
+  model::ModelConfig c = TinyConfig();
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 16;
+  c.norm_topk_prob = true;
+  c.mlp_only_layers = {0};
+  model::Qwen3Model m(c);
+  m->InitWeights(5);
+  LearnerOptions o;
+  o.lr = 1e-2;
+  Learner learner(m, o);
+  std::vector<LearnerGroup> groups = SampleGroups(learner.model(), 1.0, 8);
+  const auto router_before = learner.model()->StateDict().at("model.layers.1.mlp.gate.weight").clone();
+  Result<StepStats> stats = learner.Step(groups);
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  ASSERT_EQ(stats->router_load.size(), 1u);
+  ASSERT_EQ(stats->router_load[0].size(), 4u);
+  int64_t routed = 0;
+  for (int64_t n : stats->router_load[0]) routed += n;
+  EXPECT_EQ(routed, 2 * stats->computed_positions);
+  EXPECT_FALSE(at::equal(router_before, learner.model()->StateDict().at("model.layers.1.mlp.gate.weight")))
+      << "the router is trained";
+  // Held-out evaluation between updates (forwards of the same model) is not counted.
+  {
+    at::NoGradGuard no_grad;
+    (void)model::Generate(learner.model(), {{1, 2, 3}}, model::SamplingParams{});
+  }
+  stats = learner.Step(groups);
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  int64_t again = 0;
+  for (int64_t n : stats->router_load[0]) again += n;
+  EXPECT_EQ(again, 2 * stats->computed_positions);
+}
+
 TEST(LearnerTest, GroupsWithoutRewardSpreadAreCountedAndGiveNoGradient) {
   model::Qwen3Model m(TinyConfig());
   m->InitWeights(7);

@@ -65,6 +65,8 @@ const std::map<std::string, Series>& Catalog() {
       {"verify_gap_max", {"echelon_verify_gap_max", G, "largest mean log-prob gap of a verified group that passed"}},
       {"tokens", {"echelon_step_tokens", G, "completion tokens trained on in the last update"}},
       {"learner_pad_frac", {"echelon_learner_padding_ratio", G, "share of the positions the last update's gradient forwards computed that were padding"}},
+      {"router_load", {"echelon_router_load_ratio", G, "each expert's share of the last update's routed tokens over the sparse layers", "expert"}},
+      {"router_imbalance", {"echelon_router_imbalance", G, "busiest expert's load over the mean, worst sparse layer (1: balanced)"}},
       {"broadcast_version", {"echelon_broadcast_version", G, "newest snapshot every broadcast peer held"}},
       {"broadcast_s", {"echelon_broadcast_seconds", G, "seconds from publishing that snapshot to its last peer"}},
       {"learner_rss_mb", {"echelon_learner_resident_memory_bytes", G, "the learner process's resident memory", "key", 1024.0 * 1024.0}},

@@ -55,6 +55,8 @@ void VisitFields(R& r, V& v) {
   v.Number("verify_gap_max", r.verify_gap_max);
   v.Count("tokens", r.tokens);
   v.Number("learner_pad_frac", r.learner_pad_frac);
+  v.Numbers("router_load", r.router_load);
+  v.Number("router_imbalance", r.router_imbalance);
   v.Number("tokens_per_s", r.tokens_per_s);
   v.Count("broadcast_version", r.broadcast_version);
   v.Number("broadcast_s", r.broadcast_s);
@@ -194,6 +196,29 @@ std::string StalenessBin(int64_t staleness) {
   int64_t low = 2;
   while (low * 2 <= staleness) low *= 2;
   return std::to_string(low) + "-" + std::to_string(2 * low - 1);
+}
+
+void SetRouterLoad(const std::vector<std::vector<int64_t>>& load, StepRecord* r) {
+  std::vector<int64_t> by_expert;
+  int64_t total = 0;
+  double imbalance = 0;
+  for (const std::vector<int64_t>& layer : load) {
+    by_expert.resize(std::max(by_expert.size(), layer.size()), 0);
+    int64_t layer_total = 0, busiest = 0;
+    for (size_t j = 0; j < layer.size(); ++j) {
+      by_expert[j] += layer[j];
+      layer_total += layer[j];
+      busiest = std::max(busiest, layer[j]);
+    }
+    total += layer_total;
+    if (layer_total > 0)
+      imbalance = std::max(imbalance, static_cast<double>(busiest) * static_cast<double>(layer.size()) / layer_total);
+  }
+  if (total == 0) return;
+  r->router_load.clear();
+  for (size_t j = 0; j < by_expert.size(); ++j)
+    r->router_load[std::to_string(j)] = static_cast<double>(by_expert[j]) / static_cast<double>(total);
+  r->router_imbalance = imbalance;
 }
 
 }  // namespace echelon::obs

@@ -13,7 +13,7 @@
 //               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
 //               skipped_nonfinite, verified_groups, verify_gap_max, tokens, learner_pad_frac,
-//               tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
+//               router_load, router_imbalance, tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
 // wait_s / train_s / learner_rss_mb read them as missing.
@@ -86,6 +86,11 @@ struct StepRecord {
   double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
   std::optional<int64_t> tokens;                      // completion tokens trained on
   double learner_pad_frac = kMissing;  // share of the positions the gradient forwards computed that were padding
+  // Mixture-of-experts models: each expert's share of the routed (token, expert) pairs over
+  // the sparse layers (key: the expert's index), and the worst layer's busiest expert over its
+  // mean load (1: balanced).
+  std::map<std::string, double> router_load;
+  double router_imbalance = kMissing;
 
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
   double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer
@@ -106,5 +111,9 @@ struct StepRecord {
 
 // The label of a staleness's power-of-two bin: 0 -> "0", 1 -> "1", 2..3 -> "2-3", 4..7 -> "4-7", ...
 std::string StalenessBin(int64_t staleness);
+
+// Sets router_load and router_imbalance from tokens routed per expert, one row per sparse layer
+// (learn::StepStats::router_load); leaves them missing when nothing was routed.
+void SetRouterLoad(const std::vector<std::vector<int64_t>>& load, StepRecord* r);
 
 }  // namespace echelon::obs

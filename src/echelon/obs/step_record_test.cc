@@ -47,6 +47,8 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.is_logratio_m2_by_staleness = {{"0", 0.0}, {"2-3", 0.05}};
   r.masked_frac_by_staleness = {{"0", 0.0}, {"2-3", 0.1}};
   r.learner_pad_frac = 0.125;
+  r.router_load = {{"0", 0.75}, {"1", 0.25}};
+  r.router_imbalance = 1.5;
   r.broadcast_version = 6;
   r.broadcast_s = 0.3;
   r.learner_rss_mb = 300.5;
@@ -59,7 +61,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 46u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 48u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 
@@ -71,6 +73,19 @@ TEST(StepRecord, StalenessBinsArePowersOfTwo) {
   EXPECT_EQ(StalenessBin(4), "4-7");
   EXPECT_EQ(StalenessBin(63), "32-63");
   EXPECT_EQ(StalenessBin(64), "64-127");
+}
+
+TEST(StepRecord, RouterLoadSharesAndTheWorstLayersImbalance) {
+  StepRecord r;
+  SetRouterLoad({}, &r);
+  EXPECT_TRUE(r.router_load.empty());
+  EXPECT_TRUE(std::isnan(r.router_imbalance));
+  SetRouterLoad({{0, 0, 0, 0}}, &r);  // nothing routed: stays missing
+  EXPECT_TRUE(r.router_load.empty());
+  // Layer 0 balanced (2 each), layer 1 all on expert 3 (8 of 8: 4x the mean of 2).
+  SetRouterLoad({{2, 2, 2, 2}, {0, 0, 0, 8}}, &r);
+  EXPECT_EQ(r.router_load, (std::map<std::string, double>{{"0", 0.125}, {"1", 0.125}, {"2", 0.125}, {"3", 0.625}}));
+  EXPECT_DOUBLE_EQ(r.router_imbalance, 4.0);
 }
 
 TEST(StepRecord, MissingFieldsStayMissingAndAreNotWritten) {
