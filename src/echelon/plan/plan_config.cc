@@ -22,8 +22,19 @@ Status ReadModel(YamlMap& top, PlanConfig* c) {
   ECHELON_RETURN_IF_ERROR(m.Float("params_billion", &params_billion, 1e-6, 1e4, true));
   ECHELON_RETURN_IF_ERROR(m.Float("bytes_per_param", &c->model.bytes_per_param, 0.25, 8));
   ECHELON_RETURN_IF_ERROR(m.Float("kv_bytes_per_token", &c->model.kv_bytes_per_token, 1, 1e9, true));
+  double active_billion = 0;
+  ECHELON_RETURN_IF_ERROR(m.Float("active_params_billion", &active_billion, 0, 1e4));
+  ECHELON_RETURN_IF_ERROR(m.Int("experts", &c->model.experts, 0, 100000));
+  ECHELON_RETURN_IF_ERROR(m.Int("experts_per_token", &c->model.experts_per_token, 0, 100000));
   c->model.params = params_billion * 1e9;
-  return m.NoUnknownKeys();
+  c->model.active_params = active_billion * 1e9;
+  ECHELON_RETURN_IF_ERROR(m.NoUnknownKeys());
+  const bool moe = active_billion > 0 || c->model.experts > 0 || c->model.experts_per_token > 0;
+  if (moe && !(active_billion > 0 && active_billion < params_billion && c->model.experts_per_token > 0 &&
+               c->model.experts_per_token < c->model.experts))
+    return InvalidArgument(m.Where("experts") + ": a mixture of experts needs active_params_billion (below "
+                           "params_billion), experts and experts_per_token (below experts) together");
+  return Status::Ok();
 }
 
 Status ReadRollout(YamlMap& top, PlanConfig* c) {
@@ -109,6 +120,8 @@ Status ReadWorkers(YamlMap& top, PlanConfig* c) {
     ECHELON_RETURN_IF_ERROR(m.Float("downlink_mbps", &w.downlink_mbps, 0.001, 1e7));
     ECHELON_RETURN_IF_ERROR(m.Float("uplink_mbps", &w.uplink_mbps, 0.001, 1e7));
     ECHELON_RETURN_IF_ERROR(m.Float("failures_per_hour", &w.failures_per_hour, 0, 3600));
+    ECHELON_RETURN_IF_ERROR(m.Int("pipeline", &w.pipeline, 1, 64));
+    ECHELON_RETURN_IF_ERROR(m.Float("link_latency_ms", &w.link_latency_ms, 0, 1e5));
     ECHELON_ASSIGN_OR_RETURN(YAML::Node actors, m.Sequence("run_actors"));
     for (size_t a = 0; actors && a < actors.size(); ++a) {
       if (!actors[a].IsScalar() || actors[a].Scalar().empty())

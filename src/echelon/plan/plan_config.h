@@ -30,7 +30,11 @@ struct WorkerOfferConfig {
   int64_t concurrent_groups = 0;  // with tokens_per_second: groups decoded at once
   double downlink_mbps = 1000;
   double uplink_mbps = 500;
-  double failures_per_hour = 0;
+  double failures_per_hour = 0;  // of one GPU; a pipeline fails when any of its stages does
+  // A pipeline of `pipeline` GPUs of this kind holding the layers in turn (throughput_model.h);
+  // price, links and failures are per GPU unless price_per_hour is given (then per pipeline).
+  int64_t pipeline = 1;
+  double link_latency_ms = 0;  // between consecutive stages
   // `echelon plan CONFIG --from-run RUN`: the run's actors (names as in metrics.jsonl) whose
   // measured throughput this class takes; empty: none (or all, when the config has one class).
   std::vector<std::string> run_actors = {};

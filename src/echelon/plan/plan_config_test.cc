@@ -28,7 +28,8 @@ TEST(PlanPrices, ShippedCatalogueHasTheGpusTheIssueNames) {
 
 TEST(PlanConfigLoad, ShippedConfigsLoadAndPlan) {
   for (const char* name : {"configs/plan-qwen3-8b.yaml", "configs/plan-qwen3-4b.yaml", "configs/simulate-qwen3-8b.yaml",
-                           "configs/simulate-large.yaml"}) {
+                           "configs/simulate-large.yaml", "configs/plan-qwen3-30b-a3b.yaml",
+                           "configs/plan-qwen3-30b-a3b-5090.yaml"}) {
     Result<PlanConfig> c = LoadPlanConfig(RepoPath(name));
     ASSERT_TRUE(c.ok()) << c.status().message();
     Result<Plan> p = MakePlan(c.value());
@@ -52,6 +53,35 @@ TEST(PlanConfigLoad, FourBillionConfigLeavesOutTheClassWhoseGroupsWouldArriveSta
   EXPECT_GT(p->class_arrival_staleness[1], 6);
   EXPECT_GT(p->classes[0].count, 0);
   EXPECT_GT(p->classes[2].count, 0);
+}
+
+TEST(PlanConfigLoad, ThirtyBillionMoeRunsOnH200sOrOnPipelinesOfThree5090s) {
+  Result<PlanConfig> c = LoadPlanConfig(RepoPath("configs/plan-qwen3-30b-a3b.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_DOUBLE_EQ(c->model.active_params, 3.3e9);
+  EXPECT_EQ(c->model.experts, 128);
+  Result<Plan> h200 = MakePlan(c.value());
+  ASSERT_TRUE(h200.ok());
+  EXPECT_GT(h200->classes[0].count, 0);
+  // The 5090 file: one card or two cannot hold the 61 GB model, a pipeline of three can, at
+  // three cards' price and failure rate and three links' bandwidth.
+  c = LoadPlanConfig(RepoPath("configs/plan-qwen3-30b-a3b-5090.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_EQ(c->workers[0].pipeline, 3);
+  Result<Plan> p = MakePlan(c.value());
+  ASSERT_TRUE(p.ok());
+  const WorkerClass& k = p->classes[0];
+  EXPECT_TRUE(k.decode.feasible);
+  EXPECT_GT(k.count, 0);
+  EXPECT_DOUBLE_EQ(k.price_per_hour, 3 * c->prices.Find("rtx5090")->price_per_hour);
+  EXPECT_DOUBLE_EQ(k.failures_per_hour, 3 * c->workers[0].failures_per_hour);
+  EXPECT_DOUBLE_EQ(k.downlink_mbps, 3 * c->workers[0].downlink_mbps);
+  c->workers[0].pipeline = 2;
+  p = MakePlan(c.value());
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->classes[0].decode.feasible);
+  ASSERT_FALSE(p->notes.empty());
+  EXPECT_NE(p->notes[0].find("does not fit in 2 x rtx5090"), std::string::npos) << p->notes[0];
 }
 
 class PlanConfigErrors : public ::testing::Test {
@@ -106,6 +136,21 @@ TEST_F(PlanConfigErrors, OutOfRangeAndMissingValues) {
   c = LoadPlanConfig(Write(Base() + "rl: {max_staleness: 2, publish_period: 4}\nworkers:\n  - gpu: a100\n    available: 1\n"));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("exceeds rl.max_staleness + 1"), std::string::npos) << c.status().message();
+}
+
+TEST_F(PlanConfigErrors, AMixtureOfExpertsNeedsItsThreeKeysTogether) {
+  const std::string workers = "workers:\n  - gpu: a100\n    available: 1\n";
+  for (const char* moe : {"model: {params_billion: 1, kv_bytes_per_token: 1000, experts: 8}\n",
+                          "model: {params_billion: 1, kv_bytes_per_token: 1000, active_params_billion: 2, experts: 8, "
+                          "experts_per_token: 2}\n",
+                          "model: {params_billion: 1, kv_bytes_per_token: 1000, active_params_billion: 0.5, experts: 8, "
+                          "experts_per_token: 8}\n"}) {
+    Result<PlanConfig> c = LoadPlanConfig(Write(std::string("prices: prices.yaml\n") + moe +
+                                                "rollout: {groups_per_step: 4, group_size: 4, completion_tokens: 100}\n" +
+                                                workers));
+    ASSERT_FALSE(c.ok()) << moe;
+    EXPECT_NE(c.status().message().find("needs active_params_billion"), std::string::npos) << c.status().message();
+  }
 }
 
 TEST_F(PlanConfigErrors, PriceChangesRunActorsAndOverheadAreRead) {

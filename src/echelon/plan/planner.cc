@@ -22,12 +22,16 @@ WorkerClass ResolveClass(const PlanConfig& c, const WorkerOfferConfig& w) {
   k.name = w.name;
   k.gpu = w.gpu;
   k.available = w.available;
-  k.price_per_hour = w.price_per_hour >= 0 ? w.price_per_hour : gpu.price_per_hour;
-  k.decode = w.tokens_per_second > 0 ? MeasuredDecode(w.tokens_per_second, w.concurrent_groups, c.shape)
-                                     : EstimateDecode(gpu, c.model, c.shape);
-  k.downlink_mbps = w.downlink_mbps;
-  k.uplink_mbps = w.uplink_mbps;
-  k.failures_per_hour = w.failures_per_hour;
+  // A pipeline of k GPUs: k times the price and the failures; each stage fetches its 1/k of a
+  // snapshot over its own link, as fast as one link k times wider.
+  const int64_t stages = w.pipeline;
+  k.price_per_hour = w.price_per_hour >= 0 ? w.price_per_hour : stages * gpu.price_per_hour;
+  k.decode = w.tokens_per_second > 0
+                 ? MeasuredDecode(w.tokens_per_second, w.concurrent_groups, c.shape)
+                 : EstimateDecode(gpu, c.model, c.shape, stages, w.link_latency_ms / 1000);
+  k.downlink_mbps = stages * w.downlink_mbps;
+  k.uplink_mbps = stages * w.uplink_mbps;
+  k.failures_per_hour = stages * w.failures_per_hour;
   return k;
 }
 
@@ -236,7 +240,9 @@ Result<Plan> MakePlan(const PlanConfig& config) {
     plan.classes.push_back(ResolveClass(c, w));
     if (!plan.classes.back().decode.feasible)
       plan.notes.push_back("worker class " + w.name + ": the model (" + Fmt("%.1f", c.model.weight_bytes() / 1e9) +
-                           " GB) plus one group's KV cache does not fit in a " + w.gpu + "; class not used");
+                           " GB) plus one group's KV cache does not fit in " +
+                           (w.pipeline > 1 ? std::to_string(w.pipeline) + " x " + w.gpu : "a " + w.gpu) +
+                           "; class not used");
   }
   CapacityInputs& in = plan.inputs;
   in.shape = c.shape;

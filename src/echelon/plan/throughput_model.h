@@ -15,6 +15,21 @@
 // and backward, 2 for recomputing the log-probs under the current policy), at a model-FLOPs
 // utilisation `mfu` of the learner's dense bf16 peak.
 //
+// Mixture of experts. Compute follows the active parameters P_a (what one token computes
+// with): 2*P_a FLOPs per decoded token, 8*P_a per trained token. Memory holds all P. A decode
+// iteration of b sequences reads the shared weights and, of each layer's X experts, those the
+// b tokens were routed to: with k of X per token and uniform routing, the expected share read
+// is 1 - (1 - k/X)^b (nearly all of them once b >> X/k). The expert parameters follow from
+// P_e * (1 - k/X) = P - P_a.
+//
+// Pipelines (a worker of k GPUs of one kind, each holding 1/k of the layers; Parallax-style).
+// Memory adds up: the batch b is what fits in k GPUs. The batch is split into k micro-batches
+// of b/k, one per stage in flight. In one round every micro-batch decodes one token: each
+// stage serves k micro-batches over its 1/k of the layers (together t_iter(b/k) of one GPU)
+// and each micro-batch crosses k links (the last back to the sampler on stage 0):
+//     t_round = t_iter(b/k) + k * link_latency,  tokens/s = b / t_round.
+// So a pipeline brings the memory of k GPUs at about one GPU's decode speed (less the links).
+//
 // These are estimates with stated efficiencies; measured rates override them (plan config
 // `tokens_per_second`, `learner.step_seconds`).
 //
@@ -47,7 +62,14 @@ struct ModelProfile {
   double params = 0;              // P
   double bytes_per_param = 2;     // w: 2 for bf16 weights
   double kv_bytes_per_token = 0;  // kv: 2 * layers * kv_heads * head_dim * 2 bytes
+  // Mixture of experts (0: a dense model): P_a, X and k.
+  double active_params = 0;
+  int64_t experts = 0;
+  int64_t experts_per_token = 0;
   double weight_bytes() const { return params * bytes_per_param; }
+  double compute_params() const { return active_params > 0 ? active_params : params; }
+  // Bytes of weights one decode iteration of `batch` sequences reads (all of them when dense).
+  double weight_bytes_read(int64_t batch) const;
 };
 
 struct RolloutShape {
@@ -65,7 +87,9 @@ struct DecodeEstimate {
   double group_seconds = 0;   // T_gen = L * t_iter
 };
 
-DecodeEstimate EstimateDecode(const GpuSpec& gpu, const ModelProfile& model, const RolloutShape& shape);
+// `stages` GPUs in a pipeline (1: one GPU), `link_seconds` per hop between stages.
+DecodeEstimate EstimateDecode(const GpuSpec& gpu, const ModelProfile& model, const RolloutShape& shape,
+                              int64_t stages = 1, double link_seconds = 0);
 // t_iter for a given batch (no memory check): the baseline's last, partial wave.
 double DecodeIterSeconds(const GpuSpec& gpu, const ModelProfile& model, const RolloutShape& shape, int64_t batch);
 // From a measured rate and concurrency instead of specs.
