@@ -52,6 +52,9 @@ const ConfigSchema& TrainSchema() {
             "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped");
     s.Float("rl.m2po_tau", 0.04, 1e-6, 100.0,
             "m2po: the largest (log pi_prox / pi_behav)^2 tokens are masked until the rest's mean is at most this");
+    s.Float("rl.router_aux_coef", 0.0, 0.0, 10.0,
+            "mixture-of-experts models: weight of the router's load-balancing loss (transformers' Qwen3-MoE uses "
+            "0.001); 0: off");
     s.Int("rl.minibatches", 1, 1, 1024,
           "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
           "region around the update's starting policy (pi_prox of the tis / decoupled corrections)");
@@ -171,6 +174,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   l.loss.tis_cap = cfg.Float("rl.tis_cap");
   l.loss.icepop_beta = cfg.Float("rl.icepop_beta");
   l.loss.m2po_tau = cfg.Float("rl.m2po_tau");
+  l.router_aux_coef = cfg.Float("rl.router_aux_coef");
   l.scale_by_std = cfg.Bool("rl.scale_by_std");
   l.minibatches = cfg.Int("rl.minibatches");
   l.device = cfg.String("learner.device");

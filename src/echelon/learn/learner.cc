@@ -285,7 +285,7 @@ std::vector<at::Tensor> MinibatchRows(const TrainingBatch& b, size_t num_groups,
 // A minibatch's statistics, weighted by each micro-batch's share of its tokens (so they sum to
 // the whole minibatch's token means), and the start-of-update log-probs of its rows.
 struct Learner::Minibatch {
-  double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0;
+  double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0, router_aux_loss = 0;
   ImportanceHealth health;
   int64_t computed_positions = 0, sequence_positions = 0;  // of this rank's gradient forwards
   at::Tensor start_logp;  // [rows, T] on the CPU; undefined when pi_prox was computed up front
@@ -420,7 +420,10 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     const at::Tensor& u = micro[i];
     const int64_t len = Width(b, u);
     PolicyLossInputs in;
+    const bool aux = options_.router_aux_coef > 0 && compute_->config().moe();
+    compute_->RecordRouting(aux);
     in.logp = LogProbs(compute_, b, u, len, &mb->computed_positions);
+    compute_->RecordRouting(false);
     for (int64_t k = 0; k < u.numel(); ++k) mb->sequence_positions += b.row_len[u.data_ptr<int64_t>()[k]];
     in.behav_logp = Rows(b.behav, u, len, device_);
     in.mask = Rows(b.mask, u, len, device_);
@@ -435,7 +438,13 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     // Each micro-batch's token mean, weighted by its share of the minibatch's tokens: the
     // gradients add up to those of the whole minibatch's token mean.
     const double w = in.mask.sum().item<double>() / std::max(tokens, 1.0);
-    (out.loss * w).backward();
+    at::Tensor loss = out.loss;
+    if (aux) {
+      const at::Tensor balance = compute_->TakeRouterAuxLoss();
+      loss = loss + options_.router_aux_coef * balance.to(loss.scalar_type());
+      mb->router_aux_loss += w * balance.item<double>();
+    }
+    (loss * w).backward();
     mb->loss += w * out.loss.item<double>();
     mb->clip_frac += w * out.clip_frac;
     mb->kl += w * out.kl;
@@ -455,7 +464,7 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
       parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, master[0].options()));
     const ImportanceHealth& h = mb->health;
     parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean, h.weight_mean, h.weight_m2,
-                                h.logratio_m2, h.masked_frac},
+                                h.logratio_m2, h.masked_frac, mb->router_aux_loss},
                                at::kDouble)
                         .to(device_, at::kFloat));
     if (mb->start_logp.defined()) parts.push_back(mb->start_logp.flatten().to(device_));
@@ -466,13 +475,14 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
       p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p).clone();
       offset += p.numel();
     }
-    const at::Tensor stats = flat.narrow(0, offset, 8).to(at::kCPU, at::kDouble);
-    offset += 8;
+    const at::Tensor stats = flat.narrow(0, offset, 9).to(at::kCPU, at::kDouble);
+    offset += 9;
     mb->loss = stats[0].item<double>();
     mb->clip_frac = stats[1].item<double>();
     mb->kl = stats[2].item<double>();
     mb->behav_weight_mean = stats[3].item<double>();
     mb->health = {stats[4].item<double>(), stats[5].item<double>(), stats[6].item<double>(), stats[7].item<double>()};
+    mb->router_aux_loss = stats[8].item<double>();
     if (mb->start_logp.defined())
       mb->start_logp = flat.narrow(0, offset, mb->start_logp.numel()).view_as(mb->start_logp).to(at::kCPU);
   } else if (compute_.get() != model_.get()) {
@@ -563,6 +573,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       stats.clip_frac += mb.clip_frac;
       stats.kl += mb.kl;
       stats.behav_weight_mean += mb.behav_weight_mean;
+      stats.router_aux_loss += mb.router_aux_loss;
       stats.health.Add(mb.health, 1.0);
     }
   } catch (const c10::Error& e) {  // LibTorch's errors (out of memory, a device failure) end here
@@ -580,6 +591,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   stats.clip_frac /= n;
   stats.kl /= n;
   stats.behav_weight_mean /= n;
+  stats.router_aux_loss /= n;
   stats.health = [&] {
     ImportanceHealth mean;
     mean.Add(stats.health, 1.0 / n);

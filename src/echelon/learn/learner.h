@@ -61,6 +61,9 @@ struct LearnerOptions {
   // With several ranks, each keeps the AdamW state of every world-th parameter only (ZeRO
   // stage 1), steps those parameters, and sends them to the others.
   bool shard_optimizer = false;
+  // Mixture-of-experts models: weight of the router's load-balancing loss added to the policy
+  // loss (model/qwen3.h TakeRouterAuxLoss); 0: off.
+  double router_aux_coef = 0;
 };
 
 // Data-parallel learner ranks (learn/rank_group.h) plug in here: every rank computes the
@@ -105,6 +108,7 @@ struct StepStats {
   // Mixture-of-experts models: tokens this rank's forwards of the update routed to each expert,
   // one row per sparse layer (model/qwen3.h TakeRouterLoad); empty for dense models.
   std::vector<std::vector<int64_t>> router_load;
+  double router_aux_loss = 0;  // the load-balancing loss (before its coefficient), when on
   std::vector<size_t> nonfinite_groups;  // the groups (indices into Step's) of those steps' minibatches
 };
 

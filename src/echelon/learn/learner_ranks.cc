@@ -29,6 +29,7 @@ void VisitOptions(Options& o, Field&& field) {
   field("minibatches", o.minibatches);
   field("micro_batch_tokens", o.micro_batch_tokens);
   field("shard_optimizer", o.shard_optimizer);
+  field("router_aux_coef", o.router_aux_coef);
 }
 
 json OptionsToJson(const LearnerOptions& o) {

@@ -339,6 +339,7 @@ class LearnerRun {
     if (stats.computed_positions > 0)
       r.learner_pad_frac = 1.0 - static_cast<double>(stats.sequence_positions) / stats.computed_positions;
     obs::SetRouterLoad(stats.router_load, &r);
+    if (options_.learner.router_aux_coef > 0 && !stats.router_load.empty()) r.router_aux_loss = stats.router_aux_loss;
     if (std::optional<BroadcastCompletion> b = transport_.TakeCompletedBroadcast()) {
       r.broadcast_version = b->version;
       r.broadcast_s = b->seconds;

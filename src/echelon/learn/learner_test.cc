@@ -145,6 +145,43 @@ TEST(LearnerTest, MoeUpdatesLearnAndReportTheRouterLoad) {
   EXPECT_EQ(again, 2 * stats->computed_positions);
 }
 
+// With no reward spread the policy loss has no gradient: only the load-balancing loss
+// (rl.router_aux_coef) moves the weights, and it reaches the router, not the experts.
+TEST(LearnerTest, RouterAuxLossAloneTrainsTheRouter) {
+  model::ModelConfig c = TinyConfig();
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 16;
+  c.mlp_only_layers = {0};
+  for (double coef : {0.0, 0.5}) {
+    model::Qwen3Model m(c);
+    m->InitWeights(5);
+    LearnerOptions o;
+    o.lr = 1e-2;
+    o.router_aux_coef = coef;
+    Learner learner(m, o);
+    std::vector<LearnerGroup> groups = SampleGroups(learner.model(), 1.0, 4);
+    for (LearnerGroup& g : groups)
+      for (data::Episode& e : g.episodes) e.reward = 1;
+    const auto before = Copy(learner.model());
+    Result<StepStats> stats = learner.Step(groups);
+    ASSERT_TRUE(stats.ok()) << stats.status().message();
+    const auto now = learner.model()->StateDict(), then = before->StateDict();
+    const bool router_moved = !at::equal(now.at("model.layers.1.mlp.gate.weight"), then.at("model.layers.1.mlp.gate.weight"));
+    const bool expert_moved =
+        !at::equal(now.at("model.layers.1.mlp.experts.0.up_proj.weight"), then.at("model.layers.1.mlp.experts.0.up_proj.weight"));
+    EXPECT_EQ(router_moved, coef > 0) << coef;
+    EXPECT_FALSE(expert_moved) << coef;
+    if (coef > 0) {
+      EXPECT_GE(stats->router_aux_loss, 2.0 - 1e-6);  // k = 2 under uniform routing, more when skewed
+      EXPECT_LE(stats->router_aux_loss, 4.0);
+    } else {
+      EXPECT_EQ(stats->router_aux_loss, 0);
+    }
+  }
+}
+
 TEST(LearnerTest, GroupsWithoutRewardSpreadAreCountedAndGiveNoGradient) {
   model::Qwen3Model m(TinyConfig());
   m->InitWeights(7);

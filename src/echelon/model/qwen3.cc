@@ -325,6 +325,10 @@ at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h) {
   // As transformers: router logits in the weights' dtype, softmax and top-k in fp32.
   const at::Tensor probs = at::softmax(at::linear(x, l.router).to(at::kFloat), -1);  // [N, X]
   auto [weights, chosen] = probs.topk(k, -1);                                       // [N, k]
+  if (record_routing_) {
+    routed_probs_.push_back(probs);
+    routed_choices_.push_back(chosen);
+  }
   if (cfg_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(x.scalar_type());
   // Group the N * k (token, slot) pairs by expert: one gather and three matmuls per expert.
@@ -347,6 +351,17 @@ at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h) {
     start += count[j];
   }
   return out.view(h.sizes());
+}
+
+at::Tensor Qwen3ModelImpl::TakeRouterAuxLoss() {
+  if (routed_probs_.empty()) return at::Tensor();
+  const at::Tensor probs = at::cat(routed_probs_, 0);  // [L * N, X]
+  const at::Tensor chosen = at::one_hot(at::cat(routed_choices_, 0), cfg_.num_experts).to(at::kFloat);  // [L*N, k, X]
+  routed_probs_.clear();
+  routed_choices_.clear();
+  const at::Tensor share = chosen.mean(0);        // [k, X]: f, per top-k slot as transformers
+  const at::Tensor mean_prob = probs.mean(0);     // [X]: P
+  return (share * mean_prob.unsqueeze(0)).sum() * static_cast<double>(cfg_.num_experts);
 }
 
 at::Tensor Qwen3ModelImpl::TakeRouterLoad() {

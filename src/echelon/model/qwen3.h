@@ -98,6 +98,16 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // ([sparse layers, num_experts] int64 on the CPU; [0, 0] for a dense model): the router's
   // load, for the metrics. Every Forward adds to it (padding positions included).
   at::Tensor TakeRouterLoad();
+  // While on, Forwards keep each sparse layer's router probabilities and choices (with their
+  // graph) for TakeRouterAuxLoss.
+  void RecordRouting(bool on) { record_routing_ = on; }
+  // The load-balancing loss of what was recorded since the last call, as transformers'
+  // Qwen3-MoE computes it (Switch Transformer's, over every recorded layer's positions at
+  // once): X * sum_j f_j * P_j, f_j the share of top-k choices that went to expert j, P_j the
+  // mean router probability of j; k (the experts per token) under uniform routing, up to about
+  // X when one expert takes everything.
+  // fp32 scalar with gradient to the routers; undefined when nothing was recorded. Clears it.
+  at::Tensor TakeRouterAuxLoss();
 
  private:
   // One decoder layer's weights (the same tensors are registered as HF-named parameters).
@@ -138,6 +148,8 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor lm_head_;   // the embedding itself when tied
   at::Tensor inv_freq_;  // [head_dim / 2] rotary frequencies, not a parameter
   std::vector<int64_t> router_load_;  // [sparse layers * num_experts], see TakeRouterLoad
+  bool record_routing_ = false;
+  std::vector<at::Tensor> routed_probs_, routed_choices_;  // per recorded layer: [N, X] fp32, [N, k]
 };
 TORCH_MODULE(Qwen3Model);
 

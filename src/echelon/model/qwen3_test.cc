@@ -175,6 +175,53 @@ TEST(Qwen3MoeTest, ExpertsEqualAPerTokenLoop) {
   }
 }
 
+// The load-balancing loss by hand, on the same o_proj-zeroed layer as above.
+TEST(Qwen3MoeTest, RouterAuxLossEqualsTheSwitchLossByHand) {
+  ModelConfig c = TinyMoeConfig();
+  c.mlp_only_layers = {};
+  c.num_hidden_layers = 1;
+  c.tie_word_embeddings = true;
+  Qwen3Model m(c);
+  m->InitWeights(9);
+  auto sd = m->StateDict();
+  {
+    at::NoGradGuard no_grad;
+    sd.at("model.layers.0.mlp.gate.weight").mul_(20);
+    sd.at("model.layers.0.self_attn.o_proj.weight").zero_();
+  }
+  const at::Tensor ids = at::randint(23, {2, 7}, at::kLong);
+  EXPECT_FALSE(m->TakeRouterAuxLoss().defined()) << "nothing recorded";
+  m->RecordRouting(true);
+  (void)m->Forward(ids, Positions(2, 7), at::Tensor(), nullptr);
+  m->RecordRouting(false);
+  const at::Tensor aux = m->TakeRouterAuxLoss();
+  ASSERT_TRUE(aux.defined());
+  at::Tensor share = at::zeros({2, 4}, at::kDouble), mean_prob = at::zeros({4}, at::kDouble);
+  const at::Tensor embed = sd.at("model.embed_tokens.weight").detach();
+  for (int64_t i = 0; i < 14; ++i) {
+    const at::Tensor x = embed[ids.view({-1})[i].item<int64_t>()];
+    const at::Tensor h = x * at::rsqrt(x.pow(2).mean() + c.rms_norm_eps) * sd.at("model.layers.0.post_attention_layernorm.weight").detach();
+    const at::Tensor probs = at::softmax(at::mv(sd.at("model.layers.0.mlp.gate.weight").detach(), h), 0);
+    const at::Tensor top = std::get<1>(probs.topk(2));
+    for (int64_t s = 0; s < 2; ++s) share[s][top[s].item<int64_t>()] += 1.0 / 14;
+    mean_prob += probs.to(at::kDouble) / 14;
+  }
+  EXPECT_NEAR(aux.item<double>(), 4 * (share * mean_prob.unsqueeze(0)).sum().item<double>(), 1e-5);
+  aux.backward();
+  const at::Tensor router_grad = m->named_parameters()["model.layers.0.mlp.gate.weight"].grad();
+  ASSERT_TRUE(router_grad.defined());
+  EXPECT_GT(router_grad.abs().sum().item<double>(), 0);
+  EXPECT_FALSE(m->TakeRouterAuxLoss().defined()) << "taking clears";
+  // A uniform router: every probability 1/X, so the loss is k whatever the choices.
+  {
+    at::NoGradGuard no_grad;
+    sd.at("model.layers.0.mlp.gate.weight").zero_();
+  }
+  m->RecordRouting(true);
+  (void)m->Forward(ids, Positions(2, 7), at::Tensor(), nullptr);
+  EXPECT_NEAR(m->TakeRouterAuxLoss().item<double>(), 2.0, 1e-6);
+}
+
 TEST(Qwen3MoeTest, SaveLoadIsIdenticalAndConfigRoundTrips) {
   const ModelConfig c = TinyMoeConfig();
   Result<ModelConfig> back = ModelConfig::FromJson(c.ToJson(), "rt");

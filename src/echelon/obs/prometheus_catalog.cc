@@ -66,6 +66,7 @@ const std::map<std::string, Series>& Catalog() {
       {"tokens", {"echelon_step_tokens", G, "completion tokens trained on in the last update"}},
       {"learner_pad_frac", {"echelon_learner_padding_ratio", G, "share of the positions the last update's gradient forwards computed that were padding"}},
       {"router_load", {"echelon_router_load_ratio", G, "each expert's share of the last update's routed tokens over the sparse layers", "expert"}},
+      {"router_aux_loss", {"echelon_router_aux_loss", G, "the router's load-balancing loss in the last update (rl.router_aux_coef > 0)"}},
       {"router_imbalance", {"echelon_router_imbalance", G, "busiest expert's load over the mean, worst sparse layer (1: balanced)"}},
       {"broadcast_version", {"echelon_broadcast_version", G, "newest snapshot every broadcast peer held"}},
       {"broadcast_s", {"echelon_broadcast_seconds", G, "seconds from publishing that snapshot to its last peer"}},

@@ -57,6 +57,7 @@ void VisitFields(R& r, V& v) {
   v.Number("learner_pad_frac", r.learner_pad_frac);
   v.Numbers("router_load", r.router_load);
   v.Number("router_imbalance", r.router_imbalance);
+  v.Number("router_aux_loss", r.router_aux_loss);
   v.Number("tokens_per_s", r.tokens_per_s);
   v.Count("broadcast_version", r.broadcast_version);
   v.Number("broadcast_s", r.broadcast_s);

@@ -13,7 +13,7 @@
 //               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
 //               skipped_nonfinite, verified_groups, verify_gap_max, tokens, learner_pad_frac,
-//               router_load, router_imbalance, tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
+//               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
 // wait_s / train_s / learner_rss_mb read them as missing.
@@ -91,6 +91,7 @@ struct StepRecord {
   // mean load (1: balanced).
   std::map<std::string, double> router_load;
   double router_imbalance = kMissing;
+  double router_aux_loss = kMissing;  // the load-balancing loss, when rl.router_aux_coef > 0
 
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
   double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer

@@ -49,6 +49,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.learner_pad_frac = 0.125;
   r.router_load = {{"0", 0.75}, {"1", 0.25}};
   r.router_imbalance = 1.5;
+  r.router_aux_loss = 2.1;
   r.broadcast_version = 6;
   r.broadcast_s = 0.3;
   r.learner_rss_mb = 300.5;
@@ -61,7 +62,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 48u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 49u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 
