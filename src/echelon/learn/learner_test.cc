@@ -110,14 +110,7 @@ TEST(LearnerTest, UpdatesRaiseTheLikelihoodOfRewardedSamples) {
 // A Qwen3-MoE learns like the dense model, and its update reports the router's load: every
 // position the gradient forward computed, top-k times, in the one sparse layer.
 TEST(LearnerTest, MoeUpdatesLearnAndReportTheRouterLoad) {
-  model::ModelConfig c = TinyConfig();
-  c.model_type = "qwen3_moe";
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 16;
-  c.norm_topk_prob = true;
-  c.mlp_only_layers = {0};
-  model::Qwen3Model m(c);
+  model::Qwen3Model m(TinyMoeConfig());
   m->InitWeights(5);
   LearnerOptions o;
   o.lr = 1e-2;
@@ -148,14 +141,8 @@ TEST(LearnerTest, MoeUpdatesLearnAndReportTheRouterLoad) {
 // With no reward spread the policy loss has no gradient: only the load-balancing loss
 // (rl.router_aux_coef) moves the weights, and it reaches the router, not the experts.
 TEST(LearnerTest, RouterAuxLossAloneTrainsTheRouter) {
-  model::ModelConfig c = TinyConfig();
-  c.model_type = "qwen3_moe";
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 16;
-  c.mlp_only_layers = {0};
   for (double coef : {0.0, 0.5}) {
-    model::Qwen3Model m(c);
+    model::Qwen3Model m(TinyMoeConfig());
     m->InitWeights(5);
     LearnerOptions o;
     o.lr = 1e-2;
