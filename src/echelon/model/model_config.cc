@@ -191,7 +191,7 @@ Result<ModelConfig> ModelConfig::FromJsonText(const std::string& text, const std
 }
 
 bool ModelConfig::is_sparse(int64_t layer) const {
-  return moe() && (layer + 1) % decoder_sparse_step == 0 &&
+  return moe() && decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0 &&
          std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
