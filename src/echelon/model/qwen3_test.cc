@@ -539,6 +539,14 @@ TEST(ModelConfigTest, RejectsInconsistentOrUnsupportedConfigs) {
   bad_moe("mlp_only_layers", "1");
 }
 
+// is_sparse on a config not yet validated divided by decoder_sparse_step (SIGFPE at 0).
+TEST(ModelConfigTest, IsSparseWithAZeroSparseStepIsFalseNotADivisionByZero) {
+  ModelConfig c = TinyMoeConfig();
+  c.decoder_sparse_step = 0;
+  EXPECT_FALSE(c.is_sparse(0));
+  EXPECT_FALSE(c.Validate().ok());
+}
+
 TEST(ModelConfigTest, MoeDefaultsAreQwen3MoeConfigs) {
   nlohmann::json j = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 10}, {"hidden_size", 64},
                       {"intermediate_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
