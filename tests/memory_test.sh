@@ -5,9 +5,13 @@
 # updates) while its live heap stayed under 200 MB: glibc's malloc kept the freed snapshot- and
 # activation-sized blocks of every update in a fragmented main arena. The binary now links
 # jemalloc. The memory is sampled from outside (/proc/PID/status, once a second), so the
-# test measures any build the same way. Bound: from update 100 on, the resident memory stays
-# within 96 MB of its value at update 50 (measured: flat within ~15 MB; the build before the
-# fix grew by ~300 MB between updates 180 and 370).
+# test measures any build the same way. Bound: the highest resident memory over updates
+# 300-400 is within 64 MB of the highest over updates 100-200 (the build before the fix grew by
+# ~300 MB between updates 180 and 370, >= 150 MB per 100 updates).
+# Regression (of the test): it compared with the value at update 50, which on a loaded machine
+# is taken before the learner's working set has filled (277 MB there, 334 MB alone, both
+# settling near 380 MB), so a flat plateau reached late read as growth. Two late windows'
+# peaks measure continued growth, whatever the load.
 # Usage: tests/memory_test.sh path/to/echelon
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +22,7 @@ enter_workdir
 python3 - "$ECHELON" "$CONFIG" > memory.out 2>&1 <<'PY'
 import json, subprocess, sys, time
 echelon, config = sys.argv[1], sys.argv[2]
-STEPS, BASE_AT, FROM, BOUND_MB = 400, 50, 100, 96
+STEPS, EARLY, LATE, BOUND_MB = 400, (100, 200), (300, 400), 64
 cmd = [echelon, "train", config, "--out", "run", "--set", "warmstart.steps=20", "--set", "rl.steps=%d" % STEPS,
        "--set", "eval.every=0", "--set", "checkpoint.every=0"]
 proc = subprocess.Popen(cmd, stdout=open("train.out", "w"), stderr=open("train.err", "w"))
@@ -47,15 +51,15 @@ if proc.poll() is None:
     sys.exit("the run did not finish within 14 minutes")
 if proc.returncode != 0:
     sys.exit("echelon train exited %d (train.err)" % proc.returncode)
-base = [m for n, m in samples if n >= BASE_AT]
-late = [(m, n) for n, m in samples if n >= FROM]
-if not base or not late:
+early = [(m, n) for n, m in samples if EARLY[0] <= n < EARLY[1]]
+late = [(m, n) for n, m in samples if LATE[0] <= n < LATE[1]]
+if not early or not late:
     sys.exit("too few samples: %s" % samples[:5])
-worst, at = max(late)
-print("resident memory at update %d: %.0f MB; highest from update %d on: %.0f MB (at update %d); %d samples"
-      % (BASE_AT, base[0], FROM, worst, at, len(samples)))
-sys.exit(0 if worst - base[0] <= BOUND_MB else 1)
+(first, first_at), (worst, at) = max(early), max(late)
+print("highest resident memory over updates %d-%d: %.0f MB (at update %d); over updates %d-%d: %.0f MB (at update %d); "
+      "%d samples" % (EARLY + (first, first_at) + LATE + (worst, at, len(samples))))
+sys.exit(0 if worst - first <= BOUND_MB else 1)
 PY
-check "learner memory flat within 96 MB over 400 updates" test $? -eq 0
+check "learner memory flat within 64 MB from updates 100-200 to 300-400" test $? -eq 0
 cat memory.out
 finish

@@ -44,8 +44,16 @@ check "held-out rows are dataset rows as written" sh -c "grep -vxFf train.jsonl 
 check "rewards in [0, 1]" sh -c "grep -o '\"reward_mean\":[-0-9.e]*' run/metrics.jsonl | cut -d: -f2 |
   awk '\$1 < 0 || \$1 > 1 { bad = 1 } END { exit bad }'"
 check "some completions were right (reward 1)" sh -c "grep -q '\"reward_mean\":0\.[0-9]*[1-9]' run/metrics.jsonl"
-# The learner re-scores every consumed group: the actors' rewards agreed, nothing was refused.
-check "no group refused or re-scored" contains run/metrics.jsonl '"event":"final".*"refused":{}'
+# The learner re-scores every consumed group: the actors' rewards agreed, no submission was
+# refused for its content. Regression (of the test): it demanded an empty refusal map, which also
+# counts liveness (an actor silent past the eviction time on a loaded machine, and the calls it
+# made before registering again); those say nothing about rewards and are allowed here.
+check "no group refused for its content or re-scored" python3 -c '
+import json, sys
+final = [json.loads(l) for l in open("run/metrics.jsonl") if "\"event\":\"final\"" in l][-1]
+liveness = {"evicted", "unknown_actor", "not_lease_holder", "unknown_group", "already_settled"}
+bad = {k: v for k, v in final["refused"].items() if k not in liveness}
+sys.exit("refused: %s" % bad if bad else 0)'
 
 timeout 120 "$ECHELON" eval --checkpoint run/checkpoints/final --task prompts --data run/heldout.jsonl \
   --task-option reward=math > eval.out 2> eval.err

@@ -297,6 +297,7 @@ Result<External> StartExternal(const AdapterOptions& options, const RewardSpec& 
   py.file = OptionOr(options, "python_file", "");
   py.function = OptionOr(options, "python_function", py.function);
   py.timeout_seconds = static_cast<double>(timeout);
+  py.load_timeout_seconds = std::max(py.load_timeout_seconds, py.timeout_seconds);
   if (!py.file.empty()) {
     if (!reward.uses_python())
       return InvalidArgument("prompts task: task.python_file is set but task.reward does not use it (reward: python, "

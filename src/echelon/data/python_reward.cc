@@ -136,7 +136,7 @@ Status PythonReward::Spawn() {
   pid_ = pid;
   from_worker_ = to_worker_ = fds[0];
   buffer_.clear();
-  Result<std::string> ready = ReadLine(options_.timeout_seconds);
+  Result<std::string> ready = ReadLine(options_.load_timeout_seconds);
   if (!ready.ok()) {
     Kill();
     return ready.status().WithContext("python reward " + options_.file + ": loading");

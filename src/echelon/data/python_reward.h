@@ -33,7 +33,11 @@ namespace echelon::data {
 struct PythonRewardOptions {
   std::string file;                        // path to the .py file
   std::string function = "compute_score";  // verl's default name
-  double timeout_seconds = 30;             // per call, and for loading the file
+  double timeout_seconds = 30;             // per call
+  // For starting the interpreter and importing the file (at start, and again after a worker was
+  // killed or died): imports such as sympy take seconds, and a loaded machine takes longer; the
+  // per-call limit is about one score and must not cut them.
+  double load_timeout_seconds = 120;
   std::string python = "python3";          // the interpreter (PATH is searched)
 };
 

@@ -110,6 +110,25 @@ TEST_F(PythonRewardTest, AHungCallIsKilledAtItsLimitAndTheNextCallWorks) {
   EXPECT_EQ(next->score, 1.0);
 }
 
+// Regression: loading shared the per-call limit, so a file whose imports take longer than one
+// call may (or an interpreter started on a loaded machine) could never start.
+TEST_F(PythonRewardTest, ASlowImportIsNotCutByThePerCallLimit) {
+  auto py = Start(Write("r.py", "import time\ntime.sleep(1.5)\n"
+                                "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                "    return 3.0\n"),
+                  1.0);
+  ASSERT_TRUE(py);
+  EXPECT_EQ(py->Score("x", "a", "b", "null")->score, 3.0);
+}
+
+TEST_F(PythonRewardTest, AFileThatNeverLoadsFailsAtTheLoadLimit) {
+  PythonRewardOptions o{Write("r.py", "import time\ntime.sleep(60)\n"), "compute_score", 30};
+  o.load_timeout_seconds = 1;
+  Result<std::unique_ptr<PythonReward>> r = PythonReward::Start(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("loading: no answer within 1"), std::string::npos) << r.status().message();
+}
+
 TEST_F(PythonRewardTest, AWorkerThatDiesIsNamedAndRestarted) {
   auto py = Start(Write("r.py", "import os\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                                 "    if data_source == 'die':\n        os._exit(3)\n    return 2.0\n"));
