@@ -66,9 +66,10 @@ uint64_t Mix64(uint64_t x) {
 // draws the same numbers on every platform.
 class RowStreams {
  public:
-  RowStreams(uint64_t seed, int64_t rows) {
+  RowStreams(uint64_t seed, int64_t first_row, int64_t rows) {
     streams_.reserve(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) streams_.emplace_back(Mix64(seed ^ Mix64(static_cast<uint64_t>(r))));
+    for (int64_t r = first_row; r < first_row + rows; ++r)
+      streams_.emplace_back(Mix64(seed ^ Mix64(static_cast<uint64_t>(r))));
   }
   // Uniform in [0, 1) with 53 random bits.
   double Uniform(int64_t row) { return static_cast<double>(streams_[static_cast<size_t>(row)]() >> 11) * 0x1.0p-53; }
@@ -194,8 +195,10 @@ at::Tensor NextToken(const at::Tensor& device_logits, const SamplingParams& para
 
 class Engine {
  public:
-  Engine(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingParams& params)
+  Engine(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingParams& params,
+         DrawSource* replay = nullptr)
       : model_(model),
+        replay_(replay),
         prompts_(prompts),
         params_(params),
         device_(model->device()),
@@ -209,7 +212,7 @@ class Engine {
         by_reference_(params.use_cache &&
                       DecodeAttentionSupports(at::empty({0}, at::TensorOptions().dtype(model->dtype()).device(device_)))),
         out_(prompts.size()),
-        streams_(params.seed, rows_) {
+        streams_(params.seed, params.first_row, rows_) {
     int64_t longest = 0;
     for (const auto& p : prompts) {
       if (p.empty()) throw std::invalid_argument("Generate: empty prompt (every prompt needs at least one token)");
@@ -235,7 +238,7 @@ class Engine {
   std::vector<Completion> Run(const StepCallback& on_step) {
     Fill();
     while (live_ > 0) {
-      const at::Tensor logits = Forward();
+      const at::Tensor logits = Forward();  // undefined when replaying
       std::vector<int64_t> drawing, rows;  // slots (and their rows) that draw this step
       for (int64_t s = 0; s < live_; ++s) {
         if (slot_done_[static_cast<size_t>(s)]) continue;
@@ -243,6 +246,15 @@ class Engine {
         rows.push_back(slot_row_[static_cast<size_t>(s)]);
       }
       const int64_t n = static_cast<int64_t>(rows.size());
+      if (replay_ != nullptr) {
+        const std::optional<std::vector<int64_t>> drawn = replay_->Next(rows);
+        if (!drawn) break;
+        if (static_cast<int64_t>(drawn->size()) != n)
+          throw std::runtime_error("Replay: " + std::to_string(drawn->size()) + " tokens for " + std::to_string(n) +
+                                   " rows");
+        Record(drawing, rows, *drawn, std::vector<float>(static_cast<size_t>(n), 0.0f));
+        continue;
+      }
       const at::Tensor rows_t = at::tensor(rows, at::kLong);
       at::Tensor held;
       if (params_.min_tokens > 0) {
@@ -261,33 +273,44 @@ class Engine {
                     counts ? &*counts : nullptr, held, uniforms, &logprob);
       if (counts_) counts_->Add(rows_t, token);
 
-      std::vector<int64_t> drawn(static_cast<size_t>(n)), finished;
-      std::vector<float> logprobs(static_cast<size_t>(n));
-      const auto token_at = token.accessor<int64_t, 1>();
-      const auto logprob_at = logprob.accessor<float, 1>();
-      for (int64_t i = 0; i < n; ++i) {
-        const size_t u = static_cast<size_t>(i), s = static_cast<size_t>(drawing[u]);
-        drawn[u] = token_at[i];
-        logprobs[u] = logprob_at[i];
-        Completion& c = out_[static_cast<size_t>(rows[u])];
-        c.tokens.push_back(drawn[u]);
-        c.logprobs.push_back(logprobs[u]);
-        const bool stop = (!params_.ignore_eos && drawn[u] == params_.eos_token_id) ||
-                          std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), drawn[u]) !=
-                              params_.stop_token_ids.end();
-        c.finished_eos = stop;
-        if (stop || static_cast<int64_t>(c.tokens.size()) >= Limit(rows[u])) finished.push_back(drawing[u]);
-        slot_token_[s] = drawn[u];
+      const at::Tensor token_c = token.contiguous(), logprob_c = logprob.contiguous();
+      const std::vector<int64_t> drawn(token_c.data_ptr<int64_t>(), token_c.data_ptr<int64_t>() + n);
+      const std::vector<float> logprobs(logprob_c.data_ptr<float>(), logprob_c.data_ptr<float>() + n);
+      if (on_step && !on_step(rows, drawn, logprobs)) {
+        Append(drawing, rows, drawn, logprobs);
+        break;
       }
-      if (on_step && !on_step(rows, drawn, logprobs)) break;
-      Retire(finished);
-      Fill();
+      Record(drawing, rows, drawn, logprobs);
     }
     return std::move(out_);
   }
   const GenerateStats& stats() const { return stats_; }
 
  private:
+  // Appends this step's draws to the rows' completions; returns the slots whose rows ended.
+  std::vector<int64_t> Append(const std::vector<int64_t>& drawing, const std::vector<int64_t>& rows,
+                              const std::vector<int64_t>& drawn, const std::vector<float>& logprobs) {
+    std::vector<int64_t> finished;
+    for (size_t u = 0; u < rows.size(); ++u) {
+      Completion& c = out_[static_cast<size_t>(rows[u])];
+      c.tokens.push_back(drawn[u]);
+      c.logprobs.push_back(logprobs[u]);
+      const bool stop = (!params_.ignore_eos && drawn[u] == params_.eos_token_id) ||
+                        std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), drawn[u]) !=
+                            params_.stop_token_ids.end();
+      c.finished_eos = stop;
+      if (stop || static_cast<int64_t>(c.tokens.size()) >= Limit(rows[u])) finished.push_back(drawing[u]);
+      slot_token_[static_cast<size_t>(drawing[u])] = drawn[u];
+    }
+    return finished;
+  }
+  // Appends the draws, then frees the finished slots and refills them.
+  void Record(const std::vector<int64_t>& drawing, const std::vector<int64_t>& rows, const std::vector<int64_t>& drawn,
+              const std::vector<float>& logprobs) {
+    Retire(Append(drawing, rows, drawn, logprobs));
+    Fill();
+  }
+
   int64_t Limit(int64_t row) const {
     const auto& per_row = params_.max_new_tokens_per_row;
     return per_row.empty() ? params_.max_new_tokens
@@ -439,9 +462,9 @@ class Engine {
         seqs.back().insert(seqs.back().end(), drawn.begin(), drawn.end());
       }
       const PaddedBatch b = LeftPad(seqs, std::max<int64_t>(model_->config().pad_token_id, 0));
-      return model_->Forward(b.ids.to(device_), b.positions.to(device_),
-                             b.padded ? b.valid.to(device_) : at::Tensor(), nullptr)
-          .select(1, -1);
+      const at::Tensor logits = model_->Forward(b.ids.to(device_), b.positions.to(device_),
+                                                b.padded ? b.valid.to(device_) : at::Tensor(), nullptr);
+      return logits.defined() ? logits.select(1, -1) : logits;
     }
     KVCache view = LiveView(live_);
     view.row_lengths.assign(cache_.row_lengths.begin(), cache_.row_lengths.begin() + live_);
@@ -449,9 +472,9 @@ class Engine {
     std::vector<int64_t> positions_at(static_cast<size_t>(live_));
     for (size_t s = 0; s < positions_at.size(); ++s) positions_at[s] = slot_base_[s] + view.row_lengths[s];
     const at::Tensor positions = at::tensor(positions_at, at::kLong).view({live_, 1});
-    const at::Tensor logits = model_->Forward(ids.to(device_), positions.to(device_), at::Tensor(), &view).select(1, 0);
+    const at::Tensor logits = model_->Forward(ids.to(device_), positions.to(device_), at::Tensor(), &view);
     std::copy(view.row_lengths.begin(), view.row_lengths.end(), cache_.row_lengths.begin());
-    return logits;
+    return logits.defined() ? logits.select(1, 0) : logits;
   }
 
   // Frees the finished slots: continuous batching moves the last live slot into each (so live
@@ -490,6 +513,7 @@ class Engine {
   }
 
   Qwen3Model& model_;
+  DrawSource* const replay_;
   const std::vector<std::vector<int64_t>>& prompts_;
   const SamplingParams& params_;
   const at::Device device_;
@@ -527,6 +551,14 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
   std::vector<Completion> out = engine.Run(on_step);
   if (stats != nullptr) *stats = engine.stats();
   return out;
+}
+
+std::vector<Completion> Replay(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                               const SamplingParams& params, DrawSource& source) {
+  if (prompts.empty() || params.max_new_tokens <= 0) return std::vector<Completion>(prompts.size());
+  at::NoGradGuard no_grad;
+  Engine engine(model, prompts, params, &source);
+  return engine.Run({});
 }
 
 std::vector<float> ScoreCompletion(Qwen3Model& model, const std::vector<int64_t>& prompt,

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "echelon/model/qwen3.h"
@@ -72,6 +73,9 @@ struct SamplingParams {
   // With the cache: rows with the same prompt (a group's G samples) share one prefill, whose
   // keys and values are copied to each of them; false prefills every row (for benchmarks).
   bool share_prefix = true;
+  // Row r draws from the random stream of row first_row + r: a call over rows [a, b) of a
+  // larger batch, with first_row = a, draws what the whole batch's call draws for them.
+  int64_t first_row = 0;
 };
 
 struct Completion {
@@ -96,6 +100,21 @@ struct GenerateStats {
 std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
                                  const SamplingParams& params, const StepCallback& on_step = {},
                                  GenerateStats* stats = nullptr);
+
+// A pipeline stage after the first (rollout/pipeline.h) runs the same engine over its layers
+// and replays the first stage's draws instead of sampling, so both make the same decisions
+// (which rows are admitted, prefilled, retired) and call Forward in the same order.
+class DrawSource {
+ public:
+  virtual ~DrawSource() = default;
+  // The tokens drawn at this step for `rows` (in that order); nullopt: generation stopped
+  // there (the first stage's on_step returned false).
+  virtual std::optional<std::vector<int64_t>> Next(const std::vector<int64_t>& rows) = 0;
+};
+
+// Generate with draws from `source`; completions carry the tokens and zero log-probs.
+std::vector<Completion> Replay(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                               const SamplingParams& params, DrawSource& source);
 
 // Log-probabilities of `completion` tokens given `prompt` (one forward pass of the whole
 // sequence, no cache), at the same temperature as sampling; used by tests and the learner.

@@ -23,12 +23,16 @@ namespace {
 // Creates "a.b.c" as parameter "c" of submodule "a.b", making the submodules on the way.
 class ParamTree {
  public:
-  explicit ParamTree(torch::nn::Module* root) : root_(root) {}
+  // With `shared`, each parameter is that module's tensor of the same name (not a copy).
+  ParamTree(torch::nn::Module* root, const torch::nn::Module* shared) : root_(root) {
+    if (shared != nullptr) shared_ = shared->named_parameters(/*recurse=*/true);
+  }
 
   at::Tensor Add(const std::string& path, at::IntArrayRef shape) {
     const size_t dot = path.rfind('.');
     torch::nn::Module* owner = dot == std::string::npos ? root_ : Node(path.substr(0, dot));
-    return owner->register_parameter(path.substr(dot + 1), at::empty(shape, at::kFloat));
+    return owner->register_parameter(path.substr(dot + 1), shared_.is_empty() ? at::empty(shape, at::kFloat)
+                                                                               : shared_[path]);
   }
 
  private:
@@ -43,6 +47,7 @@ class ParamTree {
   }
 
   torch::nn::Module* root_;
+  torch::OrderedDict<std::string, at::Tensor> shared_;
   std::map<std::string, std::shared_ptr<torch::nn::Module>> nodes_;
 };
 
@@ -119,14 +124,26 @@ at::ScalarType StorageDtype(const ModelConfig& config) {
   return at::kFloat;
 }
 
-Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg) : cfg_(cfg) {
+Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range) : Qwen3ModelImpl(cfg, range, nullptr) {}
+
+Qwen3ModelImpl::Qwen3ModelImpl(const Qwen3ModelImpl& other, SharingWeights)
+    : Qwen3ModelImpl(other.cfg_, other.range_, &other) {}
+
+Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Qwen3ModelImpl* shared)
+    : cfg_(cfg), range_(range) {
   const Status valid = cfg.Validate();
   TORCH_CHECK(valid.ok(), "Qwen3Model: invalid config: ", valid.message());
+  if (range_.last < 0) range_.last = cfg.num_hidden_layers;
+  TORCH_CHECK(range_.first >= 0 && range_.first <= range_.last && range_.last <= cfg.num_hidden_layers &&
+                  (range_.first == 0 || range_.first < range_.last),
+              "Qwen3Model: layers [", range_.first, ", ", range_.last, ") do not fit a model of ",
+              cfg.num_hidden_layers, " layers (a stage after the first holds at least one)");
   const int64_t e = cfg.hidden_size, d = cfg.head_dim, q = cfg.num_attention_heads * d;
   const int64_t kv = cfg.num_key_value_heads * d, inter = cfg.intermediate_size;
-  ParamTree tree(this);
-  embed_ = tree.Add("model.embed_tokens.weight", {cfg.vocab_size, e});
-  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+  const bool first = range_.first == 0;
+  ParamTree tree(this, shared);
+  if (first) embed_ = tree.Add("model.embed_tokens.weight", {cfg.vocab_size, e});
+  for (int64_t i = range_.first; i < range_.last; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
     l.input_norm = tree.Add(p + "input_layernorm.weight", {e});
@@ -169,12 +186,15 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg) : cfg_(cfg) {
     }
     layers_.push_back(l);
   }
-  final_norm_ = tree.Add("model.norm.weight", {e});
-  lm_head_ = cfg.tie_word_embeddings ? embed_ : tree.Add("lm_head.weight", {cfg.vocab_size, e});
+  if (first) {
+    final_norm_ = tree.Add("model.norm.weight", {e});
+    lm_head_ = cfg.tie_word_embeddings ? embed_ : tree.Add("lm_head.weight", {cfg.vocab_size, e});
+  }
+  ref_ = first ? embed_ : layers_.front().input_norm;
   // As HF: 1 / theta^(arange(0, D, 2) / D) in fp32.
   inv_freq_ =
       at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d)).reciprocal();
-  InitWeights(0);
+  if (shared == nullptr) InitWeights(0);
 }
 
 at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
@@ -198,7 +218,7 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
       const int64_t kv = cfg_.num_key_value_heads, d = cfg_.head_dim;
       write.scatter = (starts.view({batch, 1, 1, 1}) + at::arange(t, starts.options()).view({1, 1, t, 1}))
                           .expand({batch, kv, t, d});
-      if (t == 1 && !key_valid.defined() && DecodeAttentionSupports(embed_) && cache->k[0].is_contiguous()) {
+      if (t == 1 && !key_valid.defined() && DecodeAttentionSupports(ref_) && cache->k[0].is_contiguous()) {
         write.fused_lengths = cache->row_lengths;
         for (int64_t& len : write.fused_lengths) ++len;
       }
@@ -242,9 +262,13 @@ at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& posit
   // Rotary tables in fp32, then in the weights' dtype (as HF).
   at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(ids.device());  // [B, T, D/2]
   angles = at::cat({angles, angles}, -1).unsqueeze(1);                                      // [B, 1, T, D]
-  const at::Tensor cos = angles.cos().to(embed_.scalar_type()), sin = angles.sin().to(embed_.scalar_type());
+  const at::Tensor cos = angles.cos().to(ref_.scalar_type()), sin = angles.sin().to(ref_.scalar_type());
 
-  at::Tensor x = at::embedding(embed_, ids);
+  TORCH_CHECK(embed_.defined() || io_ != nullptr, "Qwen3Model: a pipeline stage after the first needs its StageIo");
+  at::Tensor x = embed_.defined() ? at::embedding(embed_, ids) : io_->Input();
+  TORCH_CHECK(x.dim() == 3 && x.size(0) == ids.size(0) && x.size(1) == t && x.size(2) == cfg_.hidden_size,
+              "Qwen3Model: stage input of shape ", x.sizes(), " for ids ", ids.sizes());
+  x = x.to(ref_.device(), ref_.scalar_type());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     x = x + Attention(l, RmsNorm(x, l.input_norm, cfg_.rms_norm_eps), cos, sin, mask, cache, write, i);
@@ -254,7 +278,9 @@ at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& posit
     if (cache->row_lengths.empty()) cache->length += t;
     for (int64_t& len : cache->row_lengths) len += t;
   }
-  if (!compute_logits) return at::Tensor();
+  if (io_ != nullptr) x = io_->Output(x, compute_logits && embed_.defined());
+  if (!compute_logits || !embed_.defined()) return at::Tensor();
+  x = x.to(ref_.device(), ref_.scalar_type());
   return at::linear(RmsNorm(x, final_norm_, cfg_.rms_norm_eps), lm_head_);
 }
 
@@ -374,11 +400,20 @@ at::Tensor Qwen3ModelImpl::TakeRouterLoad() {
 KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {
   KVCache cache;
   cache.capacity = capacity;
-  for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
-    cache.k.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, embed_.options()));
-    cache.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, embed_.options()));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    cache.k.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, ref_.options()));
+    cache.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, ref_.options()));
   }
   return cache;
+}
+
+std::map<std::string, at::Tensor> Qwen3ModelImpl::Own(const std::map<std::string, at::Tensor>& weights) const {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    const auto it = weights.find(item.key());
+    if (it != weights.end()) out.emplace(it->first, it->second);
+  }
+  return out;
 }
 
 std::map<std::string, at::Tensor> Qwen3ModelImpl::StateDict() const {

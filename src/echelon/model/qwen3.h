@@ -55,10 +55,36 @@ struct KVCache {
   std::vector<const KVCache*> row_prefix;  // empty, or one per row (nullptr: none)
 };
 
+// The part of the model one pipeline stage holds: decoder layers [first, last) (last < 0: to
+// the end). The first stage (first == 0) also holds the embedding and the head (final norm,
+// lm_head), so it both embeds and samples; a later stage holds its layers only. Parameter names
+// keep the whole model's layer numbers.
+struct LayerRange {
+  int64_t first = 0;
+  int64_t last = -1;
+};
+
+// How a pipeline stage's model meets its neighbours (rollout/pipeline.h). A model with a
+// StageIo calls Input at the start of every Forward of a stage after the first (its layers'
+// input instead of the embedding), and Output with its last layer's output (`need`: the caller
+// wants logits): the first stage gets back the last stage's output, which its head turns into
+// logits; a later stage gets an undefined tensor and its Forward returns one.
+class StageIo {
+ public:
+  virtual ~StageIo() = default;
+  virtual at::Tensor Input() = 0;
+  virtual at::Tensor Output(const at::Tensor& x, bool need) = 0;
+};
+
 class Qwen3ModelImpl : public torch::nn::Module {
  public:
-  // cfg must pass Validate() (c10::Error otherwise); weights start as InitWeights(0).
-  explicit Qwen3ModelImpl(const ModelConfig& cfg);
+  // cfg must pass Validate() (c10::Error otherwise), and range lie in it; weights start as
+  // InitWeights(0).
+  explicit Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range = {});
+  // A model of `other`'s config and layers whose parameters are `other`'s tensors (not copies):
+  // models that decode side by side on one copy of the weights (each with its own StageIo).
+  struct SharingWeights {};
+  Qwen3ModelImpl(const Qwen3ModelImpl& other, SharingWeights);
 
   // ids, positions: [B, T] int64. key_valid: [B, cache length + T] bool, false for padding
   // slots (nullptr-equivalent: undefined tensor = all valid). With a cache the T new keys are
@@ -76,8 +102,16 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // at 0 with each sequence (the caller's). Trailing padding takes segment -1. No cache.
   at::Tensor ForwardPacked(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& segments);
 
+  // A cache for this model's own layers.
   KVCache NewCache(int64_t batch, int64_t capacity) const;
   const ModelConfig& config() const { return cfg_; }
+  // The layers held ([first, last), last resolved), and whether this is the whole model.
+  LayerRange range() const { return range_; }
+  bool whole() const { return range_.first == 0 && range_.last == cfg_.num_hidden_layers; }
+  // Pipeline stages (nullptr: none); not owned, must outlive every Forward.
+  void SetStageIo(StageIo* io) { io_ = io; }
+  // Of `weights` (a whole model's), the tensors this model holds.
+  std::map<std::string, at::Tensor> Own(const std::map<std::string, at::Tensor>& weights) const;
 
   // Weights by Hugging Face name (tied models have no "lm_head.weight"), as they are (device,
   // dtype of the parameters).
@@ -86,8 +120,8 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // snapshots hold.
   std::map<std::string, at::Tensor> StorageStateDict() const;
   // Where the parameters live and their dtype (Module::to moves and converts them).
-  at::Device device() const { return embed_.device(); }
-  at::ScalarType dtype() const { return embed_.scalar_type(); }
+  at::Device device() const { return ref_.device(); }
+  at::ScalarType dtype() const { return ref_.scalar_type(); }
   // Copies weights in; every parameter must be present with the right shape, and no extra
   // names (lm_head.weight is ignored when tied). Converts dtype and device.
   Status LoadStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where);
@@ -141,8 +175,13 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor Mlp(const Layer& layer, const at::Tensor& h);
   at::Tensor Experts(const Layer& layer, const at::Tensor& h);
 
+  Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Qwen3ModelImpl* shared);
+
   ModelConfig cfg_;
-  at::Tensor embed_;
+  LayerRange range_;
+  StageIo* io_ = nullptr;
+  at::Tensor ref_;  // a parameter every range holds: device and dtype
+  at::Tensor embed_;  // undefined, as the head's, in a stage after the first
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
   at::Tensor lm_head_;   // the embedding itself when tied
