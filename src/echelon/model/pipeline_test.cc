@@ -11,37 +11,6 @@
 namespace echelon::model {
 namespace {
 
-// A 4-layer model whose next-token distributions are peaked (a large tied embedding), so rows
-// end by EOS at different steps.
-ModelConfig FourLayers(bool moe = false) {
-  ModelConfig c = TinyTestConfig(/*vocab=*/48, /*hidden=*/32, /*tied=*/true);
-  c.num_hidden_layers = 4;
-  if (moe) {
-    c.model_type = "qwen3_moe";
-    c.num_experts = 4;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 16;
-    c.norm_topk_prob = true;
-    c.mlp_only_layers = {0};
-  }
-  return c;
-}
-
-Qwen3Model Whole(const ModelConfig& c) {
-  Qwen3Model m(c);
-  m->InitWeights(11);
-  at::NoGradGuard no_grad;
-  m->StateDict().at("model.embed_tokens.weight").mul_(60.0);
-  return m;
-}
-
-Qwen3Model Stage(const Qwen3Model& whole, LayerRange range) {
-  Qwen3Model s(whole->config(), range);
-  const Status st = s->LoadStateDict(s->Own(whole->StateDict()), "stage");
-  EXPECT_TRUE(st.ok()) << st.message();
-  return s;
-}
-
 // Stages after the first, chained: servers[0] serves the layers right after the first stage.
 struct Chain {
   std::vector<std::unique_ptr<StageServer>> servers;
@@ -54,7 +23,7 @@ Chain Build(const Qwen3Model& whole, const std::vector<int64_t>& cuts) {
   chain.servers.resize(cuts.size());
   for (size_t i = cuts.size(); i-- > 0;) {
     const int64_t last = i + 1 < cuts.size() ? cuts[i + 1] : whole->config().num_hidden_layers;
-    chain.servers[i] = std::make_unique<StageServer>(Stage(whole, {cuts[i], last}),
+    chain.servers[i] = std::make_unique<StageServer>(StageOf(whole, {cuts[i], last}),
                                                      i + 1 < cuts.size() ? chain.servers[i + 1].get() : nullptr);
   }
   return chain;
@@ -95,7 +64,7 @@ void ExpectSame(const std::vector<Completion>& got, const std::vector<Completion
 }
 
 TEST(PipelineTest, StagesHoldOnlyTheirLayersTensors) {
-  Qwen3Model whole = Whole(FourLayers());
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
   Qwen3Model first(whole->config(), LayerRange{0, 1}), later(whole->config(), LayerRange{1, 3});
   for (const auto& [name, t] : first->StateDict())
     EXPECT_TRUE(name.rfind("model.layers.0.", 0) == 0 || name.find("layers") == std::string::npos) << name;
@@ -115,7 +84,7 @@ TEST(PipelineTest, StagesHoldOnlyTheirLayersTensors) {
 
 TEST(PipelineTest, TwoAndThreeStagesGenerateExactlyTheWholeModelsTokensAndLogprobs) {
   for (bool moe : {false, true}) {
-    Qwen3Model whole = Whole(FourLayers(moe));
+    Qwen3Model whole = PeakedModel(FourLayerConfig(moe));
     const int64_t eos = FrequentToken(whole);
     const std::vector<Completion> want = Generate(whole, kPrompts, Params(3, eos));
     int64_t ended_early = 0;
@@ -124,7 +93,7 @@ TEST(PipelineTest, TwoAndThreeStagesGenerateExactlyTheWholeModelsTokensAndLogpro
     for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{2}, std::vector<int64_t>{1, 3}}) {
       SCOPED_TRACE(std::string(moe ? "moe, " : "dense, ") + std::to_string(cuts.size() + 1) + " stages");
       Chain chain = Build(whole, cuts);
-      Qwen3Model first = Stage(whole, {0, cuts[0]});
+      Qwen3Model first = StageOf(whole, {0, cuts[0]});
       Result<std::vector<Completion>> got = PipelineGenerate(first, chain.head(), kPrompts, Params(3, eos), 1);
       ASSERT_TRUE(got.ok()) << got.status().message();
       ExpectSame(got.value(), want);
@@ -134,9 +103,9 @@ TEST(PipelineTest, TwoAndThreeStagesGenerateExactlyTheWholeModelsTokensAndLogpro
 }
 
 TEST(PipelineTest, MicroBatchesDrawWhatTheWholeModelDrawsForTheirRows) {
-  Qwen3Model whole = Whole(FourLayers());
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
   Chain chain = Build(whole, {1, 3});
-  Qwen3Model first = Stage(whole, {0, 1});
+  Qwen3Model first = StageOf(whole, {0, 1});
   const int64_t eos = FrequentToken(whole);
   for (int64_t lanes : {2, 4}) {
     SCOPED_TRACE(std::to_string(lanes) + " micro-batches");
@@ -162,9 +131,9 @@ TEST(PipelineTest, MicroBatchesDrawWhatTheWholeModelDrawsForTheirRows) {
 }
 
 TEST(PipelineTest, AStopFromTheCallbackEndsEveryStage) {
-  Qwen3Model whole = Whole(FourLayers());
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
   Chain chain = Build(whole, {1, 3});
-  Qwen3Model first = Stage(whole, {0, 1});
+  Qwen3Model first = StageOf(whole, {0, 1});
   int64_t steps = 0;
   const StepCallback stop_after_three = [&](const std::vector<int64_t>&, const std::vector<int64_t>&,
                                             const std::vector<float>&) { return ++steps < 3; };
@@ -184,10 +153,10 @@ class DeadStage : public NextStage {
 };
 
 TEST(PipelineTest, ADeadStageFailsTheCallWithItsErrorAndLeavesNoLaneOpen) {
-  Qwen3Model whole = Whole(FourLayers());
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
   DeadStage dead;
-  StageServer middle(Stage(whole, {1, 3}), &dead);
-  Qwen3Model first = Stage(whole, {0, 1});
+  StageServer middle(StageOf(whole, {1, 3}), &dead);
+  Qwen3Model first = StageOf(whole, {0, 1});
   Result<std::vector<Completion>> got = PipelineGenerate(first, middle, kPrompts, Params(3), 2);
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("stage 2 is gone"), std::string::npos) << got.status().message();
@@ -195,8 +164,8 @@ TEST(PipelineTest, ADeadStageFailsTheCallWithItsErrorAndLeavesNoLaneOpen) {
 }
 
 TEST(PipelineTest, MessagesOutOfStepAreRefusedNotComputed) {
-  Qwen3Model whole = Whole(FourLayers());
-  StageServer last(Stage(whole, {1, 4}), nullptr);
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
+  StageServer last(StageOf(whole, {1, 4}), nullptr);
   LaneSpec spec{{{5, 6}}, Params(0)};
   ASSERT_TRUE(last.Open(9, spec).ok());
   EXPECT_FALSE(last.Open(9, spec).ok());  // one lane id, one lane

@@ -2,9 +2,13 @@
 // character tokenizer's special ids.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
+#include <stdexcept>
 
 #include "echelon/model/model_config.h"
+#include "echelon/model/qwen3.h"
 #include "echelon/model/tokenizer.h"
 
 namespace echelon::model {
@@ -24,6 +28,38 @@ inline ModelConfig TinyTestConfig(int64_t vocab, int64_t hidden, bool tied = fal
   c.pad_token_id = CharTokenizer::kPad;
   c.tie_word_embeddings = tied;
   return c;
+}
+
+// A 4-layer model whose next-token distributions are peaked (a large tied embedding), so rows
+// end by EOS at different steps; with `moe`, layers 1-3 are four-expert top-2 Qwen3-MoE layers.
+inline ModelConfig FourLayerConfig(bool moe = false) {
+  ModelConfig c = TinyTestConfig(/*vocab=*/48, /*hidden=*/32, /*tied=*/true);
+  c.num_hidden_layers = 4;
+  if (moe) {
+    c.model_type = "qwen3_moe";
+    c.num_experts = 4;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 16;
+    c.norm_topk_prob = true;
+    c.mlp_only_layers = {0};
+  }
+  return c;
+}
+
+inline Qwen3Model PeakedModel(const ModelConfig& c) {
+  Qwen3Model m(c);
+  m->InitWeights(11);
+  at::NoGradGuard no_grad;
+  m->StateDict().at("model.embed_tokens.weight").mul_(60.0);
+  return m;
+}
+
+// The pipeline stage of `whole` holding layers `range`, with whole's weights.
+inline Qwen3Model StageOf(const Qwen3Model& whole, LayerRange range) {
+  Qwen3Model s(whole->config(), range);
+  const Status st = s->LoadStateDict(s->Own(whole->StateDict()), "stage");
+  if (!st.ok()) throw std::runtime_error(st.message());
+  return s;
 }
 
 }  // namespace echelon::model

@@ -1,0 +1,78 @@
+// Pipeline stages over gRPC (proto/echelon/v1/pipeline.proto): StageService serves a
+// model::StageServer to the stage before it; RemoteStage is that server as the stage before sees
+// it (a model::NextStage).
+//
+//   model::StageServer stage(model_of_layers_12_to_23, &next_remote_or_null);
+//   auto service = StageService::Start(&stage, config, {.listen = "0.0.0.0:50061", .token = t});
+//   auto remote = RemoteStage::Connect("10.0.0.2:50061", t, /*timeout_seconds=*/60);
+//   PipelineGenerate(first_stage_model, **remote, prompts, params, /*micro_batches=*/4);
+//
+// Every message is read as a caller with a valid token could write it: a lane's prompts, limits
+// and slots are bounded by the model's positions and kMaxLaneRows (they size the KV cache), a
+// tensor's dtype, shape and byte count must agree and its width be the model's hidden size, and
+// a stage holds at most max_lanes lanes. A bad message fails its call with one line and leaves
+// every other lane as it was.
+//
+// Thread contract: both are safe for concurrent calls (lanes in parallel).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "echelon/common/status.h"
+#include "echelon/model/model_config.h"
+#include "echelon/model/pipeline.h"
+
+namespace grpc {
+class Server;
+class Channel;
+}  // namespace grpc
+
+namespace echelon::net {
+
+// Rows one lane may decode (a lane's cache holds slots x positions per layer).
+inline constexpr int64_t kMaxLaneRows = 4096;
+
+struct StageServiceOptions {
+  std::string listen = "0.0.0.0:0";  // port 0: any free port (see port())
+  std::string token;                 // the bearer token callers present; empty: none
+  int64_t max_lanes = 64;
+};
+
+class StageService {
+ public:
+  static Result<std::unique_ptr<StageService>> Start(model::StageServer* stage, const model::ModelConfig& config,
+                                                     const StageServiceOptions& options);
+  ~StageService();
+  int port() const { return port_; }
+
+ private:
+  class Impl;
+  StageService() = default;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+class RemoteStage : public model::NextStage {
+ public:
+  // Each call fails after timeout_seconds (a Forward waits for every later stage).
+  static Result<std::unique_ptr<RemoteStage>> Connect(const std::string& address, const std::string& token,
+                                                      double timeout_seconds);
+  ~RemoteStage() override;
+
+  Status Open(uint64_t lane, const model::LaneSpec& spec) override;
+  Result<at::Tensor> Forward(uint64_t lane, model::StageMessage m) override;
+  Status Close(uint64_t lane, model::StageMessage m) override;
+
+ private:
+  class Stub;
+  RemoteStage() = default;
+  std::string address_;
+  std::string token_;
+  double timeout_seconds_ = 60;
+  std::unique_ptr<Stub> stub_;
+};
+
+}  // namespace echelon::net
