@@ -20,6 +20,8 @@ void AddReportCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
 void AddInitModelCommand(CLI::App& app, int* exit_code);
+void AddStageCommand(CLI::App& app, int* exit_code);
+void AddGenerateCommand(CLI::App& app, int* exit_code);
 
 // "echelon 0.3.0 (git 91ba92d, LibTorch 1.13.0)": `echelon --version`, the first line of a run's
 // learner.log and the head of its config.yaml.

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   echelon::cli::AddReportCommand(app, &exit_code);
   echelon::cli::AddTokenizeCommand(app, &exit_code);
   echelon::cli::AddServeCommand(app, &exit_code);
+  echelon::cli::AddStageCommand(app, &exit_code);
+  echelon::cli::AddGenerateCommand(app, &exit_code);
   echelon::cli::AddInitModelCommand(app, &exit_code);
   app.parse_complete_callback([&] {
     echelon::InitLogging(log_level);

@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <stdexcept>
 
@@ -48,7 +51,9 @@ class StageServer::Lane : public StageIo, public DrawSource {
   Result<at::Tensor> Deliver(StageMessage m) {
     Push(std::move(m));
     std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
     cv_.wait(lock, [&] { return !replies_.empty() || done_; });
+    --waiting_;
     if (!replies_.empty()) {
       at::Tensor reply = std::move(replies_.front());
       replies_.pop_front();
@@ -64,6 +69,12 @@ class StageServer::Lane : public StageIo, public DrawSource {
     if (thread_.joinable()) thread_.join();
     std::lock_guard<std::mutex> lock(mu_);
     return error_;
+  }
+
+  // No message for `seconds` and no call waiting.
+  bool Idle(std::chrono::steady_clock::time_point now, double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waiting_ == 0 && std::chrono::duration<double>(now - last_active_).count() > seconds;
   }
 
   // DrawSource: the next message's draws.
@@ -106,6 +117,7 @@ class StageServer::Lane : public StageIo, public DrawSource {
     {
       std::lock_guard<std::mutex> lock(mu_);
       replies_.push_back(std::move(reply));
+      last_active_ = std::chrono::steady_clock::now();
     }
     cv_.notify_all();
     return at::Tensor();
@@ -131,6 +143,7 @@ class StageServer::Lane : public StageIo, public DrawSource {
     {
       std::lock_guard<std::mutex> lock(mu_);
       mailbox_.push_back(std::move(m));
+      last_active_ = std::chrono::steady_clock::now();
     }
     cv_.notify_all();
   }
@@ -154,11 +167,14 @@ class StageServer::Lane : public StageIo, public DrawSource {
   std::deque<StageMessage> mailbox_;
   std::deque<at::Tensor> replies_;
   bool done_ = false;
+  int64_t waiting_ = 0;  // Deliver calls waiting for their reply
+  std::chrono::steady_clock::time_point last_active_ = std::chrono::steady_clock::now();
   Status error_;
   std::thread thread_;
 };
 
-StageServer::StageServer(Qwen3Model model, NextStage* next) : model_(std::move(model)), next_(next) {
+StageServer::StageServer(Qwen3Model model, NextStage* next, double lane_idle_seconds)
+    : model_(std::move(model)), next_(next), lane_idle_seconds_(lane_idle_seconds) {
   TORCH_CHECK(model_->range().first > 0, "StageServer: the first stage samples; it is not served");
 }
 
@@ -176,6 +192,22 @@ int64_t StageServer::open_lanes() const {
 }
 
 Status StageServer::Open(uint64_t lane, const LaneSpec& spec) {
+  std::vector<std::shared_ptr<Lane>> idle;  // closed here, outside the lock (joins their threads)
+  {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = lanes_.begin(); it != lanes_.end();) {
+      if (it->second->Idle(now, lane_idle_seconds_)) {
+        spdlog::warn("pipeline stage (layers {}-{}): closing lane {}, silent for over {:g} s", model_->range().first,
+                     model_->range().last - 1, it->first, lane_idle_seconds_);
+        idle.push_back(std::move(it->second));
+        it = lanes_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  idle.clear();
   if (Find(lane) != nullptr) return InvalidArgument("pipeline lane " + std::to_string(lane) + " is already open");
   if (next_ != nullptr) ECHELON_RETURN_IF_ERROR(next_->Open(lane, spec));
   auto l = std::make_shared<Lane>(lane, SharedCopy(model_), next_, spec);

@@ -78,8 +78,10 @@ class NextStage {
 class StageServer : public NextStage {
  public:
   // `model` holds this stage's layers; lanes run on copies sharing its weights (so weights must
-  // not change while lanes are open). `next` must outlive this.
-  StageServer(Qwen3Model model, NextStage* next);
+  // not change while lanes are open). `next` must outlive this. A lane that has had no message
+  // for lane_idle_seconds and no call waiting on it (its first stage went away) is closed when
+  // the next lane opens, so lost lanes neither pile up to the lane limit nor keep their caches.
+  StageServer(Qwen3Model model, NextStage* next, double lane_idle_seconds = 300);
   ~StageServer() override;
 
   Status Open(uint64_t lane, const LaneSpec& spec) override;
@@ -94,6 +96,7 @@ class StageServer : public NextStage {
 
   Qwen3Model model_;
   NextStage* const next_;
+  const double lane_idle_seconds_;
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<Lane>> lanes_;
 };

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "echelon/model/testing.h"
 
@@ -161,6 +163,22 @@ TEST(PipelineTest, ADeadStageFailsTheCallWithItsErrorAndLeavesNoLaneOpen) {
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("stage 2 is gone"), std::string::npos) << got.status().message();
   EXPECT_EQ(middle.open_lanes(), 0);
+}
+
+// Regression: a lane whose first stage vanished mid-generation stayed open for good, holding
+// its cache and, with enough of them, the stage's whole lane limit.
+TEST(PipelineTest, ALaneLeftSilentIsClosedWhenTheNextOpens) {
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
+  StageServer last(StageOf(whole, {1, 4}), nullptr, /*lane_idle_seconds=*/0.2);
+  LaneSpec spec{{{5, 6}}, Params(0)};
+  ASSERT_TRUE(last.Open(1, spec).ok());
+  EXPECT_EQ(last.open_lanes(), 1);
+  ASSERT_TRUE(last.Open(2, spec).ok());  // lane 1 is not idle yet
+  EXPECT_EQ(last.open_lanes(), 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ASSERT_TRUE(last.Open(3, spec).ok());
+  EXPECT_EQ(last.open_lanes(), 1);
+  EXPECT_FALSE(last.Forward(1, StageMessage{false, {}, {}, at::zeros({1, 1, 32})}).ok());
 }
 
 TEST(PipelineTest, MessagesOutOfStepAreRefusedNotComputed) {
