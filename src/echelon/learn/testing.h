@@ -10,6 +10,7 @@
 
 #include "echelon/learn/learner.h"
 #include "echelon/model/generate.h"
+#include "echelon/model/testing.h"
 
 namespace echelon::learn {
 
@@ -29,16 +30,7 @@ inline model::ModelConfig TinyConfig() {
 }
 
 // TinyConfig as a Qwen3-MoE: layer 0 dense, layer 1 four experts, top-2.
-inline model::ModelConfig TinyMoeConfig() {
-  model::ModelConfig c = TinyConfig();
-  c.model_type = "qwen3_moe";
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 16;
-  c.norm_topk_prob = true;
-  c.mlp_only_layers = {0};
-  return c;
-}
+inline model::ModelConfig TinyMoeConfig() { return model::AsTinyMoe(TinyConfig(), 16, 0); }
 
 // One group per prompt, sampled by the generator from the learner's own weights (S = 0).
 inline std::vector<LearnerGroup> SampleGroups(model::Qwen3Model& m, double temperature, int group_size) {

@@ -12,6 +12,7 @@
 
 #include "echelon/common/fs.h"
 #include "echelon/model/safetensors.h"
+#include "echelon/model/testing.h"
 
 namespace echelon::model {
 namespace {
@@ -86,16 +87,7 @@ TEST(Qwen3GoldenTest, MoeF32CheckpointMatchesReference) { ExpectMatchesGolden("q
 TEST(Qwen3GoldenTest, MoeBf16CheckpointMatchesReference) { ExpectMatchesGolden("qwen3_moe_bf16"); }
 
 // A tiny Qwen3-MoE: 4 experts, top-2, layer 0 sparse and layer 1 dense (mlp_only_layers).
-ModelConfig TinyMoeConfig() {
-  ModelConfig c = TinyConfig(false);
-  c.model_type = "qwen3_moe";
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 24;
-  c.norm_topk_prob = true;
-  c.mlp_only_layers = {1};
-  return c;
-}
+ModelConfig TinyMoeConfig() { return AsTinyMoe(TinyConfig(false), 24, 1); }
 
 TEST(Qwen3MoeTest, ParametersHaveHuggingFaceNamesAndTheCountMatches) {
   Qwen3Model m(TinyMoeConfig());

@@ -30,20 +30,24 @@ inline ModelConfig TinyTestConfig(int64_t vocab, int64_t hidden, bool tied = fal
   return c;
 }
 
+// `c` as a Qwen3-MoE: four experts of width `expert_width`, top-2 renormalised, every layer
+// sparse but `dense_layer`.
+inline ModelConfig AsTinyMoe(ModelConfig c, int64_t expert_width, int64_t dense_layer) {
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = expert_width;
+  c.norm_topk_prob = true;
+  c.mlp_only_layers = {dense_layer};
+  return c;
+}
+
 // A 4-layer model whose next-token distributions are peaked (a large tied embedding), so rows
-// end by EOS at different steps; with `moe`, layers 1-3 are four-expert top-2 Qwen3-MoE layers.
+// end by EOS at different steps; with `moe`, layers 1-3 are Qwen3-MoE layers.
 inline ModelConfig FourLayerConfig(bool moe = false) {
   ModelConfig c = TinyTestConfig(/*vocab=*/48, /*hidden=*/32, /*tied=*/true);
   c.num_hidden_layers = 4;
-  if (moe) {
-    c.model_type = "qwen3_moe";
-    c.num_experts = 4;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 16;
-    c.norm_topk_prob = true;
-    c.mlp_only_layers = {0};
-  }
-  return c;
+  return moe ? AsTinyMoe(c, 16, 0) : c;
 }
 
 inline Qwen3Model PeakedModel(const ModelConfig& c) {
