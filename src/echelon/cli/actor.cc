@@ -3,6 +3,19 @@
 // With `--backend openai-http --backend-url URL` it generates through an OpenAI-compatible
 // server instead of its own LibTorch model, and hands each snapshot to that server's reload
 // hook (rollout/openai_http_policy.h).
+//
+// A pipelined worker (a model too large for one process's memory) is several actor processes
+// of one --pipeline name, each given --stage I/K:
+//
+//   echelon actor --learner L --pipeline gpu-box --stage 2/3 --stage-listen 0.0.0.0:7801
+//   echelon actor --learner L --pipeline gpu-box --stage 1/3 --stage-listen 0.0.0.0:7801
+//   echelon actor --learner L --pipeline gpu-box --stage 0/3 --micro-batches 2
+//
+// The learner splits the layers over the stages (by --stage-memory-gb and
+// --stage-seconds-per-layer when given), tells each stage where the next one listens, and
+// sends each only its layers' tensors. Stage 0 (the head) embeds, samples and takes work;
+// the others serve their layers (model/pipeline.h). A stage started again, or a spare of the
+// same stage, re-forms the pipeline; groups in flight through a stage that died are re-issued.
 #include <unistd.h>
 
 #include <csignal>
@@ -14,12 +27,17 @@
 
 #include "echelon/cli/commands.h"
 #include "echelon/common/fs.h"
-#include "echelon/rollout/run_spec.h"
+#include "echelon/model/safetensors.h"
+#include "echelon/net/address.h"
 #include "echelon/net/auth.h"
+#include "echelon/net/pipeline_stage.h"
+#include "echelon/net/protocol.h"
 #include "echelon/net/remote_learner.h"
 #include "echelon/rollout/actor.h"
 #include "echelon/rollout/model_policy.h"
 #include "echelon/rollout/openai_http_policy.h"
+#include "echelon/rollout/pipeline_policy.h"
+#include "echelon/rollout/run_spec.h"
 
 namespace echelon::cli {
 namespace {
@@ -43,7 +61,36 @@ struct ActorArgs {
   std::string backend_api_key_file;
   std::string backend_snapshot_dir;
   std::string backend_reload_path = "/update_weights_from_disk";
+  // A stage of a pipelined worker.
+  std::string pipeline;
+  std::string stage;  // "I/K"
+  std::string stage_listen = "0.0.0.0:0";
+  std::string stage_advertise;
+  int64_t micro_batches = 2;
+  double stage_memory_gb = 0;
+  double stage_seconds_per_layer = 0;
+  double stage_timeout = 60;
+  double lane_idle_timeout = 300;
 };
+
+// "I/K" -> the role's stage and stages.
+Status ParseStage(const std::string& text, net::StageRole* role) {
+  const size_t slash = text.find('/');
+  try {
+    size_t used = 0;
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    role->stage = std::stoi(text.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("junk");
+    role->stages = std::stoi(text.substr(slash + 1), &used);
+    if (used != text.size() - slash - 1) throw std::invalid_argument("junk");
+  } catch (const std::exception&) {
+    return InvalidArgument("--stage \"" + text + "\": expected I/K, stage I of K");
+  }
+  if (role->stages < 2 || role->stages > net::kMaxPipelineStages || role->stage < 0 || role->stage >= role->stages)
+    return InvalidArgument("--stage " + text + ": K in 2.." + std::to_string(net::kMaxPipelineStages) +
+                           ", I in 0..K-1");
+  return Status::Ok();
+}
 
 // The openai-http backend, encoding prompts exactly as ModelPolicy does (the run's vocabulary).
 Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const rollout::ActorSetup& setup) {
@@ -71,6 +118,100 @@ Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& arg
       std::make_unique<rollout::OpenAiHttpPolicy>(o, encode, decode, setup.sampling));
 }
 
+// Registers and reads the run spec; returns -1 when joined, else the exit code.
+int Join(net::RemoteLearner& learner, std::optional<rollout::ActorSetup>* setup) {
+  Result<std::string> spec = learner.Connect(g_stop);
+  if (!spec.ok()) {
+    spdlog::error("{}", spec.status().message());
+    return g_stop.load() ? 0 : 1;
+  }
+  Result<rollout::ActorSetup> parsed = rollout::ParseRunSpec(spec.value());
+  if (!parsed.ok()) {
+    spdlog::error("{}", parsed.status().message());
+    return 1;
+  }
+  *setup = std::move(parsed).value();
+  return -1;
+}
+
+// A stage after the first: serves its layers to the stage before, follows the pipeline the
+// learner forms (the next stage's address, its own layers) and loads each new snapshot's
+// tensors of its layers. Runs until a signal or the end of the run.
+int RunLaterStage(const ActorArgs& args, net::RemoteLearnerOptions ro) {
+  const int stage = ro.role.stage, stages = ro.role.stages;
+  const bool last = stage + 1 == stages;
+  net::StageRoute next(ro.token, args.stage_timeout);
+  model::StageServer server(model::Qwen3Model(nullptr), last ? nullptr : &next, args.lane_idle_timeout);
+  net::StageServiceOptions so;
+  so.listen = args.stage_listen;
+  so.token = ro.token;  // the stages of a pipeline are one worker: its token
+  Result<std::unique_ptr<net::StageService>> service = net::StageService::Start(&server, std::nullopt, so);
+  if (!service.ok()) {
+    spdlog::error("--stage-listen: {}", service.status().message());
+    return 2;
+  }
+  std::string host = !args.stage_advertise.empty() ? net::HostOf(args.stage_advertise) : net::HostOf(args.stage_listen);
+  if (args.stage_advertise.empty() && net::IsWildcardHost(host)) {
+    Result<std::string> ip = net::LocalAddressToward(ro.address);
+    if (!ip.ok()) {
+      spdlog::error("{}; give --stage-advertise HOST:PORT", ip.status().message());
+      return 2;
+    }
+    host = ip.value();
+  }
+  ro.role.address = !args.stage_advertise.empty() ? args.stage_advertise
+                                                  : host + ":" + std::to_string(service.value()->port());
+  net::RemoteLearner learner(ro);
+  std::optional<rollout::ActorSetup> setup;
+  if (int code = Join(learner, &setup); code >= 0) return code;
+  service.value()->SetConfig(setup->model);
+  std::cout << "pipeline " << args.pipeline << " stage " << stage << "/" << stages << " serving on "
+            << ro.role.address << std::endl;
+  uint64_t epoch = 0;
+  int64_t held = -1;
+  model::LayerRange layers{-1, -1};
+  while (!g_stop.load() && !learner.done()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    learner.KeepRegistered();
+    const net::PipelineRoute route = learner.route();
+    if (!route.complete) continue;
+    if (!last) {
+      if (Status st = next.Retarget(route.addresses[static_cast<size_t>(stage + 1)]); !st.ok()) {
+        spdlog::error("pipeline {}: {}", args.pipeline, st.message());
+        continue;
+      }
+    }
+    if (route.epoch != epoch) {
+      epoch = route.epoch;
+      spdlog::info("pipeline {} (epoch {}): this stage holds layers {}-{}{}", args.pipeline, epoch,
+                   route.layers[static_cast<size_t>(stage)].first, route.layers[static_cast<size_t>(stage)].last - 1,
+                   last ? "" : ", the next is at " + route.addresses[static_cast<size_t>(stage + 1)]);
+    }
+    learner.Want(server.wanted());  // the head's snapshot, at once rather than at the next heartbeat
+    const rollout::Snapshot snap = learner.Latest();
+    if (snap.version < 0 || !snap.weights) continue;
+    const model::LayerRange want = route.layers[static_cast<size_t>(stage)];
+    if (snap.version == held && want.first == layers.first && want.last == layers.last) continue;
+    const std::string where = "snapshot v" + std::to_string(snap.version);
+    Result<model::SafetensorsFile> f = model::ParseSafetensors(*snap.weights, where);
+    Result<model::LayerRange> got = f.ok() ? model::RangeOfTensors(f->tensors) : Result<model::LayerRange>(f.status());
+    if (!got.ok() || got->first != want.first || got->last != want.last) continue;  // the route moved meanwhile
+    model::Qwen3Model m(setup->model, want);
+    if (Status st = m->LoadStateDict(f->tensors, where); !st.ok()) {
+      spdlog::error("pipeline {}: {}", args.pipeline, st.message());
+      continue;
+    }
+    m->eval();
+    server.SetModel(m, snap.version);
+    held = snap.version;
+    layers = want;
+  }
+  learner.Close();
+  spdlog::info("pipeline {} stage {}/{} stopping ({})", args.pipeline, stage, stages,
+               learner.done() ? "run finished" : "signal");
+  return 0;
+}
+
 int RunActor(const ActorArgs& args) {
   if (args.backend == "openai-http" && args.backend_url.empty()) {
     spdlog::error("--backend openai-http needs --backend-url http://HOST:PORT");
@@ -94,6 +235,23 @@ int RunActor(const ActorArgs& args) {
     }
     ro.tls_ca_pem = std::move(ca).value();
   }
+  if (args.pipeline.empty() != args.stage.empty()) {
+    spdlog::error("--pipeline NAME and --stage I/K go together");
+    return 2;
+  }
+  if (!args.pipeline.empty()) {
+    if (args.backend != "builtin") {
+      spdlog::error("--pipeline: pipeline stages run the builtin backend");
+      return 2;
+    }
+    if (Status st = ParseStage(args.stage, &ro.role); !st.ok()) {
+      spdlog::error("{}", st.message());
+      return 2;
+    }
+    ro.role.pipeline = args.pipeline;
+    ro.role.memory_bytes = args.stage_memory_gb * 1e9;
+    ro.role.seconds_per_layer = args.stage_seconds_per_layer;
+  }
   ro.broadcast = !args.no_broadcast;
   ro.broadcast_listen = args.broadcast_listen;
   ro.broadcast_advertise = args.broadcast_advertise;
@@ -105,19 +263,25 @@ int RunActor(const ActorArgs& args) {
     }
     ro.token = token.value();
   }
+  if (ro.role.stage > 0) return RunLaterStage(args, std::move(ro));
   net::RemoteLearner learner(ro);
-  Result<std::string> spec = learner.Connect(g_stop);
-  if (!spec.ok()) {
-    spdlog::error("{}", spec.status().message());
-    return g_stop.load() ? 0 : 1;
-  }
-  Result<rollout::ActorSetup> setup = rollout::ParseRunSpec(spec.value());
-  if (!setup.ok()) {
-    spdlog::error("{}", setup.status().message());
-    return 1;
-  }
+  std::optional<rollout::ActorSetup> setup;
+  if (int code = Join(learner, &setup); code >= 0) return code;
   std::unique_ptr<rollout::SnapshotPolicy> policy;
-  if (args.backend == "openai-http") {
+  // The head of a pipeline: the next stage is where the learner last said (Retarget is a no-op
+  // while it stays), checked whenever the actor looks at its snapshot, before every group.
+  net::StageRoute next(ro.token, args.stage_timeout);
+  if (ro.role.stage == 0) {
+    auto layers = [&learner, &next]() -> std::optional<model::LayerRange> {
+      const net::PipelineRoute r = learner.route();
+      if (!r.complete || !next.Retarget(r.addresses[1]).ok()) return std::nullopt;
+      return r.layers[0];
+    };
+    policy = std::make_unique<rollout::PipelinePolicy>(setup->model, setup->vocab, setup->sampling, &next,
+                                                       args.micro_batches, layers);
+    spdlog::info("{}: head of pipeline {} ({} stages, {} micro-batches)", args.name, args.pipeline, ro.role.stages,
+                 args.micro_batches);
+  } else if (args.backend == "openai-http") {
     Result<std::unique_ptr<rollout::SnapshotPolicy>> http = HttpPolicy(args, setup.value());
     if (!http.ok()) {
       spdlog::error("{}", http.status().message());
@@ -178,6 +342,23 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
                   "openai-http: where snapshots are written for the server to load (it must read this path)");
   cmd->add_option("--backend-reload-path", args->backend_reload_path,
                   "openai-http: the server's load-weights-from-directory route")
+      ->capture_default_str();
+  cmd->add_option("--pipeline", args->pipeline, "this process is one stage of the pipelined worker of this name");
+  cmd->add_option("--stage", args->stage, "I/K: this process is stage I of the pipeline's K (0: the head, which samples)");
+  cmd->add_option("--stage-listen", args->stage_listen, "stage I > 0: HOST:PORT the stage before dials")
+      ->capture_default_str();
+  cmd->add_option("--stage-advertise", args->stage_advertise,
+                  "stage I > 0: HOST:PORT to tell the learner (default: this host's address toward it)");
+  cmd->add_option("--micro-batches", args->micro_batches, "head: lanes in flight through the pipeline")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--stage-memory-gb", args->stage_memory_gb, "what this stage may fill (the learner's layer split)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--stage-seconds-per-layer", args->stage_seconds_per_layer,
+                  "this stage's time per layer, relative to the others' (the learner's layer split)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--stage-timeout", args->stage_timeout, "seconds a call to the next stage may take")
+      ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   cmd->callback([args, exit_code] { *exit_code = RunActor(*args); });
 }

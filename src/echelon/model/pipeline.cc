@@ -174,8 +174,29 @@ class StageServer::Lane : public StageIo, public DrawSource {
 };
 
 StageServer::StageServer(Qwen3Model model, NextStage* next, double lane_idle_seconds)
-    : model_(std::move(model)), next_(next), lane_idle_seconds_(lane_idle_seconds) {
-  TORCH_CHECK(model_->range().first > 0, "StageServer: the first stage samples; it is not served");
+    : next_(next), lane_idle_seconds_(lane_idle_seconds) {
+  if (model) SetModel(std::move(model), -1);
+}
+
+void StageServer::SetModel(Qwen3Model model, int64_t version) {
+  TORCH_CHECK(model && model->range().first > 0, "StageServer: the first stage samples; it is not served");
+  std::lock_guard<std::mutex> lock(mu_);
+  // Weights of other layers (the pipeline was split anew) serve no lane from now on.
+  const LayerRange r = model->range();
+  for (auto it = models_.begin(); it != models_.end();)
+    it = it->second->range().first != r.first || it->second->range().last != r.last ? models_.erase(it) : std::next(it);
+  models_.insert_or_assign(version, std::move(model));
+  while (models_.size() > kKeptVersions) models_.erase(models_.begin());
+}
+
+int64_t StageServer::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return models_.empty() ? -1 : models_.rbegin()->first;
+}
+
+int64_t StageServer::wanted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return wanted_;
 }
 
 StageServer::~StageServer() = default;
@@ -193,13 +214,28 @@ int64_t StageServer::open_lanes() const {
 
 Status StageServer::Open(uint64_t lane, const LaneSpec& spec) {
   std::vector<std::shared_ptr<Lane>> idle;  // closed here, outside the lock (joins their threads)
+  Qwen3Model model(nullptr);
   {
     const auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
+    wanted_ = std::max(wanted_, spec.version);
+    if (models_.empty()) return Unavailable("this pipeline stage holds no weights yet");
+    const auto held = spec.version < 0 ? std::prev(models_.end()) : models_.find(spec.version);
+    if (held == models_.end()) {
+      const LayerRange r = models_.rbegin()->second->range();
+      const std::string what = "pipeline stage (layers " + std::to_string(r.first) + "-" + std::to_string(r.last - 1) +
+                               ") holds snapshots v" + std::to_string(models_.begin()->first) + "..v" +
+                               std::to_string(models_.rbegin()->first) + ", the lane needs v" +
+                               std::to_string(spec.version);
+      // Ahead of this stage: it is fetching that snapshot. Behind it: the first stage must move on.
+      if (spec.version > models_.rbegin()->first) return Unavailable(what);
+      return Aborted(what);
+    }
+    model = held->second;
     for (auto it = lanes_.begin(); it != lanes_.end();) {
       if (it->second->Idle(now, lane_idle_seconds_)) {
-        spdlog::warn("pipeline stage (layers {}-{}): closing lane {}, silent for over {:g} s", model_->range().first,
-                     model_->range().last - 1, it->first, lane_idle_seconds_);
+        spdlog::warn("pipeline stage (layers {}-{}): closing lane {}, silent for over {:g} s", model->range().first,
+                     model->range().last - 1, it->first, lane_idle_seconds_);
         idle.push_back(std::move(it->second));
         it = lanes_.erase(it);
       } else {
@@ -210,7 +246,7 @@ Status StageServer::Open(uint64_t lane, const LaneSpec& spec) {
   idle.clear();
   if (Find(lane) != nullptr) return InvalidArgument("pipeline lane " + std::to_string(lane) + " is already open");
   if (next_ != nullptr) ECHELON_RETURN_IF_ERROR(next_->Open(lane, spec));
-  auto l = std::make_shared<Lane>(lane, SharedCopy(model_), next_, spec);
+  auto l = std::make_shared<Lane>(lane, SharedCopy(model), next_, spec);
   std::lock_guard<std::mutex> lock(mu_);
   lanes_.emplace(lane, std::move(l));
   return Status::Ok();
@@ -275,7 +311,7 @@ class FirstStageIo : public StageIo {
 Result<std::vector<Completion>> PipelineGenerate(Qwen3Model& first, NextStage& next,
                                                  const std::vector<std::vector<int64_t>>& prompts,
                                                  const SamplingParams& params, int64_t micro_batches,
-                                                 const StepCallback& on_step) {
+                                                 const StepCallback& on_step, int64_t version) {
   if (first->range().first != 0) return InvalidArgument("PipelineGenerate: `first` must hold the first layers");
   const int64_t rows = static_cast<int64_t>(prompts.size());
   if (rows == 0 || params.max_new_tokens <= 0) return std::vector<Completion>(prompts.size());
@@ -296,6 +332,7 @@ Result<std::vector<Completion>> PipelineGenerate(Qwen3Model& first, NextStage& n
     run.spec.prompts.assign(prompts.begin() + begin, prompts.begin() + begin + size);
     run.spec.params = params;
     run.spec.params.first_row = params.first_row + begin;
+    run.spec.version = version;
     if (params.slots > 0) run.spec.params.slots = std::max<int64_t>(1, params.slots / lanes);
     if (!params.max_new_tokens_per_row.empty())
       run.spec.params.max_new_tokens_per_row.assign(params.max_new_tokens_per_row.begin() + begin,

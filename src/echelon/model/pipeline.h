@@ -56,6 +56,9 @@ struct StageMessage {
 struct LaneSpec {
   std::vector<std::vector<int64_t>> prompts;
   SamplingParams params;  // first_row set to the lane's first row
+  // The snapshot version every stage must hold (the first stage's); -1: any (stages that never
+  // change weights, as `echelon stage`).
+  int64_t version = -1;
 };
 
 // The rest of the pipeline, as a stage sees it: in this process (StageServer) or over the
@@ -77,12 +80,25 @@ class NextStage {
 // (nullptr for the last).
 class StageServer : public NextStage {
  public:
-  // `model` holds this stage's layers; lanes run on copies sharing its weights (so weights must
-  // not change while lanes are open). `next` must outlive this. A lane that has had no message
-  // for lane_idle_seconds and no call waiting on it (its first stage went away) is closed when
-  // the next lane opens, so lost lanes neither pile up to the lane limit nor keep their caches.
+  // `model` holds this stage's layers (or is null until SetModel); lanes run on copies sharing
+  // its weights. `next` must outlive this. A lane that has had no message for lane_idle_seconds
+  // and no call waiting on it (its first stage went away) is closed when the next lane opens, so
+  // lost lanes neither pile up to the lane limit nor keep their caches.
   StageServer(Qwen3Model model, NextStage* next, double lane_idle_seconds = 300);
   ~StageServer() override;
+
+  // New weights (a new model object, never the one in use: open lanes keep decoding on theirs)
+  // for lanes that name `version`. The newest kKeptVersions are held, so a first stage one
+  // snapshot behind its stages still runs. A lane that names a version not held is refused,
+  // so every stage of a lane computes with one snapshot: Unavailable when it is newer than
+  // this stage's (try again: the stage is fetching it), Aborted when older (the first stage
+  // must move to a newer snapshot). A lane that names none (-1) takes the newest.
+  static constexpr size_t kKeptVersions = 2;
+  void SetModel(Qwen3Model model, int64_t version);
+  // The newest version held (-1: none, or only unversioned weights).
+  int64_t version() const;
+  // The newest version a lane has asked for (-1: none): one this stage should fetch now.
+  int64_t wanted() const;
 
   Status Open(uint64_t lane, const LaneSpec& spec) override;
   Result<at::Tensor> Forward(uint64_t lane, StageMessage m) override;
@@ -94,10 +110,11 @@ class StageServer : public NextStage {
   class Lane;
   std::shared_ptr<Lane> Find(uint64_t lane) const;
 
-  Qwen3Model model_;
   NextStage* const next_;
   const double lane_idle_seconds_;
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // guards models_, lanes_
+  std::map<int64_t, Qwen3Model> models_;  // by version
+  int64_t wanted_ = -1;
   std::map<uint64_t, std::shared_ptr<Lane>> lanes_;
 };
 
@@ -105,10 +122,11 @@ class StageServer : public NextStage {
 // and head) and whose later stages are behind `next`, in `micro_batches` lanes (clamped to
 // [1, rows]). on_step is called from the lane threads, one at a time, with the rows numbered
 // as in `prompts`. Fails with the first error of any stage; every lane is closed either way.
+// `version` >= 0: every later stage must hold that snapshot (LaneSpec::version).
 Result<std::vector<Completion>> PipelineGenerate(Qwen3Model& first, NextStage& next,
                                                  const std::vector<std::vector<int64_t>>& prompts,
                                                  const SamplingParams& params, int64_t micro_batches,
-                                                 const StepCallback& on_step = {});
+                                                 const StepCallback& on_step = {}, int64_t version = -1);
 
 // Lane ids unique within this process (a stage may serve several pipelines' lanes).
 uint64_t NewLaneId();

@@ -181,6 +181,65 @@ TEST(PipelineTest, ALaneLeftSilentIsClosedWhenTheNextOpens) {
   EXPECT_FALSE(last.Forward(1, StageMessage{false, {}, {}, at::zeros({1, 1, 32})}).ok());
 }
 
+TEST(PipelineTest, EveryStageOfALaneComputesWithTheSnapshotTheLaneNames) {
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
+  Qwen3Model other = PeakedModel(FourLayerConfig());
+  {
+    at::NoGradGuard no_grad;  // later layers that outweigh the peaked embedding (no RNG drawn)
+    for (auto& [name, t] : other->StateDict())
+      if (name.find("down_proj") != std::string::npos) t.mul_(1000);
+  }
+  StageServer last(Qwen3Model(nullptr), nullptr);
+  Qwen3Model first = StageOf(whole, {0, 1});
+  Result<std::vector<Completion>> none = PipelineGenerate(first, last, kPrompts, Params(3), 1, {}, 4);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable) << "a stage without weights is not ready";
+  last.SetModel(StageOf(other, {1, 4}), 3);
+  last.SetModel(StageOf(whole, {1, 4}), 4);
+  EXPECT_EQ(last.version(), 4);
+  StageServer whole_rest(StageOf(whole, {1, 4}), nullptr);
+  const std::vector<Completion> want = PipelineGenerate(first, whole_rest, kPrompts, Params(3), 1).value();
+  const std::vector<Completion> v4 = PipelineGenerate(first, last, kPrompts, Params(3), 1, {}, 4).value();
+  for (size_t r = 0; r < want.size(); ++r) EXPECT_EQ(v4[r].tokens, want[r].tokens) << r;
+  // v3's weights are another model's: the lane that names it decodes with them.
+  const std::vector<Completion> v3 = PipelineGenerate(first, last, kPrompts, Params(3), 1, {}, 3).value();
+  bool differs = false;
+  for (size_t r = 0; r < want.size(); ++r) differs = differs || v3[r].logprobs != want[r].logprobs;
+  EXPECT_TRUE(differs);
+  // Two versions are kept; a lane naming an older one is refused as Aborted (the first stage
+  // must move on), a newer one as Unavailable (this stage is fetching it).
+  last.SetModel(StageOf(whole, {1, 4}), 5);
+  Result<std::vector<Completion>> gone = PipelineGenerate(first, last, kPrompts, Params(3), 1, {}, 3);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), StatusCode::kAborted) << gone.status().message();
+  EXPECT_EQ(PipelineGenerate(first, last, kPrompts, Params(3), 1, {}, 6).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(last.wanted(), 6) << "the stage knows which snapshot to fetch";
+  EXPECT_TRUE(PipelineGenerate(first, last, kPrompts, Params(3), 1, {}, 4).ok());
+  // New layers (a new split) retire every other range's weights.
+  last.SetModel(StageOf(whole, {2, 4}), 6);
+  EXPECT_EQ(PipelineGenerate(first, last, kPrompts, Params(3), 1, {}, 5).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(last.open_lanes(), 0);
+}
+
+TEST(PipelineTest, TensorNamesSayWhichStageHoldsThem) {
+  EXPECT_TRUE(StageHolds("model.embed_tokens.weight", {0, 2}));
+  EXPECT_FALSE(StageHolds("model.embed_tokens.weight", {2, 4}));
+  EXPECT_TRUE(StageHolds("lm_head.weight", {0, 1}));
+  EXPECT_TRUE(StageHolds("model.layers.3.mlp.experts.12.up_proj.weight", {2, 4}));
+  EXPECT_FALSE(StageHolds("model.layers.4.self_attn.q_proj.weight", {2, 4}));
+  EXPECT_FALSE(StageHolds("model.layers.1.input_layernorm.weight", {2, 4}));
+  Qwen3Model whole = PeakedModel(FourLayerConfig());
+  for (LayerRange r : {LayerRange{0, 1}, LayerRange{1, 3}, LayerRange{3, 4}, LayerRange{0, 4}}) {
+    Qwen3Model stage(whole->config(), r);
+    const auto held = stage->StateDict();
+    for (const auto& [name, t] : whole->StateDict()) EXPECT_EQ(StageHolds(name, r), held.count(name) == 1) << name;
+    const LayerRange got = RangeOfTensors(held).value();
+    EXPECT_EQ(got.first, r.first);
+    EXPECT_EQ(got.last, r.last);
+  }
+  EXPECT_FALSE(RangeOfTensors({{"model.norm.weight", at::ones({2})}}).ok());
+}
+
 TEST(PipelineTest, MessagesOutOfStepAreRefusedNotComputed) {
   Qwen3Model whole = PeakedModel(FourLayerConfig());
   StageServer last(StageOf(whole, {1, 4}), nullptr);

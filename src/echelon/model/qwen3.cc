@@ -407,6 +407,45 @@ KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
+namespace {
+// The layer number of "model.layers.N.…", or -1.
+int64_t LayerOf(const std::string& name) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  const size_t dot = name.find('.', kPrefix.size());
+  if (dot == std::string::npos || dot == kPrefix.size()) return -1;
+  int64_t n = 0;
+  for (size_t i = kPrefix.size(); i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || n > (int64_t{1} << 40)) return -1;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n;
+}
+}  // namespace
+
+bool StageHolds(const std::string& name, LayerRange range) {
+  const int64_t layer = LayerOf(name);
+  if (layer < 0) return range.first == 0;
+  return layer >= range.first && layer < range.last;
+}
+
+Result<LayerRange> RangeOfTensors(const std::map<std::string, at::Tensor>& tensors) {
+  LayerRange r{-1, -1};
+  bool embeds = false;
+  for (const auto& [name, t] : tensors) {
+    const int64_t layer = LayerOf(name);
+    if (layer < 0) {
+      embeds = true;
+      continue;
+    }
+    r.first = r.first < 0 ? layer : std::min(r.first, layer);
+    r.last = std::max(r.last, layer + 1);
+  }
+  if (r.first < 0) return InvalidArgument("the tensors hold no decoder layer");
+  if (embeds) r.first = 0;
+  return r;
+}
+
 std::map<std::string, at::Tensor> Qwen3ModelImpl::Own(const std::map<std::string, at::Tensor>& weights) const {
   std::map<std::string, at::Tensor> out;
   for (const auto& item : named_parameters(/*recurse=*/true)) {

@@ -64,6 +64,14 @@ struct LayerRange {
   int64_t last = -1;
 };
 
+// Whether a stage of `range` (resolved: last >= 0) holds the tensor of this Hugging Face name:
+// a decoder layer's tensors by their layer number, the rest (embedding, final norm, lm_head)
+// on the first stage. What Own picks, by name alone (for a learner serving stages' snapshots).
+bool StageHolds(const std::string& name, LayerRange range);
+// The layers [first, last) whose tensors `names` hold; `first` is 0 when the embedding is
+// among them. Fails when they hold no layer.
+Result<LayerRange> RangeOfTensors(const std::map<std::string, at::Tensor>& tensors);
+
 // How a pipeline stage's model meets its neighbours (rollout/pipeline.h). A model with a
 // StageIo calls Input at the start of every Forward of a stage after the first (its layers'
 // input instead of the embedding), and Output with its last layer's output (`need`: the caller

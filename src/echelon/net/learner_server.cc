@@ -1,18 +1,23 @@
 #include "echelon/net/learner_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <thread>
 
 #include "echelon/common/fs.h"
+#include "echelon/model/qwen3.h"
+#include "echelon/model/safetensors.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
+#include "echelon/plan/layer_split.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
 namespace echelon::net {
@@ -35,16 +40,49 @@ class LearnerServer::Service final : public v1::Learner::Service {
     // A worker with its own token is named by it, whatever name it asks for.
     std::string name = who->empty() ? req->actor_name().substr(0, 64) : *who;
     if (name.empty()) name = "actor";
+    StageRole role;
+    if (req->has_pipeline()) {
+      Result<StageRole> r = CheckRole(req->pipeline());
+      if (!r.ok()) {
+        Count("bad_pipeline_role");
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, r.status().message());
+      }
+      role = std::move(r).value();
+    }
     std::lock_guard<std::mutex> lock(s_->mu_);
     if (s_->quarantined_.count(name)) return QuarantinedLocked(name);
+    if (role.stage >= 0) {
+      auto it = s_->pipelines_.find(role.pipeline);
+      if (it != s_->pipelines_.end() && it->second.identity != *who) {
+        ++s_->counters_["foreign_pipeline"];
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                            "pipeline '" + role.pipeline + "' belongs to another worker's token");
+      }
+      if (it != s_->pipelines_.end() && it->second.stages != role.stages) {
+        ++s_->counters_["bad_pipeline_role"];
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "pipeline '" + role.pipeline + "' has " + std::to_string(it->second.stages) +
+                                " stages; this stage says " + std::to_string(role.stages));
+      }
+    }
     ActorInfo info;
     info.id = name + "#" + RandomToken();
     info.name = name;
     info.identity = *who;
     info.peer = ctx->peer();
     info.registered_at = info.last_seen = s_->clock_->Now();
+    info.role = role;
     s_->actors_[info.id] = info;
-    spdlog::info("actor {} registered from {}", name, info.peer);
+    if (role.stage >= 0) {
+      PipelineState& p = s_->pipelines_[role.pipeline];
+      p.identity = *who;
+      p.stages = role.stages;
+      s_->ReformLocked(role.pipeline);
+      spdlog::info("actor {} registered from {} as stage {}/{} of pipeline {}", name, info.peer, role.stage,
+                   role.stages, role.pipeline);
+    } else {
+      spdlog::info("actor {} registered from {}", name, info.peer);
+    }
     reply->set_actor_id(info.id);
     reply->set_run_spec_json(s_->options_.run_spec_json);
     reply->set_heartbeat_seconds(s_->options_.heartbeat_seconds);
@@ -65,6 +103,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
       return st;
     } else {
       reply->set_known(true);
+      FillView(req->actor_id(), reply->mutable_pipeline());
     }
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
     reply->set_done(Done());
@@ -79,6 +118,19 @@ class LearnerServer::Service final : public v1::Learner::Service {
     if (reply->done()) {
       MarkTold(req->actor_id());
       return grpc::Status::OK;
+    }
+    {
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      const StageRole& role = s_->actors_.at(req->actor_id()).role;
+      if (role.stage > 0) {
+        ++s_->counters_["stage_acquire"];
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "a pipeline stage after the first takes no work; its head does");
+      }
+      if (role.stage == 0) {
+        const PipelineState& p = s_->pipelines_.at(role.pipeline);
+        if (!p.complete || p.active[0] != req->actor_id()) return grpc::Status::OK;  // no work until formed
+      }
     }
     std::optional<rollout::Assignment> a = s_->work_->Acquire(req->actor_id());
     if (!a) return grpc::Status::OK;
@@ -117,7 +169,14 @@ class LearnerServer::Service final : public v1::Learner::Service {
     if (snap.version < 0 || snap.version < req->min_version() || !snap.weights)
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no snapshot at or above version " +
                                                              std::to_string(req->min_version()) + " yet");
-    const std::string& bytes = *snap.weights;
+    std::shared_ptr<const std::string> weights = snap.weights;
+    if (req->ranged()) {
+      Result<std::shared_ptr<const std::string>> ranged =
+          s_->RangedSnapshot(snap, req->first_layer(), req->last_layer());
+      if (!ranged.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ranged.status().message());
+      weights = std::move(ranged).value();
+    }
+    const std::string& bytes = *weights;
     for (uint64_t off = 0; off < bytes.size() || off == 0; off += kSnapshotPieceBytes) {
       v1::SnapshotPiece piece;
       piece.set_version(snap.version);
@@ -131,6 +190,51 @@ class LearnerServer::Service final : public v1::Learner::Service {
   }
 
  private:
+  static Result<StageRole> CheckRole(const v1::PipelineRole& r) {
+    StageRole role;
+    role.pipeline = r.pipeline();
+    role.stage = r.stage();
+    role.stages = r.stages();
+    role.address = r.address();
+    role.memory_bytes = r.memory_bytes();
+    role.seconds_per_layer = r.seconds_per_layer();
+    const std::string what = "pipeline stage " + std::to_string(role.stage) + "/" + std::to_string(role.stages);
+    if (role.pipeline.empty() || role.pipeline.size() > 64)
+      return InvalidArgument(what + ": the pipeline's name must hold 1..64 characters");
+    if (role.stages < 2 || role.stages > kMaxPipelineStages)
+      return InvalidArgument(what + ": a pipeline has 2.." + std::to_string(kMaxPipelineStages) + " stages");
+    if (role.stage < 0 || role.stage >= role.stages) return InvalidArgument(what + ": no such stage");
+    if (role.stage > 0) {
+      const size_t colon = role.address.rfind(':');
+      if (role.address.size() > 255 || colon == std::string::npos || colon == 0 || colon + 1 == role.address.size() ||
+          role.address.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+        return InvalidArgument(what + ": needs the HOST:PORT where the stage before reaches it, not \"" +
+                               role.address.substr(0, 64) + "\"");
+    }
+    if (!std::isfinite(role.memory_bytes) || role.memory_bytes < 0 || !std::isfinite(role.seconds_per_layer) ||
+        role.seconds_per_layer < 0 || role.seconds_per_layer > 1e6)
+      return InvalidArgument(what + ": memory and seconds per layer must be finite and >= 0");
+    return role;
+  }
+
+  void FillView(const std::string& id, v1::PipelineView* view) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    const auto a = s_->actors_.find(id);
+    if (a == s_->actors_.end() || a->second.role.stage < 0) return;
+    const PipelineState& p = s_->pipelines_.at(a->second.role.pipeline);
+    view->set_epoch(p.epoch);
+    view->set_your_stage(a->second.role.stage);
+    view->set_complete(p.complete && p.active[static_cast<size_t>(a->second.role.stage)] == id);
+    if (!view->complete()) return;
+    for (int i = 0; i < p.stages; ++i) {
+      v1::PipelineMember* m = view->add_members();
+      m->set_stage(i);
+      m->set_address(s_->actors_.at(p.active[static_cast<size_t>(i)]).role.address);
+      m->set_first_layer(p.layers[static_cast<size_t>(i)].first);
+      m->set_last_layer(p.layers[static_cast<size_t>(i)].second);
+    }
+  }
+
   std::optional<std::string> Authenticate(const grpc::ServerContext& ctx) {
     std::lock_guard<std::mutex> lock(s_->mu_);
     return s_->tokens_.Identify(ctx);
@@ -211,7 +315,13 @@ LearnerServer::LearnerServer(LearnerServerOptions options, rollout::WorkSource* 
         char buf[9];
         std::snprintf(buf, sizeof buf, "%08x", rd());
         return std::string(buf);
-      }()) {}
+      }()) {
+  const nlohmann::json spec = nlohmann::json::parse(options_.run_spec_json, nullptr, /*allow_exceptions=*/false);
+  if (spec.is_object() && spec.contains("model")) {
+    Result<model::ModelConfig> m = model::ModelConfig::FromJson(spec["model"], "run spec");
+    if (m.ok()) model_ = std::move(m).value();
+  }
+}
 
 LearnerServer::~LearnerServer() { Shutdown(); }
 
@@ -264,14 +374,118 @@ void LearnerServer::WaitUntilActorsTold(double timeout_seconds) {
 }
 
 void LearnerServer::RemoveActorsLocked(const std::function<bool(const ActorInfo&)>& which) {
+  std::set<std::string> pipelines;
   for (auto it = actors_.begin(); it != actors_.end();) {
     if (which(it->second)) {
       removed_.push_back(it->first);
+      if (it->second.role.stage >= 0) pipelines.insert(it->second.role.pipeline);
       it = actors_.erase(it);
     } else {
       ++it;
     }
   }
+  for (const std::string& p : pipelines) ReformLocked(p);
+}
+
+void LearnerServer::ReformLocked(const std::string& name) {
+  auto found = pipelines_.find(name);
+  if (found == pipelines_.end()) return;
+  PipelineState& p = found->second;
+  // Candidates per stage, earliest registration first.
+  std::vector<const ActorInfo*> first(static_cast<size_t>(p.stages), nullptr);
+  bool any = false;
+  for (const auto& [id, a] : actors_) {
+    if (a.role.stage < 0 || a.role.pipeline != name) continue;
+    any = true;
+    const ActorInfo*& f = first[static_cast<size_t>(a.role.stage)];
+    if (f == nullptr || a.registered_at < f->registered_at || (a.registered_at == f->registered_at && a.id < f->id))
+      f = &a;
+  }
+  if (!any) {
+    pipelines_.erase(found);
+    return;
+  }
+  std::vector<std::string> active(static_cast<size_t>(p.stages));
+  for (size_t i = 0; i < active.size(); ++i) {
+    // A live member keeps its place: a spare does not displace it.
+    const bool alive = !p.active.empty() && !p.active[i].empty() && actors_.count(p.active[i]) != 0;
+    active[i] = alive ? p.active[i] : (first[i] != nullptr ? first[i]->id : "");
+  }
+  if (active == p.active) return;
+  // A later stage's member left (or was replaced) while the head stays: the head's groups were
+  // in flight through it and cannot finish; re-issue them now rather than at lease expiry.
+  if (!p.active.empty() && !p.active[0].empty() && active[0] == p.active[0]) {
+    for (size_t i = 1; i < active.size(); ++i)
+      if (!p.active[i].empty() && active[i] != p.active[i]) {
+        reissue_.push_back(p.active[0]);
+        break;
+      }
+  }
+  p.active = std::move(active);
+  ++p.epoch;
+  p.complete = false;
+  p.layers.clear();
+  const bool full = std::none_of(p.active.begin(), p.active.end(), [](const std::string& id) { return id.empty(); });
+  if (!full) {
+    spdlog::info("pipeline {} (epoch {}): waiting for {} of {} stages", name, p.epoch,
+                 std::count(p.active.begin(), p.active.end(), std::string()), p.stages);
+    return;
+  }
+  if (!model_) {
+    spdlog::error("pipeline {}: this learner's run spec names no model; pipelines cannot be formed", name);
+    return;
+  }
+  // The split: each stage's layers by its declared memory and speed (none declared: even).
+  const model::ModelConfig& m = *model_;
+  const double bytes = m.torch_dtype == "float32" ? 4.0 : 2.0;
+  const double embed = static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size);
+  const double outer = embed * (m.tie_word_embeddings ? 1 : 2) + static_cast<double>(m.hidden_size);
+  plan::LayerSplitInput in;
+  in.layers = m.num_hidden_layers;
+  in.layer_bytes = (static_cast<double>(m.NumParameters()) - outer) / static_cast<double>(m.num_hidden_layers) * bytes;
+  in.first_bytes = outer * bytes;
+  for (int i = 0; i < p.stages; ++i) {
+    const StageRole& r = actors_.at(p.active[static_cast<size_t>(i)]).role;
+    in.stages.push_back({r.pipeline + "/" + std::to_string(i), r.memory_bytes > 0 ? r.memory_bytes : 1e300,
+                         r.seconds_per_layer > 0 ? r.seconds_per_layer : 1.0});
+  }
+  Result<plan::LayerSplit> split = plan::SplitLayers(in, plan::SplitObjective::kThroughput);
+  if (!split.ok()) {
+    spdlog::error("pipeline {}: {}", name, split.status().message());
+    return;
+  }
+  int64_t at = 0;
+  std::string text;
+  for (int64_t n : split->layers) {
+    p.layers.emplace_back(at, at + n);
+    text += (text.empty() ? "" : ", ") + std::to_string(at) + "-" + std::to_string(at + n - 1);
+    at += n;
+  }
+  p.complete = true;
+  spdlog::info("pipeline {} formed (epoch {}): layers {}", name, p.epoch, text);
+}
+
+Result<std::shared_ptr<const std::string>> LearnerServer::RangedSnapshot(const rollout::Snapshot& snap, int64_t first,
+                                                                         int64_t last) {
+  const int64_t layers = model_ ? model_->num_hidden_layers : 0;
+  if (first < 0 || first >= last || last > layers)
+    return InvalidArgument("layers [" + std::to_string(first) + ", " + std::to_string(last) + ") are not a range of the " +
+                           std::to_string(layers) + "-layer model");
+  std::lock_guard<std::mutex> lock(ranged_mu_);
+  const auto key = std::make_tuple(snap.version, first, last);
+  if (auto it = ranged_.find(key); it != ranged_.end()) return it->second;
+  // Only the newest version's ranges are kept.
+  for (auto it = ranged_.begin(); it != ranged_.end();)
+    it = std::get<0>(it->first) != snap.version ? ranged_.erase(it) : std::next(it);
+  const std::string where = "snapshot v" + std::to_string(snap.version);
+  ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ParseSafetensors(*snap.weights, where));
+  std::map<std::string, at::Tensor> held;
+  for (auto& [name, t] : f.tensors)
+    if (model::StageHolds(name, model::LayerRange{first, last})) held.emplace(name, t);
+  ECHELON_ASSIGN_OR_RETURN(std::string bytes, model::SerializeSafetensors(held, f.metadata));
+  auto out = std::make_shared<const std::string>(std::move(bytes));
+  ranged_[key] = out;
+  return out;
 }
 
 Status LearnerServer::ReloadTokens() {
@@ -300,19 +514,21 @@ std::set<std::string> LearnerServer::Quarantined() const {
 
 std::vector<std::string> LearnerServer::EvictSilent() {
   std::lock_guard<std::mutex> lock(mu_);
+  const double now = clock_->Now();
+  RemoveActorsLocked([&](const ActorInfo& a) {
+    if (now - a.last_seen <= options_.evict_after_seconds) return false;
+    spdlog::warn("evicting actor {}: silent for {:.1f} s", a.id, now - a.last_seen);
+    ++counters_["evicted"];
+    return true;
+  });
   std::vector<std::string> evicted = std::move(removed_);
   removed_.clear();
-  const double now = clock_->Now();
-  for (auto it = actors_.begin(); it != actors_.end();) {
-    if (now - it->second.last_seen > options_.evict_after_seconds) {
-      spdlog::warn("evicting actor {}: silent for {:.1f} s", it->first, now - it->second.last_seen);
-      evicted.push_back(it->first);
-      ++counters_["evicted"];
-      it = actors_.erase(it);
-    } else {
-      ++it;
-    }
+  for (std::string& head : reissue_) {
+    spdlog::warn("re-issuing the groups of pipeline head {}: a stage of its pipeline left", head);
+    ++counters_["pipeline_reissued"];
+    evicted.push_back(std::move(head));
   }
+  reissue_.clear();
   return evicted;
 }
 
@@ -321,6 +537,11 @@ std::vector<ActorInfo> LearnerServer::Actors() const {
   std::vector<ActorInfo> out;
   for (const auto& [id, info] : actors_) out.push_back(info);
   return out;
+}
+
+std::map<std::string, PipelineState> LearnerServer::Pipelines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pipelines_;
 }
 
 std::map<std::string, int64_t> LearnerServer::Counters() const {

@@ -14,6 +14,13 @@
 //   ECHELON_RETURN_IF_ERROR(server.Start());          // opts.listen "0.0.0.0:7700" or ":0"
 //   for (const std::string& id : server.EvictSilent()) dispatcher.Evict(id);
 //
+// Pipelines: a worker may be several stage processes (PipelineRole), each holding a range of
+// the layers. The learner groups them by pipeline name (all under one token), splits the layers
+// over the live members by their declared memory and speed, and tells each where the next is;
+// only the head of a complete pipeline gets work, and a member that is evicted takes the head's
+// in-flight groups with it (re-issued at once). Stages fetch only their layers' tensors
+// (SnapshotRequest.ranged).
+//
 // Thread contract: gRPC calls arrive on gRPC's threads; every method is safe for concurrent
 // use (one mutex guards the actor table and counters).
 #pragma once
@@ -22,12 +29,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
+#include "echelon/model/model_config.h"
 #include "echelon/net/auth.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/sched/tunables.h"
@@ -53,6 +64,26 @@ struct LearnerServerOptions {
   std::string broadcast_token;     // what broadcast peers present to the origin and to each other
 };
 
+// A pipeline stage's registration (proto PipelineRole).
+struct StageRole {
+  std::string pipeline;
+  int stage = -1;  // -1: a whole-model actor
+  int stages = 0;
+  std::string address;
+  double memory_bytes = 0;
+  double seconds_per_layer = 0;
+};
+
+// A pipeline as the learner formed it (proto PipelineView).
+struct PipelineState {
+  std::string identity;             // the token name every member must share
+  int stages = 0;
+  std::vector<std::string> active;  // the live member of each stage ("" when none)
+  std::vector<std::pair<int64_t, int64_t>> layers;  // per stage [first, last), when complete
+  uint64_t epoch = 0;
+  bool complete = false;
+};
+
 struct ActorInfo {
   std::string id;
   std::string name;
@@ -64,6 +95,7 @@ struct ActorInfo {
   int64_t refused = 0;
   int64_t forged = 0;
   bool told_done = false;
+  StageRole role;
 };
 
 class LearnerServer {
@@ -97,6 +129,7 @@ class LearnerServer {
   // Calls refused before reaching the hub, by reason ("unauthenticated", "protocol_version",
   // "unknown_actor", ...), plus evictions.
   std::map<std::string, int64_t> Counters() const;
+  std::map<std::string, PipelineState> Pipelines() const;
 
   class Service;  // the gRPC service implementation (learner_server.cc)
 
@@ -104,6 +137,14 @@ class LearnerServer {
   friend class Service;
   // Unregisters the actors `which` selects; EvictSilent returns them next.
   void RemoveActorsLocked(const std::function<bool(const ActorInfo&)>& which);
+  // Re-forms pipeline `name` after a member came or went: one live member per stage (the one
+  // registered first), a new split of the layers when the members changed (plan/layer_split.h),
+  // and, when a stage's member is gone while the head stays, the head's groups re-issued (they
+  // were in flight through that stage): EvictSilent returns the head's id.
+  void ReformLocked(const std::string& name);
+  // The tensors a stage of layers [first, last) holds, of the newest snapshot (cached per
+  // version and range).
+  Result<std::shared_ptr<const std::string>> RangedSnapshot(const rollout::Snapshot& snap, int64_t first, int64_t last);
 
   LearnerServerOptions options_;
   rollout::WorkSource* work_;
@@ -121,8 +162,14 @@ class LearnerServer {
   std::map<std::string, int64_t> forged_;     // by worker (see Quarantined)
   std::set<std::string> quarantined_;
   std::vector<std::string> removed_;          // quarantined or revoked, not yet returned by EvictSilent
+  std::map<std::string, PipelineState> pipelines_;
+  std::vector<std::string> reissue_;          // heads whose pipeline lost a stage (see ReformLocked)
   bool done_ = false;
   const std::string incarnation_;  // random, per process
+  std::optional<model::ModelConfig> model_;  // from the run spec; pipelines need it
+
+  std::mutex ranged_mu_;  // guards ranged_
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<const std::string>> ranged_;
 };
 
 }  // namespace echelon::net

@@ -74,6 +74,7 @@ Status FromGrpc(const grpc::Status& s, const std::string& where) {
   switch (s.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT: return InvalidArgument(m);
     case grpc::StatusCode::NOT_FOUND: return NotFound(m);
+    case grpc::StatusCode::ABORTED: return Aborted(m);
     case grpc::StatusCode::DEADLINE_EXCEEDED: return DeadlineExceeded(m);
     case grpc::StatusCode::UNAVAILABLE: return Unavailable(m);
     case grpc::StatusCode::UNAUTHENTICATED: return FailedPrecondition(m);
@@ -95,12 +96,21 @@ void EncodeMessage(uint64_t lane, const model::StageMessage& m, v1::StageForward
 
 class StageService::Impl final : public v1::PipelineStage::Service {
  public:
-  Impl(model::StageServer* stage, const model::ModelConfig& config, const StageServiceOptions& options)
-      : stage_(stage), config_(config), options_(options) {}
+  Impl(model::StageServer* stage, std::optional<model::ModelConfig> config, const StageServiceOptions& options)
+      : stage_(stage), options_(options) {
+    if (config) SetConfig(*config);
+  }
+
+  void SetConfig(const model::ModelConfig& config) {
+    std::lock_guard<std::mutex> lock(mu_);
+    config_ = std::make_shared<const model::ModelConfig>(config);
+  }
 
   grpc::Status Open(grpc::ServerContext* ctx, const v1::OpenLaneRequest* req, v1::OpenLaneReply*) override {
     if (!TokenMatches(*ctx, options_.token)) return Unauthenticated();
-    Result<model::LaneSpec> spec = DecodeSpec(*req);
+    const auto config = Config();
+    if (!config) return NotReady();
+    Result<model::LaneSpec> spec = DecodeSpec(*config, *req);
     if (!spec.ok()) return ToGrpc(spec.status());
     if (stage_->open_lanes() >= options_.max_lanes)
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -112,7 +122,9 @@ class StageService::Impl final : public v1::PipelineStage::Service {
                        v1::StageForwardReply* reply) override {
     if (!TokenMatches(*ctx, options_.token)) return Unauthenticated();
     if (!req->has_hidden()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "forward without hidden states");
-    Result<model::StageMessage> m = DecodeMessage(*req);
+    const auto config = Config();
+    if (!config) return NotReady();
+    Result<model::StageMessage> m = DecodeMessage(*config, *req);
     if (!m.ok()) return ToGrpc(m.status());
     Result<at::Tensor> out = stage_->Forward(req->lane(), std::move(m).value());
     if (!out.ok()) return ToGrpc(out.status());
@@ -123,18 +135,28 @@ class StageService::Impl final : public v1::PipelineStage::Service {
   grpc::Status Close(grpc::ServerContext* ctx, const v1::StageForwardRequest* req, v1::StageForwardReply*) override {
     if (!TokenMatches(*ctx, options_.token)) return Unauthenticated();
     if (req->has_hidden()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a close carries no hidden states");
-    Result<model::StageMessage> m = DecodeMessage(*req);
+    const auto config = Config();
+    if (!config) return NotReady();
+    Result<model::StageMessage> m = DecodeMessage(*config, *req);
     if (!m.ok()) return ToGrpc(m.status());
     return ToGrpc(stage_->Close(req->lane(), std::move(m).value()));
   }
 
  private:
+  std::shared_ptr<const model::ModelConfig> Config() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return config_;
+  }
+  static grpc::Status NotReady() {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this pipeline stage has not joined its run yet");
+  }
+
   static grpc::Status Unauthenticated() {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token");
   }
 
-  Result<model::LaneSpec> DecodeSpec(const v1::OpenLaneRequest& req) const {
-    const int64_t positions = config_.max_position_embeddings;
+  static Result<model::LaneSpec> DecodeSpec(const model::ModelConfig& config, const v1::OpenLaneRequest& req) {
+    const int64_t positions = config.max_position_embeddings;
     const int64_t rows = req.prompts_size();
     if (rows < 1 || rows > kMaxLaneRows)
       return InvalidArgument("a lane holds 1.." + std::to_string(kMaxLaneRows) + " prompts, not " + std::to_string(rows));
@@ -151,7 +173,7 @@ class StageService::Impl final : public v1::PipelineStage::Service {
         return InvalidArgument("a prompt holds 1.." + std::to_string(positions) +
                                " tokens with its completion, not " + std::to_string(p.ids_size()));
       for (int64_t id : p.ids())
-        if (id < 0 || id >= config_.vocab_size) return InvalidArgument("token id " + std::to_string(id) + " out of vocab");
+        if (id < 0 || id >= config.vocab_size) return InvalidArgument("token id " + std::to_string(id) + " out of vocab");
       spec.prompts.emplace_back(p.ids().begin(), p.ids().end());
     }
     model::SamplingParams& s = spec.params;
@@ -164,10 +186,14 @@ class StageService::Impl final : public v1::PipelineStage::Service {
     s.continuous = c.continuous();
     s.use_cache = c.use_cache();
     s.share_prefix = c.share_prefix();
+    if (req.versioned()) {
+      if (req.version() < 0) return InvalidArgument("a lane's snapshot version is >= 0");
+      spec.version = req.version();
+    }
     return spec;
   }
 
-  Result<model::StageMessage> DecodeMessage(const v1::StageForwardRequest& req) const {
+  static Result<model::StageMessage> DecodeMessage(const model::ModelConfig& config, const v1::StageForwardRequest& req) {
     model::StageMessage m;
     m.has_draws = req.has_draws();
     if (req.rows_size() != req.tokens_size() || req.rows_size() > kMaxLaneRows)
@@ -175,8 +201,8 @@ class StageService::Impl final : public v1::PipelineStage::Service {
     m.rows.assign(req.rows().begin(), req.rows().end());
     m.tokens.assign(req.tokens().begin(), req.tokens().end());
     if (req.has_hidden()) {
-      ECHELON_ASSIGN_OR_RETURN(m.hidden, DecodeTensor(req.hidden(), config_.hidden_size,
-                                                      config_.max_position_embeddings, "hidden states"));
+      ECHELON_ASSIGN_OR_RETURN(m.hidden, DecodeTensor(req.hidden(), config.hidden_size,
+                                                      config.max_position_embeddings, "hidden states"));
     }
     m.need = req.need();
     m.stopped = req.stopped();
@@ -184,14 +210,18 @@ class StageService::Impl final : public v1::PipelineStage::Service {
   }
 
   model::StageServer* const stage_;
-  const model::ModelConfig config_;
   const StageServiceOptions options_;
+  mutable std::mutex mu_;  // guards config_
+  std::shared_ptr<const model::ModelConfig> config_;  // null until SetConfig
 };
 
-Result<std::unique_ptr<StageService>> StageService::Start(model::StageServer* stage, const model::ModelConfig& config,
+void StageService::SetConfig(const model::ModelConfig& config) { impl_->SetConfig(config); }
+
+Result<std::unique_ptr<StageService>> StageService::Start(model::StageServer* stage,
+                                                          std::optional<model::ModelConfig> config,
                                                           const StageServiceOptions& options) {
   std::unique_ptr<StageService> s(new StageService());
-  s->impl_ = std::make_unique<Impl>(stage, config, options);
+  s->impl_ = std::make_unique<Impl>(stage, std::move(config), options);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->impl_.get());
@@ -258,6 +288,10 @@ Status RemoteStage::Open(uint64_t lane, const model::LaneSpec& spec) {
   c->set_continuous(s.continuous);
   c->set_use_cache(s.use_cache);
   c->set_share_prefix(s.share_prefix);
+  if (spec.version >= 0) {
+    req.set_versioned(true);
+    req.set_version(spec.version);
+  }
   grpc::ClientContext ctx;
   Prepare(ctx, token_, timeout_seconds_);
   v1::OpenLaneReply reply;
@@ -284,6 +318,60 @@ Status RemoteStage::Close(uint64_t lane, model::StageMessage m) {
   Prepare(ctx, token_, timeout_seconds_);
   v1::StageForwardReply reply;
   return FromGrpc(stub_->stub->Close(&ctx, req, &reply), "pipeline stage " + address_);
+}
+
+StageRoute::StageRoute(std::string token, double timeout_seconds)
+    : token_(std::move(token)), timeout_seconds_(timeout_seconds) {}
+
+Status StageRoute::Retarget(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (address == address_ && current_) return Status::Ok();
+  ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStage> next, RemoteStage::Connect(address, token_, timeout_seconds_));
+  current_ = std::move(next);
+  address_ = address;
+  return Status::Ok();
+}
+
+std::string StageRoute::address() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return address_;
+}
+
+std::shared_ptr<RemoteStage> StageRoute::Of(uint64_t lane) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = lanes_.find(lane);
+  return it == lanes_.end() ? nullptr : it->second;
+}
+
+Status StageRoute::Open(uint64_t lane, const model::LaneSpec& spec) {
+  std::shared_ptr<RemoteStage> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next = current_;
+  }
+  if (!next) return Unavailable("pipeline: the next stage is not known yet");
+  ECHELON_RETURN_IF_ERROR(next->Open(lane, spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  lanes_[lane] = std::move(next);
+  return Status::Ok();
+}
+
+Result<at::Tensor> StageRoute::Forward(uint64_t lane, model::StageMessage m) {
+  std::shared_ptr<RemoteStage> next = Of(lane);
+  if (!next) return NotFound("pipeline lane " + std::to_string(lane) + " was not opened here");
+  return next->Forward(lane, std::move(m));
+}
+
+Status StageRoute::Close(uint64_t lane, model::StageMessage m) {
+  std::shared_ptr<RemoteStage> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = lanes_.find(lane);
+    if (it == lanes_.end()) return NotFound("pipeline lane " + std::to_string(lane) + " was not opened here");
+    next = std::move(it->second);
+    lanes_.erase(it);
+  }
+  return next->Close(lane, std::move(m));
 }
 
 }  // namespace echelon::net

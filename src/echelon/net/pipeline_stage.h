@@ -17,7 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "echelon/common/status.h"
@@ -42,8 +45,11 @@ struct StageServiceOptions {
 
 class StageService {
  public:
-  static Result<std::unique_ptr<StageService>> Start(model::StageServer* stage, const model::ModelConfig& config,
+  // `config` bounds what callers may send; a stage that learns it later (from its learner)
+  // starts with nullopt, refuses calls as not ready, and calls SetConfig.
+  static Result<std::unique_ptr<StageService>> Start(model::StageServer* stage, std::optional<model::ModelConfig> config,
                                                      const StageServiceOptions& options);
+  void SetConfig(const model::ModelConfig& config);
   ~StageService();
   int port() const { return port_; }
 
@@ -73,6 +79,31 @@ class RemoteStage : public model::NextStage {
   std::string token_;
   double timeout_seconds_ = 60;
   std::unique_ptr<Stub> stub_;
+};
+
+// The next stage where a pipeline's learner says it is now (a stage that died and came back
+// elsewhere, a spare that took over): lanes opened after Retarget go to the new address, and
+// every lane stays with the stage it was opened on until it closes.
+class StageRoute : public model::NextStage {
+ public:
+  StageRoute(std::string token, double timeout_seconds);
+  // Points new lanes at `address`; a no-op when it is the current one.
+  Status Retarget(const std::string& address);
+  std::string address() const;
+
+  Status Open(uint64_t lane, const model::LaneSpec& spec) override;
+  Result<at::Tensor> Forward(uint64_t lane, model::StageMessage m) override;
+  Status Close(uint64_t lane, model::StageMessage m) override;
+
+ private:
+  std::shared_ptr<RemoteStage> Of(uint64_t lane) const;
+
+  const std::string token_;
+  const double timeout_seconds_;
+  mutable std::mutex mu_;  // guards everything below
+  std::string address_;
+  std::shared_ptr<RemoteStage> current_;
+  std::map<uint64_t, std::shared_ptr<RemoteStage>> lanes_;
 };
 
 }  // namespace echelon::net

@@ -59,6 +59,16 @@ Status RemoteLearner::Register() {
   v1::RegisterRequest req;
   req.set_protocol_version(kProtocolVersion);
   req.set_actor_name(options_.name);
+  const StageRole& role = options_.role;
+  if (role.stage >= 0) {
+    v1::PipelineRole* r = req.mutable_pipeline();
+    r->set_pipeline(role.pipeline);
+    r->set_stage(role.stage);
+    r->set_stages(role.stages);
+    r->set_address(role.address);
+    r->set_memory_bytes(role.memory_bytes);
+    r->set_seconds_per_layer(role.seconds_per_layer);
+  }
   v1::RegisterReply reply;
   grpc::Status st = stub_->Register(&ctx, req, &reply);
   if (!st.ok()) {
@@ -71,7 +81,9 @@ Status RemoteLearner::Register() {
     std::lock_guard<std::mutex> lock(mu_);
     actor_id_ = reply.actor_id();
     heartbeat_seconds_ = std::max(0.05, reply.heartbeat_seconds());
+    route_ = PipelineRoute{};
   }
+  lost_ = false;
   const bool restarted = !incarnation_.empty() && reply.learner_incarnation() != incarnation_;
   if (restarted) {
     // A restarted learner: its versions continue from its last checkpoint, so a snapshot
@@ -83,7 +95,7 @@ Status RemoteLearner::Register() {
   incarnation_ = reply.learner_incarnation();
   known_version_ = reply.snapshot_version();
   cached_run_spec_ = reply.run_spec_json();
-  if (restarted || !peer_) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem(), reply.broadcast_token());
+  if ((restarted || !peer_) && role.stage < 0) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem(), reply.broadcast_token());
   spdlog::info("registered with learner {} as {}", options_.address, reply.actor_id());
   return Status::Ok();
 }
@@ -120,9 +132,24 @@ void RemoteLearner::HeartbeatLoop() {
     v1::HeartbeatRequest req;
     req.set_actor_id(actor_id());
     v1::HeartbeatReply reply;
-    if (stub_->Heartbeat(&ctx, req, &reply).ok() && reply.known()) {
-      known_version_ = std::max<int64_t>(known_version_.load(), reply.snapshot_version());
-      if (reply.done()) done_ = true;
+    if (!stub_->Heartbeat(&ctx, req, &reply).ok()) continue;
+    if (!reply.known()) {
+      lost_ = true;
+      continue;
+    }
+    known_version_ = std::max<int64_t>(known_version_.load(), reply.snapshot_version());
+    if (reply.done()) done_ = true;
+    if (options_.role.stage >= 0) {
+      PipelineRoute route;
+      const v1::PipelineView& v = reply.pipeline();
+      route.epoch = v.epoch();
+      route.complete = v.complete() && v.members_size() == options_.role.stages;
+      for (const v1::PipelineMember& m : v.members()) {
+        route.addresses.push_back(m.address());
+        route.layers.push_back(model::LayerRange{m.first_layer(), m.last_layer()});
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      route_ = std::move(route);
     }
   }
 }
@@ -240,9 +267,32 @@ std::optional<rollout::Snapshot> RemoteLearner::FromBroadcast(int64_t version) {
   return rollout::Snapshot{static_cast<int64_t>(*got), std::make_shared<const std::string>(std::move(bytes).value())};
 }
 
+PipelineRoute RemoteLearner::route() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return route_;
+}
+
+void RemoteLearner::Want(int64_t version) {
+  int64_t known = known_version_.load();
+  while (version > known && !known_version_.compare_exchange_weak(known, version)) {
+  }
+}
+
+void RemoteLearner::KeepRegistered() {
+  if (lost_.load()) Recover(grpc::StatusCode::NOT_FOUND, "heartbeat");
+}
+
 rollout::Snapshot RemoteLearner::Latest() {
+  const bool staged = options_.role.stage >= 0;
+  model::LayerRange range{-1, -1};
+  if (staged) {
+    const PipelineRoute r = route();
+    if (!r.complete) return rollout::Snapshot{};
+    range = r.layers[static_cast<size_t>(options_.role.stage)];
+    if (range.first != cached_range_.first || range.last != cached_range_.last) cached_ = rollout::Snapshot{};
+  }
   if (cached_.version >= known_version_.load() && cached_.version >= 0) return cached_;
-  if (std::optional<rollout::Snapshot> snap = FromBroadcast(known_version_.load())) {
+  if (std::optional<rollout::Snapshot> snap = staged ? std::nullopt : FromBroadcast(known_version_.load())) {
     cached_ = std::move(*snap);
     known_version_ = std::max<int64_t>(known_version_.load(), cached_.version);
     return cached_;
@@ -253,6 +303,11 @@ rollout::Snapshot RemoteLearner::Latest() {
   v1::SnapshotRequest req;
   req.set_actor_id(actor_id());
   req.set_min_version(known_version_.load());
+  if (staged) {
+    req.set_ranged(true);
+    req.set_first_layer(range.first);
+    req.set_last_layer(range.last);
+  }
   std::unique_ptr<grpc::ClientReader<v1::SnapshotPiece>> reader = stub_->GetSnapshot(&ctx, req);
   v1::SnapshotPiece piece;
   std::string bytes;
@@ -274,6 +329,7 @@ rollout::Snapshot RemoteLearner::Latest() {
     return cached_;
   }
   cached_ = rollout::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
+  cached_range_ = range;
   known_version_ = std::max<int64_t>(known_version_.load(), version);
   return cached_;
 }

@@ -24,13 +24,24 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "echelon/common/status.h"
+#include "echelon/model/qwen3.h"
 #include "echelon/net/broadcast_peer.h"
+#include "echelon/net/learner_server.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
 namespace echelon::net {
+
+// Where a pipeline stage stands (proto PipelineView), as the last heartbeat said.
+struct PipelineRoute {
+  uint64_t epoch = 0;
+  bool complete = false;              // formed, with this process as its stage's member
+  std::vector<std::string> addresses;  // per stage (the head's is empty)
+  std::vector<model::LayerRange> layers;  // per stage
+};
 
 struct RemoteLearnerOptions {
   std::string address;        // host:port
@@ -42,6 +53,9 @@ struct RemoteLearnerOptions {
   std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors
   std::string broadcast_advertise;           // HOST:PORT others dial; default: our address toward the learner
   double broadcast_wait_seconds = 20;        // then pull the snapshot directly
+  // A stage of a pipelined worker (role.stage >= 0): registers as such, follows its pipeline
+  // (route()), and fetches only its layers' tensors, directly (not by broadcast).
+  StageRole role;
 };
 
 class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
@@ -54,6 +68,15 @@ class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink
   Result<std::string> Connect(const std::atomic<bool>& stop);
   // True once the learner said the run is over.
   bool done() const { return done_.load(); }
+  // A pipeline stage's route; Latest() then returns the tensors of this stage's layers (version
+  // -1 until the pipeline is formed).
+  PipelineRoute route() const;
+  // Makes Latest() fetch at least `version` (a pipeline stage whose head asked for it), even
+  // before a heartbeat announces it.
+  void Want(int64_t version);
+  // For a stage that takes no work (so makes no calls that would notice): registers again when
+  // the heartbeat found this process evicted. Call from the actor thread.
+  void KeepRegistered();
   // Stops the heartbeat thread (the destructor does too).
   void Close();
 
@@ -77,9 +100,12 @@ class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink
   RemoteLearnerOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Learner::Stub> stub_;
-  mutable std::mutex mu_;  // guards actor_id_, heartbeat_seconds_
+  mutable std::mutex mu_;  // guards actor_id_, heartbeat_seconds_, route_
   std::string actor_id_;
   double heartbeat_seconds_ = 1.0;
+  PipelineRoute route_;
+  std::atomic<bool> lost_{false};  // the heartbeat was told this actor is unknown
+  model::LayerRange cached_range_{-1, -1};  // of cached_, for a pipeline stage
   std::atomic<int64_t> known_version_{-1};
   std::atomic<bool> done_{false};
   std::atomic<bool> closing_{false};

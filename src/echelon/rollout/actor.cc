@@ -66,12 +66,22 @@ void Actor::Run(const std::atomic<bool>& stop) {
     GroupRollout out;
     out.group_id = a->work.group_id;
     out.lease_id = a->work.lease_id;
-    out.behavior_version = policy_->version();
     out.actor = options_.name;
     out.prompt = a->prompt;
     const double t0 = clock_->Now();
-    Result<std::vector<data::Episode>> episodes =
-        task_->RunGroup(a->prompt, a->group_size, *policy_, GroupSeed(options_.seed, a->work.group_id));
+    Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
+    for (int attempt = 0;; ++attempt) {
+      out.behavior_version = policy_->version();
+      episodes = task_->RunGroup(a->prompt, a->group_size, *policy_, GroupSeed(options_.seed, a->work.group_id));
+      // Aborted: the policy's snapshot went out of date under it (a pipeline's stages moved
+      // past it); the group runs again on the newest one.
+      if (episodes.ok() || episodes.status().code() != StatusCode::kAborted || attempt + 1 >= kGroupAttempts ||
+          stop.load())
+        break;
+      spdlog::info("{}: group {} again on a newer snapshot: {}", options_.name, a->work.group_id,
+                   episodes.status().message());
+      RefreshSnapshot();
+    }
     if (!episodes.ok()) {
       // The lease will expire and the group is re-issued to another actor.
       spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, episodes.status().message());

@@ -39,6 +39,10 @@ struct ActorStats {
 
 class Actor {
  public:
+  // A group whose generation is Aborted (the snapshot went out of date under it) runs again on
+  // the newest snapshot, this many times in all.
+  static constexpr int kGroupAttempts = 5;
+
   // `clock` outlives the actor; null: the real clock.
   Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
         const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy, const Clock* clock = nullptr);

@@ -11,12 +11,30 @@ ModelPolicy::ModelPolicy(model::Qwen3Model model, model::Vocabulary vocab, model
   vocab_.SetStops(&params_);
 }
 
-Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) {
+Result<std::vector<std::vector<int64_t>>> EncodePrompts(const model::Vocabulary& vocab,
+                                                        const std::vector<data::PolicyPrompt>& prompts) {
   std::vector<std::vector<int64_t>> ids;
   for (const data::PolicyPrompt& p : prompts) {
-    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> enc, vocab_.EncodePrompt(p.system, p.user));
+    ECHELON_ASSIGN_OR_RETURN(std::vector<int64_t> enc, vocab.EncodePrompt(p.system, p.user));
     ids.push_back(std::move(enc));
   }
+  return ids;
+}
+
+std::vector<data::Turn> ToTurns(const model::Vocabulary& vocab, std::vector<std::vector<int64_t>> ids,
+                                std::vector<model::Completion> completions) {
+  std::vector<data::Turn> turns(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    turns[i].prompt_ids = std::move(ids[i]);
+    turns[i].text = vocab.DecodeCompletion(completions[i].tokens);
+    turns[i].tokens = std::move(completions[i].tokens);
+    turns[i].logprobs = std::move(completions[i].logprobs);
+  }
+  return turns;
+}
+
+Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) {
+  ECHELON_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> ids, EncodePrompts(vocab_, prompts));
   model::SamplingParams sp = params_;
   sp.seed = seed;
   at::NoGradGuard no_grad;
@@ -27,14 +45,7 @@ Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::Poli
   } catch (const std::exception& e) {  // LibTorch's errors end here
     return Internal(std::string("generation failed: ") + e.what());
   }
-  std::vector<data::Turn> turns(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    turns[i].prompt_ids = std::move(ids[i]);
-    turns[i].text = vocab_.DecodeCompletion(out[i].tokens);
-    turns[i].tokens = std::move(out[i].tokens);
-    turns[i].logprobs = std::move(out[i].logprobs);
-  }
-  return turns;
+  return ToTurns(vocab_, std::move(ids), std::move(out));
 }
 
 Status ModelPolicy::LoadSnapshot(const std::string& safetensors_bytes, int64_t version) {

@@ -17,6 +17,12 @@
 
 namespace echelon::rollout {
 
+// The prompts as token ids (Vocabulary::EncodePrompt), and completions as turns (decoded).
+Result<std::vector<std::vector<int64_t>>> EncodePrompts(const model::Vocabulary& vocab,
+                                                        const std::vector<data::PolicyPrompt>& prompts);
+std::vector<data::Turn> ToTurns(const model::Vocabulary& vocab, std::vector<std::vector<int64_t>> ids,
+                                std::vector<model::Completion> completions);
+
 class ModelPolicy : public SnapshotPolicy {
  public:
   // The vocabulary's stop ids replace those of `params`.

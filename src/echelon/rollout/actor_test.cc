@@ -1,0 +1,140 @@
+// The actor loop's handling of a group whose snapshot went out of date under it.
+#include "echelon/rollout/actor.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace echelon::rollout {
+namespace {
+
+// One group to do, then none; the newest snapshot is `version`.
+class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
+ public:
+  std::optional<Assignment> Acquire(const std::string&) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (handed) return std::nullopt;
+    handed = true;
+    Assignment a;
+    a.work.group_id = 7;
+    a.work.lease_id = 70;
+    a.prompt = data::Prompt{7, "1+2=", "3"};
+    a.group_size = 2;
+    return a;
+  }
+  SubmitOutcome Submit(GroupRollout r) override {
+    std::lock_guard<std::mutex> lock(mu);
+    submitted.push_back(std::move(r));
+    return {true, ""};
+  }
+  Snapshot Latest() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return {version, std::make_shared<const std::string>("weights")};
+  }
+  std::mutex mu;
+  bool handed = false;
+  int64_t version = 3;
+  std::vector<GroupRollout> submitted;
+};
+
+// Fails its first `failures` samples with `code` (moving the plane's newest version on, as a
+// pipeline's stages move past the head), then answers.
+class FlakyPolicy : public SnapshotPolicy {
+ public:
+  FlakyPolicy(Plane* plane, int failures, StatusCode code) : plane_(plane), failures_(failures), code_(code) {}
+  Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t) override {
+    ++calls;
+    if (failures_-- > 0) {
+      std::lock_guard<std::mutex> lock(plane_->mu);
+      ++plane_->version;
+      return Status(code_, "stages moved past v" + std::to_string(version_));
+    }
+    std::vector<data::Turn> out(prompts.size());
+    for (data::Turn& t : out) {
+      t.tokens = {1};
+      t.logprobs = {-0.5f};
+      t.text = "3";
+    }
+    return out;
+  }
+  Status LoadSnapshot(const std::string&, int64_t version) override {
+    version_ = version;
+    return Status::Ok();
+  }
+  int64_t version() const override { return version_; }
+  int calls = 0;
+
+ private:
+  Plane* plane_;
+  int failures_;
+  StatusCode code_;
+  int64_t version_ = -1;
+};
+
+class OneAnswerTask : public data::TaskAdapter {
+ public:
+  std::string name() const override { return "one-answer"; }
+  std::string Alphabet() const override { return "0123456789+="; }
+  data::Prompt TrainPrompt(uint64_t id) const override { return data::Prompt{id, "1+2=", "3"}; }
+  const std::vector<data::Prompt>& HeldOut() const override { return held_out_; }
+  Result<std::vector<data::Episode>> RunGroup(const data::Prompt& prompt, int group_size, data::Policy& policy,
+                                              uint64_t seed) const override {
+    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Turn> turns,
+                             policy.Sample(std::vector<data::PolicyPrompt>(group_size, prompt.text), seed));
+    std::vector<data::Episode> out(turns.size());
+    for (size_t i = 0; i < turns.size(); ++i) out[i].turns.push_back(turns[i]);
+    return out;
+  }
+  Result<data::Scored> Reward(const data::Prompt&, const std::string&) const override { return data::Scored{1.0, {}}; }
+  std::string Demonstration(const data::Prompt&) const override { return "3"; }
+  Status ExportHeldOut(const std::string&) const override { return Status::Ok(); }
+
+ private:
+  std::vector<data::Prompt> held_out_;
+};
+
+// Runs the actor until the plane holds a submission or `seconds` pass.
+void RunFor(Actor& actor, Plane& plane, double seconds) {
+  std::atomic<bool> stop{false};
+  std::thread t([&] { actor.Run(stop); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(plane.mu);
+      if (!plane.submitted.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  t.join();
+}
+
+TEST(ActorTest, AGroupAbortedBecauseItsSnapshotWentStaleRunsAgainOnTheNewest) {
+  Plane plane;
+  OneAnswerTask task;
+  auto policy = std::make_unique<FlakyPolicy>(&plane, 1, StatusCode::kAborted);
+  FlakyPolicy* p = policy.get();
+  Actor actor(ActorOptions{}, &plane, &plane, &plane, &task, std::move(policy));
+  RunFor(actor, plane, 5);
+  ASSERT_EQ(plane.submitted.size(), 1u);
+  EXPECT_EQ(p->calls, 2);
+  EXPECT_EQ(plane.submitted[0].behavior_version, 4) << "tagged with the snapshot that generated it";
+  EXPECT_EQ(actor.stats().errors.load(), 0);
+}
+
+TEST(ActorTest, OtherFailuresAndEndlessAbortsLeaveTheGroupToItsLease) {
+  for (const auto& [failures, code] : {std::pair{1, StatusCode::kInternal}, std::pair{99, StatusCode::kAborted}}) {
+    Plane plane;
+    OneAnswerTask task;
+    auto policy = std::make_unique<FlakyPolicy>(&plane, failures, code);
+    FlakyPolicy* p = policy.get();
+    Actor actor(ActorOptions{}, &plane, &plane, &plane, &task, std::move(policy));
+    RunFor(actor, plane, 0.5);
+    EXPECT_TRUE(plane.submitted.empty());
+    EXPECT_EQ(p->calls, code == StatusCode::kAborted ? Actor::kGroupAttempts : 1);
+    EXPECT_EQ(actor.stats().errors.load(), 1);
+  }
+}
+
+}  // namespace
+}  // namespace echelon::rollout
