@@ -31,7 +31,18 @@ Status ChunkStore::AddVersion(const Manifest& m) {
 void ChunkStore::CollectGarbageLocked() {
   while (static_cast<int>(versions_.size()) > keep_versions_) versions_.erase(versions_.begin());
   std::unordered_set<std::string> referenced;
-  for (const auto& [v, m] : versions_) referenced.insert(m.chunk_sha256.begin(), m.chunk_sha256.end());
+  for (const auto& [v, m] : versions_) {
+    referenced.insert(m.chunk_sha256.begin(), m.chunk_sha256.end());
+    referenced.insert(m.delta_sha256.begin(), m.delta_sha256.end());
+  }
+  for (auto it = deltas_.begin(); it != deltas_.end();) {
+    if (referenced.count(it->first)) {
+      ++it;
+      continue;
+    }
+    stored_bytes_ -= it->second->size();
+    it = deltas_.erase(it);
+  }
   for (auto it = chunks_.begin(); it != chunks_.end();) {
     if (referenced.count(it->first)) {
       ++it;
@@ -142,6 +153,107 @@ Result<std::shared_ptr<const std::string>> ChunkStore::GetChunk(uint64_t version
     return NotFound("chunk " + std::to_string(index) + " of version " + std::to_string(version) + " is missing");
   }
   return c->second;
+}
+
+std::optional<uint64_t> ChunkStore::DeltaBaseLocked(const Manifest& m) const {
+  if (!m.has_deltas()) return std::nullopt;
+  for (auto it = versions_.rbegin(); it != versions_.rend(); ++it) {
+    const Manifest& base = it->second;
+    if (it->first == m.version || base.file_sha256 != m.base_sha256 || base.chunk_bytes != m.chunk_bytes) continue;
+    bool complete = true;
+    for (const std::string& h : base.chunk_sha256) complete = complete && chunks_.count(h) > 0;
+    if (complete) return it->first;
+  }
+  return std::nullopt;
+}
+
+void ChunkStore::StoreDeltaLocked(const std::string& hash, std::string delta) {
+  if (deltas_.count(hash)) return;
+  stored_bytes_ += delta.size();
+  deltas_.emplace(hash, std::make_shared<const std::string>(std::move(delta)));
+}
+
+std::optional<uint64_t> ChunkStore::DeltaBase(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return std::nullopt;
+  return DeltaBaseLocked(it->second);
+}
+
+Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string delta) {
+  Manifest m;
+  std::shared_ptr<const std::string> base_chunk;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end()) return NotFound("delta for version " + std::to_string(version) + ", which is not held");
+    m = it->second;
+    if (!m.HasDelta(index)) {
+      return NotFound("chunk " + std::to_string(index) + " of version " + std::to_string(version) + " has no delta");
+    }
+    std::optional<uint64_t> base = DeltaBaseLocked(m);
+    if (!base) {
+      return FailedPrecondition("version " + std::to_string(version) + "'s deltas need base " +
+                                m.base_sha256.substr(0, 16) + "..., which is not held whole");
+    }
+    const Manifest& b = versions_.at(*base);
+    base_chunk = index < b.num_chunks() ? chunks_.at(b.chunk_sha256[index]) : std::make_shared<const std::string>();
+  }
+  auto reject = [this](Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.rejected_puts;
+    return st;
+  };
+  Status ok = VerifyDelta(m, index, delta);
+  if (!ok.ok()) return reject(ok);
+  Result<std::string> chunk = DecodeChunkDelta(delta, *base_chunk, m.ChunkSize(index));
+  if (!chunk.ok()) return reject(chunk.status().WithContext("chunk " + std::to_string(index) + " of version " +
+                                                             std::to_string(version)));
+  ok = VerifyChunk(m, index, chunk.value());
+  if (!ok.ok()) return reject(ok.WithContext("decoded from its delta"));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!versions_.count(version)) return NotFound("version " + std::to_string(version) + " was dropped meanwhile");
+  StoreDeltaLocked(m.delta_sha256[index], std::move(delta));
+  const std::string& hash = m.chunk_sha256[index];
+  if (chunks_.count(hash)) {
+    ++stats_.duplicate_puts;
+    return Status::Ok();
+  }
+  stored_bytes_ += chunk.value().size();
+  chunks_.emplace(hash, std::make_shared<const std::string>(std::move(chunk).value()));
+  ++stats_.verified_puts;
+  ++stats_.delta_puts;
+  return Status::Ok();
+}
+
+Status ChunkStore::PutDelta(uint64_t version, size_t index, std::string delta) {
+  Manifest m;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end()) return NotFound("delta for version " + std::to_string(version) + ", which is not held");
+    m = it->second;
+  }
+  ECHELON_RETURN_IF_ERROR(VerifyDelta(m, index, delta));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!versions_.count(version)) return NotFound("version " + std::to_string(version) + " was dropped meanwhile");
+  StoreDeltaLocked(m.delta_sha256[index], std::move(delta));
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const std::string>> ChunkStore::GetDelta(uint64_t version, size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+  if (!it->second.HasDelta(index)) {
+    return NotFound("chunk " + std::to_string(index) + " of version " + std::to_string(version) + " has no delta");
+  }
+  auto d = deltas_.find(it->second.delta_sha256[index]);
+  if (d == deltas_.end()) {
+    return NotFound("the delta of chunk " + std::to_string(index) + " of version " + std::to_string(version) +
+                    " is not stored here");
+  }
+  return d->second;
 }
 
 Result<std::string> ChunkStore::Assemble(uint64_t version) const {

@@ -13,6 +13,13 @@
 // is added, and a chunk shared by two indices or two versions is fetched once. Bytes that
 // fail verification never enter the store (the state stays kMissing).
 //
+// Deltas (broadcast/delta.h): a version whose manifest has deltas also takes chunk i as its
+// delta. PutDeltaChunk checks the delta against the signed size and SHA-256, decodes it onto
+// chunk i of the base (a kept, complete version whose whole-file SHA-256 is the manifest's
+// base_sha256, cut into chunks of the same size), checks the result like PutChunk, and keeps
+// the delta bytes too, so this store can relay the delta onward. The origin, which encodes the
+// deltas, adds them with PutDelta.
+//
 // Versions: the newest K version numbers are kept; adding one more drops the oldest, and
 // every chunk no kept version references is deleted (chunks it shares with a kept version
 // survive).
@@ -31,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "echelon/broadcast/delta.h"
 #include "echelon/broadcast/manifest.h"
 #include "echelon/broadcast/tunables.h"
 #include "echelon/common/status.h"
@@ -47,6 +55,7 @@ class ChunkStore {
     uint64_t duplicate_puts = 0;   // chunks that were already held (no-op)
     uint64_t reused_chunks = 0;    // chunk slots of new versions satisfied by held hashes
     uint64_t collected_chunks = 0; // chunks deleted by version garbage collection
+    uint64_t delta_puts = 0;       // chunks accepted through PutDeltaChunk
   };
 
   explicit ChunkStore(int keep_versions = kDefaultKeepVersions);
@@ -75,6 +84,17 @@ class ChunkStore {
   // The verified bytes of a chunk, for relaying or assembly; NotFound while missing.
   Result<std::shared_ptr<const std::string>> GetChunk(uint64_t version, size_t index) const;
 
+  // The version whose blob the deltas of `version` are taken against, when it is held whole.
+  std::optional<uint64_t> DeltaBase(uint64_t version) const;
+  // Decodes `delta` into chunk `index` of `version` and stores both. NotFound for an unknown
+  // version or a chunk without a delta; FailedPrecondition without the base (fetch the chunk
+  // whole); DataLoss (no state change) for a delta or result that does not match the manifest.
+  Status PutDeltaChunk(uint64_t version, size_t index, std::string delta);
+  // Stores chunk `index`'s delta after checking its size and SHA-256 (the origin's own deltas).
+  Status PutDelta(uint64_t version, size_t index, std::string delta);
+  // The delta of a chunk, for relaying; NotFound when it has none or none is stored here.
+  Result<std::shared_ptr<const std::string>> GetDelta(uint64_t version, size_t index) const;
+
   // The whole blob, checked against the manifest's file SHA-256; FailedPrecondition while
   // chunks are missing.
   Result<std::string> Assemble(uint64_t version) const;
@@ -87,11 +107,14 @@ class ChunkStore {
 
  private:
   void CollectGarbageLocked();  // requires mu_
+  std::optional<uint64_t> DeltaBaseLocked(const Manifest& m) const;  // requires mu_
+  void StoreDeltaLocked(const std::string& hash, std::string delta);  // requires mu_; verified bytes
 
   const int keep_versions_;
   mutable std::mutex mu_;  // guards versions_, chunks_, stored_bytes_, stats_
   std::map<uint64_t, Manifest> versions_;
   std::unordered_map<std::string, std::shared_ptr<const std::string>> chunks_;  // by SHA-256 hex
+  std::unordered_map<std::string, std::shared_ptr<const std::string>> deltas_;  // by the delta's SHA-256 hex
   uint64_t stored_bytes_ = 0;
   Stats stats_;
 };

@@ -23,8 +23,17 @@ json ToJson(const Manifest& m) {
   for (const TensorEntry& t : m.tensors) {
     tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"begin", t.begin}, {"end", t.end}});
   }
-  return json{{"version", m.version},       {"total_bytes", m.total_bytes}, {"chunk_bytes", m.chunk_bytes},
-              {"chunks", m.chunk_sha256},   {"file_sha256", m.file_sha256}, {"tensors", tensors}};
+  json j{{"version", m.version},     {"total_bytes", m.total_bytes}, {"chunk_bytes", m.chunk_bytes},
+         {"chunks", m.chunk_sha256}, {"file_sha256", m.file_sha256}, {"tensors", tensors}};
+  if (m.has_deltas()) {
+    json deltas = json::array();
+    for (size_t i = 0; i < m.delta_sha256.size(); ++i) {
+      deltas.push_back(json::array({m.delta_sha256[i], i < m.delta_bytes.size() ? m.delta_bytes[i] : 0}));
+    }
+    j["base_sha256"] = m.base_sha256;
+    j["deltas"] = deltas;
+  }
+  return j;
 }
 
 Status Field(const json& j, const char* key, json::value_t type, const json** out) {
@@ -74,6 +83,19 @@ Result<Manifest> FromJson(const json& j) {
     e.end = end->get<uint64_t>();
     m.tensors.push_back(std::move(e));
   }
+  if (j.contains("base_sha256") || j.contains("deltas")) {
+    const json *base, *deltas;
+    ECHELON_RETURN_IF_ERROR(Field(j, "base_sha256", json::value_t::string, &base));
+    ECHELON_RETURN_IF_ERROR(Field(j, "deltas", json::value_t::array, &deltas));
+    m.base_sha256 = base->get<std::string>();
+    for (const json& d : *deltas) {
+      if (!d.is_array() || d.size() != 2 || !d[0].is_string() || !d[1].is_number_unsigned()) {
+        return InvalidArgument("manifest field 'deltas' holds an entry that is not [\"sha256\", bytes]");
+      }
+      m.delta_sha256.push_back(d[0].get<std::string>());
+      m.delta_bytes.push_back(d[1].get<uint64_t>());
+    }
+  }
   ECHELON_RETURN_IF_ERROR(m.Validate());
   return m;
 }
@@ -118,12 +140,34 @@ Status Manifest::Validate() const {
       return InvalidArgument("manifest tensor '" + t.name + "' byte range lies outside the file");
     }
   }
+  if (!has_deltas()) {
+    if (!delta_sha256.empty() || !delta_bytes.empty()) return InvalidArgument("manifest has deltas but no base_sha256");
+    return Status::Ok();
+  }
+  if (!IsHexDigest(base_sha256)) return InvalidArgument("manifest base_sha256 is not a lowercase hex SHA-256");
+  if (delta_sha256.size() != chunk_sha256.size() || delta_bytes.size() != chunk_sha256.size()) {
+    return InvalidArgument("manifest has " + std::to_string(delta_sha256.size()) + " delta entries for " +
+                           std::to_string(chunk_sha256.size()) + " chunks");
+  }
+  for (size_t i = 0; i < delta_sha256.size(); ++i) {
+    const std::string where = "manifest deltas[" + std::to_string(i) + "]";
+    if (delta_sha256[i].empty()) {
+      if (delta_bytes[i] != 0) return InvalidArgument(where + " has a size but no SHA-256");
+      continue;
+    }
+    if (!IsHexDigest(delta_sha256[i])) return InvalidArgument(where + " is not a 64-character lowercase hex SHA-256");
+    if (delta_bytes[i] == 0 || delta_bytes[i] >= ChunkSize(i)) {
+      return InvalidArgument(where + " has " + std::to_string(delta_bytes[i]) + " bytes; a delta must be smaller than its " +
+                             std::to_string(ChunkSize(i)) + "-byte chunk");
+    }
+  }
   return Status::Ok();
 }
 
 bool Manifest::operator==(const Manifest& o) const {
   return version == o.version && total_bytes == o.total_bytes && chunk_bytes == o.chunk_bytes &&
-         chunk_sha256 == o.chunk_sha256 && file_sha256 == o.file_sha256 && tensors == o.tensors;
+         chunk_sha256 == o.chunk_sha256 && file_sha256 == o.file_sha256 && tensors == o.tensors &&
+         base_sha256 == o.base_sha256 && delta_sha256 == o.delta_sha256 && delta_bytes == o.delta_bytes;
 }
 
 Result<Manifest> BuildManifest(uint64_t version, const std::string& blob, uint32_t chunk_bytes) {
@@ -187,6 +231,17 @@ Status VerifyChunk(const Manifest& m, size_t i, std::string_view bytes) {
   if (Sha256Hex(bytes) != m.chunk_sha256[i]) {
     return DataLoss("chunk " + std::to_string(i) + " of version " + std::to_string(m.version) +
                     " fails its SHA-256 check (expected " + m.chunk_sha256[i].substr(0, 16) + "...)");
+  }
+  return Status::Ok();
+}
+
+Status VerifyDelta(const Manifest& m, size_t i, std::string_view bytes) {
+  if (!m.HasDelta(i)) {
+    return NotFound("chunk " + std::to_string(i) + " of version " + std::to_string(m.version) + " has no delta");
+  }
+  if (bytes.size() != m.delta_bytes[i] || Sha256Hex(bytes) != m.delta_sha256[i]) {
+    return DataLoss("delta of chunk " + std::to_string(i) + " of version " + std::to_string(m.version) +
+                    " does not match its signed size/SHA-256 (expected " + m.delta_sha256[i].substr(0, 16) + "...)");
   }
   return Status::Ok();
 }

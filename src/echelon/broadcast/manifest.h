@@ -35,16 +35,26 @@ struct Manifest {
   std::vector<std::string> chunk_sha256;  // lowercase hex, one per chunk, in file order
   std::string file_sha256;                // lowercase hex of the whole blob
   std::vector<TensorEntry> tensors;       // sorted by name; empty if the blob is not safetensors
+  // Deltas (broadcast/delta.h), all empty when the version is only sent whole: the SHA-256 of
+  // the base blob they are taken against, and per chunk the delta's SHA-256 and size ("" and 0:
+  // that chunk has no delta). In the canonical JSON only when base_sha256 is set, so a manifest
+  // without deltas signs exactly as before.
+  std::string base_sha256;
+  std::vector<std::string> delta_sha256;
+  std::vector<uint64_t> delta_bytes;
 
   size_t num_chunks() const { return chunk_sha256.size(); }
   uint64_t ChunkOffset(size_t i) const { return static_cast<uint64_t>(i) * chunk_bytes; }
   uint64_t ChunkSize(size_t i) const;
   // Indices of the chunks that overlap tensor `name`'s byte range; empty if unknown.
   std::vector<size_t> ChunksOfTensor(const std::string& name) const;
+  bool has_deltas() const { return !base_sha256.empty(); }
+  bool HasDelta(size_t i) const { return i < delta_sha256.size() && !delta_sha256[i].empty(); }
 
   std::string CanonicalJson() const;
   // Structural checks: chunk count matches sizes, hashes are 64 hex characters, tensor
-  // ranges inside the file. Errors name the field.
+  // ranges inside the file, one delta entry per chunk, each smaller than its chunk. Errors name
+  // the field.
   Status Validate() const;
 
   bool operator==(const Manifest& o) const;
@@ -66,6 +76,8 @@ Result<Manifest> VerifySignedManifest(const std::string& envelope, const VerifyK
 
 // DataLoss unless `bytes` has chunk i's size and SHA-256.
 Status VerifyChunk(const Manifest& m, size_t i, std::string_view bytes);
+// DataLoss unless `bytes` has the size and SHA-256 of chunk i's delta (NotFound: it has none).
+Status VerifyDelta(const Manifest& m, size_t i, std::string_view bytes);
 // DataLoss unless `blob` has the manifest's total size and whole-file SHA-256.
 Status VerifyBlob(const Manifest& m, const std::string& blob);
 
