@@ -7,12 +7,16 @@
 # mode (the origin sends the whole file to every peer) and peer-assisted mode for N in
 # {1, 2, 4, 8, 16} with a 128 MiB file, as measured by the origin (publish -> last peer holds
 # every verified chunk); T1 = star with N = 1 (one origin -> peer transfer) in the same run.
-# Then kills 2 of 8 peers (SIGKILL) at about T1/2 and times the 6 survivors.
+# Then kills 2 of 8 peers (SIGKILL) at about T1/2 and times the 6 survivors. Then deltas: a
+# FILE_MIB safetensors file of bf16 weights (normal, std 0.02) and its next version with 2% of
+# the elements moved by one bf16 step (what a small learning rate does to a bf16 model), sent
+# to 8 peers whole and as deltas (origin --delta-from, peers --have): time and bytes received.
 # Prints a markdown table. Needs root. Everything it creates is named with a unique prefix
 # and deleted by name on exit.
 # Usage: sudo bench/broadcast_netns.sh [path/to/echelon]
 #   env: FILE_MIB (128), NS_LIST ("1 2 4 8 16"), RATE (100mbit), CHUNK_MIB (4),
-#        SKIP_STAR=1 (peer-assisted only, for quick iterations)
+#        SKIP_STAR=1 (peer-assisted only, for quick iterations), ONLY_DELTA=1 (the delta part only),
+#        DELTA_FRACTION (0.02)
 set -euo pipefail
 ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
 FILE_MIB=${FILE_MIB:-128}
@@ -23,6 +27,7 @@ MAXN=16
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, tc)" >&2; exit 2; }
 command -v ip > /dev/null && command -v tc > /dev/null || apt-get install -y -q iproute2 > /dev/null
 command -v python3 > /dev/null || { echo "needs python3 (parses the origin's JSON line)" >&2; exit 2; }
+python3 -c "import numpy" 2> /dev/null || apt-get install -y -q python3-numpy > /dev/null
 
 P="eb$$"            # unique prefix: interface names stay under 15 characters
 BR_NS="${P}br"
@@ -58,12 +63,17 @@ for i in $(seq 1 $MAXN); do host "p$i" $((10 + i)); done
 head -c $((FILE_MIB << 20)) /dev/urandom > "$WORK/snap.bin"
 WANT=$(sha256sum "$WORK/snap.bin" | cut -d' ' -f1)
 
-# run MODE N [KILL_AT_SECONDS]: prints the origin's completion seconds; checks every survivor's file.
+# run MODE N [KILL_AT_SECONDS]: prints the origin's completion seconds, live and dead peers,
+# origin sends and the peers' mean bytes received; checks every survivor's file. The file is
+# $FILE (expected SHA-256 $WANT); ORIGIN_ARGS / PEER_ARGS add flags (deltas).
+FILE="$WORK/snap.bin"
+ORIGIN_ARGS=()
+PEER_ARGS=()
 run() {
   local mode=$1 n=$2 kill_at=${3:-}
   local dir="$WORK/$mode-$n${kill_at:+-kill}"
   mkdir -p "$dir"
-  ip netns exec "${P}o" timeout 900 "$ECHELON" broadcast origin --file "$WORK/snap.bin" --listen 10.77.0.1:7800 \
+  ip netns exec "${P}o" timeout 900 "$ECHELON" broadcast origin --file "$FILE" "${ORIGIN_ARGS[@]}" --listen 10.77.0.1:7800 \
     --key "$WORK/origin.key" --mode "$mode" --chunk-mib "$CHUNK_MIB" --expect-peers "$n" --exit-when-done \
     --timeout 880 > "$dir/origin.out" 2> "$dir/origin.err" &
   local origin=$!
@@ -74,7 +84,7 @@ run() {
     # no `timeout` wrapper: `ip netns exec` execs, so $! is the peer itself (SIGKILL reaches it);
     # --timeout bounds it instead.
     ip netns exec "${P}p$i" "$ECHELON" broadcast peer --origin 10.77.0.1:7800 \
-      --listen "10.77.0.$((10 + i)):7801" --out "$dir/out$i.bin" --origin-key "$WORK/origin.key.pub" --name "p$i" \
+      --listen "10.77.0.$((10 + i)):7801" --out "$dir/out$i.bin" --origin-key "$WORK/origin.key.pub" --name "p$i" "${PEER_ARGS[@]}" \
       --exit-when-done --timeout 880 > "$dir/peer$i.out" 2> "$dir/peer$i.err" &
     peers+=($!)
     PIDS+=($!)
@@ -93,20 +103,73 @@ run() {
     got=$(sha256sum "$dir/out$i.bin" 2> /dev/null | cut -d' ' -f1)
     [ "$got" = "$WANT" ] || { echo "peer $i of $mode N=$n has a wrong or missing file" >&2; return 1; }
   done
-  python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print("%.2f %d %d %d" % (d["seconds"], d["peers"], d["dead"], d["origin_sends"]))' "$dir/origin.out"
+  python3 - "$dir" "$n" <<'PY'
+import glob, json, sys
+d = json.loads(open(sys.argv[1] + "/origin.out").read().strip().splitlines()[-1])
+got = [json.loads(open(f).read().strip().splitlines()[-1])["bytes_received"]
+       for f in glob.glob(sys.argv[1] + "/peer*.out") if open(f).read().strip()]
+print("%.2f %d %d %d %d" % (d["seconds"], d["peers"], d["dead"], d["origin_sends"], sum(got) / max(1, len(got))))
+PY
 }
 
+# delta_files OUT_DIR: base.safetensors and next.safetensors (bf16, FILE_MIB) as described above.
+delta_files() {
+  python3 - "$1" "$FILE_MIB" "${DELTA_FRACTION:-0.02}" <<'PY'
+import json, struct, sys
+import numpy as np
+out, mib, fraction = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+rng = np.random.default_rng(1)
+n = (mib << 20) // 2 - 64
+w = (rng.standard_normal(n, dtype=np.float32) * 0.02).view(np.uint32)
+base = (w >> 16).astype(np.uint16)  # bf16: the high half of the float32
+nxt = base.copy()
+idx = rng.choice(n, int(n * fraction), replace=False)
+step = np.where(rng.random(idx.size) < 0.5, 1, -1).astype(np.int32)
+nxt[idx] = (nxt[idx].astype(np.int32) + step).astype(np.uint16)  # one bf16 step up or down
+header = json.dumps({"w": {"dtype": "BF16", "shape": [int(n)], "data_offsets": [0, int(n) * 2]}}).encode()
+header += b" " * (-(8 + len(header)) % 8)
+for name, data in (("base", base), ("next", nxt)):
+    with open("%s/%s.safetensors" % (out, name), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + data.tobytes())
+PY
+}
+
+run_delta() {
+  delta_files "$WORK"
+  FILE="$WORK/next.safetensors"
+  WANT=$(sha256sum "$FILE" | cut -d' ' -f1)
+  ORIGIN_ARGS=()
+  PEER_ARGS=()
+  read -r FULL_S _ _ _ FULL_BYTES < <(run peer 8)
+  ORIGIN_ARGS=(--delta-from "$WORK/base.safetensors")
+  PEER_ARGS=(--have "$WORK/base.safetensors")
+  read -r DELTA_S _ _ _ DELTA_BYTES < <(run peer 8)
+  echo
+  echo "Deltas: $FILE_MIB MiB of bf16 weights, $(python3 -c "print('%g%%' % (100 * ${DELTA_FRACTION:-0.02}))") of the elements moved by one bf16 step, 8 peers (peer-assisted), SHA-256 checked on every peer."
+  echo
+  echo "| sent as | seconds | bytes received per peer (mean) | of the file |"
+  echo "|---|---|---|---|"
+  echo "| whole | $FULL_S | $FULL_BYTES | $(python3 -c "print('%.1f%%' % (100 * $FULL_BYTES / ($FILE_MIB << 20)))") |"
+  echo "| deltas | $DELTA_S | $DELTA_BYTES | $(python3 -c "print('%.1f%%' % (100 * $DELTA_BYTES / ($FILE_MIB << 20)))") |"
+  echo
+  echo "Deltas take $(python3 -c "print('%.3f' % ($DELTA_S / $FULL_S))") x the time of whole chunks."
+}
+if [ -n "${ONLY_DELTA:-}" ]; then
+  run_delta
+  exit 0
+fi
+
 declare -A STAR PEER
-read -r T1 _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
+read -r T1 _ _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
 STAR[1]=$T1
 for n in $NS_LIST; do
   if [ "$n" != 1 ]; then
-    if [ -n "${SKIP_STAR:-}" ]; then STAR[$n]=-; else read -r s _ _ _ < <(run star "$n"); STAR[$n]=$s; fi
+    if [ -n "${SKIP_STAR:-}" ]; then STAR[$n]=-; else read -r s _ _ _ _ < <(run star "$n"); STAR[$n]=$s; fi
   fi
-  read -r s _ _ _ < <(run peer "$n"); PEER[$n]=$s
+  read -r s _ _ _ _ < <(run peer "$n"); PEER[$n]=$s
 done
 KILL_AT=$(python3 -c "print(round($T1 / 2, 2))")
-read -r KILL_S KILL_LIVE KILL_DEAD _ < <(run peer 8 "$KILL_AT")
+read -r KILL_S KILL_LIVE KILL_DEAD _ _ < <(run peer 8 "$KILL_AT")
 
 ratio() { [ "$1" = - ] && echo - || python3 -c "print('%.2f' % ($1 / $T1))"; }
 echo
@@ -122,3 +185,4 @@ echo "Kill 2 of 8 peers (SIGKILL) ${KILL_AT} s after publishing: $KILL_LIVE surv
 if [[ " $NS_LIST " == *" 4 "* && " $NS_LIST " == *" 16 "* ]]; then
   echo "Peer-assisted growth from N = 4 to N = 16: $(python3 -c "print('%.1f%%' % (100 * (${PEER[16]} / ${PEER[4]} - 1)))")."
 fi
+run_delta

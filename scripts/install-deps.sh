@@ -12,6 +12,7 @@ PACKAGES=(
   libicu-dev
   libjemalloc-dev
   python3 python3-jinja2 jq iproute2 curl
+  nftables  # a NAT-like firewall in a network namespace (tests/broadcast_nat_test.sh)
   prometheus  # promtool checks the /metrics exposition (tests/serve_api_test.sh, tests/prometheus_test.sh)
   dpkg-dev debootstrap python3-yaml
 )

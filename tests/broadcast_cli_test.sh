@@ -2,7 +2,9 @@
 # System test of `echelon broadcast`: an origin and 3 peer processes on 127.0.0.1 move a 12 MiB
 # file in 1 MiB chunks; every peer writes it with the right SHA-256 and prints its JSON line,
 # the origin reports each chunk delivered once per peer; a pinned wrong key and a missing file
-# are refused with one clear line. Every process is started under `timeout` and killed on exit.
+# are refused with one clear line. Deltas: the next version (1% of bytes changed) published
+# with --delta-from the first reaches two peers started with --have the first as deltas (a few
+# percent of the bytes) and a third, without it, whole; all three write it bit-exactly. Every process is started under `timeout` and killed on exit.
 # Usage: tests/broadcast_cli_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -52,7 +54,7 @@ for i in 1 2 3; do
   check "peer $i exits 0" test $? -eq 0
   check "peer $i wrote the file" test "$(sha256sum out$i.bin 2>/dev/null | cut -d' ' -f1)" = "$WANT"
   check "peer $i prints bytes, seconds, sha256" sh -c \
-    "tail -n1 peer$i.out | grep -Eq '^\{\"bytes\":12582912,\"peer\":\"p$i#[0-9]+\",\"seconds\":[0-9.e-]+,\"sha256\":\"$WANT\",\"version\":1\}$'"
+    "tail -n1 peer$i.out | grep -Eq '^\{\"bytes\":12582912,\"bytes_received\":12582912,\"peer\":\"p$i#[0-9]+\",\"seconds\":[0-9.e-]+,\"sha256\":\"$WANT\",\"version\":1\}$'"
 done
 check "unpinned peer warns about trust on first use" contains peer3.err "trusting origin key id"
 check "pinned peer does not warn" sh -c "! grep -q 'trusting origin key' peer1.err"
@@ -61,6 +63,56 @@ check "origin exits 0 when done" test $? -eq 0
 check "origin reports 3 live peers, none dead" sh -c "tail -n1 origin.out | grep -q '\"dead\":0' && tail -n1 origin.out | grep -q '\"peers\":3'"
 check "each chunk reached each peer exactly once" contains origin.out '"transfers":36'
 check "origin reports the file hash" contains origin.out "\"sha256\":\"$WANT\""
+check "origin reports the bytes pulled (3 peers, each chunk once)" contains origin.out '"bytes_pulled":37748736'
+
+# ---- Deltas: version 2 (1% of the bytes changed in their low bit) against version 1 ----
+python3 - <<'PY'
+import random
+random.seed(7)
+data = bytearray(open("snap.bin", "rb").read())
+for i in random.sample(range(len(data)), len(data) // 100):
+    data[i] ^= 1
+open("snap2.bin", "wb").write(data)
+PY
+WANT2=$(sha256sum snap2.bin | cut -d' ' -f1)
+timeout 60 "$ECHELON" broadcast origin --file snap2.bin --delta-from snap.bin --version 2 --listen 127.0.0.1:$((BASE + 20)) \
+  --key origin.key --chunk-mib 1 --expect-peers 3 --exit-when-done --timeout 50 > origin2.out 2> origin2.err &
+ORIGIN=$!
+PIDS+=("$ORIGIN")
+wait_for origin2.err "listening on" 15
+PEERS=()
+for i in 1 2 3; do
+  HAVE=(--have out$i.bin)  # version 1, as this peer wrote it above
+  [ "$i" = 3 ] && HAVE=()  # peer 3 lacks the base: it pulls the file whole
+  timeout 60 "$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 20)) --listen 127.0.0.1:$((BASE + 20 + i)) \
+    --out delta$i.bin --name d$i --origin-key origin.key.pub "${HAVE[@]}" --exit-when-done --timeout 50 \
+    > dpeer$i.out 2> dpeer$i.err &
+  PEERS+=($!)
+  PIDS+=($!)
+done
+SIZE=12582912
+for i in 1 2 3; do
+  wait "${PEERS[$((i - 1))]}"
+  check "delta peer $i exits 0" test $? -eq 0
+  check "delta peer $i wrote version 2 bit-exactly" test "$(sha256sum delta$i.bin 2>/dev/null | cut -d' ' -f1)" = "$WANT2"
+done
+received() { tail -n1 "$1" | jq -r .bytes_received; }
+for i in 1 2; do
+  check "peer $i with --have pulled under 10% of the file ($(received dpeer$i.out) bytes)" \
+    test "$(received dpeer$i.out)" -lt $((SIZE / 10))
+done
+check "peer 3 without --have pulled the file whole ($(received dpeer3.out) bytes)" test "$(received dpeer3.out)" -ge "$SIZE"
+wait "$ORIGIN"
+check "delta origin exits 0 when done" test $? -eq 0
+PULLED=$(tail -n1 origin2.out | jq -r .bytes_pulled)
+check "origin's bytes_pulled is what the peers said they pulled" \
+  test "$PULLED" -eq $(($(received dpeer1.out) + $(received dpeer2.out) + $(received dpeer3.out)))
+"$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 20)) --listen 127.0.0.1:$((BASE + 24)) --out x.bin \
+  --have nothere.bin > /dev/null 2> nohave.err
+check "missing --have file exits 2 naming it" sh -c "test $? -eq 2 && grep -q 'nothere.bin' nohave.err"
+"$ECHELON" broadcast origin --file snap2.bin --delta-from nothere.bin --listen 127.0.0.1:$((BASE + 25)) \
+  > /dev/null 2> nodelta.err
+check "missing --delta-from file exits 2 naming it" sh -c "test $? -eq 2 && grep -q 'nothere.bin' nodelta.err"
 
 # A peer pinned to another origin's key is refused at join, naming both key ids.
 "$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$((BASE + 10)) --key other.key --expect-peers 5 \

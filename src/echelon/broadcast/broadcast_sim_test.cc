@@ -143,13 +143,28 @@ TEST(BroadcastSimTest, LateJoinersCatchUp) {
   EXPECT_LE(r.last_completion, 1.3 * kT1);
 }
 
-TEST(BroadcastSimTest, HeterogeneousUploadersStayFarBelowStar) {
+// 4 fast + 4 ten-times-slower uploaders. Capacity bound: 8 files over 540 Mbit/s of total
+// upload = 1.48 x T1 (star: 8 x T1). Without the endgame a slow sender holds fast receivers'
+// last chunks for ten chunk times: 2.0 x T1; with it (endgame_ratio 2) 1.72 x T1.
+TEST(BroadcastSimTest, MixedLinksEndgameShortensTheSlowTail) {
   BroadcastScenario s;
   s.peer_bps = {kBps, kBps, kBps, kBps, kBps / 10, kBps / 10, kBps / 10, kBps / 10};
-  // Capacity bound: 8 files over 540 Mbit/s of total upload = 1.48 x T1; star is 8 x T1.
+  const double bound = 8.0 * 100 / 540 * kT1;
+  BroadcastResult without = Simulate(s);
+  s.options.endgame_ratio = 2;
   BroadcastResult r = Simulate(s);
-  EXPECT_GE(r.last_completion, 8.0 * 100 / 540 * kT1);
-  EXPECT_LE(r.last_completion, 2.05 * kT1);
+  std::printf("  mixed links: %.3f x T1 with the endgame (%llu copies), %.3f x T1 without; capacity bound %.3f\n",
+              r.last_completion / kT1, static_cast<unsigned long long>(r.stats.endgame),
+              without.last_completion / kT1, bound / kT1);
+  EXPECT_GE(r.last_completion, bound);
+  EXPECT_LE(r.last_completion, 1.75 * kT1);
+  EXPECT_LE(without.last_completion, 2.05 * kT1);
+  EXPECT_LT(r.last_completion, 0.9 * without.last_completion);
+  EXPECT_GT(r.stats.endgame, 0u);
+  // Equal links never trigger it.
+  BroadcastScenario equal;
+  equal.options.endgame_ratio = 2;
+  EXPECT_EQ(Simulate(equal).stats.endgame, 0u);
 }
 
 // Real bytes end to end: signed manifest, per-node ChunkStores, hashes checked on delivery,

@@ -1,5 +1,6 @@
 #include "echelon/broadcast/chunk_store.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "echelon/common/fs.h"
@@ -159,7 +160,7 @@ std::optional<uint64_t> ChunkStore::DeltaBaseLocked(const Manifest& m) const {
   if (!m.has_deltas()) return std::nullopt;
   for (auto it = versions_.rbegin(); it != versions_.rend(); ++it) {
     const Manifest& base = it->second;
-    if (it->first == m.version || base.file_sha256 != m.base_sha256 || base.chunk_bytes != m.chunk_bytes) continue;
+    if (it->first == m.version || base.file_sha256 != m.base_sha256) continue;
     bool complete = true;
     for (const std::string& h : base.chunk_sha256) complete = complete && chunks_.count(h) > 0;
     if (complete) return it->first;
@@ -180,9 +181,19 @@ std::optional<uint64_t> ChunkStore::DeltaBase(uint64_t version) const {
   return DeltaBaseLocked(it->second);
 }
 
+bool ChunkStore::CanTakeDelta(uint64_t version, size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  return it != versions_.end() && it->second.HasDelta(index) && DeltaBaseLocked(it->second).has_value();
+}
+
 Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string delta) {
   Manifest m;
-  std::shared_ptr<const std::string> base_chunk;
+  struct BasePart {
+    std::shared_ptr<const std::string> chunk;
+    uint64_t offset, length;
+  };
+  std::vector<BasePart> base_parts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = versions_.find(version);
@@ -196,9 +207,19 @@ Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string del
       return FailedPrecondition("version " + std::to_string(version) + "'s deltas need base " +
                                 m.base_sha256.substr(0, 16) + "..., which is not held whole");
     }
+    // The base's bytes at this chunk's offset, from whichever of its chunks hold them (the
+    // base may have been cut into chunks of another size).
     const Manifest& b = versions_.at(*base);
-    base_chunk = index < b.num_chunks() ? chunks_.at(b.chunk_sha256[index]) : std::make_shared<const std::string>();
+    const uint64_t begin = m.ChunkOffset(index), end = std::min(begin + m.ChunkSize(index), b.total_bytes);
+    for (uint64_t at = begin; at < end;) {
+      const size_t k = at / b.chunk_bytes;
+      base_parts.push_back({chunks_.at(b.chunk_sha256[k]), at - b.ChunkOffset(k),
+                            std::min(end, b.ChunkOffset(k) + b.ChunkSize(k)) - at});
+      at += base_parts.back().length;
+    }
   }
+  std::string base_bytes;
+  for (const BasePart& p : base_parts) base_bytes.append(*p.chunk, p.offset, p.length);
   auto reject = [this](Status st) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.rejected_puts;
@@ -206,7 +227,7 @@ Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string del
   };
   Status ok = VerifyDelta(m, index, delta);
   if (!ok.ok()) return reject(ok);
-  Result<std::string> chunk = DecodeChunkDelta(delta, *base_chunk, m.ChunkSize(index));
+  Result<std::string> chunk = DecodeChunkDelta(delta, base_bytes, m.ChunkSize(index));
   if (!chunk.ok()) return reject(chunk.status().WithContext("chunk " + std::to_string(index) + " of version " +
                                                              std::to_string(version)));
   ok = VerifyChunk(m, index, chunk.value());

@@ -15,8 +15,8 @@
 //
 // Deltas (broadcast/delta.h): a version whose manifest has deltas also takes chunk i as its
 // delta. PutDeltaChunk checks the delta against the signed size and SHA-256, decodes it onto
-// chunk i of the base (a kept, complete version whose whole-file SHA-256 is the manifest's
-// base_sha256, cut into chunks of the same size), checks the result like PutChunk, and keeps
+// the base's bytes at the chunk's offset (the base: a kept, complete version whose whole-file
+// SHA-256 is the manifest's base_sha256), checks the result like PutChunk, and keeps
 // the delta bytes too, so this store can relay the delta onward. The origin, which encodes the
 // deltas, adds them with PutDelta.
 //
@@ -86,6 +86,8 @@ class ChunkStore {
 
   // The version whose blob the deltas of `version` are taken against, when it is held whole.
   std::optional<uint64_t> DeltaBase(uint64_t version) const;
+  // Chunk `index` of `version` has a delta and this store holds its base: fetch the delta.
+  bool CanTakeDelta(uint64_t version, size_t index) const;
   // Decodes `delta` into chunk `index` of `version` and stores both. NotFound for an unknown
   // version or a chunk without a delta; FailedPrecondition without the base (fetch the chunk
   // whole); DataLoss (no state change) for a delta or result that does not match the manifest.

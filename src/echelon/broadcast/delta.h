@@ -54,8 +54,7 @@ PlaneLayout PlaneLayoutOf(const Manifest& m);
 // Fills m's delta fields for `target` (the blob m describes) against `base` and returns each
 // chunk's delta bytes ("" for a chunk whose delta would not be smaller than the chunk itself:
 // that chunk is only ever sent whole). The chunk at index i is encoded against base bytes
-// [ChunkOffset(i), ChunkOffset(i) + ChunkSize(i)), which is the base's chunk i when the base was
-// cut into chunks of the same size.
+// [ChunkOffset(i), ChunkOffset(i) + ChunkSize(i)), whatever chunk size the base was cut into.
 Result<std::vector<std::string>> AddDeltas(Manifest* m, const std::string& target, const std::string& base);
 
 }  // namespace echelon::broadcast

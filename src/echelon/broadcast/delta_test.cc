@@ -161,6 +161,29 @@ TEST(DeltaTest, ReceiverReconstructsEveryDtypeBitExactly) {
   }
 }
 
+// A peer's base (`--have`) is cut with its own chunk size; the bytes at each chunk's offset are
+// gathered from whichever base chunks hold them. The base here is also shorter than the target.
+TEST(DeltaTest, BaseCutIntoAnotherChunkSizeStillDecodes) {
+  std::mt19937_64 rng(13);
+  const std::string base = RandomBytes(3 * kChunk, rng);
+  std::string target = Perturb(base, 1, 0.02, false, rng);
+  target += RandomBytes(kChunk / 2, rng);
+  Published p = Publish(base, target);
+  ChunkStore receiver(4);
+  HoldWhole(receiver, BuildManifest(1, base, 21504).value(), base);  // 21 KiB chunks, not 64 KiB
+  ASSERT_TRUE(receiver.AddVersion(p.target).ok());
+  for (size_t i = 0; i < p.target.num_chunks(); ++i) {
+    if (!p.target.HasDelta(i)) {
+      ASSERT_TRUE(receiver.PutChunk(2, i, std::string(ChunkView(p.target, target, i))).ok());
+      continue;
+    }
+    Status st = receiver.PutDeltaChunk(2, i, p.deltas[i]);
+    ASSERT_TRUE(st.ok()) << i << ": " << st.message();
+  }
+  EXPECT_EQ(receiver.Assemble(2).value(), target);
+  EXPECT_GE(receiver.stats().delta_puts, 3u);
+}
+
 TEST(DeltaTest, SmallBf16UpdateIsAFewPercentOfTheSnapshot) {
   std::mt19937_64 rng(4);
   const size_t elements = 8 * kChunk / 2;

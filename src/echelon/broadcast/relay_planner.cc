@@ -11,16 +11,17 @@ RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double o
   Node origin;
   origin.bps = origin_upload_bps;
   origin.held.assign(num_chunks, true);
-  origin.incoming.assign(num_chunks, false);
+  origin.incoming.assign(num_chunks, 0);
   origin.held_count = num_chunks;
   nodes_.push_back(std::move(origin));
 }
 
-NodeId RelayPlanner::AddPeer(double upload_bps, const std::vector<bool>& held) {
+NodeId RelayPlanner::AddPeer(double upload_bps, const std::vector<bool>& held, bool reachable) {
   Node peer;
   peer.bps = upload_bps;
+  peer.reachable = reachable;
   peer.held.assign(num_chunks_, false);
-  peer.incoming.assign(num_chunks_, false);
+  peer.incoming.assign(num_chunks_, 0);
   for (int c = 0; c < num_chunks_ && c < static_cast<int>(held.size()); ++c) {
     if (!held[c]) continue;
     peer.held[c] = true;
@@ -80,7 +81,7 @@ int RelayPlanner::UploadSlots(NodeId n) const {
 
 bool RelayPlanner::CanUpload(NodeId n) const {
   const Node& node = nodes_[n];
-  return node.alive && !node.banned && node.held_count > 0 && node.uploads < UploadSlots(n);
+  return node.alive && node.reachable && !node.banned && node.held_count > 0 && node.uploads < UploadSlots(n);
 }
 
 int RelayPlanner::BandwidthBucket(NodeId n) const {
@@ -90,12 +91,13 @@ int RelayPlanner::BandwidthBucket(NodeId n) const {
 
 NodeId RelayPlanner::BestReceiver(NodeId u, int chunk) const {
   NodeId best = -1;
-  std::tuple<int, int, int, NodeId> best_key;
+  std::tuple<int, bool, int, int, NodeId> best_key;
   for (NodeId r = 1; r < num_nodes(); ++r) {
     const Node& n = nodes_[r];
     if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= options_.max_inbound) continue;
     if (Reported(u, r)) continue;  // r found u's chunks corrupt before
-    auto key = std::make_tuple(n.incoming_count, -BandwidthBucket(r), n.held_count + n.incoming_count, r);
+    // Peers that can relay the chunk onward first; among them the fastest uploader.
+    auto key = std::make_tuple(n.incoming_count, !n.reachable, -BandwidthBucket(r), n.held_count + n.incoming_count, r);
     if (best < 0 || key < best_key) {
       best = r;
       best_key = key;
@@ -139,6 +141,27 @@ bool RelayPlanner::PickStar(NodeId u, int* chunk, NodeId* receiver) const {
   return false;
 }
 
+bool RelayPlanner::PickEndgame(NodeId u, int* chunk, NodeId* receiver) const {
+  if (options_.endgame_ratio <= 0) return false;
+  const Node& node = nodes_[u];
+  const Transfer* best = nullptr;
+  for (const auto& [id, t] : inflight_) {
+    const Node& to = nodes_[t.to];
+    if (t.to == u || t.from == u || !node.held[t.chunk] || to.held[t.chunk] || to.incoming[t.chunk] != 1) continue;
+    if (to.incoming_count >= options_.max_inbound || Reported(u, t.to)) continue;
+    if (node.bps < options_.endgame_ratio * nodes_[t.from].bps) continue;
+    // The slowest sender's transfer first (it has the longest way to go), then the oldest.
+    if (best == nullptr || nodes_[t.from].bps < nodes_[best->from].bps ||
+        (nodes_[t.from].bps == nodes_[best->from].bps && t.id < best->id)) {
+      best = &t;
+    }
+  }
+  if (best == nullptr) return false;
+  *chunk = best->chunk;
+  *receiver = best->to;
+  return true;
+}
+
 std::vector<Transfer> RelayPlanner::NextTransfers() {
   std::vector<NodeId> uploaders;
   for (NodeId n = 0; n < num_nodes(); ++n) {
@@ -153,11 +176,14 @@ std::vector<Transfer> RelayPlanner::NextTransfers() {
     while (CanUpload(u)) {
       int c = 0;
       NodeId r = -1;
+      bool endgame = false;
       bool found = options_.mode == RelayMode::kStar ? PickStar(u, &c, &r) : PickSwarm(u, &c, &r);
+      if (!found && options_.mode == RelayMode::kSwarm) found = endgame = PickEndgame(u, &c, &r);
       if (!found) break;
       Transfer t{next_id_++, u, r, c};
       nodes_[u].uploads++;
-      nodes_[r].incoming[c] = true;
+      nodes_[r].incoming[c]++;
+      if (endgame) stats_.endgame++;
       nodes_[r].incoming_count++;
       copies_[c]++;
       inflight_.emplace(t.id, t);
@@ -175,7 +201,7 @@ void RelayPlanner::Forget(const Transfer& t) {
   from.uploads--;
   from.dirty = true;
   if (to.incoming_count >= options_.max_inbound) MarkAllDirty();  // a capped receiver opens up
-  to.incoming[t.chunk] = false;
+  to.incoming[t.chunk]--;
   to.incoming_count--;
   copies_[t.chunk]--;
 }

@@ -15,9 +15,10 @@
 //    the file streams through the swarm chunk by chunk (pipelining);
 //  - the sender offers its rarest chunk first (fewest peers holding or receiving it), so the
 //    origin's first pass sends every chunk out exactly once before it sends any duplicate;
-//  - the receiver is the peer with the fewest downloads in flight, then the fastest measured
-//    uploader (it will relay the chunk onward sooner), then the one holding fewest chunks
-//    (the one furthest behind), then the lowest id. Faster uploaders pick first.
+//  - the receiver is the peer with the fewest downloads in flight, then one that can relay
+//    (reachable), then the fastest measured uploader (it will relay the chunk onward sooner),
+//    then the one holding fewest chunks (the one furthest behind), then the lowest id. Faster
+//    uploaders pick first.
 // With one chunk and equal bandwidths this is exactly the binomial broadcast tree (the
 // holders double every chunk time: ceil(log2(N+1)) rounds); with many chunks every node's
 // upload is busy, so the last peer finishes about one file time plus log2(N) chunk times.
@@ -27,7 +28,12 @@
 // that receiver again and gets a strike (one per distinct receiver: the report may be the
 // receiver's lie); after `ban_after_corrupt` strikes it never uploads again. The chunk is
 // refetched from elsewhere.
-// A late joiner is simply a peer with nothing (or an older version's chunks) held.
+// Endgame: an uploader with nothing new to offer may duplicate a chunk already in flight to a
+// receiver from a sender `endgame_ratio` times slower (off by default; once per receiver and
+// chunk); the first copy verified counts, the other arrives as a duplicate. So slow senders
+// cannot hold fast receivers' last chunks while fast uploaders idle.
+// A late joiner is simply a peer with nothing (or an older version's chunks) held. A peer
+// nobody can dial (NAT) receives like any other but never uploads: it dials its senders.
 //
 // Star policy (the baseline): only the origin uploads, to every peer at once, each peer's
 // chunks in order.
@@ -54,6 +60,7 @@ class RelayPlanner {
     uint64_t failed = 0;
     uint64_t cancelled = 0;     // in flight when an endpoint was removed
     uint64_t origin_sends = 0;  // transfers started by the origin
+    uint64_t endgame = 0;       // duplicates of a chunk in flight from a much slower sender
   };
 
   RelayPlanner(const RelayOptions& options, int num_chunks, double origin_upload_bps);
@@ -61,8 +68,10 @@ class RelayPlanner {
   RelayPlanner& operator=(const RelayPlanner&) = delete;
 
   // A new peer, at the start or late. held[c] = chunk c is already verified there (delta
-  // from an older version); empty = nothing held. Returns its NodeId.
-  NodeId AddPeer(double upload_bps, const std::vector<bool>& held = {});
+  // from an older version); empty = nothing held. A peer others cannot reach (behind NAT, or
+  // started without a listening address) is added with reachable = false: it only receives.
+  // Returns its NodeId.
+  NodeId AddPeer(double upload_bps, const std::vector<bool>& held = {}, bool reachable = true);
   // The peer died or left. Returns the transfers to or from it that were in flight; the
   // planner forgets them (a late OnTransferDone for them is ignored).
   std::vector<Transfer> RemovePeer(NodeId peer);
@@ -78,6 +87,7 @@ class RelayPlanner {
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   bool IsAlive(NodeId n) const { return nodes_[n].alive; }
   bool IsBanned(NodeId n) const { return nodes_[n].banned; }
+  bool IsReachable(NodeId n) const { return nodes_[n].reachable; }
   int strikes(NodeId n) const { return nodes_[n].strikes; }
   bool Holds(NodeId n, int chunk) const { return nodes_[n].held[chunk]; }
   int HeldCount(NodeId n) const { return nodes_[n].held_count; }
@@ -91,12 +101,13 @@ class RelayPlanner {
   struct Node {
     bool alive = true;
     bool banned = false;
+    bool reachable = true;  // false: never asked to upload (nobody can dial it)
     bool dirty = true;  // may have something new to send
     int strikes = 0;             // distinct receivers that reported this node's chunks corrupt
     std::vector<bool> reported;  // by receiver: it reported this node (never takes from it again)
     double bps = 0;
     std::vector<bool> held;
-    std::vector<bool> incoming;
+    std::vector<uint8_t> incoming;  // per chunk: transfers in flight to this node (2: an endgame copy)
     int held_count = 0;
     int incoming_count = 0;
     int uploads = 0;
@@ -108,6 +119,7 @@ class RelayPlanner {
   // Best (chunk, receiver) for uploader u; false when it has nothing useful to send.
   bool PickSwarm(NodeId u, int* chunk, NodeId* receiver) const;
   bool PickStar(NodeId u, int* chunk, NodeId* receiver) const;
+  bool PickEndgame(NodeId u, int* chunk, NodeId* receiver) const;
   NodeId BestReceiver(NodeId u, int chunk) const;
   bool Reported(NodeId sender, NodeId receiver) const;
   void MarkAllDirty();

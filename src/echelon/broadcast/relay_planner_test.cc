@@ -120,6 +120,30 @@ TEST(RelayPlannerTest, TwoReceiversReportingASenderBanItAndTheOriginIsNeverBlame
   EXPECT_EQ(p.strikes(kOrigin), 0);
 }
 
+TEST(RelayPlannerTest, UnreachablePeersReceiveEverythingAndNeverUpload) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/6, 1e6);
+  std::set<NodeId> nat;
+  for (int i = 0; i < 6; ++i) {
+    const bool reachable = i % 2 == 0;
+    // The unreachable ones claim the fastest uplinks: they must still never be asked to send.
+    NodeId n = p.AddPeer(reachable ? 1e6 : 1e9, {}, reachable);
+    if (!reachable) nat.insert(n);
+  }
+  std::vector<Transfer> log;
+  RoundsToComplete(p, &log);
+  EXPECT_TRUE(p.AllComplete());
+  EXPECT_EQ(log.size(), 6u * 6u);
+  for (const Transfer& t : log) EXPECT_EQ(nat.count(t.from), 0u) << "node " << t.from << " cannot be dialled";
+  for (NodeId n : nat) EXPECT_FALSE(p.IsReachable(n));
+  // Only NAT peers besides the origin: the origin sends everything.
+  RelayPlanner q(RelayOptions{}, 3, 1e6);
+  for (int i = 0; i < 3; ++i) q.AddPeer(1e6, {}, false);
+  std::vector<Transfer> q_log;
+  RoundsToComplete(q, &q_log);
+  EXPECT_EQ(q_log.size(), 9u);
+  for (const Transfer& t : q_log) EXPECT_EQ(t.from, kOrigin);
+}
+
 TEST(RelayPlannerTest, DeltaPeersOnlyReceiveMissingChunks) {
   RelayPlanner p(RelayOptions{}, /*num_chunks=*/5, 1e6);
   std::vector<bool> held = {true, true, false, true, false};

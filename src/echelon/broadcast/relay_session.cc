@@ -11,11 +11,11 @@ std::vector<uint64_t> ChunkSizes(const Manifest& m) {
 RelaySession::RelaySession(RelayPlanner* planner, Link* link, const Clock* clock, std::vector<uint64_t> chunk_bytes)
     : planner_(planner), link_(link), clock_(clock), chunk_bytes_(std::move(chunk_bytes)) {}
 
-NodeId RelaySession::AddPeer(double upload_bps, const std::vector<bool>& held) {
+NodeId RelaySession::AddPeer(double upload_bps, const std::vector<bool>& held, bool reachable) {
   NodeId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    id = planner_->AddPeer(upload_bps, held);
+    id = planner_->AddPeer(upload_bps, held, reachable);
     joined_at_[id] = clock_->Now();
     NoteCompletionLocked(id);
   }
@@ -58,7 +58,9 @@ void RelaySession::OnDone(const Transfer& t, TransferOutcome outcome) {
     const Started s = it->second;
     started_.erase(it);
     uploads_[t.from]--;
-    if (outcome == TransferOutcome::kVerified) {
+    // The slower copy of an endgame pair finds the chunk held already (it may not even have
+    // moved, if the receiver checked first): it says nothing about the sender's rate.
+    if (outcome == TransferOutcome::kVerified && !planner_->Holds(t.to, t.chunk)) {
       const uint64_t bytes = chunk_bytes_[t.chunk];
       bytes_moved_ += bytes;
       const double seconds = clock_->Now() - s.at;

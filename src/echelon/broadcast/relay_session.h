@@ -37,7 +37,7 @@ class RelaySession {
   RelaySession(const RelaySession&) = delete;
   RelaySession& operator=(const RelaySession&) = delete;
 
-  NodeId AddPeer(double upload_bps, const std::vector<bool>& held = {});  // pumps
+  NodeId AddPeer(double upload_bps, const std::vector<bool>& held = {}, bool reachable = true);  // pumps
   void PeerDied(NodeId peer);                                             // pumps
   void Pump();
   // Transfers started more than `max_seconds` ago end as failed (a receiver that never reports,

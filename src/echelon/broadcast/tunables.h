@@ -50,6 +50,13 @@ struct RelayOptions {
   // Weight of a new measurement in a node's bandwidth estimate (EWMA). 0.3 follows a
   // changed link within ~3 chunks while smoothing one slow transfer.
   double bandwidth_ewma_alpha = 0.3;
+  // Endgame: an uploader with nothing new to offer may also send a chunk that is already on
+  // its way to a receiver from a sender at least this many times slower (measured), once per
+  // receiver and chunk; whichever arrives first counts, the other is a duplicate. 0 (off) by
+  // default: simulated, 2 takes 4 fast + 4 ten-times-slower peers from 2.0 to 1.72 x T1 (the
+  // capacity bound is 1.48), but on real links measured rates differ by 2x between equal
+  // peers (concurrent sends, TCP ramp-up), so it fires there too and sends chunks twice.
+  double endgame_ratio = 0;
 };
 
 }  // namespace echelon::broadcast

@@ -323,7 +323,8 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
   cmd->add_option("--broadcast-listen", args->broadcast_listen,
-                  "where this actor serves snapshot chunks to other actors (peer-assisted broadcast)")
+                  "where this actor serves snapshot chunks to other actors (peer-assisted broadcast); none: "
+                  "nowhere (behind NAT: it receives every snapshot by dialling out, and never relays)")
       ->capture_default_str();
   cmd->add_option("--broadcast-advertise", args->broadcast_advertise,
                   "HOST:PORT other actors dial for chunks (default: this host's address toward the learner)");

@@ -3,20 +3,29 @@
 //
 //   echelon broadcast origin --file F --listen HOST:PORT [--key KEYFILE] [--mode peer|star]
 //       [--chunk-mib N] [--expect-peers N] [--upload-slots K] [--version V] [--exit-when-done]
-//       [--timeout S]
-//   echelon broadcast peer --origin HOST:PORT --listen HOST:PORT --out F [--origin-key PUB.pem]
-//       [--advertise HOST:PORT] [--name NAME] [--exit-when-done] [--timeout S]
+//       [--timeout S] [--delta-from OLD]
+//   echelon broadcast peer --origin HOST:PORT (--listen HOST:PORT | --no-listen) --out F
+//       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
+//       [--timeout S] [--have OLD]
 //
 // The origin waits for --expect-peers peers (so every peer starts together), publishes F as
 // version V, and prints one JSON line each time every live peer holds it:
 //   {"event":"complete","version":V,"mode":"peer","bytes":B,"chunks":C,"peers":N,"dead":D,
 //    "seconds":T_last_peer,"per_peer":[{"peer":..,"seconds":..,"alive":..,"banned":..}],
-//    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..}
-// A peer prints {"bytes":B,"seconds":T,"sha256":"..","version":V,"peer":".."} once it has
-// verified and atomically written --out (T counts from its start). Both keep serving until
-// SIGINT/SIGTERM (the origin's Stop ends its peers); with --exit-when-done the origin leaves
-// once the version is complete everywhere, and a peer once the origin says so (or is gone),
-// so no peer stops relaying while others still need its chunks.
+//    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..,"bytes_pulled":P}
+// A peer prints {"bytes":B,"seconds":T,"sha256":"..","version":V,"peer":"..","bytes_received":R}
+// once it has verified and atomically written --out (T counts from its start; R: payload bytes
+// it pulled, chunks and deltas). Both keep serving until SIGINT/SIGTERM (the origin's Stop ends
+// its peers); with --exit-when-done the origin leaves once the version is complete everywhere,
+// and a peer once the origin says so (or is gone), so no peer stops relaying while others still
+// need its chunks.
+//
+// Deltas: with --delta-from OLD the origin also offers each chunk of F as its delta against OLD
+// (broadcast/delta.h); a peer started with --have OLD (the same file) pulls those deltas,
+// rebuilds F and checks it against the signed hashes; a peer without it pulls F whole.
+//
+// NAT: a peer started with --no-listen serves nothing; it pulls every chunk by dialling its
+// senders (the origin or listening peers), and the origin never asks it to relay.
 //
 // Keys: the origin signs with --key KEYFILE (default ./echelon-origin.key); when that file does
 // not exist a new Ed25519 key is generated and saved there (mode 0600), its public key beside
@@ -69,6 +78,7 @@ struct OriginArgs {
   bool exit_when_done = false;
   double timeout = 0;  // 0: none
   std::string token_file;
+  std::string delta_from;
 };
 
 struct PeerArgs {
@@ -81,6 +91,8 @@ struct PeerArgs {
   bool exit_when_done = false;
   double timeout = 0;
   std::string token_file;
+  std::string have;
+  bool no_listen = false;
 };
 
 // The bearer token of --token-file ("" without one); false after printing why it is unusable.
@@ -133,7 +145,8 @@ nlohmann::json CompletionJson(net::BroadcastOrigin& origin, const broadcast::Man
   return {{"event", "complete"}, {"version", m.version},  {"mode", mode},           {"bytes", m.total_bytes},
           {"chunks", m.num_chunks()}, {"peers", live},     {"dead", dead},           {"seconds", last},
           {"per_peer", per_peer},  {"transfers", s.verified}, {"origin_sends", s.origin_sends},
-          {"corrupt", s.corrupt},  {"failed", s.failed},    {"sha256", m.file_sha256}};
+          {"corrupt", s.corrupt},  {"failed", s.failed},    {"sha256", m.file_sha256},
+          {"bytes_pulled", origin.BytesPulled(m.version)}};
 }
 
 int RunOrigin(const OriginArgs& args) {
@@ -166,6 +179,11 @@ int RunOrigin(const OriginArgs& args) {
     spdlog::error("{}", blob.status().message());
     return 2;
   }
+  Result<std::string> delta_base = args.delta_from.empty() ? std::string() : ReadFile(args.delta_from);
+  if (!delta_base.ok()) {
+    spdlog::error("--delta-from: {}", delta_base.status().message());
+    return 2;
+  }
   Result<broadcast::SigningKey> key = LoadOrCreateKey(args.key);
   if (!key.ok()) {
     spdlog::error("--key {}: {}", args.key, key.status().message());
@@ -185,7 +203,8 @@ int RunOrigin(const OriginArgs& args) {
       return 3;
     }
   }
-  Result<broadcast::Manifest> m = origin.Publish(args.version, blob.value());
+  Result<broadcast::Manifest> m =
+      origin.Publish(args.version, blob.value(), args.delta_from.empty() ? nullptr : &delta_base.value());
   if (!m.ok()) {
     spdlog::error("{}", m.status().message());
     return 1;
@@ -213,6 +232,10 @@ int RunPeer(const PeerArgs& args) {
   const double started = clock.Now();
   net::BroadcastPeerOptions opts;
   opts.origin = args.origin;
+  if (args.listen.empty() == !args.no_listen) {
+    spdlog::error("give exactly one of --listen HOST:PORT and --no-listen");
+    return 2;
+  }
   opts.listen = args.listen;
   if (!ReadTokenFile(args.token_file, &opts.token)) return 2;
   opts.advertise = args.advertise;
@@ -226,6 +249,14 @@ int RunPeer(const PeerArgs& args) {
     opts.origin_key = pinned.value();
   }
   net::BroadcastPeer peer(opts);
+  if (!args.have.empty()) {
+    Result<std::string> have = ReadFile(args.have);
+    Status st = have.ok() ? peer.AddBase(have.value()) : have.status();
+    if (!st.ok()) {
+      spdlog::error("--have {}: {}", args.have, st.message());
+      return 2;
+    }
+  }
   if (Status st = peer.Start(); !st.ok()) {
     spdlog::error("{}", st.message());
     return st.code() == StatusCode::kUnavailable ? 1 : 2;
@@ -253,7 +284,8 @@ int RunPeer(const PeerArgs& args) {
       return 1;
     }
     nlohmann::json line = {{"bytes", m->total_bytes}, {"seconds", clock.Now() - started},
-                           {"sha256", m->file_sha256}, {"version", *v}, {"peer", peer.peer_id()}};
+                           {"sha256", m->file_sha256}, {"version", *v}, {"peer", peer.peer_id()},
+                           {"bytes_received", peer.bytes_received()}};
     std::cout << line.dump() << std::endl;
     written = *v;
     next = *v + 1;
@@ -284,19 +316,24 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   origin->add_option("--version", o->version, "snapshot version number")->capture_default_str();
   origin->add_option("--token-file", o->token_file, "bearer token peers must present (default: none)");
   origin->add_flag("--exit-when-done", o->exit_when_done, "exit once every live peer holds the file");
+  origin->add_option("--delta-from", o->delta_from,
+                     "also offer the file as deltas against this older file (peers started with --have it pull those)");
   origin->add_option("--timeout", o->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   origin->callback([o, exit_code] { *exit_code = RunOrigin(*o); });
 
   auto p = std::make_shared<PeerArgs>();
   CLI::App* peer = cmd->add_subcommand("peer", "join an origin, receive and relay, write the verified file");
   peer->add_option("--origin", p->origin, "origin HOST:PORT")->required();
-  peer->add_option("--listen", p->listen, "HOST:PORT to serve chunks to other peers on")->required();
+  peer->add_option("--listen", p->listen, "HOST:PORT to serve chunks to other peers on (or --no-listen)");
+  peer->add_flag("--no-listen", p->no_listen,
+                 "serve nothing (behind NAT): receive by dialling out only, never asked to relay");
   peer->add_option("--out", p->out, "where to write the verified file (atomically)")->required();
   peer->add_option("--origin-key", p->origin_key, "pin the origin's public key (PEM); default: trust on first use");
   peer->add_option("--advertise", p->advertise, "HOST:PORT other peers dial (default: --listen's host and port)");
   peer->add_option("--name", p->name, "name in the origin's logs and report")->capture_default_str();
   peer->add_option("--token-file", p->token_file, "bearer token for the origin and other peers");
   peer->add_flag("--exit-when-done", p->exit_when_done, "exit once the origin says every peer holds the file");
+  peer->add_option("--have", p->have, "a file this peer holds already (the origin's --delta-from): pull only deltas");
   peer->add_option("--timeout", p->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   peer->callback([p, exit_code] { *exit_code = RunPeer(*p); });
 }

@@ -25,11 +25,14 @@ namespace echelon::learn {
 
 class TrajectoryIntake;
 
-// A snapshot version that every peer of the broadcast held, and how long it took from
-// publishing to the last peer.
+// A snapshot version that every peer of the broadcast held, how long it took from publishing
+// to the last peer, the payload bytes a peer pulled for it (the mean over the peers that
+// completed it), and its size whole.
 struct BroadcastCompletion {
   int64_t version = 0;
   double seconds = 0;
+  int64_t bytes = 0;
+  int64_t snapshot_bytes = 0;
 };
 
 class ActorTransport {

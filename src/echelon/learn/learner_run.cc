@@ -343,6 +343,8 @@ class LearnerRun {
     if (std::optional<BroadcastCompletion> b = transport_.TakeCompletedBroadcast()) {
       r.broadcast_version = b->version;
       r.broadcast_s = b->seconds;
+      r.broadcast_bytes = b->bytes;
+      r.broadcast_snapshot_bytes = b->snapshot_bytes;
     }
     r.learner_rss_mb = ResidentSetMb();
     r.learner_ranks = ranks_ ? ranks_->world() : 1;

@@ -2,9 +2,11 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 namespace echelon::net {
@@ -21,14 +23,49 @@ bool IsWildcardHost(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
 }
 
-Result<std::string> LocalAddressToward(const std::string& host_port) {
+namespace {
+
+// getaddrinfo for HOST:PORT (brackets around an IPv6 host removed; no port: `default_port`).
+int Resolve(const std::string& host_port, int socktype, const char* default_port, addrinfo** found,
+            std::string* host_out) {
   std::string host = HostOf(host_port);
-  const std::string port = host_port.size() > host.size() + 1 ? host_port.substr(host.size() + 1) : "9";
+  const std::string port = host_port.size() > host.size() + 1 ? host_port.substr(host.size() + 1) : default_port;
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_socktype = socktype;
+  *host_out = host;
+  return ::getaddrinfo(host.c_str(), port.c_str(), &hints, found);
+}
+
+}  // namespace
+
+bool TcpReachable(const std::string& host_port, double timeout_s) {
+  std::string host;
   addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
+  if (Resolve(host_port, SOCK_STREAM, "", &found, &host) != 0) return false;
+  bool reached = false;
+  for (addrinfo* a = found; a != nullptr && !reached; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      reached = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      reached = ::poll(&p, 1, static_cast<int>(timeout_s * 1000)) == 1 &&
+                ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return reached;
+}
+
+Result<std::string> LocalAddressToward(const std::string& host_port) {
+  std::string host;
+  addrinfo* found = nullptr;
+  if (int rc = Resolve(host_port, SOCK_DGRAM, "9", &found, &host); rc != 0)
     return Status(StatusCode::kUnavailable, "cannot resolve " + host + ": " + ::gai_strerror(rc));
   std::string out;
   for (addrinfo* a = found; a != nullptr && out.empty(); a = a->ai_next) {

@@ -17,5 +17,8 @@ bool IsWildcardHost(const std::string& host);
 // The local IP address this machine uses to reach `host_port` (a UDP socket is connected,
 // nothing is sent): what a peer on the same network should dial to reach us.
 Result<std::string> LocalAddressToward(const std::string& host_port);
+// True when a TCP connection to `host_port` is accepted within `timeout_s` (it is closed at
+// once): the broadcast origin's check that a peer's advertised address can be dialled.
+bool TcpReachable(const std::string& host_port, double timeout_s);
 
 }  // namespace echelon::net

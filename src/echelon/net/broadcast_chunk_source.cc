@@ -68,9 +68,11 @@ grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::
                                             grpc::ServerWriter<v1::FetchChunkReply>* writer) {
   if (!token_.empty() && !TokenMatches(*ctx, token_))
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token for chunk fetches");
-  Result<std::shared_ptr<const std::string>> chunk = store_->GetChunk(req->version(), req->chunk());
+  Result<std::shared_ptr<const std::string>> chunk =
+      req->delta() ? store_->GetDelta(req->version(), req->chunk()) : store_->GetChunk(req->version(), req->chunk());
   if (!chunk.ok()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "chunk " + std::to_string(req->chunk()) + " of version " +
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(req->delta() ? "the delta of " : "") + "chunk " +
+                                                         std::to_string(req->chunk()) + " of version " +
                                                          std::to_string(req->version()) +
                                                          " is not held here: " + chunk.status().message());
   }

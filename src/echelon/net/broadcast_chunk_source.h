@@ -1,6 +1,7 @@
 // ChunkSourceService: the data plane of the broadcast. The origin and every peer serve the
 // verified chunks of their ChunkStore to whoever an Order names them as sender for
-// (FetchChunk: version + index -> the chunk in kChunkPieceBytes pieces). Only verified chunks
+// (FetchChunk: version + index -> the chunk, or with `delta` the chunk's delta, in
+// kChunkPieceBytes pieces). Only verified chunks
 // are ever in a ChunkStore, so a correct node never serves bad bytes; receivers verify anyway
 // (a faulty host might). With serialize_uploads, concurrent fetches take turns (FIFO-ish, one
 // mutex held while a chunk's pieces are written), so each chunk leaves at the full upload

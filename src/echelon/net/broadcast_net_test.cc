@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "echelon/broadcast/delta.h"
 #include "echelon/common/sha256.h"
 #include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/net/broadcast_origin.h"
@@ -199,6 +200,49 @@ TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {
   server->Shutdown();
 }
 
+TEST(ChunkSourceTest, ServesADeltaOnlyWhereItHoldsOne) {
+  const std::string v1 = RandomBlob(2 * kChunk, 17);
+  std::string v2 = v1;
+  v2[10] ^= 1;
+  v2[kChunk + 20] ^= 1;  // not the same offset: equal deltas would be stored once
+  broadcast::Manifest m = broadcast::BuildManifest(2, v2, kChunk).value();
+  std::vector<std::string> deltas = broadcast::AddDeltas(&m, v2, v1).value();
+  broadcast::ChunkStore store(2);
+  ASSERT_TRUE(store.AddVersion(m).ok());
+  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(store.PutChunk(2, i, std::string(broadcast::ChunkView(m, v2, i))).ok());
+  ASSERT_TRUE(store.PutDelta(2, 1, deltas[1]).ok());  // chunk 0 is held whole only
+  ChunkSourceService source(&store, /*serialize_uploads=*/true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&source);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                           grpc::InsecureChannelCredentials()));
+  auto fetch = [&](uint32_t chunk, bool delta, std::string* got) {
+    v1::FetchChunkRequest req;
+    req.set_version(2);
+    req.set_chunk(chunk);
+    req.set_delta(delta);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto reader = stub->FetchChunk(&ctx, req);
+    v1::FetchChunkReply piece;
+    got->clear();
+    while (reader->Read(&piece)) *got += piece.data();
+    return reader->Finish();
+  };
+  std::string got;
+  grpc::Status st = fetch(0, true, &got);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("the delta of chunk 0"), std::string::npos) << st.error_message();
+  ASSERT_TRUE(fetch(1, true, &got).ok());
+  EXPECT_EQ(got, deltas[1]);
+  ASSERT_TRUE(fetch(0, false, &got).ok());
+  EXPECT_EQ(got, v2.substr(0, kChunk));
+  server->Shutdown();
+}
+
 TEST(BroadcastNetTest, TamperedChunkIsRefusedRefetchedAndItsSenderBanned) {
   BroadcastOriginOptions opts;
   opts.serve_filter = Slow(0.01);  // a slow origin, so peers must relay
@@ -238,6 +282,168 @@ TEST(BroadcastNetTest, NewVersionFetchesOnlyTheChangedChunks) {
   ASSERT_TRUE(swarm.origin->WaitComplete(2, kWait));
   for (int i = 0; i < 3; ++i) EXPECT_EQ(swarm.Received(i, 2), blob);
   EXPECT_EQ(swarm.origin->Stats(2).verified, 3u * 2u);
+}
+
+// A version after `blob` in which every chunk changed a little: `fraction` of its bytes flipped
+// in their low bit (a small update), so every chunk has a small delta.
+std::string SmallUpdate(std::string blob, double fraction, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution flip(fraction);
+  for (char& c : blob) {
+    if (flip(rng)) c = static_cast<char>(c ^ 1);
+  }
+  return blob;
+}
+
+TEST(BroadcastNetTest, NextVersionIsPulledAsDeltasAndRebuiltBitExactly) {
+  BroadcastOriginOptions opts;
+  opts.delta_from_previous = true;
+  Swarm swarm(opts);
+  swarm.AddPeers(4);
+  const std::string v1 = RandomBlob(8 * kChunk, 11);
+  const std::string v2 = SmallUpdate(v1, 0.01, 12);
+  ASSERT_TRUE(swarm.origin->Publish(1, v1).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  std::vector<uint64_t> before;
+  for (auto& p : swarm.peers) before.push_back(p->bytes_received());
+  EXPECT_EQ(swarm.origin->BytesPulled(1), 4u * v1.size());  // the first version goes whole
+  Result<broadcast::Manifest> m = swarm.origin->Publish(2, v2);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE(m->has_deltas());
+  uint64_t delta_bytes = 0;
+  for (size_t i = 0; i < m->num_chunks(); ++i) {
+    ASSERT_TRUE(m->HasDelta(i)) << i;
+    delta_bytes += m->delta_bytes[i];
+  }
+  ASSERT_TRUE(swarm.origin->WaitComplete(2, kWait));
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(swarm.peers[i]->WaitForVersion(2, kWait), std::optional<uint64_t>(2));
+    EXPECT_EQ(Sha256Hex(swarm.Received(i, 2)), m->file_sha256) << "peer " << i;
+    EXPECT_EQ(swarm.peers[i]->store().stats().delta_puts, 8u) << "peer " << i;
+    // Exactly the deltas: every chunk once, as its delta.
+    EXPECT_EQ(swarm.peers[i]->bytes_received() - before[i], delta_bytes) << "peer " << i;
+  }
+  EXPECT_LT(delta_bytes, v2.size() / 5);
+  EXPECT_EQ(swarm.origin->BytesPulled(2), 4 * delta_bytes);
+  EXPECT_EQ(swarm.origin->Stats(2).verified, 4u * 8u);
+}
+
+// A peer without the base (it keeps one version, so the new one displaces it; or it joins
+// late) pulls whole chunks; the peers holding the base still pull only deltas: when one is told
+// to pull from a peer that holds no deltas it is refused (NotFound) and pulls the delta from
+// the origin.
+TEST(BroadcastNetTest, PeerWithoutTheBasePullsWholeChunksBesideDeltaPeers) {
+  BroadcastOriginOptions opts;
+  opts.delta_from_previous = true;
+  opts.serve_filter = Slow(0.01);  // a slow origin, so peers relay to each other
+  Swarm swarm(opts);
+  swarm.AddPeers(3);
+  BroadcastPeerOptions forgetful_opts = swarm.PeerOptions(7);
+  forgetful_opts.keep_versions = 1;
+  forgetful_opts.upload_bps = 1e12;  // asked to relay first
+  BroadcastPeer forgetful(forgetful_opts);
+  ASSERT_TRUE(forgetful.Start().ok());
+  ASSERT_TRUE(swarm.origin->WaitForPeers(4, kWait));
+  const std::string v1 = RandomBlob(12 * kChunk, 13);
+  const std::string v2 = SmallUpdate(v1, 0.01, 14);
+  ASSERT_TRUE(swarm.origin->Publish(1, v1).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  const uint64_t forgetful_before = forgetful.bytes_received();
+  ASSERT_TRUE(swarm.origin->Publish(2, v2).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(2, kWait));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(swarm.Received(i, 2), v2) << "peer " << i;
+  EXPECT_EQ(forgetful.store().Assemble(2).value(), v2);
+  EXPECT_EQ(forgetful.store().stats().delta_puts, 0u);
+  EXPECT_GE(forgetful.bytes_received() - forgetful_before, v2.size());
+  for (auto& p : swarm.peers) EXPECT_EQ(p->store().stats().delta_puts, 12u);
+  EXPECT_EQ(swarm.origin->Stats(2).corrupt, 0u);
+
+  BroadcastPeer late(swarm.PeerOptions(9));
+  ASSERT_TRUE(late.Start().ok());
+  ASSERT_EQ(late.WaitForVersion(2, kWait), std::optional<uint64_t>(2));
+  EXPECT_EQ(late.store().Assemble(2).value(), v2);
+  EXPECT_EQ(late.store().stats().delta_puts, 0u);
+}
+
+TEST(BroadcastNetTest, TamperedDeltaIsRefusedRefetchedAndItsSenderBanned) {
+  BroadcastOriginOptions opts;
+  opts.delta_from_previous = true;
+  opts.serve_filter = Slow(0.01);
+  opts.relay.upload_slots = 1;
+  Swarm swarm(opts);
+  std::atomic<bool> lie{false};
+  ServeFilter evil = [&lie](uint64_t, uint32_t, std::string* bytes) {
+    if (lie.load()) (*bytes)[bytes->size() / 2] ^= 0x5a;
+  };
+  swarm.AddPeers(5, {{2, evil}}, /*fat_pipe=*/2);
+  const std::string v1 = RandomBlob(16 * kChunk, 15);
+  const std::string v2 = SmallUpdate(v1, 0.01, 16);
+  ASSERT_TRUE(swarm.origin->Publish(1, v1).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  lie = true;  // honest with v1, lies about v2's deltas
+  ASSERT_TRUE(swarm.origin->Publish(2, v2).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(2, kWait));
+  for (int i = 0; i < 5; ++i) {
+    if (i != 2) EXPECT_EQ(swarm.Received(i, 2), v2) << "peer " << i;
+  }
+  broadcast::RelayPlanner::Stats s = swarm.origin->Stats(2);
+  EXPECT_EQ(s.corrupt, 2u);
+  for (const BroadcastPeerReport& r : swarm.origin->Report(2)) {
+    EXPECT_EQ(r.banned, r.peer_id.rfind("p2#", 0) == 0) << r.peer_id;
+  }
+}
+
+// Peers behind NAT listen nowhere: they receive by dialling the origin and listening peers,
+// and are never named as a sender.
+TEST(BroadcastNetTest, PeersThatListenNowhereReceiveEverythingAndNeverRelay) {
+  BroadcastOriginOptions opts;
+  opts.serve_filter = Slow(0.005);
+  Swarm swarm(opts);
+  swarm.AddPeers(2);
+  std::vector<std::unique_ptr<BroadcastPeer>> nat;
+  for (int i = 0; i < 2; ++i) {
+    BroadcastPeerOptions o = swarm.PeerOptions(10 + i);
+    o.listen.clear();
+    o.upload_bps = 1e12;  // would be asked to relay first, if it could be dialled
+    nat.push_back(std::make_unique<BroadcastPeer>(o));
+    ASSERT_TRUE(nat.back()->Start().ok());
+    EXPECT_EQ(nat.back()->address(), "");
+  }
+  ASSERT_TRUE(swarm.origin->WaitForPeers(4, kWait));
+  const std::string blob = RandomBlob(12 * kChunk, 18);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(swarm.Received(i, 1), blob);
+  for (auto& p : nat) EXPECT_EQ(p->store().Assemble(1).value(), blob);
+  broadcast::RelayPlanner::Stats s = swarm.origin->Stats(1);
+  EXPECT_EQ(s.failed, 0u);
+  EXPECT_EQ(s.verified, 4u * 12u);
+  EXPECT_LT(s.origin_sends, 4u * 12u);  // the listening peers relayed
+}
+
+// A peer behind NAT that does not say so advertises an address nobody can dial: the origin's
+// probe at join finds it unreachable, so it is never planned as a sender (which would fail
+// three fetches and get it declared dead) and still receives everything.
+TEST(BroadcastNetTest, PeerAdvertisingAnUndialableAddressOnlyReceives) {
+  BroadcastOriginOptions opts;
+  opts.serve_filter = Slow(0.005);
+  Swarm swarm(opts);
+  swarm.AddPeers(2);
+  BroadcastPeerOptions o = swarm.PeerOptions(20);
+  o.advertise = "127.0.0.1:1";  // nothing listens there
+  o.upload_bps = 1e12;
+  BroadcastPeer hidden(o);
+  ASSERT_TRUE(hidden.Start().ok());
+  ASSERT_TRUE(swarm.origin->WaitForPeers(3, kWait));
+  const std::string blob = RandomBlob(12 * kChunk, 19);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  EXPECT_EQ(hidden.store().Assemble(1).value(), blob);
+  EXPECT_EQ(swarm.origin->Stats(1).failed, 0u);
+  for (const BroadcastPeerReport& r : swarm.origin->Report(1)) {
+    EXPECT_TRUE(r.alive) << r.peer_id;
+    if (r.peer_id.rfind("p20#", 0) == 0) EXPECT_EQ(r.address, "");
+  }
 }
 
 TEST(BroadcastNetTest, LateJoinerGetsTheNewestVersion) {

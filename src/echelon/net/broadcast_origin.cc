@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "echelon/broadcast/delta.h"
 #include "echelon/broadcast/relay_session.h"
+#include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/v1/broadcast.grpc.pb.h"
@@ -23,7 +25,7 @@ using Stream = grpc::ServerReaderWriter<v1::OriginToPeer, v1::PeerToOrigin>;
 // writers take write_mu and check `closed`, which the handler sets before it returns.
 struct BroadcastOrigin::Conn {
   std::string id;
-  std::string address;
+  std::string address;   // of its ChunkSource; empty: it dials out only (NAT) and never uploads
   std::string cert_pem;  // with TLS: what its ChunkSource serves with
   double upload_bps = kDefaultUploadBps;
   grpc::ServerContext* ctx = nullptr;
@@ -61,6 +63,7 @@ struct BroadcastOrigin::Version : public broadcast::Link {
   std::map<NodeId, std::shared_ptr<Conn>> conns;  // every node ever added, dead ones too
   std::map<NodeId, std::vector<std::pair<Transfer, DoneFn>>> parked;  // endpoint not yet registered
   bool complete = false;
+  uint64_t bytes_pulled = 0;  // as the receivers reported it
 
   void Start(const Transfer& t, DoneFn done) override { origin->StartTransfer(this, t, std::move(done)); }
 };
@@ -94,15 +97,18 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
       spdlog::warn("refused peer {}: {}", ctx->peer(), msg);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
     }
-    if (hello.address().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Hello carries no address for the peer's ChunkSource");
-    }
     auto conn = std::make_shared<Conn>();
     conn->address = hello.address();
     conn->cert_pem = hello.cert_pem();
-    if (!o_->options_.tls.empty() && conn->cert_pem.empty())
+    if (!o_->options_.tls.empty() && !conn->address.empty() && conn->cert_pem.empty())
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this broadcast runs over TLS: the Hello must carry the peer's certificate");
+    if (!conn->address.empty() && o_->options_.probe_peers && !TcpReachable(conn->address, kReachProbeSeconds)) {
+      spdlog::warn("peer {} advertises {}, which this origin cannot dial: it will receive but never relay (a peer "
+                   "behind NAT: start it with --no-listen, or an actor with --broadcast-listen none)",
+                   ctx->peer(), conn->address);
+      conn->address.clear();
+    }
     conn->upload_bps = hello.upload_bps() > 0 ? hello.upload_bps() : kDefaultUploadBps;
     conn->ctx = ctx;
     conn->stream = stream;
@@ -173,19 +179,34 @@ void BroadcastOrigin::Shutdown() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
-Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std::string& blob) {
+Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std::string& blob,
+                                                     const std::string* delta_base) {
+  std::optional<uint64_t> previous;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!versions_.empty() && version <= versions_.rbegin()->first) {
       return InvalidArgument("publishing version " + std::to_string(version) + ": version " +
                              std::to_string(versions_.rbegin()->first) + " is already published; versions must grow");
     }
+    if (!versions_.empty()) previous = versions_.rbegin()->first;
   }
   ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m, broadcast::BuildManifest(version, blob, options_.chunk_bytes));
+  std::string previous_blob;
+  if (delta_base == nullptr && options_.delta_from_previous && previous) {
+    if (Result<std::string> b = store_.Assemble(*previous); b.ok()) {
+      previous_blob = std::move(b).value();
+      delta_base = &previous_blob;
+    }
+  }
+  std::vector<std::string> deltas;
+  if (delta_base != nullptr) {
+    ECHELON_ASSIGN_OR_RETURN(deltas, broadcast::AddDeltas(&m, blob, *delta_base));
+  }
   ECHELON_ASSIGN_OR_RETURN(std::string envelope, broadcast::SignManifest(m, key_));
   ECHELON_RETURN_IF_ERROR(store_.AddVersion(m).WithContext("publishing version " + std::to_string(version)));
   for (size_t i = 0; i < m.num_chunks(); ++i) {
     ECHELON_RETURN_IF_ERROR(store_.PutChunk(version, i, std::string(broadcast::ChunkView(m, blob, i))));
+    if (m.HasDelta(i)) ECHELON_RETURN_IF_ERROR(store_.PutDelta(version, i, std::move(deltas[i])));
   }
   auto v = std::make_shared<Version>();
   v->origin = this;
@@ -193,7 +214,13 @@ Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std
   v->envelope = std::move(envelope);
   v->planner = std::make_unique<broadcast::RelayPlanner>(options_.relay, static_cast<int>(m.num_chunks()),
                                                          options_.origin_upload_bps);
-  v->session = std::make_unique<broadcast::RelaySession>(v->planner.get(), v.get(), clock_, broadcast::ChunkSizes(m));
+  // Planned with the deltas' sizes: what peers that hold the base (in a run, all but late
+  // joiners) pull.
+  std::vector<uint64_t> sizes = broadcast::ChunkSizes(m);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (m.HasDelta(i)) sizes[i] = m.delta_bytes[i];
+  }
+  v->session = std::make_unique<broadcast::RelaySession>(v->planner.get(), v.get(), clock_, std::move(sizes));
   v->published_at = clock_->Now();
   std::vector<std::shared_ptr<Conn>> targets;
   {
@@ -209,9 +236,11 @@ Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std
     }
     targets = conns_;
   }
-  spdlog::log(VersionLogLevel(options_.log_each_version),
-              "published version {}: {} bytes in {} chunks, file sha256 {}", version, m.total_bytes, m.num_chunks(),
-              m.file_sha256);
+  uint64_t delta_total = 0;
+  for (uint64_t d : m.delta_bytes) delta_total += d;
+  spdlog::log(VersionLogLevel(options_.log_each_version), "published version {}: {} bytes in {} chunks{}, file sha256 {}",
+              version, m.total_bytes, m.num_chunks(),
+              m.has_deltas() ? " (deltas: " + std::to_string(delta_total) + " bytes)" : std::string(), m.file_sha256);
   for (auto& c : targets) Announce(c, v);
   return m;
 }
@@ -242,7 +271,8 @@ void BroadcastOrigin::RunControl(const std::shared_ptr<Conn>& conn) {
     if (!versions_.empty()) newest = versions_.rbegin()->second;
   }
   cv_.notify_all();
-  spdlog::info("peer {} joined from {} (serves chunks at {})", conn->id, conn->ctx->peer(), conn->address);
+  spdlog::info("peer {} joined from {} ({})", conn->id, conn->ctx->peer(),
+               conn->address.empty() ? "dials out only: receives, never relays" : "serves chunks at " + conn->address);
   if (newest) Announce(conn, newest);
   v1::PeerToOrigin msg;
   while (conn->stream->Read(&msg)) {
@@ -253,7 +283,8 @@ void BroadcastOrigin::RunControl(const std::shared_ptr<Conn>& conn) {
     if (msg.has_have()) {
       OnHave(conn, msg.have().version(), msg.have().held());
     } else if (msg.has_outcome()) {
-      OnOutcome(conn, msg.outcome().transfer_id(), msg.outcome().result(), msg.outcome().detail());
+      OnOutcome(conn, msg.outcome().transfer_id(), msg.outcome().result(), msg.outcome().detail(),
+                msg.outcome().bytes());
     }
   }
   DeclareDead(conn, "control stream closed");
@@ -275,7 +306,8 @@ void BroadcastOrigin::OnHave(const std::shared_ptr<Conn>& conn, uint64_t version
     spdlog::warn("peer {}: Have for version {} has {} entries, manifest has {} chunks; treating as nothing held",
                  conn->id, version, held_bytes.size(), held.size());
   }
-  const NodeId node = v->session->AddPeer(conn->upload_bps, held);  // may plan transfers at once (parked)
+  // may plan transfers at once (parked)
+  const NodeId node = v->session->AddPeer(conn->upload_bps, held, /*reachable=*/!conn->address.empty());
   std::vector<std::pair<Transfer, DoneFn>> parked;
   bool alive;
   {
@@ -341,7 +373,7 @@ void BroadcastOrigin::StartTransfer(Version* v, const Transfer& t, DoneFn done) 
 }
 
 void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire_id, int result,
-                                const std::string& detail) {
+                                const std::string& detail, uint64_t bytes) {
   std::shared_ptr<Pending> p;
   std::shared_ptr<Conn> failing_sender;
   TransferOutcome outcome = TransferOutcome::kFailed;
@@ -353,6 +385,8 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
     if (it == pending_.end() || it->second->receiver != conn) return;
     p = it->second;
     pending_.erase(it);
+    // A metric only: a receiver can say no more than a chunk and its delta could hold.
+    p->version->bytes_pulled += std::min<uint64_t>(bytes, 2ull * kMaxBroadcastChunkBytes);
     if (p->sender) {
       if (outcome == TransferOutcome::kFailed) {
         if (++p->sender->fetch_failures_in_a_row >= kMaxFetchFailuresInARow && p->sender->alive) failing_sender = p->sender;
@@ -517,6 +551,12 @@ broadcast::RelayPlanner::Stats BroadcastOrigin::Stats(uint64_t version) const {
     v = it->second;
   }
   return v->session->planner_stats();
+}
+
+uint64_t BroadcastOrigin::BytesPulled(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  return it == versions_.end() ? 0 : it->second->bytes_pulled;
 }
 
 }  // namespace echelon::net

@@ -70,6 +70,12 @@ struct BroadcastOriginOptions {
   std::string token;         // non-empty: peers must present it (control stream and chunk fetches)
   TlsIdentity tls;           // non-empty: serve over TLS with this certificate (net/tls.h)
   bool log_each_version = true;  // info lines per version (publish, nodes, completion); else debug
+  // Each version after the first also goes as deltas against the one published before it
+  // (broadcast/delta.h): peers holding that one pull the deltas, the others whole chunks.
+  bool delta_from_previous = false;
+  // Dial each peer's advertised address at join (kReachProbeSeconds); one that does not answer
+  // (behind NAT, a firewalled port) is kept as a peer that receives but never relays.
+  bool probe_peers = true;
 };
 
 struct BroadcastPeerReport {
@@ -95,8 +101,11 @@ class BroadcastOrigin {
   const broadcast::VerifyKey& public_key() const { return public_key_; }
 
   // Splits, hashes, signs and announces `blob` as `version`, which must be newer than every
-  // version published before. Connected peers get it at once, later ones when they join.
-  Result<broadcast::Manifest> Publish(uint64_t version, const std::string& blob);
+  // version published before. Connected peers get it at once, later ones when they join. With
+  // `delta_base` (or delta_from_previous) the manifest also offers each chunk as its delta
+  // against that blob; the relay plans with the deltas' sizes.
+  Result<broadcast::Manifest> Publish(uint64_t version, const std::string& blob,
+                                      const std::string* delta_base = nullptr);
 
   // Peers whose control stream is up.
   size_t live_peers() const;
@@ -108,6 +117,8 @@ class BroadcastOrigin {
 
   std::vector<BroadcastPeerReport> Report(uint64_t version) const;
   broadcast::RelayPlanner::Stats Stats(uint64_t version) const;
+  // Payload bytes the peers said they pulled for `version` (chunks and deltas); 0 if unknown.
+  uint64_t BytesPulled(uint64_t version) const;
 
   // Tells every peer to stop (Stop message), then closes streams and the server.
   void Shutdown();
@@ -122,7 +133,8 @@ class BroadcastOrigin {
   void RunControl(const std::shared_ptr<Conn>& conn);
   void Announce(const std::shared_ptr<Conn>& conn, const std::shared_ptr<Version>& v);
   void OnHave(const std::shared_ptr<Conn>& conn, uint64_t version, const std::string& held);
-  void OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire_id, int result, const std::string& detail);
+  void OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire_id, int result, const std::string& detail,
+                 uint64_t bytes);
   void StartTransfer(Version* v, const broadcast::Transfer& t, std::function<void(const broadcast::Transfer&, broadcast::TransferOutcome)> done);
   void DeclareDead(const std::shared_ptr<Conn>& conn, const std::string& why);
   void CheckComplete(const std::shared_ptr<Version>& v);

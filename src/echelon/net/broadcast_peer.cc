@@ -43,16 +43,15 @@ BroadcastPeer::~BroadcastPeer() { Shutdown(); }
 
 std::string BroadcastPeer::origin_key_id() const { return origin_key_ ? origin_key_->key_id() : ""; }
 
-Status BroadcastPeer::Start() {
+Status BroadcastPeer::Serve(TlsIdentity* identity) {
   source_ = std::make_unique<ChunkSourceService>(&store_, /*serialize_uploads=*/true, options_.serve_filter,
                                                  options_.token);
-  TlsIdentity identity;
   if (!options_.tls_ca_pem.empty()) {
-    ECHELON_ASSIGN_OR_RETURN(identity, SelfSignedIdentity());
+    ECHELON_ASSIGN_OR_RETURN(*identity, SelfSignedIdentity());
   }
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, ServerCredentials(identity), &port);
+  builder.AddListeningPort(options_.listen, ServerCredentials(*identity), &port);
   ApplyBroadcastLimits(&builder);
   builder.RegisterService(source_.get());
   server_ = builder.BuildAndStart();
@@ -66,14 +65,22 @@ Status BroadcastPeer::Start() {
     // "HOST:0": the host given, the port this peer was bound to.
     if (address_.size() > 2 && address_.compare(address_.size() - 2, 2, ":0") == 0)
       address_ = HostOf(address_) + ":" + std::to_string(port);
-  } else {
-    const std::string host = HostOf(options_.listen);
-    if (IsWildcardHost(host)) {
-      return InvalidArgument("--listen " + options_.listen +
-                             " binds every interface; say which address other peers should dial (--advertise HOST:PORT)");
-    }
-    address_ = host + ":" + std::to_string(port);
+    return Status::Ok();
   }
+  const std::string host = HostOf(options_.listen);
+  if (IsWildcardHost(host)) {
+    return InvalidArgument("--listen " + options_.listen +
+                           " binds every interface; say which address other peers should dial (--advertise HOST:PORT)");
+  }
+  address_ = host + ":" + std::to_string(port);
+  return Status::Ok();
+}
+
+Status BroadcastPeer::Start() {
+  TlsIdentity identity;
+  if (!options_.listen.empty()) ECHELON_RETURN_IF_ERROR(Serve(&identity));
+  // else: dials out only (behind NAT); the Hello's empty address tells the origin it receives
+  // and never relays.
 
   control_ = std::make_unique<Control>();
   control_->channel = MakeChannel(options_.origin, options_.tls_ca_pem, /*peer=*/false);
@@ -250,7 +257,7 @@ void BroadcastPeer::FetchLoop() {
   }
 }
 
-Result<std::string> BroadcastPeer::FetchBytes(const Order& order) {
+Result<std::string> BroadcastPeer::FetchBytes(const Order& order, bool delta) {
   std::shared_ptr<grpc::Channel> channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -277,6 +284,7 @@ Result<std::string> BroadcastPeer::FetchBytes(const Order& order) {
   v1::FetchChunkRequest req;
   req.set_version(order.version);
   req.set_chunk(order.chunk);
+  req.set_delta(delta);
   std::unique_ptr<grpc::ClientReader<v1::FetchChunkReply>> reader = stub->FetchChunk(&ctx, req);
   std::string bytes;
   v1::FetchChunkReply piece;
@@ -290,14 +298,46 @@ Result<std::string> BroadcastPeer::FetchBytes(const Order& order) {
     bytes += piece.data();
   }
   grpc::Status st = reader->Finish();
+  bytes_received_ += bytes.size();
   if (too_big) return DataLoss("sender " + order.from_address + " sent more than any chunk can hold");
   if (!st.ok()) {
-    return Status(StatusCode::kUnavailable, "fetching chunk " + std::to_string(order.chunk) + " of version " +
-                                                std::to_string(order.version) + " from " +
-                                                (order.from_address.empty() ? options_.origin : order.from_address) +
-                                                ": " + st.error_message());
+    const std::string from = order.from_address.empty() ? options_.origin : order.from_address;
+    return Status(st.error_code() == grpc::StatusCode::NOT_FOUND ? StatusCode::kNotFound : StatusCode::kUnavailable,
+                  std::string(delta ? "fetching the delta of chunk " : "fetching chunk ") +
+                      std::to_string(order.chunk) + " of version " + std::to_string(order.version) + " from " + from +
+                      ": " + st.error_message());
   }
   return bytes;
+}
+
+Status BroadcastPeer::FetchAndStore(const Order& order, uint64_t* bytes) {
+  if (options_.deltas && store_.CanTakeDelta(order.version, order.chunk)) {
+    Result<std::string> delta = FetchBytes(order, /*delta=*/true);
+    bool from_origin = false;
+    if (delta.status().code() == StatusCode::kNotFound && !order.from_address.empty()) {
+      // The sender got the chunk whole (it lacked the base): the origin holds every delta, and
+      // a delta is a small fraction of the chunk this peer would otherwise pull.
+      Order origin_order = order;
+      origin_order.from_address.clear();
+      origin_order.from_cert_pem.clear();
+      delta = FetchBytes(origin_order, /*delta=*/true);
+      from_origin = true;
+    }
+    Status st = delta.status();
+    if (delta.ok()) {
+      *bytes += delta.value().size();
+      // PutDeltaChunk checks the delta and what it decodes to against the signed manifest.
+      st = store_.PutDeltaChunk(order.version, order.chunk, std::move(delta).value());
+    }
+    // Bad bytes from the origin are not the ordered sender's fault: a failure, not corruption.
+    if (from_origin && st.code() == StatusCode::kDataLoss) st = Internal("the origin's delta: " + st.message());
+    // The base went meanwhile (FailedPrecondition) or nobody holds the delta: pull it whole.
+    if (st.code() != StatusCode::kFailedPrecondition && st.code() != StatusCode::kNotFound) return st;
+  }
+  ECHELON_ASSIGN_OR_RETURN(std::string whole, FetchBytes(order, /*delta=*/false));
+  *bytes += whole.size();
+  // PutChunk hashes the bytes against the signed manifest before anything is stored.
+  return store_.PutChunk(order.version, order.chunk, std::move(whole));
 }
 
 void BroadcastPeer::Fetch(const Order& order) {
@@ -308,20 +348,20 @@ void BroadcastPeer::Fetch(const Order& order) {
   if (state.ok() && state.value() == broadcast::ChunkState::kVerified) {
     // Already here (a transfer the origin cancelled still arrived): no need to fetch again.
     out->set_result(v1::BROADCAST_RESULT_VERIFIED);
-  } else if (Result<std::string> bytes = FetchBytes(order); !bytes.ok()) {
-    out->set_result(bytes.status().code() == StatusCode::kDataLoss ? v1::BROADCAST_RESULT_CORRUPT
-                                                                   : v1::BROADCAST_RESULT_FAILED);
-    out->set_detail(bytes.status().message());
   } else {
-    // PutChunk hashes the bytes against the signed manifest before anything is stored.
-    Status st = store_.PutChunk(order.version, order.chunk, std::move(bytes).value());
+    uint64_t bytes = 0;
+    Status st = FetchAndStore(order, &bytes);
+    out->set_bytes(bytes);
     if (st.ok()) {
       out->set_result(v1::BROADCAST_RESULT_VERIFIED);
     } else {
+      // Bytes that arrived but fail verification blame the sender; anything else is a failed fetch.
       out->set_result(st.code() == StatusCode::kDataLoss ? v1::BROADCAST_RESULT_CORRUPT : v1::BROADCAST_RESULT_FAILED);
       out->set_detail(st.message());
-      spdlog::warn("chunk {} of version {} from {}: {}", order.chunk, order.version,
-                   order.from_address.empty() ? "origin" : order.from_address, st.message());
+      if (st.code() == StatusCode::kDataLoss) {
+        spdlog::warn("chunk {} of version {} from {}: {}", order.chunk, order.version,
+                     order.from_address.empty() ? "origin" : order.from_address, st.message());
+      }
     }
   }
   Send(msg);
@@ -329,6 +369,15 @@ void BroadcastPeer::Fetch(const Order& order) {
     std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();
   }
+}
+
+Status BroadcastPeer::AddBase(const std::string& blob, uint32_t chunk_bytes) {
+  ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m, broadcast::BuildManifest(0, blob, chunk_bytes));
+  ECHELON_RETURN_IF_ERROR(store_.AddVersion(m));
+  for (size_t i = 0; i < m.num_chunks(); ++i) {
+    ECHELON_RETURN_IF_ERROR(store_.PutChunk(0, i, std::string(broadcast::ChunkView(m, blob, i))));
+  }
+  return Status::Ok();
 }
 
 std::optional<uint64_t> BroadcastPeer::WaitForVersion(uint64_t min_version, double timeout_s) {

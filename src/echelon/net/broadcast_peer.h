@@ -4,7 +4,11 @@
 // key, checked against a pinned key when one is given), verifies each announced manifest's
 // signature, answers with the chunks it already holds (delta), and then carries out Orders:
 // pull chunk i of version v from the named sender, verify it (ChunkStore::PutChunk hashes
-// it), and report verified / corrupt / failed. Verified chunks are relayable at once, because
+// it), and report verified / corrupt / failed. When the manifest offers the chunk as a delta
+// (broadcast/delta.h) and this peer holds the base whole, it pulls the delta instead, decodes it
+// onto the base and checks the result against the chunk's signed hash; a sender that has no
+// delta for it (it got the chunk whole) answers NotFound, and the delta is pulled from the
+// origin, which holds them all (or, failing that, the chunk whole from the sender). Verified chunks are relayable at once, because
 // the origin plans relays from this peer as soon as it hears of them.
 //
 //   BroadcastPeerOptions opts;
@@ -58,7 +62,9 @@ namespace echelon::net {
 
 struct BroadcastPeerOptions {
   std::string origin;                  // HOST:PORT of the origin
-  std::string listen = "127.0.0.1:0";  // where this peer's ChunkSource listens; port 0 = any
+  // Where this peer's ChunkSource listens; port 0 = any. Empty: it listens nowhere and only
+  // dials out (a host behind NAT): it receives everything and is never asked to relay.
+  std::string listen = "127.0.0.1:0";
   std::string advertise;               // HOST:PORT others dial ("HOST:0": the bound port); default: listen's host + bound port
   std::string name = "peer";
   std::optional<broadcast::VerifyKey> origin_key;  // pinned; none = trust on first use
@@ -73,6 +79,7 @@ struct BroadcastPeerOptions {
   // (net/tls.h).
   std::string tls_ca_pem;
   bool log_each_version = true;  // an info line per announced version; else debug
+  bool deltas = true;            // pull a chunk's delta when this peer holds the base it is against
 };
 
 class BroadcastPeer {
@@ -86,7 +93,7 @@ class BroadcastPeer {
   // or this address cannot be bound; FailedPrecondition when the origin refuses (protocol
   // version) or presents a key other than the pinned one.
   Status Start();
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return address_; }  // empty when it listens nowhere
   const std::string& peer_id() const { return peer_id_; }
   std::string origin_key_id() const;
   const broadcast::ChunkStore& store() const { return store_; }
@@ -99,6 +106,13 @@ class BroadcastPeer {
   bool WaitForSwarmComplete(uint64_t version, double timeout_s);
   // The origin sent Stop, or the control stream broke.
   bool origin_gone() const;
+
+  // A blob this peer holds already (the previous snapshot on disk, `echelon broadcast peer
+  // --have`), kept as version 0 before Start: chunks with its hashes are never fetched, and
+  // deltas taken against it are decoded onto it. Unsigned: it is the peer's own file.
+  Status AddBase(const std::string& blob, uint32_t chunk_bytes = broadcast::kDefaultChunkBytes);
+  // Payload bytes pulled so far (chunks and deltas, verified or not).
+  uint64_t bytes_received() const { return bytes_received_.load(); }
 
   // Abrupt exit: stops serving and closes the control stream at once (the origin sees a
   // broken stream). Also what the destructor does.
@@ -113,13 +127,18 @@ class BroadcastPeer {
   };
 
  private:
+  Status Serve(TlsIdentity* identity);  // starts the ChunkSource and sets address_
   void ReadLoop();
   void HeartbeatLoop();
   void FetchLoop();
   void HandleAnnounce(uint64_t version, const std::string& envelope);
   void Fetch(const Order& order);
   bool Send(const v1::PeerToOrigin& message);  // false once the link is down
-  Result<std::string> FetchBytes(const Order& order);
+  // The chunk (or with `delta` its delta) from the order's sender; NotFound when the sender does
+  // not hold what was asked for.
+  Result<std::string> FetchBytes(const Order& order, bool delta);
+  // Fetches and stores the order's chunk, as a delta when possible; the status says how it ended.
+  Status FetchAndStore(const Order& order, uint64_t* bytes);
 
   const BroadcastPeerOptions options_;
   broadcast::ChunkStore store_;
@@ -136,6 +155,7 @@ class BroadcastPeer {
   bool link_down_ = false;
 
   std::atomic<bool> closing_{false};
+  std::atomic<uint64_t> bytes_received_{0};
   std::thread reader_;
   std::thread heartbeat_;
   std::vector<std::thread> fetchers_;

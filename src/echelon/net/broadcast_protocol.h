@@ -19,8 +19,12 @@ class ServerBuilder;
 
 namespace echelon::net {
 
-// Bumped on any incompatible change to broadcast.proto; checked at Hello.
-inline constexpr uint32_t kBroadcastProtocolVersion = 1;
+// Bumped on any incompatible change to broadcast.proto; checked at Hello. 2: delta chunks.
+inline constexpr uint32_t kBroadcastProtocolVersion = 2;
+
+// How long the origin waits for a TCP connection to a joining peer's advertised address
+// before it treats the peer as unreachable (receive-only).
+inline constexpr double kReachProbeSeconds = 2.0;
 
 // Largest chunk the CLI accepts (--chunk-mib). Bigger chunks lengthen the relay tail
 // (~log2(N) chunk times) for no gain once per-chunk overhead is already < 1%.

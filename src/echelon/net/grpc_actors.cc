@@ -39,6 +39,7 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
       ECHELON_ASSIGN_OR_RETURN(bo.tls.key_pem, ReadFile(options_.tls_key_file));
     }
     bo.log_each_version = false;  // one snapshot per update: the metrics carry broadcast_s
+    bo.delta_from_previous = true;  // actors hold the previous snapshot: they pull the deltas
     origin_ = std::make_unique<BroadcastOrigin>(bo, std::move(key), clock_);
     ECHELON_RETURN_IF_ERROR(origin_->Start().WithContext("snapshot broadcast origin"));
     so.broadcast_port = origin_->port();
@@ -70,7 +71,7 @@ std::map<std::string, int64_t> GrpcActors::Refusals() const {
 Status GrpcActors::Broadcast(int64_t version, const std::string& safetensors_bytes) {
   if (!origin_) return Status::Ok();
   ECHELON_RETURN_IF_ERROR(origin_->Publish(static_cast<uint64_t>(version), safetensors_bytes).status());
-  broadcasting_.push_back(version);
+  broadcasting_.emplace_back(version, safetensors_bytes.size());
   if (broadcasting_.size() > 8) broadcasting_.pop_front();
   return Status::Ok();
 }
@@ -79,14 +80,22 @@ std::optional<learn::BroadcastCompletion> GrpcActors::TakeCompletedBroadcast() {
   std::optional<learn::BroadcastCompletion> newest;
   if (!origin_) return newest;
   for (auto it = broadcasting_.begin(); it != broadcasting_.end();) {
-    if (!origin_->IsComplete(static_cast<uint64_t>(*it))) {
+    const uint64_t version = static_cast<uint64_t>(it->first);
+    if (!origin_->IsComplete(version)) {
       ++it;
       continue;
     }
     std::optional<double> last;
-    for (const BroadcastPeerReport& r : origin_->Report(static_cast<uint64_t>(*it)))
-      if (r.completed_s) last = std::max(last.value_or(0.0), *r.completed_s);
-    if (last) newest = learn::BroadcastCompletion{*it, *last};
+    int64_t peers = 0;
+    for (const BroadcastPeerReport& r : origin_->Report(version)) {
+      if (!r.completed_s) continue;
+      last = std::max(last.value_or(0.0), *r.completed_s);
+      ++peers;
+    }
+    if (last) {
+      newest = learn::BroadcastCompletion{it->first, *last, static_cast<int64_t>(origin_->BytesPulled(version)) / peers,
+                                          static_cast<int64_t>(it->second)};
+    }
     it = broadcasting_.erase(it);
   }
   return newest;

@@ -70,7 +70,8 @@ class GrpcActors : public learn::ActorTransport {
   const Clock* clock_;
   std::unique_ptr<BroadcastOrigin> origin_;
   std::unique_ptr<LearnerServer> server_;
-  std::deque<int64_t> broadcasting_;  // published versions not yet held by every peer (newest 8)
+  // Published versions not yet held by every peer (newest 8), with their sizes whole.
+  std::deque<std::pair<int64_t, uint64_t>> broadcasting_;
 };
 
 }  // namespace echelon::net

@@ -226,7 +226,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
   }
   BroadcastPeerOptions o;
   o.origin = HostOf(options_.address) + ":" + std::to_string(port);
-  o.listen = options_.broadcast_listen;
+  o.listen = options_.broadcast_listen == "none" ? "" : options_.broadcast_listen;  // none: dial out only (NAT)
   o.name = options_.name;
   o.origin_key = std::move(key).value();
   o.token = token;
@@ -234,7 +234,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
   o.log_each_version = false;
   o.join_timeout_seconds = 5;
   o.advertise = options_.broadcast_advertise;
-  if (o.advertise.empty() && IsWildcardHost(HostOf(o.listen))) {
+  if (!o.listen.empty() && o.advertise.empty() && IsWildcardHost(HostOf(o.listen))) {
     Result<std::string> ip = LocalAddressToward(options_.address);
     if (!ip.ok()) {
       spdlog::warn("{}; fetching snapshots directly (or give --broadcast-advertise)", ip.status().message());

@@ -50,7 +50,7 @@ struct RemoteLearnerOptions {
   std::string tls_ca_pem;     // the CA that signed the learner's certificate (PEM text); enables TLS
   double rpc_timeout_seconds = 30;
   bool broadcast = true;                     // join the learner's snapshot broadcast if it has one
-  std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors
+  std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors; "none": nowhere (NAT)
   std::string broadcast_advertise;           // HOST:PORT others dial; default: our address toward the learner
   double broadcast_wait_seconds = 20;        // then pull the snapshot directly
   // A stage of a pipelined worker (role.stage >= 0): registers as such, follows its pipeline

@@ -70,6 +70,8 @@ const std::map<std::string, Series>& Catalog() {
       {"router_imbalance", {"echelon_router_imbalance", G, "busiest expert's load over the mean, worst sparse layer (1: balanced)"}},
       {"broadcast_version", {"echelon_broadcast_version", G, "newest snapshot every broadcast peer held"}},
       {"broadcast_s", {"echelon_broadcast_seconds", G, "seconds from publishing that snapshot to its last peer"}},
+      {"broadcast_bytes", {"echelon_broadcast_bytes", G, "payload bytes a peer pulled for that snapshot (mean over the peers)"}},
+      {"broadcast_snapshot_bytes", {"echelon_broadcast_snapshot_bytes", G, "that snapshot's size whole"}},
       {"learner_rss_mb", {"echelon_learner_resident_memory_bytes", G, "the learner process's resident memory", "key", 1024.0 * 1024.0}},
       {"learner_ranks", {"echelon_learner_ranks", G, "data-parallel learner ranks that took the last update"}},
   };

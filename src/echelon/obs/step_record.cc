@@ -61,6 +61,8 @@ void VisitFields(R& r, V& v) {
   v.Number("tokens_per_s", r.tokens_per_s);
   v.Count("broadcast_version", r.broadcast_version);
   v.Number("broadcast_s", r.broadcast_s);
+  v.Count("broadcast_bytes", r.broadcast_bytes);
+  v.Count("broadcast_snapshot_bytes", r.broadcast_snapshot_bytes);
   v.Number("learner_rss_mb", r.learner_rss_mb);
   v.Count("learner_ranks", r.learner_ranks);
   v.Count("active_workers", r.active_workers);

@@ -13,7 +13,8 @@
 //               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
 //               skipped_nonfinite, verified_groups, verify_gap_max, tokens, learner_pad_frac,
-//               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s, learner_rss_mb, learner_ranks
+//               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s,
+//               broadcast_bytes, broadcast_snapshot_bytes, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
 // wait_s / train_s / learner_rss_mb read them as missing.
@@ -94,7 +95,10 @@ struct StepRecord {
   double router_aux_loss = kMissing;  // the load-balancing loss, when rl.router_aux_coef > 0
 
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
-  double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer
+  double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer,
+  std::optional<int64_t> broadcast_bytes;    // ... payload bytes a peer pulled for it (mean; deltas
+                                             //     where it held the base), and
+  std::optional<int64_t> broadcast_snapshot_bytes;  // ... its size whole
   double learner_rss_mb = kMissing;          // the learner process's resident memory
   std::optional<int64_t> learner_ranks;      // data-parallel learner ranks that took the update
 

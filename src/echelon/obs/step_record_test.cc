@@ -52,6 +52,8 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.router_aux_loss = 2.1;
   r.broadcast_version = 6;
   r.broadcast_s = 0.3;
+  r.broadcast_bytes = 1234;
+  r.broadcast_snapshot_bytes = 98765;
   r.learner_rss_mb = 300.5;
   r.learner_ranks = 2;
   r.active_workers = 5;
@@ -62,7 +64,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 49u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 51u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 

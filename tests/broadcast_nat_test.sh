@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# System test of the weight broadcast with peers behind NAT, across network namespaces: an
+# origin and four peers, each in its own namespace, joined by a bridge (every sender shaped
+# with tc tbf 200 Mbit/s). Peers 3 and 4 sit behind a firewall that drops every inbound
+# connection (nftables in their namespace: only replies to connections they opened get in),
+# as a home router's NAT does. Peer 3 knows it (--no-listen); peer 4 does not and advertises
+# an address nobody can dial: the origin's probe at join finds that out. Then deltas: version
+# 2 (1% of bytes changed) goes as deltas to the peers started with --have version 1, while
+# peer 2 is SIGKILLed mid-way; the survivors still write it bit-exactly.
+# Checks: every peer writes each version with the right SHA-256; no transfer failed (nobody
+# was asked to dial a peer behind NAT); the origin logs peer 4 as unreachable; the listening
+# peers relayed; delta peers pulled a few percent of the file.
+# Everything it creates is named with a per-run prefix and deleted by name on exit. Skips (exit
+# 77) where namespaces or nftables cannot be used, and fails then under CI=true.
+# Usage: tests/broadcast_nat_test.sh path/to/echelon
+set -uo pipefail
+ECHELON=$(realpath "$1")
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/skip.sh"
+P="ebn$$"
+NSES=()
+extra_cleanup() {
+  for ns in "${NSES[@]}"; do ip netns del "$ns" 2>/dev/null; done
+}
+enter_workdir
+
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null || ! ip netns add "${P}br" 2>/dev/null; then
+  skip_or_fail "cannot create network namespaces here (needs root, iproute2 and tc)"
+fi
+NSES+=("${P}br")
+command -v nft >/dev/null || skip_or_fail "nft (nftables) is needed to put peers behind a NAT-like firewall"
+set -e
+ip -n "${P}br" link add br0 type bridge
+ip -n "${P}br" link set br0 up
+host() {  # host NAME INDEX
+  local ns="${P}$1"
+  ip netns add "$ns"
+  NSES+=("$ns")
+  ip link add "${P}v$2" netns "$ns" type veth peer name "${P}b$2" netns "${P}br"
+  ip -n "$ns" addr add "10.214.0.$2/24" dev "${P}v$2"
+  ip -n "$ns" link set "${P}v$2" up
+  ip -n "$ns" link set lo up
+  ip -n "${P}br" link set "${P}b$2" master br0 up
+  ip netns exec "$ns" tc qdisc add dev "${P}v$2" root tbf rate 200mbit burst 256kb latency 50ms
+}
+behind_nat() {  # inbound: only packets of connections this host opened (and loopback)
+  ip netns exec "${P}$1" nft -f - <<'NFT'
+table inet echelon_nat {
+  chain input {
+    type filter hook input priority 0; policy drop;
+    iif lo accept
+    ct state established,related accept
+  }
+}
+NFT
+}
+host o 1
+for i in 1 2 3 4; do host "p$i" $((10 + i)); done
+behind_nat p3
+behind_nat p4
+set +e
+
+check "the firewall drops inbound connections to a NAT peer" sh -c \
+  "! ip netns exec ${P}o timeout 5 bash -c 'exec 3<>/dev/tcp/10.214.0.14/7801' 2>/dev/null"
+
+head -c $((24 << 20)) /dev/urandom > v1.bin
+python3 - <<'PY'
+import random
+random.seed(3)
+data = bytearray(open("v1.bin", "rb").read())
+for i in random.sample(range(len(data)), len(data) // 100):
+    data[i] ^= 1
+open("v2.bin", "wb").write(data)
+PY
+WANT1=$(sha256sum v1.bin | cut -d' ' -f1)
+WANT2=$(sha256sum v2.bin | cut -d' ' -f1)
+
+origin() {  # origin VERSION FILE EXTRA...
+  local v=$1 f=$2
+  shift 2
+  ip netns exec "${P}o" "$ECHELON" broadcast origin --file "$f" --version "$v" --listen 10.214.0.1:7800 \
+    --key origin.key --chunk-mib 1 --expect-peers 4 --exit-when-done --timeout 100 "$@" > origin$v.out 2> origin$v.err &
+  ORIGIN=$!
+  PIDS+=("$ORIGIN")
+  for _ in $(seq 1 100); do grep -q "listening on" origin$v.err 2>/dev/null && break; sleep 0.1; done
+}
+peer() {  # peer VERSION I EXTRA...: no `timeout` wrapper, so $! is the peer (SIGKILL reaches it)
+  local v=$1 i=$2
+  shift 2
+  local listen=(--listen "10.214.0.$((10 + i)):7801")
+  [ "$i" = 3 ] && listen=(--no-listen)
+  ip netns exec "${P}p$i" "$ECHELON" broadcast peer --origin 10.214.0.1:7800 "${listen[@]}" --out "v$v-p$i.bin" \
+    --origin-key origin.key.pub --name "p$i" --exit-when-done --timeout 100 "$@" > "peer$v-$i.out" 2> "peer$v-$i.err" &
+  PEER[$i]=$!
+  PIDS+=($!)
+}
+declare -A PEER
+
+# ---- Version 1: two listening peers, two behind NAT ----
+origin 1 v1.bin
+for i in 1 2 3 4; do peer 1 "$i"; done
+wait_exit "$ORIGIN" 120
+check "origin completes version 1" test $? -eq 0
+for i in 1 2 3 4; do
+  wait_exit "${PEER[$i]}" 20
+  check "peer $i writes version 1 bit-exactly" test "$(sha256sum v1-p$i.bin 2>/dev/null | cut -d' ' -f1)" = "$WANT1"
+done
+line=$(tail -n1 origin1.out)
+check "4 live peers, none dead" sh -c "echo '$line' | jq -e '.peers == 4 and .dead == 0' > /dev/null"
+check "no transfer failed: nobody was sent to dial a NAT peer" sh -c "echo '$line' | jq -e '.failed == 0' > /dev/null"
+check "each chunk reached each peer once (96 transfers)" sh -c "echo '$line' | jq -e '.transfers == 96' > /dev/null"
+check "the listening peers relayed (origin sent fewer than 96)" sh -c "echo '$line' | jq -e '.origin_sends < 96' > /dev/null"
+check "the origin names peer 4's address as one it cannot dial" grep -q "advertises 10.214.0.14:7801, which this origin cannot dial" origin1.err
+check "the origin knows peer 3 dials out only" grep -q "dials out only" origin1.err
+
+# ---- Version 2 as deltas; peer 2 (a relay) is killed mid-way ----
+# Deltas are ~3% of the file: at 4 Mbit/s per sender they take about a second, so a kill
+# 0.3 s after publishing lands while they move.
+for i in 1 11 12 13 14; do
+  ns=${P}o
+  [ "$i" != 1 ] && ns=${P}p$((i - 10))
+  ip netns exec "$ns" tc qdisc change dev "${P}v$i" root tbf rate 4mbit burst 256kb latency 50ms
+done
+origin 2 v2.bin --delta-from v1.bin
+for i in 1 2 3 4; do peer 2 "$i" --have "v1-p$i.bin"; done
+for _ in $(seq 1 200); do grep -q "published version" origin2.err 2>/dev/null && break; sleep 0.05; done
+sleep 0.3
+kill -9 "${PEER[2]}" 2>/dev/null
+wait "${PEER[2]}" 2>/dev/null  # reaped here, so bash reports nothing later
+wait_exit "$ORIGIN" 120
+check "origin completes version 2 without the killed relay" test $? -eq 0
+for i in 1 3 4; do
+  wait_exit "${PEER[$i]}" 20
+  check "peer $i writes version 2 bit-exactly" test "$(sha256sum v2-p$i.bin 2>/dev/null | cut -d' ' -f1)" = "$WANT2"
+  got=$(tail -n1 "peer2-$i.out" | jq -r .bytes_received)
+  check "peer $i pulled deltas only ($got bytes, under 10% of the file)" test "${got:-99999999}" -lt $(((24 << 20) / 10))
+done
+line=$(tail -n1 origin2.out)
+check "version 2: 3 live peers and the killed one dead" sh -c "echo '$line' | jq -e '.peers == 3 and .dead == 1' > /dev/null"
+finish
