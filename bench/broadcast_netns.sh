@@ -27,7 +27,8 @@ MAXN=16
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, tc)" >&2; exit 2; }
 command -v ip > /dev/null && command -v tc > /dev/null || apt-get install -y -q iproute2 > /dev/null
 command -v python3 > /dev/null || { echo "needs python3 (parses the origin's JSON line)" >&2; exit 2; }
-python3 -c "import numpy" 2> /dev/null || apt-get install -y -q python3-numpy > /dev/null
+# Debian's Python with numpy (writes the bf16 files of the delta part)
+/usr/bin/python3 -c "import numpy" 2> /dev/null || apt-get install -y -q python3-numpy > /dev/null
 
 P="eb$$"            # unique prefix: interface names stay under 15 characters
 BR_NS="${P}br"
@@ -114,7 +115,7 @@ PY
 
 # delta_files OUT_DIR: base.safetensors and next.safetensors (bf16, FILE_MIB) as described above.
 delta_files() {
-  python3 - "$1" "$FILE_MIB" "${DELTA_FRACTION:-0.02}" <<'PY'
+  /usr/bin/python3 - "$1" "$FILE_MIB" "${DELTA_FRACTION:-0.02}" <<'PY'
 import json, struct, sys
 import numpy as np
 out, mib, fraction = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])

@@ -8,6 +8,7 @@
 # Usage: tests/broadcast_cli_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
+HERE=$(realpath "$(dirname "$0")")
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -66,14 +67,7 @@ check "origin reports the file hash" contains origin.out "\"sha256\":\"$WANT\""
 check "origin reports the bytes pulled (3 peers, each chunk once)" contains origin.out '"bytes_pulled":37748736'
 
 # ---- Deltas: version 2 (1% of the bytes changed in their low bit) against version 1 ----
-python3 - <<'PY'
-import random
-random.seed(7)
-data = bytearray(open("snap.bin", "rb").read())
-for i in random.sample(range(len(data)), len(data) // 100):
-    data[i] ^= 1
-open("snap2.bin", "wb").write(data)
-PY
+python3 "$HERE/small_update.py" snap.bin snap2.bin 7
 WANT2=$(sha256sum snap2.bin | cut -d' ' -f1)
 timeout 60 "$ECHELON" broadcast origin --file snap2.bin --delta-from snap.bin --version 2 --listen 127.0.0.1:$((BASE + 20)) \
   --key origin.key --chunk-mib 1 --expect-peers 3 --exit-when-done --timeout 50 > origin2.out 2> origin2.err &

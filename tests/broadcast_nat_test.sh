@@ -15,6 +15,7 @@
 # Usage: tests/broadcast_nat_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
+HERE=$(realpath "$(dirname "$0")")
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/skip.sh"
 P="ebn$$"
@@ -64,14 +65,7 @@ check "the firewall drops inbound connections to a NAT peer" sh -c \
   "! ip netns exec ${P}o timeout 5 bash -c 'exec 3<>/dev/tcp/10.214.0.14/7801' 2>/dev/null"
 
 head -c $((24 << 20)) /dev/urandom > v1.bin
-python3 - <<'PY'
-import random
-random.seed(3)
-data = bytearray(open("v1.bin", "rb").read())
-for i in random.sample(range(len(data)), len(data) // 100):
-    data[i] ^= 1
-open("v2.bin", "wb").write(data)
-PY
+python3 "$HERE/small_update.py" v1.bin v2.bin 3
 WANT1=$(sha256sum v1.bin | cut -d' ' -f1)
 WANT2=$(sha256sum v2.bin | cut -d' ' -f1)
 
