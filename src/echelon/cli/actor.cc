@@ -27,7 +27,6 @@
 
 #include "echelon/cli/commands.h"
 #include "echelon/common/fs.h"
-#include "echelon/model/safetensors.h"
 #include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/pipeline_stage.h"
@@ -75,20 +74,13 @@ struct ActorArgs {
 
 // "I/K" -> the role's stage and stages.
 Status ParseStage(const std::string& text, net::StageRole* role) {
-  const size_t slash = text.find('/');
-  try {
-    size_t used = 0;
-    if (slash == std::string::npos) throw std::invalid_argument("no slash");
-    role->stage = std::stoi(text.substr(0, slash), &used);
-    if (used != slash) throw std::invalid_argument("junk");
-    role->stages = std::stoi(text.substr(slash + 1), &used);
-    if (used != text.size() - slash - 1) throw std::invalid_argument("junk");
-  } catch (const std::exception&) {
-    return InvalidArgument("--stage \"" + text + "\": expected I/K, stage I of K");
-  }
-  if (role->stages < 2 || role->stages > net::kMaxPipelineStages || role->stage < 0 || role->stage >= role->stages)
+  const std::optional<std::pair<int64_t, int64_t>> pair = ParseIntPair(text, '/');
+  if (!pair) return InvalidArgument("--stage \"" + text + "\": expected I/K, stage I of K");
+  if (pair->second < 2 || pair->second > net::kMaxPipelineStages || pair->first < 0 || pair->first >= pair->second)
     return InvalidArgument("--stage " + text + ": K in 2.." + std::to_string(net::kMaxPipelineStages) +
                            ", I in 0..K-1");
+  role->stage = static_cast<int>(pair->first);
+  role->stages = static_cast<int>(pair->second);
   return Status::Ok();
 }
 
@@ -192,17 +184,14 @@ int RunLaterStage(const ActorArgs& args, net::RemoteLearnerOptions ro) {
     if (snap.version < 0 || !snap.weights) continue;
     const model::LayerRange want = route.layers[static_cast<size_t>(stage)];
     if (snap.version == held && want.first == layers.first && want.last == layers.last) continue;
-    const std::string where = "snapshot v" + std::to_string(snap.version);
-    Result<model::SafetensorsFile> f = model::ParseSafetensors(*snap.weights, where);
-    Result<model::LayerRange> got = f.ok() ? model::RangeOfTensors(f->tensors) : Result<model::LayerRange>(f.status());
-    if (!got.ok() || got->first != want.first || got->last != want.last) continue;  // the route moved meanwhile
-    model::Qwen3Model m(setup->model, want);
-    if (Status st = m->LoadStateDict(f->tensors, where); !st.ok()) {
-      spdlog::error("pipeline {}: {}", args.pipeline, st.message());
+    Result<model::StageSnapshot> got =
+        model::LoadStageSnapshot(setup->model, *snap.weights, "snapshot v" + std::to_string(snap.version));
+    if (!got.ok()) {
+      spdlog::error("pipeline {}: {}", args.pipeline, got.status().message());
       continue;
     }
-    m->eval();
-    server.SetModel(m, snap.version);
+    if (got->layers.first != want.first || got->layers.last != want.last) continue;  // the route moved meanwhile
+    server.SetModel(got->model, snap.version);
     held = snap.version;
     layers = want;
   }

@@ -4,7 +4,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace echelon::cli {
 
@@ -26,5 +29,9 @@ void AddGenerateCommand(CLI::App& app, int* exit_code);
 // "echelon 0.3.0 (git 91ba92d, LibTorch 1.13.0)": `echelon --version`, the first line of a run's
 // learner.log and the head of its config.yaml.
 std::string VersionLine();
+
+// "A<sep>B" with A and B whole integers and nothing else; nullopt otherwise (`--stage I/K`,
+// `--layers A:B`).
+std::optional<std::pair<int64_t, int64_t>> ParseIntPair(const std::string& text, char sep);
 
 }  // namespace echelon::cli

@@ -29,6 +29,22 @@
 #include "echelon/net/pipeline_stage.h"
 
 namespace echelon::cli {
+
+std::optional<std::pair<int64_t, int64_t>> ParseIntPair(const std::string& text, char sep) {
+  const size_t at = text.find(sep);
+  if (at == std::string::npos) return std::nullopt;
+  try {
+    size_t used = 0;
+    const int64_t a = std::stoll(text.substr(0, at), &used);
+    if (used != at) return std::nullopt;
+    const int64_t b = std::stoll(text.substr(at + 1), &used);
+    if (used != text.size() - at - 1) return std::nullopt;
+    return std::make_pair(a, b);
+  } catch (const std::exception&) {  // not a number, or out of range
+    return std::nullopt;
+  }
+}
+
 namespace {
 
 std::atomic<bool> g_stop{false};
@@ -36,18 +52,9 @@ void OnSignal(int) { g_stop = true; }
 
 // "A:B" -> [A, B).
 Result<model::LayerRange> ParseLayers(const std::string& text, int64_t layers) {
-  const size_t colon = text.find(':');
-  model::LayerRange r;
-  try {
-    if (colon == std::string::npos) throw std::invalid_argument("no colon");
-    size_t used = 0;
-    r.first = std::stoll(text.substr(0, colon), &used);
-    if (used != colon) throw std::invalid_argument("junk");
-    r.last = std::stoll(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1) throw std::invalid_argument("junk");
-  } catch (const std::exception&) {
-    return InvalidArgument("--layers \"" + text + "\": expected A:B, the layers [A, B)");
-  }
+  const std::optional<std::pair<int64_t, int64_t>> pair = ParseIntPair(text, ':');
+  if (!pair) return InvalidArgument("--layers \"" + text + "\": expected A:B, the layers [A, B)");
+  const model::LayerRange r{pair->first, pair->second};
   if (r.first < 0 || r.first >= r.last || r.last > layers)
     return InvalidArgument("--layers " + text + ": the model has layers 0.." + std::to_string(layers - 1) +
                            " (A:B holds A..B-1)");

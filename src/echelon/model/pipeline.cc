@@ -1,4 +1,5 @@
 #include "echelon/model/pipeline.h"
+#include "echelon/model/safetensors.h"
 
 #include <ATen/ATen.h>
 
@@ -387,6 +388,17 @@ Result<std::vector<Completion>> PipelineGenerate(Qwen3Model& first, NextStage& n
     ECHELON_RETURN_IF_ERROR(run.status);
     for (Completion& c : run.out) out.push_back(std::move(c));
   }
+  return out;
+}
+
+Result<StageSnapshot> LoadStageSnapshot(const ModelConfig& config, const std::string& safetensors_bytes,
+                                        const std::string& where) {
+  ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, ParseSafetensors(safetensors_bytes, where));
+  StageSnapshot out;
+  ECHELON_ASSIGN_OR_RETURN(out.layers, RangeOfTensors(f.tensors));
+  out.model = Qwen3Model(config, out.layers);
+  ECHELON_RETURN_IF_ERROR(out.model->LoadStateDict(f.tensors, where));
+  out.model->eval();
   return out;
 }
 

@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -130,5 +131,14 @@ Result<std::vector<Completion>> PipelineGenerate(Qwen3Model& first, NextStage& n
 
 // Lane ids unique within this process (a stage may serve several pipelines' lanes).
 uint64_t NewLaneId();
+
+// A snapshot cut to one stage's layers (what a pipeline member receives): the range its
+// tensors name, and that range's model, loaded and in eval mode. Errors name `where`.
+struct StageSnapshot {
+  Qwen3Model model{nullptr};
+  LayerRange layers;
+};
+Result<StageSnapshot> LoadStageSnapshot(const ModelConfig& config, const std::string& safetensors_bytes,
+                                        const std::string& where);
 
 }  // namespace echelon::model

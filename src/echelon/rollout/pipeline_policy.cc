@@ -7,7 +7,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "echelon/model/safetensors.h"
 #include "echelon/rollout/model_policy.h"
 
 namespace echelon::rollout {
@@ -34,15 +33,11 @@ int64_t PipelinePolicy::version() const {
 
 Status PipelinePolicy::LoadSnapshot(const std::string& safetensors_bytes, int64_t version) {
   const std::string where = "snapshot v" + std::to_string(version);
-  ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ParseSafetensors(safetensors_bytes, where));
-  ECHELON_ASSIGN_OR_RETURN(const model::LayerRange range, model::RangeOfTensors(f.tensors));
-  if (range.first != 0) return InvalidArgument(where + ": the head of a pipeline holds layers from 0");
-  if (range.last >= config_.num_hidden_layers)
+  ECHELON_ASSIGN_OR_RETURN(model::StageSnapshot s, model::LoadStageSnapshot(config_, safetensors_bytes, where));
+  if (s.layers.first != 0) return InvalidArgument(where + ": the head of a pipeline holds layers from 0");
+  if (s.layers.last >= config_.num_hidden_layers)
     return InvalidArgument(where + ": holds every layer; a pipeline's head holds the first few");
-  model::Qwen3Model m(config_, range);
-  ECHELON_RETURN_IF_ERROR(m->LoadStateDict(f.tensors, where));
-  m->eval();
-  model_ = m;
+  model_ = s.model;
   version_ = version;
   return Status::Ok();
 }
