@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ECHELON_WITH_NCCL
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <spdlog/spdlog.h>
 
@@ -31,9 +35,36 @@ Result<int> EnvInt(const char* name, int lo, int hi, std::optional<int> fallback
 
 }  // namespace
 
+// The concrete group types: LibTorch 1.x derives them from ProcessGroup, 2.x from Backend; both
+// have the collectives used here.
 struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;  // host memory: bytes, and every tensor without NCCL
+#ifdef ECHELON_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;   // CUDA tensors, in place on the device
+#endif
+  bool OnDevice(const at::Tensor& t) const {
+#ifdef ECHELON_WITH_NCCL
+    return nccl && t.is_cuda();
+#else
+    return false;
+#endif
+  }
+  // One collective over `t`: on the device group where it lives there, else on Gloo through host
+  // memory (copied back into a device tensor afterwards).
+  template <typename Op>
+  void Collective(at::Tensor& t, const Op& op) {
+#ifdef ECHELON_WITH_NCCL
+    if (OnDevice(t)) {
+      std::vector<at::Tensor> one = {t};
+      op(*nccl, one);
+      return;
+    }
+#endif
+    std::vector<at::Tensor> one = {t.is_cpu() ? t : t.to(at::kCPU)};
+    op(*group, one);
+    if (!t.is_cpu()) t.copy_(one[0]);
+  }
 };
 
 Result<std::optional<RankGroupOptions>> RankOptionsFromEnv() {
@@ -84,6 +115,14 @@ Result<std::unique_ptr<RankGroup>> RankGroup::Connect(const RankGroupOptions& op
     }
     go->timeout = timeout;
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, options.rank, options.world, go);
+#ifdef ECHELON_WITH_NCCL
+    if (options.device.rfind("cuda", 0) == 0) {
+      auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("nccl/", impl->store);
+      auto no = c10d::ProcessGroupNCCL::Options::create();
+      no->timeout = timeout;
+      impl->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, options.rank, options.world, no);
+    }
+#endif
   } catch (const std::exception& e) {
     return Status(StatusCode::kUnavailable, where + ": " + e.what());
   }
@@ -112,10 +151,7 @@ Status RankGroup::Run(const char* what, const std::function<void()>& op) {
 
 Status RankGroup::AllReduceSum(at::Tensor& flat) {
   return Run("all-reduce", [&] {
-    // Gloo reduces host memory: a GPU learner's gradients go through the CPU.
-    std::vector<at::Tensor> t = {flat.is_cpu() ? flat : flat.to(at::kCPU)};
-    impl_->group->allreduce(t)->wait();
-    if (!flat.is_cpu()) flat.copy_(t[0]);
+    impl_->Collective(flat, [](auto& group, std::vector<at::Tensor>& t) { group.allreduce(t)->wait(); });
   });
 }
 
@@ -123,11 +159,8 @@ Status RankGroup::Broadcast(std::vector<at::Tensor>& tensors, int root) {
   return Run("broadcast", [&] {
     c10d::BroadcastOptions bo;
     bo.rootRank = root;
-    for (at::Tensor& t : tensors) {
-      std::vector<at::Tensor> one = {t.is_cpu() ? t : t.to(at::kCPU)};  // Gloo moves host memory
-      impl_->group->broadcast(one, bo)->wait();
-      if (!t.is_cpu()) t.copy_(one[0]);
-    }
+    for (at::Tensor& t : tensors)
+      impl_->Collective(t, [&](auto& group, std::vector<at::Tensor>& one) { group.broadcast(one, bo)->wait(); });
   });
 }
 

@@ -1,6 +1,7 @@
 // RankGroup: the learner's data-parallel ranks on LibTorch's own distributed layer (c10d):
-// a TCPStore rendezvous at rank 0's address and a Gloo process group (NCCL where LibTorch was
-// built with it and the learner runs on CUDA). It is the Learner's GradientReducer, and it
+// a TCPStore rendezvous at rank 0's address and a Gloo process group; in builds with ECHELON_NCCL
+// (a CUDA LibTorch with NCCL) CUDA ranks also get an NCCL group that reduces their tensors in
+// place on the GPU. It is the Learner's GradientReducer, and it
 // carries what rank 0 sends its workers (learn/learner_ranks.h): messages as bytes, weights as
 // tensors. Every operation has a timeout; a rank that dies makes the others' next operation
 // fail: the process then logs one line and exits 1 at once (Gloo's state after a failed
