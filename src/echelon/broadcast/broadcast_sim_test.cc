@@ -13,6 +13,7 @@
 #include "echelon/broadcast/manifest.h"
 #include "echelon/broadcast/relay_session.h"
 #include "echelon/common/sha256.h"
+#include "echelon/plan/link_model.h"
 
 namespace echelon::broadcast {
 namespace {
@@ -165,6 +166,65 @@ TEST(BroadcastSimTest, MixedLinksEndgameShortensTheSlowTail) {
   BroadcastScenario equal;
   equal.options.endgame_ratio = 2;
   EXPECT_EQ(Simulate(equal).stats.endgame, 0u);
+}
+
+// plan/'s closed-form relay time (link_model.h) against this policy on simulated links, over
+// swarm sizes, chunk counts and origin/relay uplink ratios (downloads unconstrained, as in the
+// simulator). The model is the capacity bound plus one chunk time per doubling of the holders.
+TEST(BroadcastSimTest, LinkModelAgainstRelayPolicy) {
+  struct Case {
+    int peers, chunks;
+    double origin_factor;  // origin uplink / every peer's
+  };
+  std::printf("  peers chunks U/u   policy/T1  model/T1  model/policy\n");
+  for (const Case& k : {Case{1, 32, 1}, Case{2, 32, 1}, Case{8, 32, 1}, Case{16, 32, 1}, Case{100, 32, 1},
+                        Case{1000, 32, 1}, Case{8, 1, 1}, Case{100, 4, 1}, Case{1000, 128, 1}, Case{8, 32, 4},
+                        Case{100, 32, 10}, Case{100, 32, 0.5}}) {
+    BroadcastScenario s;
+    s.peers = k.peers;
+    s.chunks = k.chunks;
+    s.origin_bps = kBps * k.origin_factor;
+    s.peer_bps.assign(k.peers, kBps);
+    const double policy = Simulate(s).last_completion;
+    plan::LinkSpec link{plan::BroadcastMode::kRelay, s.origin_bps * 8 / 1e6, (4u << 20) / 1048576.0};
+    const double model = plan::SnapshotSeconds(link, k.chunks * double(4u << 20), /*downlink_mbps=*/1e9, k.peers,
+                                               /*relay_uplink_mbps=*/kBps * 8 / 1e6);
+    const double t1 = k.chunks * kChunkSeconds;
+    std::printf("  %5d %6d %4.1f %9.3f %9.3f %10.3f\n", k.peers, k.chunks, k.origin_factor, policy / t1, model / t1,
+                model / policy);
+    EXPECT_NEAR(model / policy, 1.0, 0.12) << k.peers << " peers, " << k.chunks << " chunks, U/u " << k.origin_factor;
+  }
+  // Mixed links (4 fast + 4 ten-times-slower peers): the model sees only the mean uplink, so it
+  // is optimistic by what the policy loses to slow senders holding the last chunks.
+  BroadcastScenario mixed;
+  mixed.peer_bps = {kBps, kBps, kBps, kBps, kBps / 10, kBps / 10, kBps / 10, kBps / 10};
+  const double policy = Simulate(mixed).last_completion;
+  plan::LinkSpec link{plan::BroadcastMode::kRelay, kBps * 8 / 1e6, 4};
+  const double model = plan::SnapshotSeconds(link, 32 * double(4u << 20), 1e9, 8, 0.55 * kBps * 8 / 1e6);
+  std::printf("  mixed links: policy %.3f x T1, model %.3f x T1\n", policy / kT1, model / kT1);
+  EXPECT_GT(model / policy, 0.75);
+  EXPECT_LT(model / policy, 0.85);
+}
+
+// 1,000 peers on 1 Gbit/s links, a 16 GB snapshot in 64 MiB chunks, 1 ms to start each
+// transfer: the whole snapshot, then a 2% delta of every chunk, each within 1.2 x its own
+// transfer time (bench/broadcast_scale_bench.cc has the other chunk sizes).
+TEST(BroadcastSimTest, ThousandPeersSixteenGigabytesAndATwoPercentDelta) {
+  for (double fraction : {1.0, 0.02}) {
+    BroadcastScenario s;
+    s.peers = 1000;
+    s.chunks = 239;  // 16e9 bytes / 64 MiB
+    s.chunk_bytes = static_cast<uint64_t>(fraction * (64u << 20));
+    s.origin_bps = 125e6;
+    s.latency_s = 0.001;
+    const double t1 = s.chunks * static_cast<double>(s.chunk_bytes) / s.origin_bps;
+    const BroadcastResult r = Simulate(s);
+    std::printf("  1000 peers, %s: %.3f x T1 (T1 %.2f s)\n", fraction < 1 ? "2%% delta" : "16 GB", r.last_completion / t1,
+                t1);
+    EXPECT_LE(r.last_completion, 1.2 * t1) << "fraction " << fraction;
+    EXPECT_GE(r.last_completion, t1);
+    EXPECT_EQ(r.stats.started, 1000u * 239u);  // every chunk once per peer: nothing sent twice
+  }
 }
 
 // Real bytes end to end: signed manifest, per-node ChunkStores, hashes checked on delivery,

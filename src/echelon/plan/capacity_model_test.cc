@@ -102,15 +102,21 @@ TEST(CapacityModel, ClassMinArrivalStalenessCountsWholeStepsOfBroadcastAndGenera
 }
 
 TEST(LinkModel, StarGrowsLinearlyRelayStaysNearlyFlat) {
-  LinkSpec star{BroadcastMode::kStar, 1000, 2, 4};
-  LinkSpec relay{BroadcastMode::kRelay, 1000, 2, 4};
+  LinkSpec star{BroadcastMode::kStar, 1000, 4};
+  LinkSpec relay{BroadcastMode::kRelay, 1000, 4};
   const double gb = 1e9;
   EXPECT_DOUBLE_EQ(SnapshotSeconds(star, gb, 1000, 1, 1000), 8);
   EXPECT_DOUBLE_EQ(SnapshotSeconds(star, gb, 1000, 64, 1000), 64 * 8);
-  const double r8 = SnapshotSeconds(relay, gb, 1000, 8, 1000);
+  const double chunk_s = 4 * 1048576 * 8 / 1e9;
+  // 8 receivers: 8/9 of a transfer by capacity, but the origin must send every byte once.
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(relay, gb, 1000, 8, 1000), 8 + 3 * chunk_s);
   const double r1024 = SnapshotSeconds(relay, gb, 1000, 1024, 1000);
-  EXPECT_NEAR(r8, 16, 0.5);  // half the uplink per child, plus a few chunk times
-  EXPECT_LT(r1024 / r8, 1.2);
+  EXPECT_DOUBLE_EQ(r1024, 8 + 10 * chunk_s);
+  EXPECT_LT(r1024 / SnapshotSeconds(relay, gb, 1000, 8, 1000), 1.05);
+  // Slow relays: n copies through the receivers' uplinks (100 Mbit/s) and the origin's.
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(relay, gb, 1000, 90, 100), 90 * 8e9 / (1000e6 + 90 * 100e6) + 6 * 10 * chunk_s);
+  // A slow downlink bounds its own worker.
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(relay, gb, 100, 8, 1000), 80 + 3 * 10 * chunk_s);
   EXPECT_EQ(SnapshotSeconds(relay, 0, 1000, 8, 1000), 0);
 }
 

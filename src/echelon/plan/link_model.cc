@@ -13,12 +13,12 @@ double SnapshotSeconds(const LinkSpec& link, double bytes, double downlink_mbps,
   if (link.mode == BroadcastMode::kStar) {
     return std::max(bits / (downlink_mbps * 1e6), n * bits / (link.origin_uplink_mbps * 1e6));
   }
-  const double f = std::max<int64_t>(1, link.fanout);
-  const double rate_mbps = std::min({downlink_mbps, link.origin_uplink_mbps / f, relay_uplink_mbps / f});
-  // A fan-out of 1 is a chain: depth n.
-  const double depth = f <= 1 ? n : std::ceil(std::log(n + 1) / std::log(f) - 1e-9);
+  const double capacity = std::max({bits / (downlink_mbps * 1e6), bits / (link.origin_uplink_mbps * 1e6),
+                                     n * bits / ((link.origin_uplink_mbps + n * relay_uplink_mbps) * 1e6)});
   const double chunk_bits = std::min(bits, link.chunk_mb * 1048576 * 8);
-  return (bits + std::max(0.0, depth - 1) * chunk_bits) / (rate_mbps * 1e6);
+  const double chunk_rate = std::min({downlink_mbps, link.origin_uplink_mbps, relay_uplink_mbps}) * 1e6;
+  // The capacity term already holds the first chunk time; each further doubling adds one.
+  return capacity + (std::ceil(std::log2(n + 1) - 1e-9) - 1) * chunk_bits / chunk_rate;
 }
 
 const char* BroadcastModeName(BroadcastMode mode) { return mode == BroadcastMode::kStar ? "star" : "relay"; }

@@ -98,7 +98,10 @@ Status ReadBroadcast(YamlMap& top, PlanConfig* c) {
     return InvalidArgument(m.Where("mode") + ": broadcast.mode = '" + mode + "' is invalid; expected relay or star");
   c->link.mode = mode == "star" ? BroadcastMode::kStar : BroadcastMode::kRelay;
   ECHELON_RETURN_IF_ERROR(m.Float("origin_uplink_mbps", &c->link.origin_uplink_mbps, 0.001, 1e7));
-  ECHELON_RETURN_IF_ERROR(m.Int("fanout", &c->link.fanout, 1, 1000));
+  if (m.Has("fanout"))
+    return InvalidArgument(m.Where("fanout") + ": broadcast.fanout is no longer a setting: the relay is a swarm in "
+                                               "which every holder uploads (see src/echelon/plan/link_model.h); "
+                                               "delete the key");
   ECHELON_RETURN_IF_ERROR(m.Float("chunk_mb", &c->link.chunk_mb, 0.001, 1e5));
   return m.NoUnknownKeys();
 }

@@ -40,9 +40,9 @@ TEST(PlanConfigLoad, ShippedConfigsLoadAndPlan) {
 }
 
 TEST(PlanConfigLoad, FourBillionConfigLeavesOutTheClassWhoseGroupsWouldArriveStale) {
-  // Community RTX 4090s relaying an 8 GB snapshot over 200 Mbit/s uplinks take ~10 minutes,
-  // ~20 learner steps: their groups would all arrive far more than S = 6 versions old.
-  // RTX 5090s are usable when an A100 (10 Gbit/s) is among the relays.
+  // Community RTX 4090s take ~2 minutes to pull an 8 GB snapshot through their 500 Mbit/s
+  // downlinks and 73 s per group: at a 28.7 s step their groups would all arrive 7 versions
+  // old, more than S = 6. RTX 5090s (1 Gbit/s, 53 s per group) arrive 4 versions old.
   Result<PlanConfig> c = LoadPlanConfig(RepoPath("configs/plan-qwen3-4b.yaml"));
   ASSERT_TRUE(c.ok()) << c.status().message();
   Result<Plan> p = MakePlan(c.value());
@@ -115,6 +115,16 @@ TEST_F(PlanConfigErrors, UnknownKeyNamesFileLineAndKey) {
   Result<PlanConfig> c = LoadPlanConfig(path);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find(path + ":7: unknown key 'workers[0].avialable'"), std::string::npos)
+      << c.status().message();
+}
+
+TEST_F(PlanConfigErrors, RemovedFanoutKeySaysTheRelayIsASwarm) {
+  const std::string path = Write(Base() + "broadcast:\n  mode: relay\n  fanout: 2\n" +
+                                 "workers:\n  - gpu: rtx5090\n    available: 3\n");
+  Result<PlanConfig> c = LoadPlanConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(path + ":6: broadcast.fanout is no longer a setting: the relay is a swarm"),
+            std::string::npos)
       << c.status().message();
 }
 

@@ -197,12 +197,17 @@ TEST(SimulatorPriceChanges, PriceRiseOfTheActiveTypeSwitchesToTheCheaperFeasible
 }
 
 TEST(SimulatorPriceChanges, KeepsTheRunningSetWhenItIsTheCheapestUsableOne) {
-  // The 8B catalogue: 1 RTX 5090, 2 RTX 4090 and 3 A100s run (the A100s relay the snapshot
-  // at 10 Gbit/s). A100s rise to $5/h: the cheapest throughput is then consumer cards, but
-  // among themselves they relay too slowly for S = 6, and A100s alone cost $20/h; the running
-  // set still works and costs $16.57/h, so it stays.
+  // The 8B catalogue behind a 1 Gbit/s learner uplink, the consumer cards on 20 Mbit/s home
+  // uplinks: 1 RTX 5090, 2 RTX 4090 and 3 A100s run (the A100s relay the snapshot at
+  // 10 Gbit/s). A100s rise to $5/h: the cheapest throughput is then consumer cards, but among
+  // themselves they relay too slowly for S = 6 (every copy beyond the origin's one per 16 s of
+  // snapshot goes through 20 Mbit/s), and A100s alone cost $20/h; the running set still works
+  // and costs $16.57/h, so it stays.
   Result<PlanConfig> c = LoadPlanConfig(std::string(ECHELON_TEST_DATA) + "/../../configs/simulate-qwen3-8b.yaml");
   ASSERT_TRUE(c.ok()) << c.status().message();
+  c->link.origin_uplink_mbps = 1000;
+  for (WorkerOfferConfig& w : c->workers)
+    if (w.gpu != "a100") w.uplink_mbps = 20;
   c->sim.price_changes.push_back({100, "a100", 5.0});
   Plan plan = MustPlan(c.value());
   SimOptions opt;

@@ -14,7 +14,7 @@ inline PlanConfig TwoClassTestConfig(double slow_group_seconds, double slow_pric
   PlanConfig c;
   c.path = "test";
   c.prices.Add(GpuSpec{"g", 80, 2000, 300, 1.0, "test", "test"});
-  c.model.params = 1e8;  // 200 MB snapshots: ~3.5 s over the relay
+  c.model.params = 1e8;  // 200 MB snapshots: ~1.8 s over the relay
   c.model.kv_bytes_per_token = 1e5;
   c.shape = RolloutShape{4, 0, 1000};
   c.groups_per_step = 8;
@@ -27,7 +27,7 @@ inline PlanConfig TwoClassTestConfig(double slow_group_seconds, double slow_pric
   c.baseline_step_seconds = 12;
   c.baseline_generate_seconds = 30;
   c.target_utilization = 0.9;
-  c.link = LinkSpec{BroadcastMode::kRelay, 10000, 2, 4};
+  c.link = LinkSpec{BroadcastMode::kRelay, 10000, 4};
   c.workers.push_back({"slow", "g", 40, slow_price_per_hour, 4 * 1000 / slow_group_seconds, 1, 1000, 1000, 0});
   c.workers.push_back({"fast", "g", 10, 2.50, 2 * 4 * 1000 / 8.0, 2, 1000, 1000, 0});
   c.sim.throughput_cv = 0;
