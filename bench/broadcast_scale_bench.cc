@@ -7,8 +7,10 @@
 //   broadcast_scale_bench --peers 1000 --bytes 16e9 --chunk-mib 64 --gbit 1 --delta 0.02
 //   broadcast_scale_bench --peers 1000 --bytes 16e9 --chunk-mib 16 --delta 0.02 --slots 2
 //
+// --slow-fraction F --slow-factor K: mixed links, against the capacity bound as well.
 // --delta F: a delta of every chunk, F of its size each (the chunking of the full snapshot,
 // as broadcast/delta.h sends it). Exit 1 when --bound is given and the ratio exceeds it.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +30,9 @@ int main(int argc, char** argv) {
   double latency_ms = 1;
   double bound = 0;
   int slots = 1;
+  double slow_fraction = 0;
+  double slow_factor = 10;
+  double endgame = 0;
   app.add_option("--peers", peers, "peers (besides the origin)")->check(CLI::Range(1, 100000));
   app.add_option("--bytes", bytes, "snapshot size in bytes")->check(CLI::PositiveNumber);
   app.add_option("--chunk-mib", chunk_mib, "chunk size of the full snapshot, MiB")->check(CLI::PositiveNumber);
@@ -36,6 +41,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--latency-ms", latency_ms, "per-transfer start latency, ms")->check(CLI::NonNegativeNumber);
   app.add_option("--slots", slots, "concurrent uploads per node (RelayOptions::upload_slots)")->check(CLI::Range(1, 64));
+  app.add_option("--slow-fraction", slow_fraction, "this fraction of the peers upload --slow-factor times slower")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--slow-factor", slow_factor, "how much slower the slow peers upload")->check(CLI::Range(1.0, 1e6));
+  app.add_option("--endgame", endgame, "RelayOptions::endgame_ratio (0 = off)")->check(CLI::NonNegativeNumber);
   app.add_option("--bound", bound, "exit 1 when last completion / T1 exceeds this");
   CLI11_PARSE(app, argc, argv);
 
@@ -43,12 +52,21 @@ int main(int argc, char** argv) {
   BroadcastScenario s;
   s.peers = peers;
   s.options.upload_slots = slots;
+  s.options.endgame_ratio = endgame;
   s.chunks = static_cast<int>(std::ceil(bytes / chunk_bytes));
   s.chunk_bytes = static_cast<uint64_t>(delta > 0 ? chunk_bytes * delta : chunk_bytes);
   s.origin_bps = gbit * 1e9 / 8;
   s.latency_s = latency_ms / 1000;
+  const int slow = static_cast<int>(std::lround(slow_fraction * peers));
+  double upload_total = s.origin_bps;
+  for (int i = 0; i < peers; ++i) {
+    s.peer_bps.push_back(i < peers - slow ? s.origin_bps : s.origin_bps / slow_factor);
+    upload_total += s.peer_bps.back();
+  }
   const double payload = static_cast<double>(s.chunks) * static_cast<double>(s.chunk_bytes);
   const double t1 = payload / s.origin_bps;
+  // Capacity bound: the origin sends every byte once; all uploads together carry N copies.
+  const double capacity = std::max(t1, peers * payload / upload_total);
 
   const auto start = std::chrono::steady_clock::now();
   auto r = SimulateBroadcast(s);
@@ -60,9 +78,10 @@ int main(int argc, char** argv) {
   const double ratio = r->last_completion / t1;
   std::printf(
       "{\"peers\": %d, \"chunks\": %d, \"chunk_bytes\": %llu, \"payload_bytes\": %.0f, \"t1_s\": %.3f, "
-      "\"last_completion_s\": %.3f, \"ratio\": %.4f, \"all_complete\": %s, \"transfers\": %llu, "
+      "\"last_completion_s\": %.3f, \"ratio\": %.4f, \"capacity_bound_s\": %.3f, \"over_bound\": %.4f, \"all_complete\": %s, \"transfers\": %llu, "
       "\"origin_sends\": %llu, \"sim_wall_s\": %.2f}\n",
-      peers, s.chunks, static_cast<unsigned long long>(s.chunk_bytes), payload, t1, r->last_completion, ratio,
+      peers, s.chunks, static_cast<unsigned long long>(s.chunk_bytes), payload, t1, r->last_completion, ratio, capacity,
+      r->last_completion / capacity,
       r->all_complete ? "true" : "false", static_cast<unsigned long long>(r->stats.started),
       static_cast<unsigned long long>(r->stats.origin_sends), wall);
   if (!r->all_complete) return 1;

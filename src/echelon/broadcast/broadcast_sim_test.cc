@@ -145,9 +145,11 @@ TEST(BroadcastSimTest, LateJoinersCatchUp) {
 }
 
 // 4 fast + 4 ten-times-slower uploaders. Capacity bound: 8 files over 540 Mbit/s of total
-// upload = 1.48 x T1 (star: 8 x T1). Without the endgame a slow sender holds fast receivers'
-// last chunks for ten chunk times: 2.0 x T1; with it (endgame_ratio 2) 1.72 x T1.
-TEST(BroadcastSimTest, MixedLinksEndgameShortensTheSlowTail) {
+// upload = 1.48 x T1 (star: 8 x T1). A slow sender serving a fast receiver holds that
+// receiver's last chunk for ten chunk times (2.0 x T1 when receivers were ranked by speed
+// alone); slow peers serving slow receivers first: 1.69 x T1; with the endgame (ratio 2) the
+// fast uploaders also duplicate what slow senders still hold: 1.56 x T1 = 1.05 x the bound.
+TEST(BroadcastSimTest, MixedLinksFinishNearTheCapacityBound) {
   BroadcastScenario s;
   s.peer_bps = {kBps, kBps, kBps, kBps, kBps / 10, kBps / 10, kBps / 10, kBps / 10};
   const double bound = 8.0 * 100 / 540 * kT1;
@@ -158,9 +160,9 @@ TEST(BroadcastSimTest, MixedLinksEndgameShortensTheSlowTail) {
               r.last_completion / kT1, static_cast<unsigned long long>(r.stats.endgame),
               without.last_completion / kT1, bound / kT1);
   EXPECT_GE(r.last_completion, bound);
-  EXPECT_LE(r.last_completion, 1.75 * kT1);
-  EXPECT_LE(without.last_completion, 2.05 * kT1);
-  EXPECT_LT(r.last_completion, 0.9 * without.last_completion);
+  EXPECT_LE(r.last_completion, 1.1 * bound);
+  EXPECT_LE(without.last_completion, 1.15 * bound);
+  EXPECT_LT(r.last_completion, 0.95 * without.last_completion);
   EXPECT_GT(r.stats.endgame, 0u);
   // Equal links never trigger it.
   BroadcastScenario equal;
@@ -195,15 +197,15 @@ TEST(BroadcastSimTest, LinkModelAgainstRelayPolicy) {
     EXPECT_NEAR(model / policy, 1.0, 0.12) << k.peers << " peers, " << k.chunks << " chunks, U/u " << k.origin_factor;
   }
   // Mixed links (4 fast + 4 ten-times-slower peers): the model sees only the mean uplink, so it
-  // is optimistic by what the policy loses to slow senders holding the last chunks.
+  // is optimistic by what the policy loses to slow senders holding the last chunks (no endgame).
   BroadcastScenario mixed;
   mixed.peer_bps = {kBps, kBps, kBps, kBps, kBps / 10, kBps / 10, kBps / 10, kBps / 10};
   const double policy = Simulate(mixed).last_completion;
   plan::LinkSpec link{plan::BroadcastMode::kRelay, kBps * 8 / 1e6, 4};
   const double model = plan::SnapshotSeconds(link, 32 * double(4u << 20), 1e9, 8, 0.55 * kBps * 8 / 1e6);
   std::printf("  mixed links: policy %.3f x T1, model %.3f x T1\n", policy / kT1, model / kT1);
-  EXPECT_GT(model / policy, 0.75);
-  EXPECT_LT(model / policy, 0.85);
+  EXPECT_GT(model / policy, 0.9);
+  EXPECT_LE(model / policy, 1.0);
 }
 
 // 1,000 peers on 1 Gbit/s links, a 16 GB snapshot in 64 MiB chunks, 1 ms to start each

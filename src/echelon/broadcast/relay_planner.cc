@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 namespace echelon::broadcast {
@@ -91,13 +92,18 @@ int RelayPlanner::BandwidthBucket(NodeId n) const {
 
 NodeId RelayPlanner::BestReceiver(NodeId u, int chunk) const {
   NodeId best = -1;
-  std::tuple<int, bool, int, int, NodeId> best_key;
+  // A peer sends to receivers no faster than itself first: a fast receiver's chunk from a slow
+  // sender would be its last to arrive, while fast senders can serve it (the origin, the only
+  // source of unsent chunks, feeds the fastest relays whatever its own rate).
+  const int ub = u == kOrigin ? std::numeric_limits<int>::max() : BandwidthBucket(u);
+  std::tuple<int, bool, bool, int, int, NodeId> best_key;
   for (NodeId r = 1; r < num_nodes(); ++r) {
     const Node& n = nodes_[r];
     if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= options_.max_inbound) continue;
     if (Reported(u, r)) continue;  // r found u's chunks corrupt before
     // Peers that can relay the chunk onward first; among them the fastest uploader.
-    auto key = std::make_tuple(n.incoming_count, !n.reachable, -BandwidthBucket(r), n.held_count + n.incoming_count, r);
+    const int rb = BandwidthBucket(r);
+    auto key = std::make_tuple(n.incoming_count, ub < rb, !n.reachable, -rb, n.held_count + n.incoming_count, r);
     if (best < 0 || key < best_key) {
       best = r;
       best_key = key;

@@ -15,10 +15,12 @@
 //    the file streams through the swarm chunk by chunk (pipelining);
 //  - the sender offers its rarest chunk first (fewest peers holding or receiving it), so the
 //    origin's first pass sends every chunk out exactly once before it sends any duplicate;
-//  - the receiver is the peer with the fewest downloads in flight, then one that can relay
-//    (reachable), then the fastest measured uploader (it will relay the chunk onward sooner),
-//    then the one holding fewest chunks (the one furthest behind), then the lowest id. Faster
-//    uploaders pick first.
+//  - the receiver is the peer with the fewest downloads in flight, then (for a peer sender)
+//    one no faster than the sender (a slow sender would hold a fast receiver's last chunk
+//    while fast senders can serve it: 4 fast + 4 ten-times-slower peers go from 1.35 to 1.14 x
+//    the capacity bound), then one that can relay (reachable), then the fastest measured
+//    uploader (it will relay the chunk onward sooner), then the one holding fewest chunks (the
+//    one furthest behind), then the lowest id. Faster uploaders pick first.
 // With one chunk and equal bandwidths this is exactly the binomial broadcast tree (the
 // holders double every chunk time: ceil(log2(N+1)) rounds); with many chunks every node's
 // upload is busy, so the last peer finishes about one file time plus log2(N) chunk times.

@@ -182,6 +182,22 @@ TEST(RelayPlannerTest, StarModeOnlyTheOriginUploads) {
   for (const Transfer& t : log) EXPECT_EQ(t.from, kOrigin);
 }
 
+// Mixed links: a slow peer's upload goes to receivers no faster than itself, so a fast receiver's
+// last chunk is never the one a slow sender holds; the origin still feeds the fastest relay.
+TEST(RelayPlannerTest, SlowPeerSendsToSlowReceiversFirst) {
+  // The origin uploads slowest here, so the slow peer picks first (faster uploaders do).
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/2, 0.5e6);
+  const NodeId slow = p.AddPeer(1e6, {true, false});
+  const NodeId fast = p.AddPeer(10e6, {false, false});
+  const NodeId slow2 = p.AddPeer(1e6, {false, false});
+  std::vector<Transfer> first = p.NextTransfers();
+  ASSERT_EQ(first.size(), 2u);  // the origin and the slow peer; the others hold nothing
+  EXPECT_EQ(first[0].from, slow);
+  EXPECT_EQ(first[0].to, slow2);
+  EXPECT_EQ(first[1].from, kOrigin);
+  EXPECT_EQ(first[1].to, fast);
+}
+
 TEST(RelayPlannerTest, MeasuredFastUploaderReceivesRareChunksFirst) {
   RelayPlanner p(RelayOptions{}, /*num_chunks=*/4, 1e6);
   p.AddPeer(1e6);
