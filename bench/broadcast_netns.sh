@@ -7,7 +7,11 @@
 # mode (the origin sends the whole file to every peer) and peer-assisted mode for N in
 # {1, 2, 4, 8, 16} with a 128 MiB file, as measured by the origin (publish -> last peer holds
 # every verified chunk); T1 = star with N = 1 (one origin -> peer transfer) in the same run.
-# Then kills 2 of 8 peers (SIGKILL) at about T1/2 and times the 6 survivors. Then deltas: a
+# Then kills 2 of 8 peers (SIGKILL) at about T1/2 and times the 6 survivors. Then mixed links:
+# 4 peers at RATE and 4 at RATE/10, against the capacity bound (8 files over the total upload),
+# without and with the endgame (origin --endgame-ratio 3), and with the slow peers declaring their
+# rate (peer --upload-mbps). Then 2 of 8 peers behind NAT
+# (--no-listen: they only dial out and never relay). Then deltas: a
 # FILE_MIB safetensors file of bf16 weights (normal, std 0.02) and its next version with 2% of
 # the elements moved by one bf16 step (what a small learning rate does to a bf16 model), sent
 # to 8 peers whole and as deltas (origin --delta-from, peers --have): time and bytes received.
@@ -15,8 +19,8 @@
 # and deleted by name on exit.
 # Usage: sudo bench/broadcast_netns.sh [path/to/echelon]
 #   env: FILE_MIB (128), NS_LIST ("1 2 4 8 16"), RATE (100mbit), CHUNK_MIB (4),
-#        SKIP_STAR=1 (peer-assisted only, for quick iterations), ONLY_DELTA=1 (the delta part only),
-#        DELTA_FRACTION (0.02)
+#        SKIP_STAR=1 (peer-assisted only, for quick iterations), DELTA_FRACTION (0.02),
+#        PARTS ("scale mixed nat delta": which parts run; ONLY_DELTA=1 means PARTS=delta)
 set -euo pipefail
 ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
 FILE_MIB=${FILE_MIB:-128}
@@ -65,14 +69,19 @@ head -c $((FILE_MIB << 20)) /dev/urandom > "$WORK/snap.bin"
 WANT=$(sha256sum "$WORK/snap.bin" | cut -d' ' -f1)
 
 # run MODE N [KILL_AT_SECONDS]: prints the origin's completion seconds, live and dead peers,
-# origin sends and the peers' mean bytes received; checks every survivor's file. The file is
-# $FILE (expected SHA-256 $WANT); ORIGIN_ARGS / PEER_ARGS add flags (deltas).
+# origin sends, the peers' mean bytes received and the endgame's duplicate sends; checks every
+# survivor's file. The file is $FILE (expected SHA-256 $WANT); ORIGIN_ARGS / PEER_ARGS add flags
+# (deltas, the endgame); the peers numbered in NAT_PEERS run with --no-listen.
 FILE="$WORK/snap.bin"
 ORIGIN_ARGS=()
 PEER_ARGS=()
+NAT_PEERS=""
+DECLARED_SLOW=""  # peers that declare --upload-mbps $DECLARED_MBPS (mixed links)
+DECLARED_MBPS=""
 run() {
   local mode=$1 n=$2 kill_at=${3:-}
   local dir="$WORK/$mode-$n${kill_at:+-kill}"
+  rm -rf "$dir"  # a peer that fails must not find the previous run's file
   mkdir -p "$dir"
   ip netns exec "${P}o" timeout 900 "$ECHELON" broadcast origin --file "$FILE" "${ORIGIN_ARGS[@]}" --listen 10.77.0.1:7800 \
     --key "$WORK/origin.key" --mode "$mode" --chunk-mib "$CHUNK_MIB" --expect-peers "$n" --exit-when-done \
@@ -84,8 +93,11 @@ run() {
   for i in $(seq 1 "$n"); do
     # no `timeout` wrapper: `ip netns exec` execs, so $! is the peer itself (SIGKILL reaches it);
     # --timeout bounds it instead.
+    local listen=(--listen "10.77.0.$((10 + i)):7801")
+    [[ " $NAT_PEERS " == *" $i "* ]] && listen=(--no-listen)
+    [[ " $DECLARED_SLOW " == *" $i "* ]] && listen+=(--upload-mbps "$DECLARED_MBPS")
     ip netns exec "${P}p$i" "$ECHELON" broadcast peer --origin 10.77.0.1:7800 \
-      --listen "10.77.0.$((10 + i)):7801" --out "$dir/out$i.bin" --origin-key "$WORK/origin.key.pub" --name "p$i" "${PEER_ARGS[@]}" \
+      "${listen[@]}" --out "$dir/out$i.bin" --origin-key "$WORK/origin.key.pub" --name "p$i" "${PEER_ARGS[@]}" \
       --exit-when-done --timeout 880 > "$dir/peer$i.out" 2> "$dir/peer$i.err" &
     peers+=($!)
     PIDS+=($!)
@@ -109,7 +121,8 @@ import glob, json, sys
 d = json.loads(open(sys.argv[1] + "/origin.out").read().strip().splitlines()[-1])
 got = [json.loads(open(f).read().strip().splitlines()[-1])["bytes_received"]
        for f in glob.glob(sys.argv[1] + "/peer*.out") if open(f).read().strip()]
-print("%.2f %d %d %d %d" % (d["seconds"], d["peers"], d["dead"], d["origin_sends"], sum(got) / max(1, len(got))))
+print("%.2f %d %d %d %d %d" % (d["seconds"], d["peers"], d["dead"], d["origin_sends"], sum(got) / max(1, len(got)),
+                              d["endgame"]))
 PY
 }
 
@@ -141,10 +154,10 @@ run_delta() {
   WANT=$(sha256sum "$FILE" | cut -d' ' -f1)
   ORIGIN_ARGS=()
   PEER_ARGS=()
-  read -r FULL_S _ _ _ FULL_BYTES < <(run peer 8)
+  read -r FULL_S _ _ _ FULL_BYTES _ < <(run peer 8)
   ORIGIN_ARGS=(--delta-from "$WORK/base.safetensors")
   PEER_ARGS=(--have "$WORK/base.safetensors")
-  read -r DELTA_S _ _ _ DELTA_BYTES < <(run peer 8)
+  read -r DELTA_S _ _ _ DELTA_BYTES _ < <(run peer 8)
   echo
   echo "Deltas: $FILE_MIB MiB of bf16 weights, $(python3 -c "print('%g%%' % (100 * ${DELTA_FRACTION:-0.02}))") of the elements moved by one bf16 step, 8 peers (peer-assisted), SHA-256 checked on every peer."
   echo
@@ -155,35 +168,74 @@ run_delta() {
   echo
   echo "Deltas take $(python3 -c "print('%.3f' % ($DELTA_S / $FULL_S))") x the time of whole chunks."
 }
-if [ -n "${ONLY_DELTA:-}" ]; then
-  run_delta
-  exit 0
-fi
-
-declare -A STAR PEER
-read -r T1 _ _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
-STAR[1]=$T1
-for n in $NS_LIST; do
-  if [ "$n" != 1 ]; then
-    if [ -n "${SKIP_STAR:-}" ]; then STAR[$n]=-; else read -r s _ _ _ _ < <(run star "$n"); STAR[$n]=$s; fi
-  fi
-  read -r s _ _ _ _ < <(run peer "$n"); PEER[$n]=$s
-done
-KILL_AT=$(python3 -c "print(round($T1 / 2, 2))")
-read -r KILL_S KILL_LIVE KILL_DEAD _ _ < <(run peer 8 "$KILL_AT")
-
+PARTS=${PARTS:-"scale mixed nat delta"}
+[ -n "${ONLY_DELTA:-}" ] && PARTS=delta
 ratio() { [ "$1" = - ] && echo - || python3 -c "print('%.2f' % ($1 / $T1))"; }
-echo
-echo "$FILE_MIB MiB file, ${CHUNK_MIB} MiB chunks, every sender shaped to $RATE (tc tbf); seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
-echo
-echo "| N | star (s) | star / T1 | peer-assisted (s) | peer-assisted / T1 |"
-echo "|---|---|---|---|---|"
-for n in $NS_LIST; do
-  echo "| $n | ${STAR[$n]} | $(ratio "${STAR[$n]}") | ${PEER[$n]} | $(ratio "${PEER[$n]}") |"
-done
-echo
-echo "Kill 2 of 8 peers (SIGKILL) ${KILL_AT} s after publishing: $KILL_LIVE survivors finished with the correct SHA-256 in $KILL_S s = $(ratio "$KILL_S") x T1 ($KILL_DEAD peers reported dead)."
-if [[ " $NS_LIST " == *" 4 "* && " $NS_LIST " == *" 16 "* ]]; then
-  echo "Peer-assisted growth from N = 4 to N = 16: $(python3 -c "print('%.1f%%' % (100 * (${PEER[16]} / ${PEER[4]} - 1)))")."
+if [[ " $PARTS " == *" scale "* || " $PARTS " == *" mixed "* || " $PARTS " == *" nat "* ]]; then
+  read -r T1 _ _ _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
+  echo
+  echo "$FILE_MIB MiB file, ${CHUNK_MIB} MiB chunks, every sender shaped to $RATE (tc tbf) unless said; seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
 fi
-run_delta
+
+if [[ " $PARTS " == *" scale "* ]]; then
+  declare -A STAR PEER
+  STAR[1]=$T1
+  for n in $NS_LIST; do
+    if [ "$n" != 1 ]; then
+      if [ -n "${SKIP_STAR:-}" ]; then STAR[$n]=-; else read -r s _ _ _ _ _ < <(run star "$n"); STAR[$n]=$s; fi
+    fi
+    read -r s _ _ _ _ _ < <(run peer "$n"); PEER[$n]=$s
+  done
+  KILL_AT=$(python3 -c "print(round($T1 / 2, 2))")
+  read -r KILL_S KILL_LIVE KILL_DEAD _ _ _ < <(run peer 8 "$KILL_AT")
+  echo
+  echo "| N | star (s) | star / T1 | peer-assisted (s) | peer-assisted / T1 |"
+  echo "|---|---|---|---|---|"
+  for n in $NS_LIST; do
+    echo "| $n | ${STAR[$n]} | $(ratio "${STAR[$n]}") | ${PEER[$n]} | $(ratio "${PEER[$n]}") |"
+  done
+  echo
+  echo "Kill 2 of 8 peers (SIGKILL) ${KILL_AT} s after publishing: $KILL_LIVE survivors finished with the correct SHA-256 in $KILL_S s = $(ratio "$KILL_S") x T1 ($KILL_DEAD peers reported dead)."
+  if [[ " $NS_LIST " == *" 4 "* && " $NS_LIST " == *" 16 "* ]]; then
+    echo "Peer-assisted growth from N = 4 to N = 16: $(python3 -c "print('%.1f%%' % (100 * (${PEER[16]} / ${PEER[4]} - 1)))")."
+  fi
+fi
+
+if [[ " $PARTS " == *" mixed "* ]]; then
+  SLOW_RATE=$(python3 -c "import re; m = re.match(r'([0-9.]+)(\D*)', '$RATE'); print('%g%s' % (float(m.group(1)) / 10, m.group(2)))")
+  for i in 5 6 7 8; do ip netns exec "${P}p$i" tc qdisc change dev "${P}v$((10 + i))" root tbf rate "$SLOW_RATE" burst 1mbit latency 50ms; done
+  read -r MIX0 _ _ _ _ _ < <(run peer 8)
+  ORIGIN_ARGS=(--endgame-ratio 3)
+  read -r MIX3 _ _ _ _ MIX3_COPIES < <(run peer 8)
+  DECLARED_SLOW="5 6 7 8"
+  DECLARED_MBPS=$(python3 -c "import re; print(float(re.match(r'([0-9.]+)', '$SLOW_RATE').group(1)) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(re.sub(r'[0-9.]', '', '$SLOW_RATE')[:1].lower(), 1e-6))")
+  read -r MIXD _ _ _ _ MIXD_COPIES < <(run peer 8)
+  DECLARED_SLOW=""
+  ORIGIN_ARGS=()
+  for i in 5 6 7 8; do ip netns exec "${P}p$i" tc qdisc change dev "${P}v$((10 + i))" root tbf rate "$RATE" burst 1mbit latency 50ms; done
+  BOUND=$(python3 -c "print('%.2f' % ($T1 * 8 / (1 + 4 + 0.4)))")
+  echo
+  echo "Mixed links, 8 peers: 4 at $RATE, 4 at $SLOW_RATE; capacity bound $BOUND s (8 files over the total upload)."
+  echo
+  echo "| endgame | seconds | / T1 | / capacity bound | duplicate sends |"
+  echo "|---|---|---|---|---|"
+  echo "| off | $MIX0 | $(ratio "$MIX0") | $(python3 -c "print('%.2f' % ($MIX0 / $BOUND))") | 0 |"
+  echo "| ratio 3 | $MIX3 | $(ratio "$MIX3") | $(python3 -c "print('%.2f' % ($MIX3 / $BOUND))") | $MIX3_COPIES |"
+  echo "| ratio 3, slow peers declare --upload-mbps $DECLARED_MBPS | $MIXD | $(ratio "$MIXD") | $(python3 -c "print('%.2f' % ($MIXD / $BOUND))") | $MIXD_COPIES |"
+fi
+
+if [[ " $PARTS " == *" nat "* ]]; then
+  ORIGIN_ARGS=(--endgame-ratio 3)
+  read -r EQ8 _ _ _ _ EQ8_COPIES < <(run peer 8)
+  ORIGIN_ARGS=()
+  NAT_PEERS="7 8"
+  read -r NAT_S NAT_LIVE _ _ _ _ < <(run peer 8)
+  NAT_PEERS=""
+  echo
+  echo "Equal links, 8 peers, origin --endgame-ratio 3: $EQ8 s = $(ratio "$EQ8") x T1, $EQ8_COPIES duplicate sends."
+  echo "2 of 8 peers behind NAT (--no-listen: they only dial out and never relay): $NAT_LIVE peers finished with the correct SHA-256 in $NAT_S s = $(ratio "$NAT_S") x T1."
+fi
+
+if [[ " $PARTS " == *" delta "* ]]; then
+  run_delta
+fi

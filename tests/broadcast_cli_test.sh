@@ -107,6 +107,12 @@ check "missing --have file exits 2 naming it" sh -c "test $? -eq 2 && grep -q 'n
 "$ECHELON" broadcast origin --file snap2.bin --delta-from nothere.bin --listen 127.0.0.1:$((BASE + 25)) \
   > /dev/null 2> nodelta.err
 check "missing --delta-from file exits 2 naming it" sh -c "test $? -eq 2 && grep -q 'nothere.bin' nodelta.err"
+timeout 10 "$ECHELON" broadcast origin --file snap.bin --endgame-ratio 0.5 --listen 127.0.0.1:$((BASE + 26)) \
+  > /dev/null 2> endgame.err
+check "--endgame-ratio 0.5 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'endgame-ratio 0.5 is invalid' endgame.err"
+timeout 10 "$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 20)) --listen 127.0.0.1:$((BASE + 27)) --out x.bin \
+  --upload-mbps -3 > /dev/null 2> upload.err
+check "--upload-mbps -3 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'upload-mbps -3 is invalid' upload.err"
 
 # A peer pinned to another origin's key is refused at join, naming both key ids.
 "$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$((BASE + 10)) --key other.key --expect-peers 5 \

@@ -85,7 +85,7 @@ Status LinkSimulator::Run(double max_seconds) {
 Result<BroadcastResult> SimulateBroadcast(const BroadcastScenario& s) {
   SimulatedClock clock;
   std::vector<uint64_t> sizes(s.chunks, s.chunk_bytes);
-  RelayPlanner planner(s.options, s.chunks, s.origin_bps);
+  RelayPlanner planner(s.options, s.chunks, s.origin_bps, static_cast<double>(s.chunk_bytes));
   LinkSimulator sim(&clock, sizes, s.latency_s);
   RelaySession session(&planner, &sim, &clock, sizes);
   sim.SetUploadBps(kOrigin, s.origin_bps);

@@ -7,8 +7,9 @@
 
 namespace echelon::broadcast {
 
-RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double origin_upload_bps)
-    : options_(options), num_chunks_(num_chunks), copies_(num_chunks, 0) {
+RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double origin_upload_bps,
+                           double mean_chunk_bytes)
+    : options_(options), num_chunks_(num_chunks), mean_chunk_bytes_(mean_chunk_bytes), copies_(num_chunks, 0) {
   Node origin;
   origin.bps = origin_upload_bps;
   origin.held.assign(num_chunks, true);
@@ -59,8 +60,10 @@ std::vector<Transfer> RelayPlanner::RemovePeer(NodeId peer) {
 
 void RelayPlanner::UpdateBandwidth(NodeId node, double measured_bps) {
   if (node < 0 || node >= num_nodes() || !(measured_bps > 0)) return;
-  double a = options_.bandwidth_ewma_alpha;
-  nodes_[node].bps = (1 - a) * nodes_[node].bps + a * measured_bps;
+  Node& n = nodes_[node];
+  const double a = n.measured ? options_.bandwidth_ewma_alpha : 1.0;
+  n.bps = (1 - a) * n.bps + a * measured_bps;
+  n.measured = true;
 }
 
 bool RelayPlanner::AllComplete() const {
@@ -77,7 +80,9 @@ bool RelayPlanner::Reported(NodeId sender, NodeId receiver) const {
 
 int RelayPlanner::UploadSlots(NodeId n) const {
   if (options_.mode == RelayMode::kStar) return n == kOrigin ? std::max(1, live_peers_) : 0;
-  return std::max(1, options_.upload_slots);
+  const int slots = std::max(1, options_.upload_slots);
+  const bool slow = mean_chunk_bytes_ / std::max(nodes_[n].bps, 1.0) > options_.multi_slot_max_chunk_seconds;
+  return slow ? 1 : slots;
 }
 
 bool RelayPlanner::CanUpload(NodeId n) const {

@@ -65,7 +65,10 @@ class RelayPlanner {
     uint64_t endgame = 0;       // duplicates of a chunk in flight from a much slower sender
   };
 
-  RelayPlanner(const RelayOptions& options, int num_chunks, double origin_upload_bps);
+  // mean_chunk_bytes: what one transfer carries on average (deltas: their sizes), to judge how
+  // long a node's chunk takes (RelayOptions::multi_slot_max_chunk_seconds).
+  RelayPlanner(const RelayOptions& options, int num_chunks, double origin_upload_bps,
+               double mean_chunk_bytes = kDefaultChunkBytes);
   RelayPlanner(const RelayPlanner&) = delete;
   RelayPlanner& operator=(const RelayPlanner&) = delete;
 
@@ -77,7 +80,8 @@ class RelayPlanner {
   // The peer died or left. Returns the transfers to or from it that were in flight; the
   // planner forgets them (a late OnTransferDone for them is ignored).
   std::vector<Transfer> RemovePeer(NodeId peer);
-  // Folds a measured upload rate into the node's estimate (EWMA).
+  // Folds a measured upload rate into the node's estimate (EWMA); the first measurement
+  // replaces the rate the node was added with (declared, or a default).
   void UpdateBandwidth(NodeId node, double measured_bps);
 
   // Transfers to start now (every uploader with a free slot and something useful to send).
@@ -108,6 +112,7 @@ class RelayPlanner {
     int strikes = 0;             // distinct receivers that reported this node's chunks corrupt
     std::vector<bool> reported;  // by receiver: it reported this node (never takes from it again)
     double bps = 0;
+    bool measured = false;  // bps has been measured at least once
     std::vector<bool> held;
     std::vector<uint8_t> incoming;  // per chunk: transfers in flight to this node (2: an endgame copy)
     int held_count = 0;
@@ -129,6 +134,7 @@ class RelayPlanner {
 
   const RelayOptions options_;
   const int num_chunks_;
+  const double mean_chunk_bytes_;
   std::vector<Node> nodes_;
   std::vector<int> copies_;  // per chunk: live peers holding or receiving it
   int live_peers_ = 0;

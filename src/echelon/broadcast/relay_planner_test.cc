@@ -198,6 +198,33 @@ TEST(RelayPlannerTest, SlowPeerSendsToSlowReceiversFirst) {
   EXPECT_EQ(first[1].to, fast);
 }
 
+// A node whose chunk takes longer than multi_slot_max_chunk_seconds sends one chunk at a time.
+TEST(RelayPlannerTest, SlowNodeUploadsOneChunkAtATime) {
+  RelayOptions o;
+  o.upload_slots = 2;
+  auto origin_sends = [&](double origin_bps) {
+    RelayPlanner p(o, /*num_chunks=*/8, origin_bps, /*mean_chunk_bytes=*/4e6);
+    p.AddPeer(100e6);
+    p.AddPeer(100e6);
+    return p.NextTransfers().size();
+  };
+  EXPECT_EQ(origin_sends(100e6), 2u);  // 0.04 s per chunk: both slots
+  EXPECT_EQ(origin_sends(5e6), 2u);    // 0.8 s
+  EXPECT_EQ(origin_sends(1e6), 1u);    // 4 s: one at a time
+}
+
+// A declared rate is a first estimate: one measurement replaces it (a claim of 100 Gbit/s
+// does not decay over thousands of chunks), later ones are averaged.
+TEST(RelayPlannerTest, FirstMeasurementReplacesTheDeclaredRate) {
+  RelayOptions o;
+  RelayPlanner p(o, /*num_chunks=*/4, 1e6);
+  const NodeId n = p.AddPeer(12.5e9);
+  p.UpdateBandwidth(n, 1e6);
+  EXPECT_DOUBLE_EQ(p.bandwidth(n), 1e6);
+  p.UpdateBandwidth(n, 2e6);
+  EXPECT_DOUBLE_EQ(p.bandwidth(n), (1 - o.bandwidth_ewma_alpha) * 1e6 + o.bandwidth_ewma_alpha * 2e6);
+}
+
 TEST(RelayPlannerTest, MeasuredFastUploaderReceivesRareChunksFirst) {
   RelayPlanner p(RelayOptions{}, /*num_chunks=*/4, 1e6);
   p.AddPeer(1e6);

@@ -35,6 +35,12 @@ struct RelayOptions {
   // verified (and relayable) as early as possible; a real transport may use 2 to hide the
   // gap between chunks. Star mode ignores this for the origin (one slot per peer).
   int upload_slots = 1;
+  // A node uses its upload_slots only while one chunk takes at most this long at its measured
+  // rate; a slower node sends one chunk at a time. Its queued second chunk would wait a whole
+  // chunk time, holding that receiver's download, to save one round trip (~0.1 s): with 4 of 8
+  // peers at a tenth of the others' rate, two slots everywhere took 1.46 x the capacity bound
+  // (simulated, 50 ms per transfer start), one slot on the slow peers 1.24 x.
+  double multi_slot_max_chunk_seconds = 1.0;
   // Concurrent downloads per receiver: bounds the receiver's download link share and
   // spreads senders across receivers. 4 x 100 Mbit/s senders still fit a 1 Gbit/s NIC.
   int max_inbound = 4;
@@ -53,9 +59,11 @@ struct RelayOptions {
   // Endgame: an uploader with nothing new to offer may also send a chunk that is already on
   // its way to a receiver from a sender at least this many times slower (measured), once per
   // receiver and chunk; whichever arrives first counts, the other is a duplicate. 0 (off) by
-  // default: simulated, 2 takes 4 fast + 4 ten-times-slower peers from 2.0 to 1.72 x T1 (the
-  // capacity bound is 1.48), but on real links measured rates differ by 2x between equal
-  // peers (concurrent sends, TCP ramp-up), so it fires there too and sends chunks twice.
+  // default: simulated, 2 takes 4 fast + 4 ten-times-slower peers from 1.69 to 1.56 x T1 (the
+  // capacity bound is 1.48), but on loopback measured rates differ by 2x between equal peers
+  // (concurrent sends, TCP ramp-up), so 2 fires there too and sends chunks twice. On shaped
+  // netns links 3 sent no duplicate between 8 equal peers; its gain on mixed real links varied
+  // between runs (docs/BENCHMARKS.md), so it stays opt-in (`broadcast origin --endgame-ratio`).
   double endgame_ratio = 0;
 };
 

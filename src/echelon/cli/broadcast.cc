@@ -3,16 +3,16 @@
 //
 //   echelon broadcast origin --file F --listen HOST:PORT [--key KEYFILE] [--mode peer|star]
 //       [--chunk-mib N] [--expect-peers N] [--upload-slots K] [--version V] [--exit-when-done]
-//       [--timeout S] [--delta-from OLD]
+//       [--timeout S] [--delta-from OLD] [--endgame-ratio R]
 //   echelon broadcast peer --origin HOST:PORT (--listen HOST:PORT | --no-listen) --out F
 //       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
-//       [--timeout S] [--have OLD]
+//       [--timeout S] [--have OLD] [--upload-mbps R]
 //
 // The origin waits for --expect-peers peers (so every peer starts together), publishes F as
 // version V, and prints one JSON line each time every live peer holds it:
 //   {"event":"complete","version":V,"mode":"peer","bytes":B,"chunks":C,"peers":N,"dead":D,
 //    "seconds":T_last_peer,"per_peer":[{"peer":..,"seconds":..,"alive":..,"banned":..}],
-//    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..,"bytes_pulled":P}
+//    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..,"endgame":E,"bytes_pulled":P}
 // A peer prints {"bytes":B,"seconds":T,"sha256":"..","version":V,"peer":"..","bytes_received":R}
 // once it has verified and atomically written --out (T counts from its start; R: payload bytes
 // it pulled, chunks and deltas). Both keep serving until SIGINT/SIGTERM (the origin's Stop ends
@@ -74,6 +74,7 @@ struct OriginArgs {
   double chunk_mib = 4;
   int expect_peers = 1;
   int upload_slots = net::kNetUploadSlots;
+  double endgame_ratio = 0;
   uint64_t version = 1;
   bool exit_when_done = false;
   double timeout = 0;  // 0: none
@@ -93,6 +94,7 @@ struct PeerArgs {
   std::string token_file;
   std::string have;
   bool no_listen = false;
+  double upload_mbps = 0;
 };
 
 // The bearer token of --token-file ("" without one); false after printing why it is unusable.
@@ -145,7 +147,7 @@ nlohmann::json CompletionJson(net::BroadcastOrigin& origin, const broadcast::Man
   return {{"event", "complete"}, {"version", m.version},  {"mode", mode},           {"bytes", m.total_bytes},
           {"chunks", m.num_chunks()}, {"peers", live},     {"dead", dead},           {"seconds", last},
           {"per_peer", per_peer},  {"transfers", s.verified}, {"origin_sends", s.origin_sends},
-          {"corrupt", s.corrupt},  {"failed", s.failed},    {"sha256", m.file_sha256},
+          {"corrupt", s.corrupt},  {"failed", s.failed},    {"endgame", s.endgame}, {"sha256", m.file_sha256},
           {"bytes_pulled", origin.BytesPulled(m.version)}};
 }
 
@@ -174,6 +176,11 @@ int RunOrigin(const OriginArgs& args) {
     return 2;
   }
   opts.relay.upload_slots = args.upload_slots;
+  if (!(args.endgame_ratio == 0 || (args.endgame_ratio >= 1 && args.endgame_ratio <= 1000))) {
+    spdlog::error("--endgame-ratio {} is invalid; expected 0 (off) or 1 to 1000", args.endgame_ratio);
+    return 2;
+  }
+  opts.relay.endgame_ratio = args.endgame_ratio;
   Result<std::string> blob = ReadFile(args.file);
   if (!blob.ok()) {
     spdlog::error("{}", blob.status().message());
@@ -240,6 +247,14 @@ int RunPeer(const PeerArgs& args) {
   if (!ReadTokenFile(args.token_file, &opts.token)) return 2;
   opts.advertise = args.advertise;
   opts.name = args.name;
+  if (args.upload_mbps != 0) {
+    if (!(args.upload_mbps * 1e6 / 8 >= net::kMinDeclaredUploadBps &&
+          args.upload_mbps * 1e6 / 8 <= net::kMaxDeclaredUploadBps)) {
+      spdlog::error("--upload-mbps {} is invalid; expected 0.008 to 100000", args.upload_mbps);
+      return 2;
+    }
+    opts.upload_bps = args.upload_mbps * 1e6 / 8;
+  }
   if (!args.origin_key.empty()) {
     Result<broadcast::VerifyKey> pinned = broadcast::VerifyKey::LoadPem(args.origin_key);
     if (!pinned.ok()) {
@@ -313,6 +328,10 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   origin->add_option("--chunk-mib", o->chunk_mib, "chunk size in MiB")->capture_default_str();
   origin->add_option("--expect-peers", o->expect_peers, "publish once this many peers joined")->capture_default_str();
   origin->add_option("--upload-slots", o->upload_slots, "concurrent uploads per node (peer mode)")->capture_default_str();
+  origin->add_option("--endgame-ratio", o->endgame_ratio,
+                     "duplicate a chunk in flight from a sender this many times slower (measured) than an idle "
+                     "uploader; 0 = off")
+      ->capture_default_str();
   origin->add_option("--version", o->version, "snapshot version number")->capture_default_str();
   origin->add_option("--token-file", o->token_file, "bearer token peers must present (default: none)");
   origin->add_flag("--exit-when-done", o->exit_when_done, "exit once every live peer holds the file");
@@ -333,6 +352,10 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   peer->add_option("--name", p->name, "name in the origin's logs and report")->capture_default_str();
   peer->add_option("--token-file", p->token_file, "bearer token for the origin and other peers");
   peer->add_flag("--exit-when-done", p->exit_when_done, "exit once the origin says every peer holds the file");
+  peer->add_option("--upload-mbps", p->upload_mbps,
+                   "this host's upload rate, Mbit/s: the origin's first estimate until it measures one (0 = "
+                   "its default, 100)")
+      ->capture_default_str();
   peer->add_option("--have", p->have, "a file this peer holds already (the origin's --delta-from): pull only deltas");
   peer->add_option("--timeout", p->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   peer->callback([p, exit_code] { *exit_code = RunPeer(*p); });

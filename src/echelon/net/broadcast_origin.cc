@@ -109,7 +109,11 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
                    ctx->peer(), conn->address);
       conn->address.clear();
     }
-    conn->upload_bps = hello.upload_bps() > 0 ? hello.upload_bps() : kDefaultUploadBps;
+    // The declared rate is only a first estimate (the first measured chunk replaces it), and is
+    // held to [kMinDeclaredUploadBps, kMaxDeclaredUploadBps] so a claim cannot win every ranking.
+    const double declared = hello.upload_bps();
+    conn->upload_bps = declared > 0 ? std::clamp(declared, kMinDeclaredUploadBps, kMaxDeclaredUploadBps)
+                                    : kDefaultUploadBps;
     conn->ctx = ctx;
     conn->stream = stream;
     std::string name = hello.name().substr(0, 64);
@@ -212,14 +216,17 @@ Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std
   v->origin = this;
   v->manifest = m;
   v->envelope = std::move(envelope);
-  v->planner = std::make_unique<broadcast::RelayPlanner>(options_.relay, static_cast<int>(m.num_chunks()),
-                                                         options_.origin_upload_bps);
   // Planned with the deltas' sizes: what peers that hold the base (in a run, all but late
   // joiners) pull.
   std::vector<uint64_t> sizes = broadcast::ChunkSizes(m);
+  double total = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (m.HasDelta(i)) sizes[i] = m.delta_bytes[i];
+    total += static_cast<double>(sizes[i]);
   }
+  v->planner = std::make_unique<broadcast::RelayPlanner>(options_.relay, static_cast<int>(m.num_chunks()),
+                                                         options_.origin_upload_bps,
+                                                         total / std::max<size_t>(1, sizes.size()));
   v->session = std::make_unique<broadcast::RelaySession>(v->planner.get(), v.get(), clock_, std::move(sizes));
   v->published_at = clock_->Now();
   std::vector<std::shared_ptr<Conn>> targets;

@@ -76,6 +76,10 @@ inline constexpr int kStreamWindowBytes = 8 << 20;
 // Initial upload estimate a peer advertises (100 Mbit/s); the origin replaces it with
 // measured rates within a few chunks (RelayOptions::bandwidth_ewma_alpha).
 inline constexpr double kDefaultUploadBps = 12.5e6;
+// A declared rate (Hello.upload_bps, `broadcast peer --upload-mbps`) is held to 8 kbit/s ..
+// 100 Gbit/s: NaN, 0 and negatives mean "not declared".
+inline constexpr double kMinDeclaredUploadBps = 1e3;
+inline constexpr double kMaxDeclaredUploadBps = 12.5e9;
 
 // Rewrites the bytes of chunk (version, index) before a node serves them. Test fault
 // injection only (a corrupting or slow host); production code passes none.
