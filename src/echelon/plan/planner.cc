@@ -175,16 +175,20 @@ FreshActivation ActivateFresh(const Plan& plan, const std::vector<int64_t>& avai
     out.activation = Activate(out.offers, plan.demand_groups_per_s);
     if (s == 0) break;
     // With the broadcast the chosen workers will have (relays forward at their own uplinks).
+    // One class leaves per round, the stale one with the slowest uplink (then the stalest):
+    // it slows everyone's broadcast most, and without it the others may arrive in time.
     const std::vector<int64_t> arrival = ClassMinArrivalStalenesses(plan, out.activation.counts);
-    bool again = false;
+    int worst = -1;
     for (size_t j = 0; j < n; ++j) {
-      if (out.activation.counts[j] > 0 && arrival[j] > s) {
-        excluded[j] = true;
-        excluded_at[j] = arrival[j];
-        again = true;
-      }
+      if (out.activation.counts[j] == 0 || arrival[j] <= s) continue;
+      const WorkerClass& k = plan.classes[j];
+      if (worst < 0 || k.uplink_mbps < plan.classes[worst].uplink_mbps ||
+          (k.uplink_mbps == plan.classes[worst].uplink_mbps && arrival[j] > arrival[worst]))
+        worst = static_cast<int>(j);
     }
-    if (!again) break;
+    if (worst < 0) break;
+    excluded[worst] = true;
+    excluded_at[worst] = arrival[worst];
   }
   // Leaving classes out is greedy (a class stale among the workers chosen with it is not
   // tried again beside better relays), so a set already known to work may be cheaper: keep

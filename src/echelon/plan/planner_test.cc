@@ -54,6 +54,25 @@ TEST(PlannerFreshness, ClassWhoseGroupsArriveTooStaleIsNeitherCountedNorPicked) 
   EXPECT_FALSE(PredictCapacity(plan.inputs, blind).fresh);
 }
 
+// 12 cheap workers on 1 Mbit/s uplinks behind a 300 Mbit/s origin: chosen with one fast worker
+// (their 0.6 groups/s fall short of 0.72), the 13 receivers' broadcast takes ~16 s and both
+// classes arrive too stale for S = 1; three fast workers alone get it in ~5 s and are in time.
+// Leaving out every stale class at once left nothing; leaving out the slowest relay first
+// keeps the fast class.
+TEST(PlannerFreshness, StaleSlowRelayLeavesFirstSoTheOthersStayUsable) {
+  PlanConfig c = TwoClassTestConfig(/*slow_group_seconds=*/20, /*slow_price_per_hour=*/0.10, /*seed=*/5);
+  c.max_staleness = 1;
+  c.publish_period = 1;
+  c.link.origin_uplink_mbps = 300;
+  c.workers[0].available = 12;
+  c.workers[0].uplink_mbps = 1;
+  Plan plan = MustPlan(c);
+  EXPECT_TRUE(plan.activation.feasible);
+  EXPECT_EQ(plan.classes[0].count, 0);
+  EXPECT_GT(plan.classes[1].count, 0);
+  EXPECT_EQ(plan.class_fresh, (std::vector<bool>{false, true}));
+}
+
 TEST(PlannerFreshness, LargerStalenessAdmitsTheSlowClass) {
   PlanConfig c = FreshnessConfig();
   c.max_staleness = 10;
