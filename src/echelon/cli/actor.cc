@@ -51,6 +51,7 @@ struct ActorArgs {
   std::string tls_ca;
   double slowdown = 1.0;
   std::string broadcast_listen = "0.0.0.0:0";
+  double broadcast_upload_mbps = 0;
   std::string broadcast_advertise;
   bool no_broadcast = false;
   std::string backend = "builtin";
@@ -244,6 +245,7 @@ int RunActor(const ActorArgs& args) {
   ro.broadcast = !args.no_broadcast;
   ro.broadcast_listen = args.broadcast_listen;
   ro.broadcast_advertise = args.broadcast_advertise;
+  ro.broadcast_upload_bps = args.broadcast_upload_mbps * 1e6 / 8;
   if (!args.token_file.empty()) {
     Result<std::string> token = net::LoadToken(args.token_file);
     if (!token.ok()) {
@@ -317,6 +319,11 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--broadcast-advertise", args->broadcast_advertise,
                   "HOST:PORT other actors dial for chunks (default: this host's address toward the learner)");
+  cmd->add_option("--broadcast-upload-mbps", args->broadcast_upload_mbps,
+                  "this host's upload rate, Mbit/s: the broadcast's first estimate until it measures one (0: "
+                  "its default, 100)")
+      ->check(CLI::Range(0.0, 100000.0))
+      ->capture_default_str();
   cmd->add_flag("--no-broadcast", args->no_broadcast, "pull every snapshot from the learner instead");
   cmd->add_option("--backend", args->backend,
                   "inference backend: builtin (LibTorch in this process) or openai-http (an OpenAI-compatible server)")
