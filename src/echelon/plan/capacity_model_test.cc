@@ -120,6 +120,17 @@ TEST(LinkModel, StarGrowsLinearlyRelayStaysNearlyFlat) {
   EXPECT_EQ(SnapshotSeconds(relay, 0, 1000, 8, 1000), 0);
 }
 
+// Receivers that upload nothing (relay uplink 0): the origin alone carries every copy, and the
+// time stays a number (0 x a division by zero once made it NaN).
+TEST(LinkModel, ReceiversThatUploadNothingLeaveTheOriginToCarryEveryCopy) {
+  LinkSpec relay{BroadcastMode::kRelay, 1000, 4};
+  const double gb = 1e9;
+  const double chunk_s = 4 * 1048576 * 8 / 1e9;
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(relay, gb, 1000, 1, 0), 8);
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(relay, gb, 1000, 0, 0), 8);
+  EXPECT_DOUBLE_EQ(SnapshotSeconds(relay, gb, 1000, 8, 0), 64 + 3 * chunk_s);
+}
+
 TEST(CapacityModel, AvailabilityDiscountsFailures) {
   WorkerClass c = Class(1, 1, 36, 1.0);
   EXPECT_DOUBLE_EQ(Availability(c, 10, 100), 1);

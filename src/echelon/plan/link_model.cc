@@ -15,10 +15,13 @@ double SnapshotSeconds(const LinkSpec& link, double bytes, double downlink_mbps,
   }
   const double capacity = std::max({bits / (downlink_mbps * 1e6), bits / (link.origin_uplink_mbps * 1e6),
                                      n * bits / ((link.origin_uplink_mbps + n * relay_uplink_mbps) * 1e6)});
+  // The capacity term already holds the first chunk time; each further doubling adds one, at
+  // the slowest of the links a chunk crosses (receivers that cannot upload: the origin's).
+  const double hops = std::ceil(std::log2(n + 1) - 1e-9) - 1;
+  if (hops <= 0) return capacity;
+  const double relay_mbps = relay_uplink_mbps > 0 ? relay_uplink_mbps : link.origin_uplink_mbps;
   const double chunk_bits = std::min(bits, link.chunk_mb * 1048576 * 8);
-  const double chunk_rate = std::min({downlink_mbps, link.origin_uplink_mbps, relay_uplink_mbps}) * 1e6;
-  // The capacity term already holds the first chunk time; each further doubling adds one.
-  return capacity + (std::ceil(std::log2(n + 1) - 1e-9) - 1) * chunk_bits / chunk_rate;
+  return capacity + hops * chunk_bits / (std::min({downlink_mbps, link.origin_uplink_mbps, relay_mbps}) * 1e6);
 }
 
 const char* BroadcastModeName(BroadcastMode mode) { return mode == BroadcastMode::kStar ? "star" : "relay"; }
