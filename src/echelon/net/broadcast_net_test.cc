@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <thread>
@@ -73,6 +75,18 @@ struct Swarm {
     return blob.ok() ? blob.value() : "";
   }
 };
+
+// A Hello's declared upload rate is read as an attacker would write it: only a first estimate,
+// held to 8 kbit/s .. 100 Gbit/s, and anything not a positive number means "not declared".
+TEST(BroadcastNetTest, DeclaredUploadRateIsBounded) {
+  EXPECT_EQ(DeclaredUploadBps(50e6), 50e6);
+  EXPECT_EQ(DeclaredUploadBps(1e300), kMaxDeclaredUploadBps);
+  EXPECT_EQ(DeclaredUploadBps(std::numeric_limits<double>::infinity()), kMaxDeclaredUploadBps);
+  EXPECT_EQ(DeclaredUploadBps(1e-300), kMinDeclaredUploadBps);
+  EXPECT_EQ(DeclaredUploadBps(std::nan("")), kDefaultUploadBps);
+  EXPECT_EQ(DeclaredUploadBps(-5), kDefaultUploadBps);
+  EXPECT_EQ(DeclaredUploadBps(0), kDefaultUploadBps);
+}
 
 TEST(BroadcastNetTest, PeerAssistedDeliversTheFileToEveryPeerOnceEach) {
   BroadcastOriginOptions opts;

@@ -111,9 +111,7 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
     }
     // The declared rate is only a first estimate (the first measured chunk replaces it), and is
     // held to [kMinDeclaredUploadBps, kMaxDeclaredUploadBps] so a claim cannot win every ranking.
-    const double declared = hello.upload_bps();
-    conn->upload_bps = declared > 0 ? std::clamp(declared, kMinDeclaredUploadBps, kMaxDeclaredUploadBps)
-                                    : kDefaultUploadBps;
+    conn->upload_bps = DeclaredUploadBps(hello.upload_bps());
     conn->ctx = ctx;
     conn->stream = stream;
     std::string name = hello.name().substr(0, 64);

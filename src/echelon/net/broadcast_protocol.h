@@ -81,6 +81,13 @@ inline constexpr double kDefaultUploadBps = 12.5e6;
 inline constexpr double kMinDeclaredUploadBps = 1e3;
 inline constexpr double kMaxDeclaredUploadBps = 12.5e9;
 
+// The origin's first estimate of a peer's upload rate from what its Hello declares.
+inline double DeclaredUploadBps(double declared) {
+  if (!(declared > 0)) return kDefaultUploadBps;  // NaN, 0, negative: not declared
+  return declared < kMinDeclaredUploadBps ? kMinDeclaredUploadBps
+                                          : (declared > kMaxDeclaredUploadBps ? kMaxDeclaredUploadBps : declared);
+}
+
 // Rewrites the bytes of chunk (version, index) before a node serves them. Test fault
 // injection only (a corrupting or slow host); production code passes none.
 using ServeFilter = std::function<void(uint64_t version, uint32_t index, std::string* bytes)>;
