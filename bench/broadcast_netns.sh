@@ -202,13 +202,15 @@ if [[ " $PARTS " == *" scale "* ]]; then
 fi
 
 if [[ " $PARTS " == *" mixed "* ]]; then
-  SLOW_RATE=$(python3 -c "import re; m = re.match(r'([0-9.]+)(\D*)', '$RATE'); print('%g%s' % (float(m.group(1)) / 10, m.group(2)))")
+  # a tenth of RATE, in Mbit/s (tc's kbit/mbit/gbit), for tc and for --upload-mbps
+  SLOW_MBPS=$(python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$RATE'.lower()).groups(); print('%g' % (float(n) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(u, 1e-6) / 10))")
+  SLOW_RATE="${SLOW_MBPS}mbit"
   for i in 5 6 7 8; do ip netns exec "${P}p$i" tc qdisc change dev "${P}v$((10 + i))" root tbf rate "$SLOW_RATE" burst 1mbit latency 50ms; done
   read -r MIX0 _ _ _ _ _ < <(run peer 8)
   ORIGIN_ARGS=(--endgame-ratio 3)
   read -r MIX3 _ _ _ _ MIX3_COPIES < <(run peer 8)
   DECLARED_SLOW="5 6 7 8"
-  DECLARED_MBPS=$(python3 -c "import re; print(float(re.match(r'([0-9.]+)', '$SLOW_RATE').group(1)) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(re.sub(r'[0-9.]', '', '$SLOW_RATE')[:1].lower(), 1e-6))")
+  DECLARED_MBPS=$SLOW_MBPS
   read -r MIXD _ _ _ _ MIXD_COPIES < <(run peer 8)
   DECLARED_SLOW=""
   ORIGIN_ARGS=()

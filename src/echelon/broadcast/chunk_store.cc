@@ -55,6 +55,14 @@ void ChunkStore::CollectGarbageLocked() {
   }
 }
 
+Status ChunkStore::AddBlob(const Manifest& m, const std::string& blob) {
+  ECHELON_RETURN_IF_ERROR(AddVersion(m));
+  for (size_t i = 0; i < m.num_chunks(); ++i) {
+    ECHELON_RETURN_IF_ERROR(PutChunk(m.version, i, std::string(ChunkView(m, blob, i))));
+  }
+  return Status::Ok();
+}
+
 bool ChunkStore::HasVersion(uint64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
   return versions_.count(version) > 0;
@@ -218,8 +226,15 @@ Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string del
       at += base_parts.back().length;
     }
   }
-  std::string base_bytes;
-  for (const BasePart& p : base_parts) base_bytes.append(*p.chunk, p.offset, p.length);
+  // One part (the base was cut the same way): read it in place; several: join them.
+  std::string joined;
+  std::string_view base_bytes;
+  if (base_parts.size() == 1) {
+    base_bytes = std::string_view(*base_parts[0].chunk).substr(base_parts[0].offset, base_parts[0].length);
+  } else {
+    for (const BasePart& p : base_parts) joined.append(*p.chunk, p.offset, p.length);
+    base_bytes = joined;
+  }
   auto reject = [this](Status st) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.rejected_puts;

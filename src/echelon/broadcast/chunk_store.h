@@ -66,6 +66,9 @@ class ChunkStore {
   // manifest under a kept version number, or a version older than all K kept ones, is
   // refused (FailedPrecondition).
   Status AddVersion(const Manifest& m);
+  // AddVersion, then every chunk of `blob` (the file `m` was built from), each checked as
+  // PutChunk checks it: the origin's snapshot, or a base a peer starts with.
+  Status AddBlob(const Manifest& m, const std::string& blob);
   bool HasVersion(uint64_t version) const;
   std::vector<uint64_t> Versions() const;  // ascending
   Result<Manifest> GetManifest(uint64_t version) const;

@@ -155,7 +155,9 @@ TEST(DeltaTest, ReceiverReconstructsEveryDtypeBitExactly) {
       EXPECT_EQ(got.value(), target);
       // The relay side: every delta this receiver decoded is stored and served as received.
       for (size_t i = 0; i < p.target.num_chunks(); ++i) {
-        if (p.target.HasDelta(i)) EXPECT_EQ(*receiver.GetDelta(2, i).value(), p.deltas[i]);
+        if (p.target.HasDelta(i)) {
+          EXPECT_EQ(*receiver.GetDelta(2, i).value(), p.deltas[i]);
+        }
       }
     }
   }

@@ -398,7 +398,9 @@ TEST(BroadcastNetTest, TamperedDeltaIsRefusedRefetchedAndItsSenderBanned) {
   ASSERT_TRUE(swarm.origin->Publish(2, v2).ok());
   ASSERT_TRUE(swarm.origin->WaitComplete(2, kWait));
   for (int i = 0; i < 5; ++i) {
-    if (i != 2) EXPECT_EQ(swarm.Received(i, 2), v2) << "peer " << i;
+    if (i != 2) {
+      EXPECT_EQ(swarm.Received(i, 2), v2) << "peer " << i;
+    }
   }
   broadcast::RelayPlanner::Stats s = swarm.origin->Stats(2);
   EXPECT_EQ(s.corrupt, 2u);
@@ -456,7 +458,9 @@ TEST(BroadcastNetTest, PeerAdvertisingAnUndialableAddressOnlyReceives) {
   EXPECT_EQ(swarm.origin->Stats(1).failed, 0u);
   for (const BroadcastPeerReport& r : swarm.origin->Report(1)) {
     EXPECT_TRUE(r.alive) << r.peer_id;
-    if (r.peer_id.rfind("p20#", 0) == 0) EXPECT_EQ(r.address, "");
+    if (r.peer_id.rfind("p20#", 0) == 0) {
+      EXPECT_EQ(r.address, "");
+    }
   }
 }
 

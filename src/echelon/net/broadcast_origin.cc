@@ -205,9 +205,8 @@ Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std
     ECHELON_ASSIGN_OR_RETURN(deltas, broadcast::AddDeltas(&m, blob, *delta_base));
   }
   ECHELON_ASSIGN_OR_RETURN(std::string envelope, broadcast::SignManifest(m, key_));
-  ECHELON_RETURN_IF_ERROR(store_.AddVersion(m).WithContext("publishing version " + std::to_string(version)));
+  ECHELON_RETURN_IF_ERROR(store_.AddBlob(m, blob).WithContext("publishing version " + std::to_string(version)));
   for (size_t i = 0; i < m.num_chunks(); ++i) {
-    ECHELON_RETURN_IF_ERROR(store_.PutChunk(version, i, std::string(broadcast::ChunkView(m, blob, i))));
     if (m.HasDelta(i)) ECHELON_RETURN_IF_ERROR(store_.PutDelta(version, i, std::move(deltas[i])));
   }
   auto v = std::make_shared<Version>();

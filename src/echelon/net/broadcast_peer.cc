@@ -373,11 +373,7 @@ void BroadcastPeer::Fetch(const Order& order) {
 
 Status BroadcastPeer::AddBase(const std::string& blob, uint32_t chunk_bytes) {
   ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m, broadcast::BuildManifest(0, blob, chunk_bytes));
-  ECHELON_RETURN_IF_ERROR(store_.AddVersion(m));
-  for (size_t i = 0; i < m.num_chunks(); ++i) {
-    ECHELON_RETURN_IF_ERROR(store_.PutChunk(0, i, std::string(broadcast::ChunkView(m, blob, i))));
-  }
-  return Status::Ok();
+  return store_.AddBlob(m, blob);
 }
 
 std::optional<uint64_t> BroadcastPeer::WaitForVersion(uint64_t min_version, double timeout_s) {
