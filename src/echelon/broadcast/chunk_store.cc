@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "echelon/common/fs.h"
+#include "echelon/common/parallel.h"
 
 namespace echelon::broadcast {
 
@@ -55,10 +56,26 @@ void ChunkStore::CollectGarbageLocked() {
   }
 }
 
-Status ChunkStore::AddBlob(const Manifest& m, const std::string& blob) {
+Status ChunkStore::AddBlob(const Manifest& m, const std::string& blob, int threads) {
+  if (blob.size() != m.total_bytes) {
+    return InvalidArgument("version " + std::to_string(m.version) + ": the blob has " + std::to_string(blob.size()) +
+                           " bytes, its manifest " + std::to_string(m.total_bytes));
+  }
   ECHELON_RETURN_IF_ERROR(AddVersion(m));
+  std::vector<std::shared_ptr<const std::string>> copies(m.num_chunks());
+  ECHELON_RETURN_IF_ERROR(ParallelFor(m.num_chunks(), threads, [&](size_t i) {
+    copies[i] = std::make_shared<const std::string>(ChunkView(m, blob, i));
+    return Status::Ok();
+  }));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!versions_.count(m.version)) return NotFound("version " + std::to_string(m.version) + " was dropped meanwhile");
   for (size_t i = 0; i < m.num_chunks(); ++i) {
-    ECHELON_RETURN_IF_ERROR(PutChunk(m.version, i, std::string(ChunkView(m, blob, i))));
+    if (!chunks_.emplace(m.chunk_sha256[i], std::move(copies[i])).second) {
+      ++stats_.duplicate_puts;
+      continue;
+    }
+    stored_bytes_ += m.ChunkSize(i);
+    ++stats_.verified_puts;
   }
   return Status::Ok();
 }
@@ -197,11 +214,7 @@ bool ChunkStore::CanTakeDelta(uint64_t version, size_t index) const {
 
 Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string delta) {
   Manifest m;
-  struct BasePart {
-    std::shared_ptr<const std::string> chunk;
-    uint64_t offset, length;
-  };
-  std::vector<BasePart> base_parts;
+  BaseBytes base_bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = versions_.find(version);
@@ -215,26 +228,11 @@ Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string del
       return FailedPrecondition("version " + std::to_string(version) + "'s deltas need base " +
                                 m.base_sha256.substr(0, 16) + "..., which is not held whole");
     }
-    // The base's bytes at this chunk's offset, from whichever of its chunks hold them (the
-    // base may have been cut into chunks of another size).
-    const Manifest& b = versions_.at(*base);
-    const uint64_t begin = m.ChunkOffset(index), end = std::min(begin + m.ChunkSize(index), b.total_bytes);
-    for (uint64_t at = begin; at < end;) {
-      const size_t k = at / b.chunk_bytes;
-      base_parts.push_back({chunks_.at(b.chunk_sha256[k]), at - b.ChunkOffset(k),
-                            std::min(end, b.ChunkOffset(k) + b.ChunkSize(k)) - at});
-      at += base_parts.back().length;
-    }
+    ECHELON_ASSIGN_OR_RETURN(base_bytes, BytesLocked(versions_.at(*base)));
   }
-  // One part (the base was cut the same way): read it in place; several: join them.
+  // The base's bytes at this chunk's offset, in place when the base was cut the same way.
   std::string joined;
-  std::string_view base_bytes;
-  if (base_parts.size() == 1) {
-    base_bytes = std::string_view(*base_parts[0].chunk).substr(base_parts[0].offset, base_parts[0].length);
-  } else {
-    for (const BasePart& p : base_parts) joined.append(*p.chunk, p.offset, p.length);
-    base_bytes = joined;
-  }
+  const std::string_view base_part = base_bytes.Range(m.ChunkOffset(index), m.ChunkSize(index), &joined);
   auto reject = [this](Status st) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.rejected_puts;
@@ -242,7 +240,7 @@ Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string del
   };
   Status ok = VerifyDelta(m, index, delta);
   if (!ok.ok()) return reject(ok);
-  Result<std::string> chunk = DecodeChunkDelta(delta, base_bytes, m.ChunkSize(index));
+  Result<std::string> chunk = DecodeChunkDelta(delta, base_part, m.ChunkSize(index));
   if (!chunk.ok()) return reject(chunk.status().WithContext("chunk " + std::to_string(index) + " of version " +
                                                              std::to_string(version)));
   ok = VerifyChunk(m, index, chunk.value());
@@ -314,6 +312,26 @@ Result<std::string> ChunkStore::Assemble(uint64_t version) const {
   for (const auto& p : parts) blob += *p;
   ECHELON_RETURN_IF_ERROR(VerifyBlob(m, blob));
   return blob;
+}
+
+Result<BaseBytes> ChunkStore::Bytes(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+  return BytesLocked(it->second);
+}
+
+Result<BaseBytes> ChunkStore::BytesLocked(const Manifest& m) const {
+  std::vector<std::shared_ptr<const std::string>> pieces;
+  for (size_t i = 0; i < m.num_chunks(); ++i) {
+    auto c = chunks_.find(m.chunk_sha256[i]);
+    if (c == chunks_.end()) {
+      return FailedPrecondition("version " + std::to_string(m.version) + " is incomplete: chunk " + std::to_string(i) +
+                                " is missing");
+    }
+    pieces.push_back(c->second);
+  }
+  return BaseBytes::Pieces(std::move(pieces), m.chunk_bytes);
 }
 
 Status ChunkStore::WriteVersion(uint64_t version, const std::string& path) const {

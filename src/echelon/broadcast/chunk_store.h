@@ -66,9 +66,11 @@ class ChunkStore {
   // manifest under a kept version number, or a version older than all K kept ones, is
   // refused (FailedPrecondition).
   Status AddVersion(const Manifest& m);
-  // AddVersion, then every chunk of `blob` (the file `m` was built from), each checked as
-  // PutChunk checks it: the origin's snapshot, or a base a peer starts with.
-  Status AddBlob(const Manifest& m, const std::string& blob);
+  // AddVersion, then every chunk of `blob`: the origin's snapshot, or a base a peer starts
+  // with. `m` must have been built from `blob` (BuildManifest) by the caller: the chunks are
+  // stored under m's hashes without hashing them a second time (a model-sized pass), copied
+  // on `threads` threads (0: one per core).
+  Status AddBlob(const Manifest& m, const std::string& blob, int threads = 0);
   bool HasVersion(uint64_t version) const;
   std::vector<uint64_t> Versions() const;  // ascending
   Result<Manifest> GetManifest(uint64_t version) const;
@@ -103,6 +105,9 @@ class ChunkStore {
   // The whole blob, checked against the manifest's file SHA-256; FailedPrecondition while
   // chunks are missing.
   Result<std::string> Assemble(uint64_t version) const;
+  // A complete version's bytes as its chunks, without copying them (the origin encodes the
+  // next version's deltas against it); FailedPrecondition while chunks are missing.
+  Result<BaseBytes> Bytes(uint64_t version) const;
   // Assemble + WriteFileAtomic: a reader of `path` sees the old file or the whole new one.
   Status WriteVersion(uint64_t version, const std::string& path) const;
 
@@ -113,6 +118,7 @@ class ChunkStore {
  private:
   void CollectGarbageLocked();  // requires mu_
   std::optional<uint64_t> DeltaBaseLocked(const Manifest& m) const;  // requires mu_
+  Result<BaseBytes> BytesLocked(const Manifest& m) const;              // requires mu_
   void StoreDeltaLocked(const std::string& hash, std::string delta);  // requires mu_; verified bytes
 
   const int keep_versions_;

@@ -6,6 +6,7 @@
 
 #include <zstd.h>
 
+#include "echelon/common/parallel.h"
 #include "echelon/common/sha256.h"
 
 namespace echelon::broadcast {
@@ -26,6 +27,27 @@ int ElementBytes(const std::string& dtype) {
 // Plane p holds the bytes j = first(p), first(p) + stride, ... with first(p) = (p - phase) mod stride.
 size_t FirstOfPlane(int p, int stride, int phase) { return static_cast<size_t>((p - phase + stride) % stride); }
 
+// Per-thread buffers and zstd contexts, reused from chunk to chunk: a fresh chunk-sized buffer
+// and context per chunk (page faults, context set-up) cost more than compressing the mostly
+// zero planes of a delta.
+struct Scratch {
+  std::string planes, frame;
+  ZSTD_CCtx* cctx = nullptr;
+  ZSTD_DCtx* dctx = nullptr;
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    ZSTD_freeCCtx(cctx);
+    ZSTD_freeDCtx(dctx);
+  }
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 }  // namespace
 
 Result<std::string> EncodeChunkDelta(std::string_view target, std::string_view base, int stride, int phase) {
@@ -33,23 +55,26 @@ Result<std::string> EncodeChunkDelta(std::string_view target, std::string_view b
     return InvalidArgument("delta plane stride " + std::to_string(stride) + " / phase " + std::to_string(phase) +
                            " (stride must be 1, 2, 4 or 8, phase below it)");
   }
-  const size_t n = target.size();
-  std::string planes(n, '\0');
+  Scratch& s = ThreadScratch();
+  const size_t n = target.size(), covered = std::min(n, base.size());
+  if (s.planes.size() < n) s.planes.resize(n);
+  char* planes = s.planes.data();
   size_t out = 0;
   for (int p = 0; p < stride; ++p) {
-    for (size_t j = FirstOfPlane(p, stride, phase); j < n; j += stride) {
-      const char b = j < base.size() ? base[j] : '\0';
-      planes[out++] = static_cast<char>(target[j] ^ b);
-    }
+    size_t j = FirstOfPlane(p, stride, phase);
+    for (; j < covered; j += stride) planes[out++] = static_cast<char>(target[j] ^ base[j]);
+    for (; j < n; j += stride) planes[out++] = target[j];  // past the base's end: XOR with zeros
   }
-  std::string delta(kDeltaHeaderBytes + ZSTD_compressBound(n), '\0');
+  if (s.frame.size() < ZSTD_compressBound(n)) s.frame.resize(ZSTD_compressBound(n));
+  if (s.cctx == nullptr) s.cctx = ZSTD_createCCtx();
+  if (s.cctx == nullptr) return Internal("zstd: cannot allocate a compression context");
+  const size_t z = ZSTD_compressCCtx(s.cctx, s.frame.data(), s.frame.size(), planes, n, kDeltaZstdLevel);
+  if (ZSTD_isError(z)) return Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(z));
+  std::string delta(kDeltaHeaderBytes, '\0');
   std::memcpy(delta.data(), kMagic, 4);
   delta[4] = static_cast<char>(stride);
   delta[5] = static_cast<char>(phase);
-  const size_t z = ZSTD_compress(delta.data() + kDeltaHeaderBytes, delta.size() - kDeltaHeaderBytes, planes.data(),
-                                 n, kDeltaZstdLevel);
-  if (ZSTD_isError(z)) return Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(z));
-  delta.resize(kDeltaHeaderBytes + z);
+  delta.append(s.frame.data(), z);
   return delta;
 }
 
@@ -73,19 +98,23 @@ Result<std::string> DecodeChunkDelta(std::string_view delta, std::string_view ba
   if (ZSTD_isError(frame_bytes) || frame_bytes != frame.size()) {
     return DataLoss("delta chunk is not exactly one zstd frame");
   }
-  std::string planes(chunk_size, '\0');
-  const size_t got = ZSTD_decompress(planes.data(), planes.size(), frame.data(), frame.size());
+  Scratch& s = ThreadScratch();
+  if (s.planes.size() < chunk_size) s.planes.resize(chunk_size);
+  if (s.dctx == nullptr) s.dctx = ZSTD_createDCtx();
+  if (s.dctx == nullptr) return Internal("zstd: cannot allocate a decompression context");
+  const char* planes = s.planes.data();
+  const size_t got = ZSTD_decompressDCtx(s.dctx, s.planes.data(), chunk_size, frame.data(), frame.size());
   if (ZSTD_isError(got) || got != chunk_size) {
     return DataLoss(std::string("delta chunk does not decompress: ") +
                     (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size"));
   }
   std::string chunk(chunk_size, '\0');
+  const size_t covered = std::min<size_t>(chunk_size, base.size());
   size_t in = 0;
   for (int p = 0; p < stride; ++p) {
-    for (size_t j = FirstOfPlane(p, stride, phase); j < chunk_size; j += stride) {
-      const char b = j < base.size() ? base[j] : '\0';
-      chunk[j] = static_cast<char>(planes[in++] ^ b);
-    }
+    size_t j = FirstOfPlane(p, stride, phase);
+    for (; j < covered; j += stride) chunk[j] = static_cast<char>(planes[in++] ^ base[j]);
+    for (; j < chunk_size; j += stride) chunk[j] = planes[in++];
   }
   return chunk;
 }
@@ -103,29 +132,71 @@ PlaneLayout PlaneLayoutOf(const Manifest& m) {
   return {most->first, data_start};
 }
 
-Result<std::vector<std::string>> AddDeltas(Manifest* m, const std::string& target, const std::string& base) {
+BaseBytes BaseBytes::Whole(std::string_view blob) {
+  BaseBytes b;
+  b.views_ = {blob};
+  b.piece_bytes_ = std::max<uint64_t>(1, blob.size());
+  b.size_ = blob.size();
+  return b;
+}
+
+BaseBytes BaseBytes::Pieces(std::vector<std::shared_ptr<const std::string>> pieces, uint64_t piece_bytes) {
+  BaseBytes b;
+  b.piece_bytes_ = std::max<uint64_t>(1, piece_bytes);
+  for (const auto& p : pieces) {
+    b.views_.emplace_back(*p);
+    b.size_ += p->size();
+  }
+  b.owned_ = std::move(pieces);
+  return b;
+}
+
+std::string_view BaseBytes::Range(uint64_t begin, uint64_t length, std::string* scratch) const {
+  if (begin >= size_) return {};
+  const uint64_t end = std::min(size_, begin + length);
+  const size_t first = begin / piece_bytes_, last = (end - 1) / piece_bytes_;
+  if (first == last) return views_[first].substr(begin - first * piece_bytes_, end - begin);
+  scratch->clear();
+  scratch->reserve(end - begin);
+  for (uint64_t at = begin; at < end;) {
+    const size_t k = at / piece_bytes_;
+    const std::string_view part = views_[k].substr(at - k * piece_bytes_, end - at);
+    scratch->append(part);
+    at += part.size();
+  }
+  return *scratch;
+}
+
+Result<std::vector<std::string>> AddDeltas(Manifest* m, const std::string& target, const BaseBytes& base,
+                                           const std::string& base_sha256, int threads) {
   if (target.size() != m->total_bytes) {
     return InvalidArgument("AddDeltas: the target has " + std::to_string(target.size()) + " bytes, the manifest " +
                            std::to_string(m->total_bytes));
   }
   const PlaneLayout layout = PlaneLayoutOf(*m);
   std::vector<std::string> deltas(m->num_chunks());
-  m->base_sha256 = Sha256Hex(base);
+  m->base_sha256 = base_sha256;
   m->delta_sha256.assign(m->num_chunks(), "");
   m->delta_bytes.assign(m->num_chunks(), 0);
-  for (size_t i = 0; i < m->num_chunks(); ++i) {
+  ECHELON_RETURN_IF_ERROR(ParallelFor(m->num_chunks(), threads, [&](size_t i) -> Status {
     const uint64_t offset = m->ChunkOffset(i);
-    const std::string_view base_part =
-        offset < base.size() ? std::string_view(base).substr(offset, m->ChunkSize(i)) : std::string_view();
+    std::string scratch;
+    const std::string_view base_part = base.Range(offset, m->ChunkSize(i), &scratch);
     const uint64_t stride = static_cast<uint64_t>(layout.stride);
     const int phase = static_cast<int>((offset + stride - layout.data_start % stride) % stride);
     ECHELON_ASSIGN_OR_RETURN(std::string d, EncodeChunkDelta(ChunkView(*m, target, i), base_part, layout.stride, phase));
-    if (d.size() >= m->ChunkSize(i)) continue;  // not smaller: sent whole only
+    if (d.size() >= m->ChunkSize(i)) return Status::Ok();  // not smaller: sent whole only
     m->delta_sha256[i] = Sha256Hex(d);
     m->delta_bytes[i] = d.size();
     deltas[i] = std::move(d);
-  }
+    return Status::Ok();
+  }));
   return deltas;
+}
+
+Result<std::vector<std::string>> AddDeltas(Manifest* m, const std::string& target, const std::string& base,
+                                           int threads) {
+  return AddDeltas(m, target, BaseBytes::Whole(base), Sha256Hex(base), threads);
 }
 
 }  // namespace echelon::broadcast

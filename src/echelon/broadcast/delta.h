@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,10 +52,41 @@ struct PlaneLayout {
 };
 PlaneLayout PlaneLayoutOf(const Manifest& m);
 
+// The bytes of a base snapshot as they are held: one string, or a store's chunks (so that a
+// base need not be copied into one string to encode or decode against it).
+//
+//   BaseBytes b = BaseBytes::Whole(blob);                  // a view: blob must outlive b
+//   std::string scratch;
+//   std::string_view part = b.Range(offset, length, &scratch);
+class BaseBytes {
+ public:
+  BaseBytes() = default;
+  static BaseBytes Whole(std::string_view blob);
+  // pieces[k] holds bytes [k * piece_bytes, ...); every piece but the last is piece_bytes long.
+  static BaseBytes Pieces(std::vector<std::shared_ptr<const std::string>> pieces, uint64_t piece_bytes);
+
+  uint64_t size() const { return size_; }
+  // Bytes [begin, begin + length) clipped to size(): in place when one piece holds them all,
+  // else joined into *scratch.
+  std::string_view Range(uint64_t begin, uint64_t length, std::string* scratch) const;
+
+ private:
+  std::vector<std::string_view> views_;
+  std::vector<std::shared_ptr<const std::string>> owned_;  // keeps the pieces alive
+  uint64_t piece_bytes_ = 1;
+  uint64_t size_ = 0;
+};
+
 // Fills m's delta fields for `target` (the blob m describes) against `base` and returns each
 // chunk's delta bytes ("" for a chunk whose delta would not be smaller than the chunk itself:
 // that chunk is only ever sent whole). The chunk at index i is encoded against base bytes
 // [ChunkOffset(i), ChunkOffset(i) + ChunkSize(i)), whatever chunk size the base was cut into.
-Result<std::vector<std::string>> AddDeltas(Manifest* m, const std::string& target, const std::string& base);
+// base_sha256: the base's whole-file SHA-256 (signed into m). Chunks are encoded on `threads`
+// threads (0: one per core).
+Result<std::vector<std::string>> AddDeltas(Manifest* m, const std::string& target, const BaseBytes& base,
+                                           const std::string& base_sha256, int threads = 0);
+// The same against a base held as one string (its SHA-256 computed here).
+Result<std::vector<std::string>> AddDeltas(Manifest* m, const std::string& target, const std::string& base,
+                                           int threads = 0);
 
 }  // namespace echelon::broadcast

@@ -186,6 +186,64 @@ TEST(DeltaTest, BaseCutIntoAnotherChunkSizeStillDecodes) {
   EXPECT_GE(receiver.stats().delta_puts, 3u);
 }
 
+TEST(DeltaTest, BaseHeldAsPiecesReadsLikeTheWholeBlob) {
+  std::mt19937_64 rng(17);
+  const std::string blob = RandomBytes(10007, rng);
+  for (uint64_t piece : {uint64_t{1}, uint64_t{333}, uint64_t{4096}, uint64_t{10007}, uint64_t{20000}}) {
+    std::vector<std::shared_ptr<const std::string>> pieces;
+    for (uint64_t at = 0; at < blob.size(); at += piece) pieces.push_back(std::make_shared<const std::string>(blob.substr(at, piece)));
+    const BaseBytes held = BaseBytes::Pieces(std::move(pieces), piece), whole = BaseBytes::Whole(blob);
+    ASSERT_EQ(held.size(), blob.size());
+    std::string scratch_a, scratch_b;
+    for (int k = 0; k < 200; ++k) {
+      const uint64_t begin = rng() % (blob.size() + 50), length = rng() % 5000;
+      const std::string want = begin < blob.size() ? blob.substr(begin, length) : "";
+      EXPECT_EQ(held.Range(begin, length, &scratch_a), want) << "piece " << piece << " begin " << begin;
+      EXPECT_EQ(whole.Range(begin, length, &scratch_b), want);
+    }
+  }
+}
+
+TEST(DeltaTest, ThreadsAndAHeldBaseGiveTheSameDeltasAsOneThreadOnAWholeBase) {
+  std::mt19937_64 rng(19);
+  const std::string base = RandomBytes(9 * kChunk + 123, rng);
+  const std::string target = Perturb(base, 2, 0.05, true, rng) + RandomBytes(kChunk, rng);
+  Manifest serial = BuildManifest(2, target, kChunk, 1).value();
+  const std::vector<std::string> one = AddDeltas(&serial, target, base, 1).value();
+  ChunkStore store(4);
+  const Manifest held = BuildManifest(1, base, 21504, 4).value();  // cut differently from the target
+  ASSERT_TRUE(store.AddBlob(held, base, 4).ok());
+  Manifest parallel = BuildManifest(2, target, kChunk, 4).value();
+  EXPECT_EQ(parallel.chunk_sha256, BuildManifest(2, target, kChunk, 1).value().chunk_sha256);
+  const std::vector<std::string> many =
+      AddDeltas(&parallel, target, store.Bytes(1).value(), held.file_sha256, 4).value();
+  EXPECT_EQ(parallel, serial);
+  EXPECT_EQ(many, one);
+  EXPECT_EQ(parallel.base_sha256, Sha256Hex(base));
+}
+
+TEST(DeltaTest, ReusedScratchAcrossChunkSizesStaysBitExact) {
+  // One thread encodes and decodes a large chunk, then smaller ones: the per-thread buffers
+  // are longer than the chunk from then on and must not leak into it.
+  std::mt19937_64 rng(23);
+  for (size_t n : {size_t{300000}, size_t{5}, size_t{4099}, size_t{0}, size_t{70000}}) {
+    const std::string base = RandomBytes(n / 2, rng), target = RandomBytes(n, rng);
+    const std::string delta = EncodeChunkDelta(target, base, 2, 1).value();
+    EXPECT_EQ(DecodeChunkDelta(delta, base, n).value(), target) << n;
+  }
+}
+
+TEST(DeltaTest, IncompleteVersionHasNoBytes) {
+  std::mt19937_64 rng(29);
+  const std::string blob = RandomBytes(3 * kChunk, rng);
+  ChunkStore store(2);
+  const Manifest m = BuildManifest(1, blob, kChunk).value();
+  ASSERT_TRUE(store.AddVersion(m).ok());
+  ASSERT_TRUE(store.PutChunk(1, 0, std::string(ChunkView(m, blob, 0))).ok());
+  EXPECT_EQ(store.Bytes(1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Bytes(7).status().code(), StatusCode::kNotFound);
+}
+
 TEST(DeltaTest, SmallBf16UpdateIsAFewPercentOfTheSnapshot) {
   std::mt19937_64 rng(4);
   const size_t elements = 8 * kChunk / 2;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "echelon/common/parallel.h"
 #include "echelon/common/sha256.h"
 
 namespace echelon::broadcast {
@@ -170,7 +171,7 @@ bool Manifest::operator==(const Manifest& o) const {
          base_sha256 == o.base_sha256 && delta_sha256 == o.delta_sha256 && delta_bytes == o.delta_bytes;
 }
 
-Result<Manifest> BuildManifest(uint64_t version, const std::string& blob, uint32_t chunk_bytes) {
+Result<Manifest> BuildManifest(uint64_t version, const std::string& blob, uint32_t chunk_bytes, int threads) {
   if (chunk_bytes < kMinChunkBytes) {
     return InvalidArgument("chunk size " + std::to_string(chunk_bytes) + " is below the minimum " +
                            std::to_string(kMinChunkBytes) + " bytes");
@@ -179,10 +180,16 @@ Result<Manifest> BuildManifest(uint64_t version, const std::string& blob, uint32
   m.version = version;
   m.total_bytes = blob.size();
   m.chunk_bytes = chunk_bytes;
-  for (uint64_t off = 0; off < blob.size(); off += chunk_bytes) {
-    m.chunk_sha256.push_back(Sha256Hex(std::string_view(blob).substr(off, chunk_bytes)));
-  }
-  m.file_sha256 = Sha256Hex(blob);
+  m.chunk_sha256.resize((blob.size() + chunk_bytes - 1) / chunk_bytes);
+  // Item 0 is the whole file's hash (the longest, so it starts first); the chunks' run beside it.
+  ECHELON_RETURN_IF_ERROR(ParallelFor(m.chunk_sha256.size() + 1, threads, [&](size_t i) {
+    if (i == 0) {
+      m.file_sha256 = Sha256Hex(blob);
+    } else {
+      m.chunk_sha256[i - 1] = Sha256Hex(ChunkView(m, blob, i - 1));
+    }
+    return Status::Ok();
+  }));
   if (!ParseSafetensorsIndex(blob, &m.tensors).ok()) m.tensors.clear();  // optional: not safetensors
   return m;
 }

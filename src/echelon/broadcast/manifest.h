@@ -61,9 +61,10 @@ struct Manifest {
 };
 
 // Splits `blob` into `chunk_bytes` chunks (the last may be shorter; an empty blob has none)
-// and hashes each. The tensor index is filled when the blob parses as safetensors.
+// and hashes each, and the whole file, on `threads` threads (0: one per core). The tensor
+// index is filled when the blob parses as safetensors.
 Result<Manifest> BuildManifest(uint64_t version, const std::string& blob,
-                               uint32_t chunk_bytes = kDefaultChunkBytes);
+                               uint32_t chunk_bytes = kDefaultChunkBytes, int threads = 0);
 
 // The bytes of chunk i of `blob` (a view into it).
 std::string_view ChunkView(const Manifest& m, const std::string& blob, size_t i);

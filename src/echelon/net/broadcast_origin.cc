@@ -192,20 +192,23 @@ Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std
     }
     if (!versions_.empty()) previous = versions_.rbegin()->first;
   }
-  ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m, broadcast::BuildManifest(version, blob, options_.chunk_bytes));
-  std::string previous_blob;
-  if (delta_base == nullptr && options_.delta_from_previous && previous) {
-    if (Result<std::string> b = store_.Assemble(*previous); b.ok()) {
-      previous_blob = std::move(b).value();
-      delta_base = &previous_blob;
-    }
-  }
+  ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m,
+                           broadcast::BuildManifest(version, blob, options_.chunk_bytes, options_.threads));
   std::vector<std::string> deltas;
   if (delta_base != nullptr) {
-    ECHELON_ASSIGN_OR_RETURN(deltas, broadcast::AddDeltas(&m, blob, *delta_base));
+    ECHELON_ASSIGN_OR_RETURN(deltas, broadcast::AddDeltas(&m, blob, *delta_base, options_.threads));
+  } else if (options_.delta_from_previous && previous) {
+    // The previous version as the store holds it (its chunks, hashed when it was published):
+    // no copy of the model and no second pass over it.
+    Result<broadcast::BaseBytes> base = store_.Bytes(*previous);
+    Result<broadcast::Manifest> base_manifest = store_.GetManifest(*previous);
+    if (base.ok() && base_manifest.ok()) {
+      ECHELON_ASSIGN_OR_RETURN(deltas, broadcast::AddDeltas(&m, blob, base.value(), base_manifest->file_sha256,
+                                                            options_.threads));
+    }
   }
   ECHELON_ASSIGN_OR_RETURN(std::string envelope, broadcast::SignManifest(m, key_));
-  ECHELON_RETURN_IF_ERROR(store_.AddBlob(m, blob).WithContext("publishing version " + std::to_string(version)));
+  ECHELON_RETURN_IF_ERROR(store_.AddBlob(m, blob, options_.threads).WithContext("publishing version " + std::to_string(version)));
   for (size_t i = 0; i < m.num_chunks(); ++i) {
     if (m.HasDelta(i)) ECHELON_RETURN_IF_ERROR(store_.PutDelta(version, i, std::move(deltas[i])));
   }

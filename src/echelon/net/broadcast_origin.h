@@ -73,6 +73,9 @@ struct BroadcastOriginOptions {
   // Each version after the first also goes as deltas against the one published before it
   // (broadcast/delta.h): peers holding that one pull the deltas, the others whole chunks.
   bool delta_from_previous = false;
+  // Threads that hash, delta-encode and store a published version (0: one per core); a
+  // publish is a few passes over the model, which at 16 GB is minutes on one core.
+  int threads = 0;
   // Dial each peer's advertised address at join (kReachProbeSeconds); one that does not answer
   // (behind NAT, a firewalled port) is kept as a peer that receives but never relays.
   bool probe_peers = true;
