@@ -14,7 +14,8 @@
 # (--no-listen: they only dial out and never relay). Then deltas: a
 # FILE_MIB safetensors file of bf16 weights (normal, std 0.02) and its next version with 2% of
 # the elements moved by one bf16 step (what a small learning rate does to a bf16 model), sent
-# to 8 peers whole and as deltas (origin --delta-from, peers --have): time and bytes received.
+# to 8 peers whole and as deltas (origin --delta-from, peers --have; one transfer per upload slot,
+# then the default of up to 8): time and bytes received.
 # Prints a markdown table. Needs root. Everything it creates is named with a unique prefix
 # and deleted by name on exit.
 # Usage: sudo bench/broadcast_netns.sh [path/to/echelon]
@@ -155,8 +156,10 @@ run_delta() {
   ORIGIN_ARGS=()
   PEER_ARGS=()
   read -r FULL_S _ _ _ FULL_BYTES _ < <(run peer 8)
-  ORIGIN_ARGS=(--delta-from "$WORK/base.safetensors")
   PEER_ARGS=(--have "$WORK/base.safetensors")
+  ORIGIN_ARGS=(--delta-from "$WORK/base.safetensors" --transfers-per-slot 1)
+  read -r ONE_S _ _ _ ONE_BYTES _ < <(run peer 8)
+  ORIGIN_ARGS=(--delta-from "$WORK/base.safetensors")
   read -r DELTA_S _ _ _ DELTA_BYTES _ < <(run peer 8)
   echo
   echo "Deltas: $FILE_MIB MiB of bf16 weights, $(python3 -c "print('%g%%' % (100 * ${DELTA_FRACTION:-0.02}))") of the elements moved by one bf16 step, 8 peers (peer-assisted), SHA-256 checked on every peer."
@@ -164,9 +167,10 @@ run_delta() {
   echo "| sent as | seconds | bytes received per peer (mean) | of the file |"
   echo "|---|---|---|---|"
   echo "| whole | $FULL_S | $FULL_BYTES | $(python3 -c "print('%.1f%%' % (100 * $FULL_BYTES / ($FILE_MIB << 20)))") |"
-  echo "| deltas | $DELTA_S | $DELTA_BYTES | $(python3 -c "print('%.1f%%' % (100 * $DELTA_BYTES / ($FILE_MIB << 20)))") |"
+  echo "| deltas, one transfer per slot (\`--transfers-per-slot 1\`) | $ONE_S | $ONE_BYTES | $(python3 -c "print('%.1f%%' % (100 * $ONE_BYTES / ($FILE_MIB << 20)))") |"
+  echo "| deltas (default: up to 8 per slot) | $DELTA_S | $DELTA_BYTES | $(python3 -c "print('%.1f%%' % (100 * $DELTA_BYTES / ($FILE_MIB << 20)))") |"
   echo
-  echo "Deltas take $(python3 -c "print('%.3f' % ($DELTA_S / $FULL_S))") x the time of whole chunks."
+  echo "Deltas take $(python3 -c "print('%.3f' % ($DELTA_S / $FULL_S))") x the time of whole chunks ($(python3 -c "print('%.3f' % ($ONE_S / $FULL_S))") with one transfer per slot)."
 }
 PARTS=${PARTS:-"scale mixed nat delta"}
 [ -n "${ONLY_DELTA:-}" ] && PARTS=delta

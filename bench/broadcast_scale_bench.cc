@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   double slow_fraction = 0;
   double slow_factor = 10;
   double endgame = 0;
+  bool serial = false;
   app.add_option("--peers", peers, "peers (besides the origin)")->check(CLI::Range(1, 100000));
   app.add_option("--bytes", bytes, "snapshot size in bytes")->check(CLI::PositiveNumber);
   app.add_option("--chunk-mib", chunk_mib, "chunk size of the full snapshot, MiB")->check(CLI::PositiveNumber);
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--slow-factor", slow_factor, "how much slower the slow peers upload")->check(CLI::Range(1.0, 1e6));
   app.add_option("--endgame", endgame, "RelayOptions::endgame_ratio (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--serial-uploads", serial, "each node sends one transfer at a time (as the network transport does)");
   app.add_option("--bound", bound, "exit 1 when last completion / T1 exceeds this");
   CLI11_PARSE(app, argc, argv);
 
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   s.chunk_bytes = static_cast<uint64_t>(delta > 0 ? chunk_bytes * delta : chunk_bytes);
   s.origin_bps = gbit * 1e9 / 8;
   s.latency_s = latency_ms / 1000;
+  s.serial_uploads = serial;
   const int slow = static_cast<int>(std::lround(slow_fraction * peers));
   double upload_total = s.origin_bps;
   for (int i = 0; i < peers; ++i) {

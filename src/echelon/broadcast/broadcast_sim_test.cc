@@ -221,11 +221,52 @@ TEST(BroadcastSimTest, ThousandPeersSixteenGigabytesAndATwoPercentDelta) {
     s.latency_s = 0.001;
     const double t1 = s.chunks * static_cast<double>(s.chunk_bytes) / s.origin_bps;
     const BroadcastResult r = Simulate(s);
-    std::printf("  1000 peers, %s: %.3f x T1 (T1 %.2f s)\n", fraction < 1 ? "2%% delta" : "16 GB", r.last_completion / t1,
+    std::printf("  1000 peers, %s: %.3f x T1 (T1 %.2f s)\n", fraction < 1 ? "2% delta" : "16 GB", r.last_completion / t1,
                 t1);
     EXPECT_LE(r.last_completion, 1.2 * t1) << "fraction " << fraction;
     EXPECT_GE(r.last_completion, t1);
     EXPECT_EQ(r.stats.started, 1000u * 239u);  // every chunk once per peer: nothing sent twice
+  }
+}
+
+// A 2% delta of a 1 GiB snapshot cut into 4 MiB chunks is 256 deltas of 84 KB, each sent in
+// 0.67 ms at 1 Gbit/s: less than the 1 ms a transfer takes to start. One transfer per slot took
+// 2.58 x the delta's transfer time to reach 100 peers; small transfers sharing a slot overlap
+// their starts. Nodes send one transfer at a time, as the network transport does.
+TEST(BroadcastSimTest, SmallDeltasOverlapTheirStarts) {
+  BroadcastScenario s;
+  s.peers = 100;
+  s.chunks = 256;
+  s.chunk_bytes = 83886;
+  s.origin_bps = 125e6;
+  s.latency_s = 0.001;
+  s.serial_uploads = true;
+  const double t1 = s.chunks * static_cast<double>(s.chunk_bytes) / s.origin_bps;
+  const BroadcastResult r = Simulate(s);
+  std::printf("  100 peers, 84 KB deltas: %.3f x T1\n", r.last_completion / t1);
+  EXPECT_LE(r.last_completion, 1.2 * t1);
+  EXPECT_EQ(r.stats.started, 100u * 256u);
+}
+
+// Serial uploads: two sends started together finish one after the other (the first at full
+// rate), where processor sharing finishes both at the end.
+TEST(LinkSimulatorTest, SerialUploadsSendOneTransferAtATime) {
+  for (bool serial : {false, true}) {
+    SimulatedClock clock;
+    LinkSimulator sim(&clock, {1000, 1000}, /*latency_s=*/0.5);
+    sim.SetSerialUploads(serial);
+    sim.SetUploadBps(kOrigin, 1000);
+    sim.SetUploadBps(1, 1000);
+    sim.SetUploadBps(2, 1000);
+    std::vector<double> done;
+    for (int c = 0; c < 2; ++c) {
+      sim.Start(Transfer{static_cast<uint64_t>(c + 1), kOrigin, c + 1, c},
+                [&](const Transfer&, TransferOutcome) { done.push_back(clock.Now()); });
+    }
+    ASSERT_TRUE(sim.Run(100).ok());
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_NEAR(done[0], serial ? 1.5 : 2.5, 1e-9) << "serial " << serial;
+    EXPECT_NEAR(done[1], 2.5, 1e-9) << "serial " << serial;
   }
 }
 

@@ -34,13 +34,20 @@ void LinkSimulator::Start(const Transfer& t, DoneFn done) {
 Status LinkSimulator::Run(double max_seconds) {
   const double kInf = std::numeric_limits<double>::infinity();
   std::vector<int> sending;
+  std::vector<const Active*> head;  // serial uploads: each node's oldest ready send
   while (!active_.empty() || !scheduled_.empty()) {
     const double now = clock_->Now();
     sending.assign(upload_bps_.size(), 0);
-    for (const Active& a : active_) {
-      if (a.wait_left <= 0) sending[a.t.from]++;
+    head.assign(upload_bps_.size(), nullptr);
+    for (const Active& a : active_) {  // in start order
+      if (a.wait_left > 0) continue;
+      sending[a.t.from]++;
+      if (head[a.t.from] == nullptr) head[a.t.from] = &a;
     }
-    auto rate = [&](const Active& a) { return upload_bps_[a.t.from] / sending[a.t.from]; };
+    auto rate = [&](const Active& a) {
+      if (serial_uploads_) return head[a.t.from] == &a ? upload_bps_[a.t.from] : 0.0;
+      return upload_bps_[a.t.from] / sending[a.t.from];
+    };
     double dt = kInf;
     for (const Active& a : active_) {
       double r = a.wait_left > 0 ? 0 : rate(a);
@@ -87,6 +94,7 @@ Result<BroadcastResult> SimulateBroadcast(const BroadcastScenario& s) {
   std::vector<uint64_t> sizes(s.chunks, s.chunk_bytes);
   RelayPlanner planner(s.options, s.chunks, s.origin_bps, static_cast<double>(s.chunk_bytes));
   LinkSimulator sim(&clock, sizes, s.latency_s);
+  sim.SetSerialUploads(s.serial_uploads);
   RelaySession session(&planner, &sim, &clock, sizes);
   sim.SetUploadBps(kOrigin, s.origin_bps);
   int added = 0;

@@ -1,6 +1,7 @@
 // LinkSimulator: a discrete-event Link. Each node has an upload bandwidth shared equally by
 // its concurrent sends (processor sharing, as TCP flows behind one `tc tbf` shaper roughly
-// behave); downloads are unconstrained. A transfer takes `latency` seconds to start, then
+// behave), or with SetSerialUploads given whole to its oldest started send, the others
+// waiting (as a network ChunkSource sends one chunk at a time); downloads are unconstrained. A transfer takes `latency` seconds to start, then
 // bytes / share. Time is a SimulatedClock advanced by Run(), so the RelaySession and
 // RelayPlanner run unchanged on simulated links, with no sockets and no sleeps.
 //
@@ -41,6 +42,9 @@ class LinkSimulator : public Link {
 
   void SetUploadBps(NodeId node, double bps);
   void SetDeliver(DeliverFn deliver) { deliver_ = std::move(deliver); }
+  // Each node sends one transfer at a time, in the order they were started (after their start
+  // latency, which overlaps): net/broadcast_chunk_source.h does this for peer-assisted mode.
+  void SetSerialUploads(bool serial) { serial_uploads_ = serial; }
   // Runs `action` when simulated time reaches t.
   void At(double t, std::function<void()> action);
   // The node stops: its transfers (both directions) vanish without a callback, as a
@@ -69,6 +73,7 @@ class LinkSimulator : public Link {
   std::vector<Active> active_;
   std::multimap<double, std::function<void()>> scheduled_;
   DeliverFn deliver_;
+  bool serial_uploads_ = false;
   uint64_t transfers_delivered_ = 0;
 };
 
@@ -80,6 +85,7 @@ struct BroadcastScenario {
   double origin_bps = 12.5e6;            // bytes/s (100 Mbit/s)
   std::vector<double> peer_bps;          // per peer; empty = origin_bps for all
   double latency_s = 0.0;
+  bool serial_uploads = false;           // LinkSimulator::SetSerialUploads
   std::vector<std::vector<bool>> held;   // per peer initial chunks (delta); empty = none
   std::map<double, std::vector<NodeId>> kills;  // time -> peers that die then
   std::set<NodeId> corrupt_senders;      // every chunk these peers upload fails verification

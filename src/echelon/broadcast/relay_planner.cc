@@ -9,7 +9,13 @@ namespace echelon::broadcast {
 
 RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double origin_upload_bps,
                            double mean_chunk_bytes)
-    : options_(options), num_chunks_(num_chunks), mean_chunk_bytes_(mean_chunk_bytes), copies_(num_chunks, 0) {
+    : options_(options),
+      num_chunks_(num_chunks),
+      mean_chunk_bytes_(mean_chunk_bytes),
+      transfers_per_slot_(static_cast<int>(std::clamp(
+          std::floor(options.slot_bytes / std::max(mean_chunk_bytes, 1.0)), 1.0,
+          static_cast<double>(std::max(1, options.max_transfers_per_slot))))),
+      copies_(num_chunks, 0) {
   Node origin;
   origin.bps = origin_upload_bps;
   origin.held.assign(num_chunks, true);
@@ -81,9 +87,11 @@ bool RelayPlanner::Reported(NodeId sender, NodeId receiver) const {
 int RelayPlanner::UploadSlots(NodeId n) const {
   if (options_.mode == RelayMode::kStar) return n == kOrigin ? std::max(1, live_peers_) : 0;
   const int slots = std::max(1, options_.upload_slots);
-  const bool slow = mean_chunk_bytes_ / std::max(nodes_[n].bps, 1.0) > options_.multi_slot_max_chunk_seconds;
-  return slow ? 1 : slots;
+  const double slot_seconds = transfers_per_slot_ * mean_chunk_bytes_ / std::max(nodes_[n].bps, 1.0);
+  return (slot_seconds > options_.multi_slot_max_chunk_seconds ? 1 : slots) * transfers_per_slot_;
 }
+
+int RelayPlanner::MaxInbound() const { return std::max(1, options_.max_inbound) * transfers_per_slot_; }
 
 bool RelayPlanner::CanUpload(NodeId n) const {
   const Node& node = nodes_[n];
@@ -104,7 +112,7 @@ NodeId RelayPlanner::BestReceiver(NodeId u, int chunk) const {
   std::tuple<int, bool, bool, int, int, NodeId> best_key;
   for (NodeId r = 1; r < num_nodes(); ++r) {
     const Node& n = nodes_[r];
-    if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= options_.max_inbound) continue;
+    if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= MaxInbound()) continue;
     if (Reported(u, r)) continue;  // r found u's chunks corrupt before
     // Peers that can relay the chunk onward first; among them the fastest uploader.
     const int rb = BandwidthBucket(r);
@@ -159,7 +167,7 @@ bool RelayPlanner::PickEndgame(NodeId u, int* chunk, NodeId* receiver) const {
   for (const auto& [id, t] : inflight_) {
     const Node& to = nodes_[t.to];
     if (t.to == u || t.from == u || !node.held[t.chunk] || to.held[t.chunk] || to.incoming[t.chunk] != 1) continue;
-    if (to.incoming_count >= options_.max_inbound || Reported(u, t.to)) continue;
+    if (to.incoming_count >= MaxInbound() || Reported(u, t.to)) continue;
     if (node.bps < options_.endgame_ratio * nodes_[t.from].bps) continue;
     // The slowest sender's transfer first (it has the longest way to go), then the oldest.
     if (best == nullptr || nodes_[t.from].bps < nodes_[best->from].bps ||
@@ -211,7 +219,7 @@ void RelayPlanner::Forget(const Transfer& t) {
   Node& to = nodes_[t.to];
   from.uploads--;
   from.dirty = true;
-  if (to.incoming_count >= options_.max_inbound) MarkAllDirty();  // a capped receiver opens up
+  if (to.incoming_count >= MaxInbound()) MarkAllDirty();  // a capped receiver opens up
   to.incoming[t.chunk]--;
   to.incoming_count--;
   copies_[t.chunk]--;

@@ -101,6 +101,7 @@ class RelayPlanner {
   bool AllComplete() const;  // every live peer holds every chunk
   double bandwidth(NodeId n) const { return nodes_[n].bps; }
   size_t in_flight() const { return inflight_.size(); }
+  int transfers_per_slot() const { return transfers_per_slot_; }
   const Stats& stats() const { return stats_; }
 
  private:
@@ -120,7 +121,8 @@ class RelayPlanner {
     int uploads = 0;
   };
 
-  int UploadSlots(NodeId n) const;
+  int UploadSlots(NodeId n) const;  // concurrent uploads: slots x transfers_per_slot_
+  int MaxInbound() const;             // concurrent downloads: max_inbound x transfers_per_slot_
   bool CanUpload(NodeId n) const;
   int BandwidthBucket(NodeId n) const;
   // Best (chunk, receiver) for uploader u; false when it has nothing useful to send.
@@ -135,6 +137,7 @@ class RelayPlanner {
   const RelayOptions options_;
   const int num_chunks_;
   const double mean_chunk_bytes_;
+  const int transfers_per_slot_;  // RelayOptions::slot_bytes / mean transfer, 1 for whole chunks
   std::vector<Node> nodes_;
   std::vector<int> copies_;  // per chunk: live peers holding or receiving it
   int live_peers_ = 0;

@@ -213,6 +213,25 @@ TEST(RelayPlannerTest, SlowNodeUploadsOneChunkAtATime) {
   EXPECT_EQ(origin_sends(1e6), 1u);    // 4 s: one at a time
 }
 
+// Deltas much smaller than a chunk share a slot: each slot and each receiver's inbound place
+// hold slot_bytes / mean transfer of them (at most max_transfers_per_slot), whole chunks one.
+TEST(RelayPlannerTest, SmallTransfersShareASlot) {
+  RelayOptions o;
+  o.upload_slots = 2;
+  o.max_inbound = 1;
+  auto origin_sends = [&](double mean_chunk_bytes, int peers) {
+    RelayPlanner p(o, /*num_chunks=*/64, 100e6, mean_chunk_bytes);
+    for (int i = 0; i < peers; ++i) p.AddPeer(100e6);
+    return std::make_pair(p.NextTransfers().size(), p.transfers_per_slot());
+  };
+  EXPECT_EQ(origin_sends(o.slot_bytes, 8), std::make_pair(size_t{2}, 1));       // whole chunks
+  EXPECT_EQ(origin_sends(2 * o.slot_bytes, 8), std::make_pair(size_t{2}, 1));   // bigger ones
+  EXPECT_EQ(origin_sends(o.slot_bytes / 4, 8), std::make_pair(size_t{8}, 4));   // 2 slots x 4
+  EXPECT_EQ(origin_sends(o.slot_bytes / 50, 8), std::make_pair(size_t{16}, 8)); // capped at 8
+  // One receiver takes max_inbound (1) x 8 at once, not 16.
+  EXPECT_EQ(origin_sends(o.slot_bytes / 50, 1), std::make_pair(size_t{8}, 8));
+}
+
 // A declared rate is a first estimate: one measurement replaces it (a claim of 100 Gbit/s
 // does not decay over thousands of chunks), later ones are averaged.
 TEST(RelayPlannerTest, FirstMeasurementReplacesTheDeclaredRate) {

@@ -3,7 +3,7 @@
 //
 //   echelon broadcast origin --file F --listen HOST:PORT [--key KEYFILE] [--mode peer|star]
 //       [--chunk-mib N] [--expect-peers N] [--upload-slots K] [--version V] [--exit-when-done]
-//       [--timeout S] [--delta-from OLD] [--endgame-ratio R]
+//       [--timeout S] [--delta-from OLD] [--endgame-ratio R] [--transfers-per-slot K]
 //   echelon broadcast peer --origin HOST:PORT (--listen HOST:PORT | --no-listen) --out F
 //       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
 //       [--timeout S] [--have OLD] [--upload-mbps R]
@@ -75,6 +75,7 @@ struct OriginArgs {
   int expect_peers = 1;
   int upload_slots = net::kNetUploadSlots;
   double endgame_ratio = 0;
+  int transfers_per_slot = broadcast::RelayOptions{}.max_transfers_per_slot;
   uint64_t version = 1;
   bool exit_when_done = false;
   double timeout = 0;  // 0: none
@@ -181,6 +182,11 @@ int RunOrigin(const OriginArgs& args) {
     return 2;
   }
   opts.relay.endgame_ratio = args.endgame_ratio;
+  if (args.transfers_per_slot < 1 || args.transfers_per_slot > 64) {
+    spdlog::error("--transfers-per-slot {} is invalid; expected 1 to 64", args.transfers_per_slot);
+    return 2;
+  }
+  opts.relay.max_transfers_per_slot = args.transfers_per_slot;
   Result<std::string> blob = ReadFile(args.file);
   if (!blob.ok()) {
     spdlog::error("{}", blob.status().message());
@@ -331,6 +337,9 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   origin->add_option("--endgame-ratio", o->endgame_ratio,
                      "duplicate a chunk in flight from a sender this many times slower (measured) than an idle "
                      "uploader; 0 = off")
+      ->capture_default_str();
+  origin->add_option("--transfers-per-slot", o->transfers_per_slot,
+                     "transfers smaller than a chunk (deltas) one upload slot holds at once, at most; 1 = one")
       ->capture_default_str();
   origin->add_option("--version", o->version, "snapshot version number")->capture_default_str();
   origin->add_option("--token-file", o->token_file, "bearer token peers must present (default: none)");

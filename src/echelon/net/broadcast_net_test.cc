@@ -261,6 +261,7 @@ TEST(BroadcastNetTest, TamperedChunkIsRefusedRefetchedAndItsSenderBanned) {
   BroadcastOriginOptions opts;
   opts.serve_filter = Slow(0.01);  // a slow origin, so peers must relay
   opts.relay.upload_slots = 1;     // so the liar has exactly one upload in flight when caught
+  opts.relay.max_transfers_per_slot = 1;  // (the test's chunks are small: they would share the slot)
   Swarm swarm(opts);
   ServeFilter evil = [](uint64_t, uint32_t, std::string* bytes) { (*bytes)[bytes->size() / 2] ^= 0x5a; };
   swarm.AddPeers(5, {{2, evil}}, /*fat_pipe=*/2);
@@ -384,6 +385,7 @@ TEST(BroadcastNetTest, TamperedDeltaIsRefusedRefetchedAndItsSenderBanned) {
   opts.delta_from_previous = true;
   opts.serve_filter = Slow(0.01);
   opts.relay.upload_slots = 1;
+  opts.relay.max_transfers_per_slot = 1;
   Swarm swarm(opts);
   std::atomic<bool> lie{false};
   ServeFilter evil = [&lie](uint64_t, uint32_t, std::string* bytes) {

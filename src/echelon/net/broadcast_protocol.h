@@ -12,6 +12,8 @@
 
 #include <spdlog/common.h>
 
+#include "echelon/broadcast/tunables.h"
+
 namespace grpc {
 class ChannelArguments;
 class ServerBuilder;
@@ -48,9 +50,11 @@ inline constexpr int kMaxFetchFailuresInARow = 3;
 // 4 MiB chunk takes ~5.4 s; 60 s is far beyond any healthy transfer yet bounds a stall.
 inline constexpr double kFetchDeadlineSeconds = 60.0;
 
-// Fetch threads per peer: above RelayOptions::max_inbound (4), so every ordered download
-// starts at once and no sender's slot waits behind a queue.
-inline constexpr int kFetchWorkers = 8;
+// Fetch threads per peer: as many as the downloads the planner may order at once
+// (RelayOptions::max_inbound places, each holding up to max_transfers_per_slot small deltas),
+// so every ordered download starts at once and no sender's slot waits behind a queue.
+inline constexpr int kFetchWorkers =
+    broadcast::RelayOptions{}.max_inbound * broadcast::RelayOptions{}.max_transfers_per_slot;
 
 // Uploads planned per node over the network (RelayOptions::upload_slots; the simulator uses
 // 1). Every control message (an outcome, the next order, the fetch request) queues behind
