@@ -212,6 +212,15 @@ bool ChunkStore::CanTakeDelta(uint64_t version, size_t index) const {
   return it != versions_.end() && it->second.HasDelta(index) && DeltaBaseLocked(it->second).has_value();
 }
 
+std::optional<uint64_t> ChunkStore::SignedBytes(uint64_t version, size_t index, bool delta) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end() || index >= it->second.num_chunks()) return std::nullopt;
+  if (!delta) return it->second.ChunkSize(index);
+  if (!it->second.HasDelta(index)) return std::nullopt;
+  return it->second.delta_bytes[index];
+}
+
 Status ChunkStore::PutDeltaChunk(uint64_t version, size_t index, std::string delta) {
   Manifest m;
   BaseBytes base_bytes;

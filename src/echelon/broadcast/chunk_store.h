@@ -93,6 +93,9 @@ class ChunkStore {
   std::optional<uint64_t> DeltaBase(uint64_t version) const;
   // Chunk `index` of `version` has a delta and this store holds its base: fetch the delta.
   bool CanTakeDelta(uint64_t version, size_t index) const;
+  // The signed size of chunk `index` of `version` (or of its delta): what a fetch should
+  // bring; nullopt for an unknown version, index or delta.
+  std::optional<uint64_t> SignedBytes(uint64_t version, size_t index, bool delta) const;
   // Decodes `delta` into chunk `index` of `version` and stores both. NotFound for an unknown
   // version or a chunk without a delta; FailedPrecondition without the base (fetch the chunk
   // whole); DataLoss (no state change) for a delta or result that does not match the manifest.

@@ -380,6 +380,32 @@ TEST(BroadcastNetTest, PeerWithoutTheBasePullsWholeChunksBesideDeltaPeers) {
   EXPECT_EQ(late.store().stats().delta_puts, 0u);
 }
 
+// A sender that streams more than the chunk's signed size is cut off at that size (not at the
+// 64 MiB message limit) and reported like one that sent wrong bytes.
+TEST(BroadcastNetTest, SenderStreamingMoreThanTheSignedSizeIsCutOffAndBanned) {
+  BroadcastOriginOptions opts;
+  opts.serve_filter = Slow(0.01);
+  opts.relay.upload_slots = 1;
+  opts.relay.max_transfers_per_slot = 1;
+  Swarm swarm(opts);
+  ServeFilter evil = [](uint64_t, uint32_t, std::string* bytes) { bytes->append(8u << 20, 'x'); };
+  swarm.AddPeers(5, {{2, evil}}, /*fat_pipe=*/2);
+  const std::string blob = RandomBlob(16 * kChunk, 5);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(swarm.Received(i, 1), blob) << "peer " << i;
+  const broadcast::RelayPlanner::Stats s = swarm.origin->Stats(1);
+  EXPECT_EQ(s.corrupt, 2u);
+  EXPECT_EQ(s.verified, 5u * 16u);
+  for (const BroadcastPeerReport& r : swarm.origin->Report(1)) {
+    EXPECT_EQ(r.banned, r.peer_id.rfind("p2#", 0) == 0) << r.peer_id;
+  }
+  // At most the signed size (plus one piece) per attempt came in from the liar, not 8 MiB more.
+  uint64_t received = 0;
+  for (int i = 0; i < 5; ++i) received += swarm.peers[i]->bytes_received();
+  EXPECT_LE(received, 5u * blob.size() + s.corrupt * (kChunk + kChunkPieceBytes));
+}
+
 TEST(BroadcastNetTest, TamperedDeltaIsRefusedRefetchedAndItsSenderBanned) {
   BroadcastOriginOptions opts;
   opts.delta_from_previous = true;

@@ -286,11 +286,15 @@ Result<std::string> BroadcastPeer::FetchBytes(const Order& order, bool delta) {
   req.set_chunk(order.chunk);
   req.set_delta(delta);
   std::unique_ptr<grpc::ClientReader<v1::FetchChunkReply>> reader = stub->FetchChunk(&ctx, req);
+  // The signed size bounds what the sender may send, and reserving it spares the copies and
+  // fresh pages of a string doubling its way up to a chunk.
+  const uint64_t limit = store_.SignedBytes(order.version, order.chunk, delta).value_or(kMaxBroadcastChunkBytes);
   std::string bytes;
+  bytes.reserve(limit);
   v1::FetchChunkReply piece;
   bool too_big = false;
   while (reader->Read(&piece)) {
-    if (bytes.size() + piece.data().size() > kMaxBroadcastChunkBytes) {
+    if (bytes.size() + piece.data().size() > limit) {
       too_big = true;  // a hostile sender: stop reading; verification would refuse it anyway
       ctx.TryCancel();
       break;
@@ -299,7 +303,10 @@ Result<std::string> BroadcastPeer::FetchBytes(const Order& order, bool delta) {
   }
   grpc::Status st = reader->Finish();
   bytes_received_ += bytes.size();
-  if (too_big) return DataLoss("sender " + order.from_address + " sent more than any chunk can hold");
+  if (too_big) {
+    return DataLoss("sender " + order.from_address + " sent more than the " + std::to_string(limit) +
+                    " bytes signed for " + (delta ? "the delta of chunk " : "chunk ") + std::to_string(order.chunk));
+  }
   if (!st.ok()) {
     const std::string from = order.from_address.empty() ? options_.origin : order.from_address;
     return Status(st.error_code() == grpc::StatusCode::NOT_FOUND ? StatusCode::kNotFound : StatusCode::kUnavailable,
