@@ -5,6 +5,7 @@
 
 #include "echelon/common/fs.h"
 #include "echelon/common/parallel.h"
+#include "echelon/common/sha256.h"
 
 namespace echelon::broadcast {
 
@@ -344,8 +345,20 @@ Result<BaseBytes> ChunkStore::BytesLocked(const Manifest& m) const {
 }
 
 Status ChunkStore::WriteVersion(uint64_t version, const std::string& path) const {
-  ECHELON_ASSIGN_OR_RETURN(std::string blob, Assemble(version));
-  return WriteFileAtomic(path, blob).WithContext("writing version " + std::to_string(version));
+  Manifest m;
+  BaseBytes bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = versions_.find(version);
+    if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
+    m = it->second;
+    ECHELON_ASSIGN_OR_RETURN(bytes, BytesLocked(m));
+  }
+  // Straight from the chunks: no model-sized joined copy on the way to the file.
+  if (bytes.size() != m.total_bytes || Sha256Hex(bytes.pieces()) != m.file_sha256) {
+    return DataLoss("assembled version " + std::to_string(version) + " does not match the manifest's size/SHA-256");
+  }
+  return WriteFileAtomic(path, bytes.pieces()).WithContext("writing version " + std::to_string(version));
 }
 
 size_t ChunkStore::num_stored_chunks() const {

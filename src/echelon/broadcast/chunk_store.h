@@ -111,7 +111,8 @@ class ChunkStore {
   // A complete version's bytes as its chunks, without copying them (the origin encodes the
   // next version's deltas against it); FailedPrecondition while chunks are missing.
   Result<BaseBytes> Bytes(uint64_t version) const;
-  // Assemble + WriteFileAtomic: a reader of `path` sees the old file or the whole new one.
+  // The whole blob, checked like Assemble, written atomically straight from the chunks (no
+  // joined copy): a reader of `path` sees the old file or the whole new one.
   Status WriteVersion(uint64_t version, const std::string& path) const;
 
   size_t num_stored_chunks() const;

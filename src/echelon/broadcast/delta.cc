@@ -152,7 +152,7 @@ BaseBytes BaseBytes::Pieces(std::vector<std::shared_ptr<const std::string>> piec
 }
 
 std::string_view BaseBytes::Range(uint64_t begin, uint64_t length, std::string* scratch) const {
-  if (begin >= size_) return {};
+  if (begin >= size_ || length == 0) return {};
   const uint64_t end = std::min(size_, begin + length);
   const size_t first = begin / piece_bytes_, last = (end - 1) / piece_bytes_;
   if (first == last) return views_[first].substr(begin - first * piece_bytes_, end - begin);

@@ -66,6 +66,7 @@ class BaseBytes {
   static BaseBytes Pieces(std::vector<std::shared_ptr<const std::string>> pieces, uint64_t piece_bytes);
 
   uint64_t size() const { return size_; }
+  const std::vector<std::string_view>& pieces() const { return views_; }
   // Bytes [begin, begin + length) clipped to size(): in place when one piece holds them all,
   // else joined into *scratch.
   std::string_view Range(uint64_t begin, uint64_t length, std::string* scratch) const;

@@ -22,20 +22,26 @@ Result<std::string> ReadFile(const std::string& path) {
 }
 
 Status WriteFileAtomic(const std::string& path, const std::string& bytes) {
+  return WriteFileAtomic(path, std::vector<std::string_view>{bytes});
+}
+
+Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + std::strerror(errno));
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Internal("write to " + tmp + " failed: " + err);
+  for (std::string_view bytes : parts) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        std::string err = std::strerror(errno);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return Internal("write to " + tmp + " failed: " + err);
+      }
+      off += static_cast<size_t>(n);
     }
-    off += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,8 @@ namespace echelon {
 
 Result<std::string> ReadFile(const std::string& path);
 Status WriteFileAtomic(const std::string& path, const std::string& bytes);
+// The same for the concatenation of `parts`, written one after another (no joined copy).
+Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts);
 // Fsyncs a directory so that a rename inside it survives a power cut.
 Status SyncDir(const std::string& dir);
 // JSON text, or one error "<where>: not valid JSON: <the parser's reason>".

@@ -1,6 +1,9 @@
 #include "echelon/common/sha256.h"
 
+#include <openssl/evp.h>
 #include <openssl/sha.h>
+
+#include <memory>
 
 namespace echelon {
 
@@ -11,6 +14,17 @@ std::string Sha256(std::string_view bytes) {
 }
 
 std::string Sha256Hex(std::string_view bytes) { return ToHex(Sha256(bytes)); }
+
+std::string Sha256Hex(const std::vector<std::string_view>& parts) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  unsigned int n = 0;
+  bool ok = ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1;
+  for (std::string_view p : parts) ok = ok && EVP_DigestUpdate(ctx.get(), p.data(), p.size()) == 1;
+  ok = ok && EVP_DigestFinal_ex(ctx.get(), digest, &n) == 1 && n == sizeof(digest);
+  if (!ok) return std::string();  // allocation failure: matches no digest
+  return ToHex(std::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+}
 
 std::string ToHex(std::string_view bytes) {
   static const char kDigits[] = "0123456789abcdef";
