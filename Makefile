@@ -37,10 +37,13 @@ gsm8k-style: configure
 	./$(BUILD)/echelon train configs/gsm8k-style.yaml --set model.init=$(GSM8K_MODEL)
 
 bench: configure
-	cmake --build $(BUILD) -j $(JOBS) --target generate_bench learner_step_bench simulate_bench
+	cmake --build $(BUILD) -j $(JOBS) --target generate_bench learner_step_bench simulate_bench \
+	    broadcast_scale_bench broadcast_publish_bench
 	./$(BUILD)/generate_bench
 	./$(BUILD)/learner_step_bench
 	./$(BUILD)/simulate_bench
+	./$(BUILD)/broadcast_scale_bench
+	./$(BUILD)/broadcast_publish_bench
 
 fuzz:
 	bash scripts/fuzz.sh
