@@ -48,6 +48,16 @@ Scratch& ThreadScratch() {
   return scratch;
 }
 
+// A thread keeps buffers up to this size (a peer has kFetchWorkers fetch threads, each may
+// decode); a larger chunk's buffer is the call's own and freed after it.
+constexpr size_t kMaxKeptScratchBytes = 16u << 20;
+
+char* Buffer(std::string* kept, size_t n, std::string* local) {
+  std::string* b = n <= kMaxKeptScratchBytes ? kept : local;
+  if (b->size() < n) b->resize(n);
+  return b->data();
+}
+
 }  // namespace
 
 Result<std::string> EncodeChunkDelta(std::string_view target, std::string_view base, int stride, int phase) {
@@ -57,24 +67,25 @@ Result<std::string> EncodeChunkDelta(std::string_view target, std::string_view b
   }
   Scratch& s = ThreadScratch();
   const size_t n = target.size(), covered = std::min(n, base.size());
-  if (s.planes.size() < n) s.planes.resize(n);
-  char* planes = s.planes.data();
+  std::string local_planes, local_frame;
+  char* planes = Buffer(&s.planes, n, &local_planes);
   size_t out = 0;
   for (int p = 0; p < stride; ++p) {
     size_t j = FirstOfPlane(p, stride, phase);
     for (; j < covered; j += stride) planes[out++] = static_cast<char>(target[j] ^ base[j]);
     for (; j < n; j += stride) planes[out++] = target[j];  // past the base's end: XOR with zeros
   }
-  if (s.frame.size() < ZSTD_compressBound(n)) s.frame.resize(ZSTD_compressBound(n));
+  const size_t bound = ZSTD_compressBound(n);
+  char* frame = Buffer(&s.frame, bound, &local_frame);
   if (s.cctx == nullptr) s.cctx = ZSTD_createCCtx();
   if (s.cctx == nullptr) return Internal("zstd: cannot allocate a compression context");
-  const size_t z = ZSTD_compressCCtx(s.cctx, s.frame.data(), s.frame.size(), planes, n, kDeltaZstdLevel);
+  const size_t z = ZSTD_compressCCtx(s.cctx, frame, bound, planes, n, kDeltaZstdLevel);
   if (ZSTD_isError(z)) return Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(z));
   std::string delta(kDeltaHeaderBytes, '\0');
   std::memcpy(delta.data(), kMagic, 4);
   delta[4] = static_cast<char>(stride);
   delta[5] = static_cast<char>(phase);
-  delta.append(s.frame.data(), z);
+  delta.append(frame, z);
   return delta;
 }
 
@@ -99,11 +110,11 @@ Result<std::string> DecodeChunkDelta(std::string_view delta, std::string_view ba
     return DataLoss("delta chunk is not exactly one zstd frame");
   }
   Scratch& s = ThreadScratch();
-  if (s.planes.size() < chunk_size) s.planes.resize(chunk_size);
+  std::string local_planes;
+  char* planes = Buffer(&s.planes, chunk_size, &local_planes);
   if (s.dctx == nullptr) s.dctx = ZSTD_createDCtx();
   if (s.dctx == nullptr) return Internal("zstd: cannot allocate a decompression context");
-  const char* planes = s.planes.data();
-  const size_t got = ZSTD_decompressDCtx(s.dctx, s.planes.data(), chunk_size, frame.data(), frame.size());
+  const size_t got = ZSTD_decompressDCtx(s.dctx, planes, chunk_size, frame.data(), frame.size());
   if (ZSTD_isError(got) || got != chunk_size) {
     return DataLoss(std::string("delta chunk does not decompress: ") +
                     (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size"));

@@ -224,9 +224,10 @@ TEST(DeltaTest, ThreadsAndAHeldBaseGiveTheSameDeltasAsOneThreadOnAWholeBase) {
 
 TEST(DeltaTest, ReusedScratchAcrossChunkSizesStaysBitExact) {
   // One thread encodes and decodes a large chunk, then smaller ones: the per-thread buffers
-  // are longer than the chunk from then on and must not leak into it.
+  // are longer than the chunk from then on and must not leak into it. 17 MiB is past what a
+  // thread keeps (its buffers are the call's own).
   std::mt19937_64 rng(23);
-  for (size_t n : {size_t{300000}, size_t{5}, size_t{4099}, size_t{0}, size_t{70000}}) {
+  for (size_t n : {size_t{300000}, size_t{5}, size_t{17} << 20, size_t{4099}, size_t{0}, size_t{70000}}) {
     const std::string base = RandomBytes(n / 2, rng), target = RandomBytes(n, rng);
     const std::string delta = EncodeChunkDelta(target, base, 2, 1).value();
     EXPECT_EQ(DecodeChunkDelta(delta, base, n).value(), target) << n;
