@@ -5,7 +5,6 @@
 
 #include "echelon/common/fs.h"
 #include "echelon/common/parallel.h"
-#include "echelon/common/sha256.h"
 
 namespace echelon::broadcast {
 
@@ -301,26 +300,10 @@ Result<std::shared_ptr<const std::string>> ChunkStore::GetDelta(uint64_t version
 }
 
 Result<std::string> ChunkStore::Assemble(uint64_t version) const {
-  Manifest m;
-  std::vector<std::shared_ptr<const std::string>> parts;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = versions_.find(version);
-    if (it == versions_.end()) return NotFound("version " + std::to_string(version) + " is not held");
-    m = it->second;
-    for (size_t i = 0; i < m.num_chunks(); ++i) {
-      auto c = chunks_.find(m.chunk_sha256[i]);
-      if (c == chunks_.end()) {
-        return FailedPrecondition("version " + std::to_string(version) + " is incomplete: chunk " +
-                                  std::to_string(i) + " is missing");
-      }
-      parts.push_back(c->second);
-    }
-  }
+  ECHELON_ASSIGN_OR_RETURN(BaseBytes bytes, CheckedBytes(version));
   std::string blob;
-  blob.reserve(m.total_bytes);
-  for (const auto& p : parts) blob += *p;
-  ECHELON_RETURN_IF_ERROR(VerifyBlob(m, blob));
+  blob.reserve(bytes.size());
+  for (std::string_view p : bytes.pieces()) blob += p;
   return blob;
 }
 
@@ -344,7 +327,7 @@ Result<BaseBytes> ChunkStore::BytesLocked(const Manifest& m) const {
   return BaseBytes::Pieces(std::move(pieces), m.chunk_bytes);
 }
 
-Status ChunkStore::WriteVersion(uint64_t version, const std::string& path) const {
+Result<BaseBytes> ChunkStore::CheckedBytes(uint64_t version) const {
   Manifest m;
   BaseBytes bytes;
   {
@@ -354,10 +337,13 @@ Status ChunkStore::WriteVersion(uint64_t version, const std::string& path) const
     m = it->second;
     ECHELON_ASSIGN_OR_RETURN(bytes, BytesLocked(m));
   }
+  ECHELON_RETURN_IF_ERROR(VerifyBlob(m, bytes.pieces()));
+  return bytes;
+}
+
+Status ChunkStore::WriteVersion(uint64_t version, const std::string& path) const {
   // Straight from the chunks: no model-sized joined copy on the way to the file.
-  if (bytes.size() != m.total_bytes || Sha256Hex(bytes.pieces()) != m.file_sha256) {
-    return DataLoss("assembled version " + std::to_string(version) + " does not match the manifest's size/SHA-256");
-  }
+  ECHELON_ASSIGN_OR_RETURN(BaseBytes bytes, CheckedBytes(version));
   return WriteFileAtomic(path, bytes.pieces()).WithContext("writing version " + std::to_string(version));
 }
 

@@ -123,6 +123,8 @@ class ChunkStore {
   void CollectGarbageLocked();  // requires mu_
   std::optional<uint64_t> DeltaBaseLocked(const Manifest& m) const;  // requires mu_
   Result<BaseBytes> BytesLocked(const Manifest& m) const;              // requires mu_
+  // Bytes(version), checked against the manifest's size and file SHA-256 (one pass, no copy).
+  Result<BaseBytes> CheckedBytes(uint64_t version) const;
   void StoreDeltaLocked(const std::string& hash, std::string delta);  // requires mu_; verified bytes
 
   const int keep_versions_;

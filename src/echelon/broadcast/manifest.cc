@@ -254,7 +254,13 @@ Status VerifyDelta(const Manifest& m, size_t i, std::string_view bytes) {
 }
 
 Status VerifyBlob(const Manifest& m, const std::string& blob) {
-  if (blob.size() != m.total_bytes || Sha256Hex(blob) != m.file_sha256) {
+  return VerifyBlob(m, std::vector<std::string_view>{blob});
+}
+
+Status VerifyBlob(const Manifest& m, const std::vector<std::string_view>& parts) {
+  uint64_t size = 0;
+  for (std::string_view p : parts) size += p.size();
+  if (size != m.total_bytes || Sha256Hex(parts) != m.file_sha256) {
     return DataLoss("assembled version " + std::to_string(m.version) + " does not match the manifest's size/SHA-256");
   }
   return Status::Ok();

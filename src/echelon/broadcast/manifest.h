@@ -81,5 +81,7 @@ Status VerifyChunk(const Manifest& m, size_t i, std::string_view bytes);
 Status VerifyDelta(const Manifest& m, size_t i, std::string_view bytes);
 // DataLoss unless `blob` has the manifest's total size and whole-file SHA-256.
 Status VerifyBlob(const Manifest& m, const std::string& blob);
+// The same for the blob held as consecutive parts (a store's chunks), without joining them.
+Status VerifyBlob(const Manifest& m, const std::vector<std::string_view>& parts);
 
 }  // namespace echelon::broadcast
