@@ -9,7 +9,8 @@
 //       [--timeout S] [--have OLD] [--upload-mbps R]
 //
 // The origin waits for --expect-peers peers (so every peer starts together), publishes F as
-// version V, and prints one JSON line each time every live peer holds it:
+// version V, and prints one JSON line each time every live peer holds it ("peers": how many hold
+// it, counting any that left after completing; "dead": how many went away without it):
 //   {"event":"complete","version":V,"mode":"peer","bytes":B,"chunks":C,"peers":N,"dead":D,
 //    "seconds":T_last_peer,"per_peer":[{"peer":..,"seconds":..,"alive":..,"banned":..}],
 //    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..,"endgame":E,"bytes_pulled":P}
@@ -130,25 +131,29 @@ bool TimedOut(double started, double timeout, const RealClock& clock) {
 
 nlohmann::json CompletionJson(net::BroadcastOrigin& origin, const broadcast::Manifest& m, const std::string& mode) {
   nlohmann::json per_peer = nlohmann::json::array();
-  double last = 0;
-  int live = 0;
-  int dead = 0;
-  for (const net::BroadcastPeerReport& r : origin.Report(m.version)) {
+  const std::vector<net::BroadcastPeerReport> reports = origin.Report(m.version);
+  for (const net::BroadcastPeerReport& r : reports) {
     nlohmann::json p = {{"peer", r.peer_id}, {"alive", r.alive}, {"banned", r.banned}, {"joined", r.joined_s}};
     if (r.completed_s) p["seconds"] = *r.completed_s;
-    if (r.alive) {
-      ++live;
-      if (r.completed_s) last = std::max(last, *r.completed_s);
-    } else {
-      ++dead;
-    }
     per_peer.push_back(p);
   }
+  const net::BroadcastTally tally = net::Tally(reports);
   broadcast::RelayPlanner::Stats s = origin.Stats(m.version);
-  return {{"event", "complete"}, {"version", m.version},  {"mode", mode},           {"bytes", m.total_bytes},
-          {"chunks", m.num_chunks()}, {"peers", live},     {"dead", dead},           {"seconds", last},
-          {"per_peer", per_peer},  {"transfers", s.verified}, {"origin_sends", s.origin_sends},
-          {"corrupt", s.corrupt},  {"failed", s.failed},    {"endgame", s.endgame}, {"sha256", m.file_sha256},
+  return {{"event", "complete"},
+          {"version", m.version},
+          {"mode", mode},
+          {"bytes", m.total_bytes},
+          {"chunks", m.num_chunks()},
+          {"peers", tally.held},
+          {"dead", tally.dead},
+          {"seconds", tally.last_completed_s.value_or(0.0)},
+          {"per_peer", per_peer},
+          {"transfers", s.verified},
+          {"origin_sends", s.origin_sends},
+          {"corrupt", s.corrupt},
+          {"failed", s.failed},
+          {"endgame", s.endgame},
+          {"sha256", m.file_sha256},
           {"bytes_pulled", origin.BytesPulled(m.version)}};
 }
 

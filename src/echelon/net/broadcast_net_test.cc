@@ -170,6 +170,31 @@ TEST(BroadcastNetTest, KilledRelayCostsItsReceiversOnlyTheChunksInFlight) {
     }
   }
   EXPECT_EQ(alive, 4);
+  const BroadcastTally tally = Tally(swarm.origin->Report(1));
+  EXPECT_EQ(tally.held, 4);
+  EXPECT_EQ(tally.dead, 1);
+}
+
+TEST(BroadcastNetTest, PeerThatLeftAfterCompletingHoldsTheVersionAndIsNotDead) {
+  // A peer run with --exit-when-done leaves as soon as it hears the swarm is complete, which can
+  // be before the origin reads its report: the completion line must not call it dead.
+  Swarm swarm{BroadcastOriginOptions{}};
+  swarm.AddPeers(3);
+  const std::string blob = RandomBlob(4 * kChunk, 4);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  ASSERT_TRUE(swarm.peers[0]->WaitForSwarmComplete(1, kWait));
+  swarm.peers[0]->Shutdown();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (swarm.origin->live_peers() > 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(swarm.origin->live_peers(), 2u);
+  const BroadcastTally tally = Tally(swarm.origin->Report(1));
+  EXPECT_EQ(tally.held, 3);
+  EXPECT_EQ(tally.dead, 0);
+  ASSERT_TRUE(tally.last_completed_s.has_value());
+  EXPECT_GT(*tally.last_completed_s, 0.0);
 }
 
 TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {

@@ -549,6 +549,19 @@ std::vector<BroadcastPeerReport> BroadcastOrigin::Report(uint64_t version) const
   return out;
 }
 
+BroadcastTally Tally(const std::vector<BroadcastPeerReport>& reports) {
+  BroadcastTally t;
+  for (const BroadcastPeerReport& r : reports) {
+    if (r.completed_s) {
+      ++t.held;
+      t.last_completed_s = std::max(t.last_completed_s.value_or(0.0), *r.completed_s);
+    } else if (!r.alive) {
+      ++t.dead;
+    }
+  }
+  return t;
+}
+
 broadcast::RelayPlanner::Stats BroadcastOrigin::Stats(uint64_t version) const {
   std::shared_ptr<Version> v;
   {

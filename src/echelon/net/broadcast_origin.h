@@ -91,6 +91,16 @@ struct BroadcastPeerReport {
   std::optional<double> completed_s;  // seconds after Publish when it held every chunk
 };
 
+// A version's outcome over its peers. A peer that held every chunk counts as holding it even if
+// it left afterwards (a peer may exit once told the swarm is complete, before anyone reads
+// this); dead ones are those that went away without it.
+struct BroadcastTally {
+  int held = 0;
+  int dead = 0;
+  std::optional<double> last_completed_s;  // the slowest holder, seconds after Publish
+};
+BroadcastTally Tally(const std::vector<BroadcastPeerReport>& reports);
+
 class BroadcastOrigin {
  public:
   BroadcastOrigin(BroadcastOriginOptions options, broadcast::SigningKey key, const Clock* clock);

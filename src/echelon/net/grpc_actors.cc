@@ -85,15 +85,10 @@ std::optional<learn::BroadcastCompletion> GrpcActors::TakeCompletedBroadcast() {
       ++it;
       continue;
     }
-    std::optional<double> last;
-    int64_t peers = 0;
-    for (const BroadcastPeerReport& r : origin_->Report(version)) {
-      if (!r.completed_s) continue;
-      last = std::max(last.value_or(0.0), *r.completed_s);
-      ++peers;
-    }
-    if (last) {
-      newest = learn::BroadcastCompletion{it->first, *last, static_cast<int64_t>(origin_->BytesPulled(version)) / peers,
+    const BroadcastTally tally = Tally(origin_->Report(version));
+    if (tally.last_completed_s) {
+      newest = learn::BroadcastCompletion{it->first, *tally.last_completed_s,
+                                          static_cast<int64_t>(origin_->BytesPulled(version)) / tally.held,
                                           static_cast<int64_t>(it->second)};
     }
     it = broadcasting_.erase(it);
