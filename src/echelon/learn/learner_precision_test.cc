@@ -15,10 +15,16 @@ namespace echelon::learn {
 namespace {
 
 // Ten updates of two learners from `init` on the same batches, which must be the same update
-// computed in another summation order: equal statistics, and weights that agree to float32
-// rounding (~1e-7 relative), which AdamW can amplify only where a gradient is itself rounding
-// noise: the bound is 2e-5 (the worst seen: one element of one matrix at 1.0e-5, every other
-// below 3e-6), against an update size of ~1e-3 per step.
+// computed in another summation order. The first update starts from equal weights, so its
+// statistics agree to float32 rounding. After it, the weights differ where AdamW normalised a
+// gradient that is itself rounding noise: components that are zero in exact arithmetic (e.g.
+// k_proj along the direction that shifts every score of a query equally, to which the softmax
+// is blind) move by ~lr in one learner and by a different ~lr in the other (seen: one k_proj
+// element 1.45e-3 against 1.40e-3 after the first update, on an AVX-512 CPU whose BLAS kernels
+// round differently from the AVX2 one the first bounds were set on). So later statistics agree
+// to 2e-4, and the weights are compared as a whole: the two updates differ by under
+// 1e-3 of their size (a wrong mask or position moves every weight, by a fraction of the update
+// far above that).
 void ExpectSameUpdates(const model::Qwen3Model& init, const LearnerOptions& a_opts, const LearnerOptions& b_opts,
                        const std::vector<LearnerGroup>& groups, const std::string& what) {
   Learner a(Copy(init), a_opts);
@@ -28,11 +34,12 @@ void ExpectSameUpdates(const model::Qwen3Model& init, const LearnerOptions& a_op
     Result<StepStats> y = b.Step(groups);
     ASSERT_TRUE(x.ok() && y.ok()) << what;
     EXPECT_EQ(x->tokens, y->tokens) << what;
-    EXPECT_NEAR(x->loss, y->loss, 1e-6) << what << ", step " << step;
-    EXPECT_NEAR(x->grad_norm, y->grad_norm, 1e-5 * std::max(1.0, x->grad_norm)) << what << ", step " << step;
-    EXPECT_NEAR(x->logprob_gap, y->logprob_gap, 1e-6) << what << ", step " << step;
+    EXPECT_NEAR(x->loss, y->loss, step == 0 ? 1e-6 : 2e-4) << what << ", step " << step;
+    EXPECT_NEAR(x->grad_norm, y->grad_norm, (step == 0 ? 1e-5 : 2e-4) * std::max(1.0, x->grad_norm))
+        << what << ", step " << step;
+    EXPECT_NEAR(x->logprob_gap, y->logprob_gap, step == 0 ? 1e-6 : 2e-4) << what << ", step " << step;
   }
-  EXPECT_LT(MaxWeightDiff(a.model(), b.model()), 2e-5) << what;
+  EXPECT_LT(RelativeUpdateDiff(a.model(), b.model(), init), 1e-3) << what;
   EXPECT_GT(MaxWeightDiff(a.model(), init), 1e-3) << what << ": the weights did move";
 }
 

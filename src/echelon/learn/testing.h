@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <vector>
 
@@ -72,6 +73,19 @@ inline double MaxWeightDiff(const model::Qwen3Model& a, const model::Qwen3Model&
   const auto sa = a->StateDict(), sb = b->StateDict();
   for (const auto& [name, t] : sa) worst = std::max(worst, (t - sb.at(name)).abs().max().item<double>());
   return worst;
+}
+
+// ||a - b|| / ||a - init|| over every weight: how far two learners' updates from `init` differ,
+// relative to the update's own size.
+inline double RelativeUpdateDiff(const model::Qwen3Model& a, const model::Qwen3Model& b,
+                                 const model::Qwen3Model& init) {
+  double diff = 0, update = 0;
+  const auto sa = a->StateDict(), sb = b->StateDict(), si = init->StateDict();
+  for (const auto& [name, t] : sa) {
+    diff += (t - sb.at(name)).to(at::kDouble).pow(2).sum().item<double>();
+    update += (t - si.at(name)).to(at::kDouble).pow(2).sum().item<double>();
+  }
+  return update > 0 ? std::sqrt(diff / update) : std::sqrt(diff);
 }
 
 }  // namespace echelon::learn
