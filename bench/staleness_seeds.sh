@@ -9,6 +9,9 @@
 #   seeds.md                   per run: final held-out accuracy, its curve, staleness, ESS,
 #                              learner busy; per setting: mean, min..max over seeds, and the
 #                              paired difference to the first setting (same seed)
+#   report.html                `echelon report` over every run: per setting, held-out accuracy
+#                              against wall time and the ESS fraction over updates as the mean
+#                              over seeds with a min .. max band
 #   commands.txt               every command that was run (appended; reused runs noted)
 #
 # Usage: bench/staleness_seeds.sh [--steps N] [--seeds "1 2 3"] [--settings "0:none 64:none"]
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --eval-every) EVAL_EVERY=$2; shift 2 ;;
     --warmstart-seed) WS_SEED=$2; shift 2 ;;
     --set) EXTRA+=(--set "$2"); shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "staleness_seeds.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -83,6 +86,9 @@ for seed in $SEEDS; do
     DIRS+=("$dir")
   done
 done
+
+"$ECHELON" report "${DIRS[@]}" --out "$OUT/report.html" > /dev/null
+echo "$ECHELON report ${DIRS[*]} --out $OUT/report.html" >> "$CMDS"
 
 python3 - "$OUT" $SETTINGS > "$OUT/seeds.md" <<'EOF'
 import glob, json, os, statistics, sys
@@ -134,4 +140,4 @@ for s in settings:
     print("| %s | %d | %.3f | %.3f .. %.3f | %s |" % (s, len(v), statistics.mean(v), min(v), max(v), diff))
 EOF
 cat "$OUT/seeds.md"
-echo "tables: $OUT/seeds.md"
+echo "tables: $OUT/seeds.md  report: $OUT/report.html"

@@ -64,6 +64,34 @@ Series HeldoutSeries(const RunData& run, bool wall_x) {
   return s;
 }
 
+// Mean, min and max over runs of the points at the same update, for the updates every run has.
+// by_update[r]: run r's points with x = update; drawn[r]: the same points in the same order with
+// the x to draw them at (RL seconds, or the update again), averaged over the runs.
+Series SeedBand(std::string label, const std::vector<Series>& by_update, const std::vector<Series>& drawn) {
+  std::map<double, std::vector<std::pair<double, double>>> at;  // update -> (drawn x, y) per run
+  for (size_t r = 0; r < by_update.size(); ++r) {
+    const Series& u = by_update[r];
+    for (size_t i = 0; i < std::min({u.x.size(), u.y.size(), drawn[r].x.size()}); ++i)
+      if (std::isfinite(u.y[i]) && std::isfinite(drawn[r].x[i])) at[u.x[i]].emplace_back(drawn[r].x[i], u.y[i]);
+  }
+  Series s{std::move(label), {}, {}};
+  for (const auto& [update, points] : at) {
+    if (points.size() != by_update.size()) continue;  // a run lacks this point (or has it twice)
+    double x = 0, y = 0, lo = points[0].second, hi = lo;
+    for (const auto& [px, py] : points) {
+      x += px;
+      y += py;
+      lo = std::min(lo, py);
+      hi = std::max(hi, py);
+    }
+    s.x.push_back(x / points.size());
+    s.y.push_back(y / points.size());
+    s.lo.push_back(lo);
+    s.hi.push_back(hi);
+  }
+  return s;
+}
+
 std::vector<std::string> ActorNames(const RunData& run) {
   std::set<std::string> names;
   for (const StepRecord& r : run.steps)
@@ -235,6 +263,40 @@ StalenessHistogram BuildStalenessHistogram(const std::vector<RunData>& runs) {
   return h;
 }
 
+std::vector<SeedGroup> GroupBySeed(const std::vector<RunData>& runs) {
+  std::vector<SeedGroup> groups;
+  std::vector<std::map<std::string, std::string>> keys;  // each group's config without "seed"
+  for (const RunData& run : runs) {
+    std::map<std::string, std::string> key;
+    for (const auto& [k, v] : run.config)
+      if (k != "seed") key[k] = v;
+    if (run.config.empty()) key["(run directory)"] = run.dir;  // no config: a group of its own
+    size_t g = 0;
+    while (g < keys.size() && keys[g] != key) ++g;
+    if (g == keys.size()) {
+      keys.push_back(key);
+      groups.push_back({});
+    }
+    groups[g].runs.push_back(&run);
+  }
+  // Label: the keys whose values differ between groups (last path component), else "all runs".
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::string label;
+    for (const auto& [k, v] : keys[g]) {
+      bool differs = false;
+      for (const auto& other : keys) {
+        auto it = other.find(k);
+        differs |= it == other.end() || it->second != v;
+      }
+      if (differs && k != "(run directory)") label += (label.empty() ? "" : ", ") + k.substr(k.rfind('.') + 1) + "=" + v;
+    }
+    if (label.empty()) label = keys[g].count("(run directory)") ? groups[g].runs[0]->label : "all runs";
+    const size_t n = groups[g].runs.size();
+    groups[g].label = label + " (" + std::to_string(n) + (n == 1 ? " run)" : " seeds)");
+  }
+  return groups;
+}
+
 std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
   const size_t w = RewardWindow(runs);
   const std::string smooth = w > 1 ? " (trailing mean of " + std::to_string(w) + " steps)" : "";
@@ -256,6 +318,37 @@ std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
   c = add("heldout-wall", Opts("Held-out accuracy against wall time", kRlSeconds, "held-out greedy accuracy", true),
           "No held-out evaluation in these metrics (warm-start, eval.every or final).");
   for (const RunData& r : runs) c->AddSeries(HeldoutSeries(r, true));
+  auto ess = [](const RunData& r, size_t window) {
+    Series e = StepSeries(r, [](const StepRecord& s) { return s.is_ess_frac; }, false);
+    e.y = TrailingMean(e.y, window);
+    return e;
+  };
+  const std::string smooth_ess = w > 1 ? " (trailing mean of " + std::to_string(w) + " updates)" : "";
+  c = add("ess-step", Opts("Importance-weight ESS fraction against learner updates" + smooth_ess, kUpdates,
+                           "ESS / batch tokens", true),
+          "No step line carries is_ess_frac (the staleness health of the importance weights).");
+  for (const RunData& r : runs) c->AddSeries(ess(r, w));
+  // Seeds as bands: only when some setting was run with several seeds.
+  const std::vector<SeedGroup> groups = GroupBySeed(runs);
+  if (std::any_of(groups.begin(), groups.end(), [](const SeedGroup& g) { return g.runs.size() > 1; })) {
+    c = add("heldout-wall-seeds",
+            Opts("Held-out accuracy against wall time: mean over seeds, band min .. max", kRlSeconds,
+                 "held-out greedy accuracy", true),
+            "No held-out evaluation at the same updates in every run of a setting.");
+    LineChart* e = add("ess-seeds", Opts("ESS fraction against updates: mean over seeds, band min .. max" + smooth_ess,
+                                         kUpdates, "ESS / batch tokens", true),
+                       "No step line carries is_ess_frac.");
+    for (const SeedGroup& g : groups) {
+      std::vector<Series> held, held_wall, ess_runs;
+      for (const RunData* r : g.runs) {
+        held.push_back(HeldoutSeries(*r, false));
+        held_wall.push_back(HeldoutSeries(*r, true));
+        ess_runs.push_back(ess(*r, w));
+      }
+      c->AddSeries(SeedBand(g.label, held, held_wall));
+      e->AddSeries(SeedBand(g.label, ess_runs, ess_runs));
+    }
+  }
   c = add("busy", Opts("Learner busy fraction (cumulative since RL start)", kRlSeconds, "busy fraction", true),
           "No step line carries learner_busy_frac.");
   for (const RunData& r : runs)
@@ -302,9 +395,11 @@ std::string RenderReport(const std::vector<RunData>& runs) {
     }
   };
   out << "<h2>Reward and held-out accuracy</h2><div class=\"charts\">";
-  for (const char* id : {"reward-step", "reward-wall", "heldout-step", "heldout-wall"}) emit(id);
+  for (const char* id : {"reward-step", "reward-wall", "heldout-step", "heldout-wall", "heldout-wall-seeds"}) emit(id);
   out << "</div><h2>Learner utilisation and staleness</h2><div class=\"charts\">";
   emit("busy");
+  emit("ess-step");
+  emit("ess-seeds");
   StalenessHistogram h = BuildStalenessHistogram(runs);
   BarChart bars(Opts(h.exact ? "Consumed staleness (share of consumed groups)" : "Staleness per step (share of steps)",
                      "staleness (learner version - behaviour version)", "share", true),

@@ -7,7 +7,9 @@
 // Charts (each run is one series, legend by run label):
 //   reward against learner updates and against wall time (trailing mean, window shown);
 //   held-out accuracy (warm-start, periodic evaluations, final) against updates and wall time;
-//   learner busy fraction; consumed-staleness histogram (from "staleness_hist" when the
+//   learner busy fraction; the importance weights' ESS fraction (is_ess_frac); where a setting
+//   was run with several seeds (GroupBySeed), held-out accuracy against wall time and the ESS
+//   fraction as the mean over seeds with a min .. max band; consumed-staleness histogram (from "staleness_hist" when the
 //   metrics carry it, else from each step's mean staleness rounded, and the chart says so);
 //   dropped-stale and re-issued groups; per-actor throughput over time and on average (from
 //   "actor_groups"); snapshot broadcast times. Wall time is seconds since RL started (the
@@ -46,6 +48,15 @@ StalenessHistogram BuildStalenessHistogram(const std::vector<RunData>& runs);
 
 // Seconds since RL start for a wall_s of this run.
 double RlSeconds(const RunData& run, double wall_s);
+
+// Runs whose configs differ only in `seed`, in order of first appearance; a run without a
+// config is a group of its own. label: the config keys whose values differ between groups
+// ("staleness=64, correction=tis") and the number of seeds.
+struct SeedGroup {
+  std::string label;
+  std::vector<const RunData*> runs;
+};
+std::vector<SeedGroup> GroupBySeed(const std::vector<RunData>& runs);
 
 // The charts of the report, in order (for tests and the HTML); a chart with no finite point
 // is still returned, and RenderReport replaces it by a note.

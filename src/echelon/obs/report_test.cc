@@ -95,7 +95,7 @@ TEST(StalenessHistogramTest, DerivedFromRoundedMeansWhenAnyRunLacksHistograms) {
 TEST(BuildLineChartsTest, PointCountsAndRanges) {
   std::vector<RunData> runs = {MakeRun("S0", 6, true, false), MakeRun("S4", 4, false, false)};
   std::vector<NamedLineChart> charts = BuildLineCharts(runs);
-  ASSERT_EQ(charts.size(), 9u);
+  ASSERT_EQ(charts.size(), 10u);  // no setting with several seeds: no seed-band charts
 
   const LineChart& reward = Chart(charts, "reward-step").chart;
   ASSERT_EQ(reward.series().size(), 2u);
@@ -168,6 +168,58 @@ TEST(RenderReportTest, ConfigTableMarksDifferingKeys) {
   const std::string html = RenderReport(runs);
   EXPECT_EQ(Count(html, "<tr class=\"diff\"><td>rl.staleness</td><td>S0</td><td>S4</td></tr>"), 1u);
   EXPECT_EQ(Count(html, "<tr><td>seed</td><td>1</td><td>1</td></tr>"), 1u);
+}
+
+// Three seeds of S = 64 and one of S = 0: the seeds of a setting become one series, the mean
+// with a min .. max band, at the updates every seed evaluated, drawn at the mean RL seconds.
+TEST(SeedBandsTest, SettingsRunWithSeveralSeedsAreDrawnAsMeanAndBand) {
+  std::vector<RunData> runs;
+  for (int seed = 1; seed <= 3; ++seed) {
+    RunData r = MakeRun("64-none-seed" + std::to_string(seed), 6, false, false);
+    r.config = {{"rl.staleness", "64"}, {"seed", std::to_string(seed)}};
+    r.end.heldout_accuracy = 0.3 + 0.1 * seed;  // 0.4, 0.5, 0.6
+    for (StepRecord& s : r.steps) {
+      s.wall_s += seed;  // seed k's steps k seconds later
+      s.is_ess_frac = 1.0 - 0.1 * seed;
+    }
+    if (seed == 3) r.steps[3].heldout_accuracy = kNaN;  // seed 3 missed the middle evaluation
+    runs.push_back(r);
+  }
+  runs.push_back(MakeRun("0-none-seed1", 6, false, false));
+  runs.back().config = {{"rl.staleness", "0"}, {"seed", "1"}};
+
+  const std::vector<SeedGroup> groups = GroupBySeed(runs);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].label, "staleness=64 (3 seeds)");
+  EXPECT_EQ(groups[0].runs.size(), 3u);
+  EXPECT_EQ(groups[1].label, "staleness=0 (1 run)");
+
+  std::vector<NamedLineChart> charts = BuildLineCharts(runs);
+  ASSERT_EQ(charts.size(), 12u);
+  const LineChart& held = Chart(charts, "heldout-wall-seeds").chart;
+  ASSERT_EQ(held.series().size(), 2u);
+  const Series& s64 = held.series()[0];
+  EXPECT_EQ(s64.label, "staleness=64 (3 seeds)");
+  // Warm-start (update 0) and final (update 6); the middle evaluation is not in every seed.
+  ASSERT_EQ(s64.x.size(), 2u);
+  EXPECT_EQ(s64.x[0], 0);
+  EXPECT_DOUBLE_EQ(s64.x[1], 6 + 2);  // the last step: RL second 6 plus the seeds' mean offset
+  EXPECT_DOUBLE_EQ(s64.y[1], 0.5);
+  EXPECT_DOUBLE_EQ(s64.lo[1], 0.4);
+  EXPECT_DOUBLE_EQ(s64.hi[1], 0.6);
+  EXPECT_DOUBLE_EQ(held.YRange().hi, 0.6);  // the band counts in the range
+
+  const LineChart& ess = Chart(charts, "ess-seeds").chart;
+  const Series& e64 = ess.series()[0];
+  ASSERT_EQ(e64.x.size(), 6u);
+  EXPECT_NEAR(e64.y[0], 0.8, 1e-12);
+  EXPECT_NEAR(e64.lo[0], 0.7, 1e-12);
+  EXPECT_NEAR(e64.hi[0], 0.9, 1e-12);
+  EXPECT_EQ(ess.series()[1].x.size(), 0u);  // S = 0's run logs no ESS
+
+  const std::string html = RenderReport(runs);
+  EXPECT_EQ(Count(html, "<polygon class=\"data band\" data-series=\"staleness=64 (3 seeds)\""), 2u);
+  EXPECT_EQ(Count(html, "nan"), 0u);
 }
 
 }  // namespace

@@ -191,7 +191,10 @@ Range LineChart::YRange() const {
   std::vector<double> ys;
   for (const Series& s : series_)
     for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
-      if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) ys.push_back(s.y[i]);
+      if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) {
+        ys.push_back(s.y[i]);
+        if (s.Banded(i)) ys.insert(ys.end(), {s.lo[i], s.hi[i]});
+      }
   return DataRange(ys, options_.y_from_zero);
 }
 
@@ -227,6 +230,21 @@ std::string LineChart::Render() const {
     const bool markers = finite <= static_cast<size_t>(options_.max_points_for_markers);
     const std::string color = SeriesColor(si);
     const std::string label = XmlEscape(s.label);
+    // The band under the line: a polygon along hi and back along lo per run of banded points.
+    auto banded = [&](size_t k) { return std::isfinite(s.x[k]) && std::isfinite(s.y[k]) && s.Banded(k); };
+    for (size_t i = 0; i < n;) {
+      while (i < n && !banded(i)) ++i;
+      size_t j = i;
+      while (j < n && banded(j)) ++j;
+      if (j - i >= 2) {
+        out << "<polygon class=\"data band\" data-series=\"" << label << "\" fill=\"" << color
+            << "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"";
+        for (size_t k = i; k < j; ++k) out << (k > i ? " " : "") << Num(px(s.x[k])) << "," << Num(py(s.hi[k]));
+        for (size_t k = j; k-- > i;) out << " " << Num(px(s.x[k])) << "," << Num(py(s.lo[k]));
+        out << "\"/>";
+      }
+      i = j;
+    }
     // Runs of consecutive finite points: a polyline each, or a circle for a lone point.
     size_t i = 0;
     while (i < n) {

@@ -4,6 +4,7 @@
 //
 //   LineChart chart({"reward against step", "learner updates", "reward"});
 //   chart.AddSeries({"S=2", {0, 1, 2}, {0.1, 0.2, NAN}});
+//   chart.AddSeries({"S=2 (3 seeds)", {0, 1}, {0.1, 0.2}, {0.05, 0.1}, {0.15, 0.3}});  // band lo, hi
 //   std::string svg = chart.Render();   // <svg class="chart" ...>...</svg>
 //
 // Every mark that shows data carries class="data" (a <polyline>, <circle> or <rect>), so a
@@ -15,6 +16,7 @@
 // Thread contract: plain values; a chart is used by one thread at a time.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,13 @@ struct Series {
   std::string label;
   std::vector<double> x;
   std::vector<double> y;  // same length as x; the shorter length wins if they differ
+  // Optional band around the line (e.g. min .. max over seeds): empty, or as long as y. Drawn
+  // translucent under the line (a <polygon class="data band"> per run of points whose x, y, lo
+  // and hi are all finite) and counted in the y range.
+  std::vector<double> lo, hi;
+  bool Banded(size_t i) const {
+    return i < lo.size() && i < hi.size() && std::isfinite(lo[i]) && std::isfinite(hi[i]);
+  }
 };
 
 struct Range {

@@ -177,5 +177,18 @@ TEST(BarChartTest, AllMissingDrawsNoDataMark) {
   EXPECT_EQ(Count(b.Render(), "class=\"data"), 0u);
 }
 
+TEST(SvgChartTest, BandPolygonFollowsHiThenLoBack) {
+  LineChart chart(ChartOptions{"t", "x", "y"});
+  chart.AddSeries({"a", {0, 1, 2}, {1, 2, 3}, {0, 1, 2}, {2, 3, 4}});
+  const std::string svg = chart.Render();
+  EXPECT_EQ(Count(svg, "<polygon class=\"data band\""), 1u);
+  EXPECT_EQ(chart.YRange().lo, 0);
+  EXPECT_EQ(chart.YRange().hi, 4);
+  // A band point that is not finite splits the polygon; a lone banded point draws none.
+  LineChart split(ChartOptions{"t", "x", "y"});
+  split.AddSeries({"a", {0, 1, 2, 3}, {1, 2, 3, 4}, {0, kNaN, 2, 3}, {2, 3, 4, 5}});
+  EXPECT_EQ(Count(split.Render(), "<polygon class=\"data band\""), 1u);
+}
+
 }  // namespace
 }  // namespace echelon::obs
