@@ -15,6 +15,8 @@
 #                                 [--correction-s S] [--corrections "none tis decoupled"]
 #                                 [--actors N] [--slow-actors N] [--slowdown F] [--eval-every N]
 #                                 [--config FILE] [--set key=value ...]
+# An S may be `auto` (rl.staleness: auto, dir Sauto); corrections are any of none, tis, decoupled,
+# icepop, m2po. Several seeds of a setting: bench/staleness_seeds.sh.
 # Defaults: 300 steps, 3 actors of which 2 run 4x slower, correction runs at S = 16. The run
 # with correction "none" at --correction-s is the S sweep's own run when that S is in the
 # list (same config, so it is reused rather than trained twice).
@@ -46,7 +48,7 @@ while [ $# -gt 0 ]; do
     --eval-every) EVAL_EVERY=$2; shift 2 ;;
     --config) CONFIG=$2; shift 2 ;;
     --set) EXTRA+=(--set "$2"); shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "staleness_sweep.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -153,7 +155,7 @@ def row(d, label):
     dist, exact = staleness_dist(steps)
     s_val, kappa = key("rl", "staleness"), key("rl", "publish_period")
     if kappa == "0":
-        kappa = str(max(1, int(s_val) - 1))
+        kappa = str(max(1, int(s_val) - 1)) if s_val.isdigit() else "follows S"  # rl.staleness: auto
     issued = final.get("groups_issued", final.get("groups_handed_out", 0))
     load_file = os.path.join(d, "loadavg.txt")
     load_avg = "/".join(open(load_file).read().split()) if os.path.exists(load_file) else "?"

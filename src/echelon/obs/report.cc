@@ -86,6 +86,7 @@ Series SeedBand(std::string label, const std::vector<Series>& by_update, const s
     }
     s.x.push_back(x / points.size());
     s.y.push_back(y / points.size());
+    if (points.size() < 2) continue;  // one run: a line, no band
     s.lo.push_back(lo);
     s.hi.push_back(hi);
   }

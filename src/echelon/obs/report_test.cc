@@ -208,6 +208,8 @@ TEST(SeedBandsTest, SettingsRunWithSeveralSeedsAreDrawnAsMeanAndBand) {
   EXPECT_DOUBLE_EQ(s64.lo[1], 0.4);
   EXPECT_DOUBLE_EQ(s64.hi[1], 0.6);
   EXPECT_DOUBLE_EQ(held.YRange().hi, 0.6);  // the band counts in the range
+  EXPECT_EQ(held.series()[1].x.size(), 3u);  // S = 0's one run: its points, no band
+  EXPECT_TRUE(held.series()[1].lo.empty());
 
   const LineChart& ess = Chart(charts, "ess-seeds").chart;
   const Series& e64 = ess.series()[0];
