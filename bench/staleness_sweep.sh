@@ -155,7 +155,7 @@ def row(d, label):
     dist, exact = staleness_dist(steps)
     s_val, kappa = key("rl", "staleness"), key("rl", "publish_period")
     if kappa == "0":
-        kappa = str(max(1, int(s_val) - 1)) if s_val.isdigit() else "follows S"  # rl.staleness: auto
+        kappa = str(max(1, int(s_val) - 1)) if s_val.isdigit() else "1"  # rl.staleness: auto publishes every version
     issued = final.get("groups_issued", final.get("groups_handed_out", 0))
     load_file = os.path.join(d, "loadavg.txt")
     load_avg = "/".join(open(load_file).read().split()) if os.path.exists(load_file) else "?"
