@@ -47,7 +47,9 @@ check "one clear error naming the ranks" grep -qE "learner rank 0: (all-reduce|b
 LAST=$(ls killed/checkpoints | sed -n 's/^step-//p' | sort -n | tail -1)
 check "a checkpoint to resume from" test "${LAST:-0}" -ge 5
 timeout 300 "$ECHELON" train --resume killed --set learner.ranks=1 --set rl.steps=$((LAST + 4)) > resumed.out 2>&1
-check "resumed with one rank to the end" test $? -eq 0
+RC=$?
+check "resumed with one rank to the end (exit $RC)" test "$RC" -eq 0
+[ "$RC" -eq 0 ] || { echo "--- resumed.out (last 30 lines):"; tail -n 30 resumed.out; ls killed/checkpoints; } >&2
 check "resumed lines say one rank" test "$(ranks_per_line killed/metrics.jsonl | tail -4 | sort -u)" = 1
 
 # Bad settings: one line each, exit 2.
