@@ -109,9 +109,10 @@ check "the origin knows peer 3 dials out only" grep -q "dials out only" origin1.
 
 # ---- Version 2 as deltas; peer 2 (a relay) is killed mid-way ----
 # Deltas are ~3% of the file (~750 KB per peer): at 1 Mbit/s per sender with a 32 KB burst
-# they take seconds, so a kill 0.3 s after peer 2 joined the version lands while they move. (With 256 KB
-# bursts, five senders could hand a peer most of its deltas at once, and with a slot's small
-# transfers moving together a loaded machine saw the version complete before the kill.)
+# they take seconds, so a kill 0.3 s after peer 2 joined the version lands while they move.
+# (With 256 KB bursts, five senders could hand a peer most of its deltas at once, and with a
+# slot's small transfers moving together a loaded machine saw the version complete before the
+# kill.)
 for i in 1 11 12 13 14; do
   ns=${P}o
   [ "$i" != 1 ] && ns=${P}p$((i - 10))

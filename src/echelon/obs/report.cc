@@ -36,10 +36,20 @@ Series StepSeries(const RunData& run, F value, bool wall_x) {
   return s;
 }
 
-Series RewardSeries(const RunData& run, size_t window, bool wall_x) {
-  Series s = StepSeries(run, [](const StepRecord& r) { return r.reward_mean; }, wall_x);
+// A step field's trailing mean over `window` updates.
+template <typename F>
+Series SmoothedSeries(const RunData& run, F value, size_t window, bool wall_x) {
+  Series s = StepSeries(run, value, wall_x);
   s.y = TrailingMean(s.y, window);
   return s;
+}
+
+Series RewardSeries(const RunData& run, size_t window, bool wall_x) {
+  return SmoothedSeries(run, [](const StepRecord& r) { return r.reward_mean; }, window, wall_x);
+}
+
+Series EssSeries(const RunData& run, size_t window) {
+  return SmoothedSeries(run, [](const StepRecord& r) { return r.is_ess_frac; }, window, false);
 }
 
 // Held-out accuracy: warm-start (update 0, RL second 0), periodic evaluations, final policy
@@ -319,16 +329,11 @@ std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
   c = add("heldout-wall", Opts("Held-out accuracy against wall time", kRlSeconds, "held-out greedy accuracy", true),
           "No held-out evaluation in these metrics (warm-start, eval.every or final).");
   for (const RunData& r : runs) c->AddSeries(HeldoutSeries(r, true));
-  auto ess = [](const RunData& r, size_t window) {
-    Series e = StepSeries(r, [](const StepRecord& s) { return s.is_ess_frac; }, false);
-    e.y = TrailingMean(e.y, window);
-    return e;
-  };
   const std::string smooth_ess = w > 1 ? " (trailing mean of " + std::to_string(w) + " updates)" : "";
   c = add("ess-step", Opts("Importance-weight ESS fraction against learner updates" + smooth_ess, kUpdates,
                            "ESS / batch tokens", true),
           "No step line carries is_ess_frac (the staleness health of the importance weights).");
-  for (const RunData& r : runs) c->AddSeries(ess(r, w));
+  for (const RunData& r : runs) c->AddSeries(EssSeries(r, w));
   // Seeds as bands: only when some setting was run with several seeds.
   const std::vector<SeedGroup> groups = GroupBySeed(runs);
   if (std::any_of(groups.begin(), groups.end(), [](const SeedGroup& g) { return g.runs.size() > 1; })) {
@@ -344,7 +349,7 @@ std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
       for (const RunData* r : g.runs) {
         held.push_back(HeldoutSeries(*r, false));
         held_wall.push_back(HeldoutSeries(*r, true));
-        ess_runs.push_back(ess(*r, w));
+        ess_runs.push_back(EssSeries(*r, w));
       }
       c->AddSeries(SeedBand(g.label, held, held_wall));
       e->AddSeries(SeedBand(g.label, ess_runs, ess_runs));
