@@ -21,7 +21,12 @@
 # Usage: sudo bench/broadcast_netns.sh [path/to/echelon]
 #   env: FILE_MIB (128), NS_LIST ("1 2 4 8 16"), RATE (100mbit), CHUNK_MIB (4),
 #        SKIP_STAR=1 (peer-assisted only, for quick iterations), DELTA_FRACTION (0.02),
-#        PARTS ("scale mixed nat delta": which parts run; ONLY_DELTA=1 means PARTS=delta)
+#        PARTS ("scale mixed nat delta": which parts run; ONLY_DELTA=1 means PARTS=delta),
+#        LINK_QDISC (fifo: tbf as above; ackprio: the same rate and queue, but small packets,
+#        TCP ACKs and HTTP/2 window updates, are sent first, so a host's ACKs do not wait
+#        behind its own uploads), TCP_CC (every host's TCP congestion
+#        control, e.g. cubic; default: the system's),
+#        TRACE_DIR (keep each run's origin --trace there, as NN-MODE-N.jsonl: one line per transfer)
 set -euo pipefail
 ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
 FILE_MIB=${FILE_MIB:-128}
@@ -49,6 +54,26 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+shape() {  # shape NAME INDEX RATE add|change: the host's egress, as LINK_QDISC says
+  local ns="${P}$1" dev="${P}v$2" rate=$3
+  if [ "${LINK_QDISC:-fifo}" = fifo ]; then
+    ip netns exec "$ns" tc qdisc "$4" dev "$dev" root tbf rate "$rate" burst 1mbit latency 50ms
+    return
+  fi
+  # ackprio: the same rate and 50 ms of queue, but packets under 128 bytes (TCP ACKs, HTTP/2
+  # window updates and pings) go first, as an SQM home router or a modem with ACK priority does.
+  local queue
+  queue=$(python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$rate'.lower()).groups(); print(int(float(n) * {'k': 1e3, 'm': 1e6, 'g': 1e9}.get(u, 1) / 8 * 0.05) + 125000)")
+  ip netns exec "$ns" tc qdisc del dev "$dev" root 2> /dev/null || true
+  ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: htb default 20
+  ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:1 htb rate "$rate" burst 125k cburst 125k
+  ip netns exec "$ns" tc class add dev "$dev" parent 1:1 classid 1:10 htb rate 8kbit ceil "$rate" prio 0 quantum 1514
+  ip netns exec "$ns" tc class add dev "$dev" parent 1:1 classid 1:20 htb rate 8kbit ceil "$rate" prio 1 quantum 1514
+  ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:10 bfifo limit "$queue"
+  ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:20 bfifo limit "$queue"
+  ip netns exec "$ns" tc filter add dev "$dev" parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff \
+    match u16 0x0000 0xff80 at 2 classid 1:10
+}
 host() {  # host NAME INDEX: a namespace with one veth into the bridge, shaped on egress
   local ns="${P}$1" addr="10.77.0.$2"
   ip netns add "$ns"
@@ -58,7 +83,8 @@ host() {  # host NAME INDEX: a namespace with one veth into the bridge, shaped o
   ip -n "$ns" link set "${P}v$2" up
   ip -n "$ns" link set lo up
   ip -n "$BR_NS" link set "${P}b$2" master "${P}br0" up
-  ip netns exec "$ns" tc qdisc add dev "${P}v$2" root tbf rate "$RATE" burst 1mbit latency 50ms
+  shape "$1" "$2" "$RATE" add
+  [ -z "${TCP_CC:-}" ] || ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$TCP_CC"
 }
 ip netns add "$BR_NS"
 ip -n "$BR_NS" link add "${P}br0" type bridge
@@ -86,7 +112,7 @@ run() {
   mkdir -p "$dir"
   ip netns exec "${P}o" timeout 900 "$ECHELON" broadcast origin --file "$FILE" "${ORIGIN_ARGS[@]}" --listen 10.77.0.1:7800 \
     --key "$WORK/origin.key" --mode "$mode" --chunk-mib "$CHUNK_MIB" --expect-peers "$n" --exit-when-done \
-    --timeout 880 > "$dir/origin.out" 2> "$dir/origin.err" &
+    --timeout 880 --trace "$dir/trace.jsonl" > "$dir/origin.out" 2> "$dir/origin.err" &
   local origin=$!
   PIDS+=("$origin")
   for _ in $(seq 1 100); do grep -q "listening on" "$dir/origin.err" 2> /dev/null && break; sleep 0.1; done
@@ -117,6 +143,9 @@ run() {
     got=$(sha256sum "$dir/out$i.bin" 2> /dev/null | cut -d' ' -f1)
     [ "$got" = "$WANT" ] || { echo "peer $i of $mode N=$n has a wrong or missing file" >&2; return 1; }
   done
+  if [ -n "${TRACE_DIR:-}" ]; then  # numbered in run order (run is called in subshells)
+    cp "$dir/trace.jsonl" "$TRACE_DIR/$(printf %02d $(($(ls "$TRACE_DIR" | wc -l) + 1)))-$(basename "$dir").jsonl"
+  fi
   python3 - "$dir" "$n" <<'PY'
 import glob, json, sys
 d = json.loads(open(sys.argv[1] + "/origin.out").read().strip().splitlines()[-1])
@@ -209,7 +238,7 @@ if [[ " $PARTS " == *" mixed "* ]]; then
   # a tenth of RATE, in Mbit/s (tc's kbit/mbit/gbit), for tc and for --upload-mbps
   SLOW_MBPS=$(python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$RATE'.lower()).groups(); print('%g' % (float(n) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(u, 1e-6) / 10))")
   SLOW_RATE="${SLOW_MBPS}mbit"
-  for i in 5 6 7 8; do ip netns exec "${P}p$i" tc qdisc change dev "${P}v$((10 + i))" root tbf rate "$SLOW_RATE" burst 1mbit latency 50ms; done
+  for i in 5 6 7 8; do shape "p$i" $((10 + i)) "$SLOW_RATE" change; done
   read -r MIX0 _ _ _ _ _ < <(run peer 8)
   ORIGIN_ARGS=(--endgame-ratio 3)
   read -r MIX3 _ _ _ _ MIX3_COPIES < <(run peer 8)
@@ -218,7 +247,7 @@ if [[ " $PARTS " == *" mixed "* ]]; then
   read -r MIXD _ _ _ _ MIXD_COPIES < <(run peer 8)
   DECLARED_SLOW=""
   ORIGIN_ARGS=()
-  for i in 5 6 7 8; do ip netns exec "${P}p$i" tc qdisc change dev "${P}v$((10 + i))" root tbf rate "$RATE" burst 1mbit latency 50ms; done
+  for i in 5 6 7 8; do shape "p$i" $((10 + i)) "$RATE" change; done
   BOUND=$(python3 -c "print('%.2f' % ($T1 * 8 / (1 + 4 + 0.4)))")
   echo
   echo "Mixed links, 8 peers: 4 at $RATE, 4 at $SLOW_RATE; capacity bound $BOUND s (8 files over the total upload)."

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -34,6 +35,10 @@ int main(int argc, char** argv) {
   double slow_factor = 10;
   double endgame = 0;
   bool serial = false;
+  bool undeclared = false;
+  double jitter = 0;
+  uint64_t seed = 1;
+  std::string trace;
   app.add_option("--peers", peers, "peers (besides the origin)")->check(CLI::Range(1, 100000));
   app.add_option("--bytes", bytes, "snapshot size in bytes")->check(CLI::PositiveNumber);
   app.add_option("--chunk-mib", chunk_mib, "chunk size of the full snapshot, MiB")->check(CLI::PositiveNumber);
@@ -47,6 +52,12 @@ int main(int argc, char** argv) {
   app.add_option("--slow-factor", slow_factor, "how much slower the slow peers upload")->check(CLI::Range(1.0, 1e6));
   app.add_option("--endgame", endgame, "RelayOptions::endgame_ratio (0 = off)")->check(CLI::NonNegativeNumber);
   app.add_flag("--serial-uploads", serial, "each node sends one transfer at a time (as the network transport does)");
+  app.add_flag("--undeclared", undeclared,
+               "peers declare no upload rate: the planner starts them at --gbit and measures them");
+  app.add_option("--jitter", jitter, "each transfer's rate varies by up to this fraction (uniform)")
+      ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--seed", seed, "seed of --jitter");
+  app.add_option("--trace", trace, "write one JSON line per transfer here (as `broadcast origin --trace`)");
   app.add_option("--bound", bound, "exit 1 when last completion / T1 exceeds this");
   CLI11_PARSE(app, argc, argv);
 
@@ -60,6 +71,10 @@ int main(int argc, char** argv) {
   s.origin_bps = gbit * 1e9 / 8;
   s.latency_s = latency_ms / 1000;
   s.serial_uploads = serial;
+  s.rates_declared = !undeclared;
+  s.rate_jitter = jitter;
+  s.seed = seed;
+  s.log_transfers = !trace.empty();
   const int slow = static_cast<int>(std::lround(slow_fraction * peers));
   double upload_total = s.origin_bps;
   for (int i = 0; i < peers; ++i) {
@@ -77,6 +92,23 @@ int main(int argc, char** argv) {
   if (!r.ok()) {
     std::fprintf(stderr, "broadcast_scale_bench: %s\n", r.status().message().c_str());
     return 1;
+  }
+  if (!trace.empty()) {
+    std::FILE* f = std::fopen(trace.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "broadcast_scale_bench: cannot write --trace %s\n", trace.c_str());
+      return 1;
+    }
+    auto name = [](NodeId n) { return n == kOrigin ? std::string("origin") : "p" + std::to_string(n); };
+    for (const SimulatedTransfer& t : r->transfers) {
+      if (!t.finished) continue;
+      std::fprintf(f,
+                   "{\"chunk\": %d, \"from\": \"%s\", \"to\": \"%s\", \"ordered_s\": %.6f, \"reported_s\": %.6f, "
+                   "\"bytes\": %llu, \"result\": \"verified\"}\n",
+                   t.transfer.chunk, name(t.transfer.from).c_str(), name(t.transfer.to).c_str(), t.started, *t.finished,
+                   static_cast<unsigned long long>(s.chunk_bytes));
+    }
+    std::fclose(f);
   }
   const double ratio = r->last_completion / t1;
   std::printf(

@@ -35,7 +35,7 @@ head -c $((12 << 20)) /dev/urandom > snap.bin
 WANT=$(sha256sum snap.bin | cut -d' ' -f1)
 
 timeout 60 "$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$BASE --key origin.key --chunk-mib 1 \
-  --expect-peers 3 --exit-when-done --timeout 50 > origin.out 2> origin.err &
+  --expect-peers 3 --exit-when-done --timeout 50 --trace trace.jsonl > origin.out 2> origin.err &
 ORIGIN=$!
 PIDS+=("$ORIGIN")
 check "origin generates its key and listens" wait_for origin.err "listening on" 15
@@ -65,6 +65,14 @@ check "origin reports 3 live peers, none dead" sh -c "tail -n1 origin.out | grep
 check "each chunk reached each peer exactly once" contains origin.out '"transfers":36'
 check "origin reports the file hash" contains origin.out "\"sha256\":\"$WANT\""
 check "origin reports the bytes pulled (3 peers, each chunk once)" contains origin.out '"bytes_pulled":37748736'
+check "--trace holds one line per transfer, each peer getting each of the 12 chunks once" python3 -c "
+import json, sys
+rs = [json.loads(l) for l in open('trace.jsonl')]
+got = sorted((r['to'].split('#')[0], r['chunk']) for r in rs)
+ok = len(rs) == 36 and got == sorted((p, c) for p in ('p1', 'p2', 'p3') for c in range(12))
+ok = ok and all(r['result'] == 'verified' and r['bytes'] == 1 << 20 and 0 <= r['ordered_s'] <= r['reported_s'] for r in rs)
+sys.exit(0 if ok else 1)"
+check "the trace summary reads it" sh -c "python3 '$HERE/../bench/broadcast_trace_summary.py' trace.jsonl | grep -q '^36 transfers'"
 
 # ---- Deltas: version 2 (1% of the bytes changed in their low bit) against version 1 ----
 python3 "$HERE/small_update.py" snap.bin snap2.bin 7

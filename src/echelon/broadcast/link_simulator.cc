@@ -16,6 +16,11 @@ void LinkSimulator::SetUploadBps(NodeId node, double bps) {
   upload_bps_[node] = bps;
 }
 
+void LinkSimulator::SetRateJitter(double jitter, uint64_t seed) {
+  jitter_ = jitter;
+  rng_.seed(seed);
+}
+
 void LinkSimulator::At(double t, std::function<void()> action) { scheduled_.emplace(t, std::move(action)); }
 
 void LinkSimulator::Kill(NodeId node) {
@@ -28,7 +33,9 @@ void LinkSimulator::Kill(NodeId node) {
 void LinkSimulator::Start(const Transfer& t, DoneFn done) {
   if (dead_.count(t.from) || dead_.count(t.to)) return;
   if (t.from >= static_cast<NodeId>(upload_bps_.size())) SetUploadBps(t.from, 0.0);
-  active_.push_back(Active{t, std::move(done), latency_s_, static_cast<double>(chunk_bytes_[t.chunk])});
+  double speed = 1;
+  if (jitter_ > 0) speed = std::uniform_real_distribution<double>(1 - jitter_, 1 + jitter_)(rng_);
+  active_.push_back(Active{t, std::move(done), latency_s_, static_cast<double>(chunk_bytes_[t.chunk]), speed});
 }
 
 Status LinkSimulator::Run(double max_seconds) {
@@ -45,8 +52,8 @@ Status LinkSimulator::Run(double max_seconds) {
       if (head[a.t.from] == nullptr) head[a.t.from] = &a;
     }
     auto rate = [&](const Active& a) {
-      if (serial_uploads_) return head[a.t.from] == &a ? upload_bps_[a.t.from] : 0.0;
-      return upload_bps_[a.t.from] / sending[a.t.from];
+      if (serial_uploads_) return head[a.t.from] == &a ? upload_bps_[a.t.from] * a.speed : 0.0;
+      return upload_bps_[a.t.from] * a.speed / sending[a.t.from];
     };
     double dt = kInf;
     for (const Active& a : active_) {
@@ -89,20 +96,47 @@ Status LinkSimulator::Run(double max_seconds) {
   return Status::Ok();
 }
 
+namespace {
+
+// Passes transfers on to the simulator, logging when each started and was delivered.
+class LoggingLink : public Link {
+ public:
+  LoggingLink(Link* inner, const Clock* clock, std::vector<SimulatedTransfer>* log)
+      : inner_(inner), clock_(clock), log_(log) {}
+  void Start(const Transfer& t, DoneFn done) override {
+    const size_t i = log_->size();
+    log_->push_back({t, clock_->Now(), std::nullopt});
+    inner_->Start(t, [this, i, done = std::move(done)](const Transfer& d, TransferOutcome outcome) {
+      (*log_)[i].finished = clock_->Now();
+      done(d, outcome);
+    });
+  }
+
+ private:
+  Link* const inner_;
+  const Clock* const clock_;
+  std::vector<SimulatedTransfer>* const log_;
+};
+
+}  // namespace
+
 Result<BroadcastResult> SimulateBroadcast(const BroadcastScenario& s) {
   SimulatedClock clock;
   std::vector<uint64_t> sizes(s.chunks, s.chunk_bytes);
   RelayPlanner planner(s.options, s.chunks, s.origin_bps, static_cast<double>(s.chunk_bytes));
   LinkSimulator sim(&clock, sizes, s.latency_s);
   sim.SetSerialUploads(s.serial_uploads);
-  RelaySession session(&planner, &sim, &clock, sizes);
+  sim.SetRateJitter(s.rate_jitter, s.seed);
+  std::vector<SimulatedTransfer> log;
+  LoggingLink logging(&sim, &clock, &log);
+  RelaySession session(&planner, s.log_transfers ? static_cast<Link*>(&logging) : &sim, &clock, sizes);
   sim.SetUploadBps(kOrigin, s.origin_bps);
   int added = 0;
   auto add_peer = [&](const std::vector<bool>& held) {
     double bps = added < static_cast<int>(s.peer_bps.size()) ? s.peer_bps[added] : s.origin_bps;
     ++added;
     sim.SetUploadBps(planner.num_nodes(), bps);  // the id AddPeer is about to assign
-    session.AddPeer(bps, held);
+    session.AddPeer(s.rates_declared ? bps : s.origin_bps, held);
   };
   for (int i = 0; i < s.peers; ++i) add_peer(i < static_cast<int>(s.held.size()) ? s.held[i] : std::vector<bool>());
   for (const auto& [t, victims] : s.kills) {
@@ -141,6 +175,7 @@ Result<BroadcastResult> SimulateBroadcast(const BroadcastScenario& s) {
   r.bytes_moved = session.bytes_moved();
   r.stats = session.planner_stats();
   r.all_complete = planner.AllComplete();
+  r.transfers = std::move(log);
   return r;
 }
 

@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -45,6 +46,9 @@ class LinkSimulator : public Link {
   // Each node sends one transfer at a time, in the order they were started (after their start
   // latency, which overlaps): net/broadcast_chunk_source.h does this for peer-assisted mode.
   void SetSerialUploads(bool serial) { serial_uploads_ = serial; }
+  // Each transfer moves at its sender's rate times a factor drawn uniformly from
+  // [1 - jitter, 1 + jitter] (seeded): real flows vary, and the planner's measured rates with them.
+  void SetRateJitter(double jitter, uint64_t seed);
   // Runs `action` when simulated time reaches t.
   void At(double t, std::function<void()> action);
   // The node stops: its transfers (both directions) vanish without a callback, as a
@@ -63,6 +67,7 @@ class LinkSimulator : public Link {
     DoneFn done;
     double wait_left;        // latency still to elapse
     double bytes_left;
+    double speed = 1;        // this transfer's share of its sender's rate (SetRateJitter)
   };
 
   SimulatedClock* const clock_;
@@ -74,6 +79,8 @@ class LinkSimulator : public Link {
   std::multimap<double, std::function<void()>> scheduled_;
   DeliverFn deliver_;
   bool serial_uploads_ = false;
+  double jitter_ = 0;
+  std::mt19937_64 rng_;
   uint64_t transfers_delivered_ = 0;
 };
 
@@ -84,12 +91,25 @@ struct BroadcastScenario {
   uint64_t chunk_bytes = kDefaultChunkBytes;
   double origin_bps = 12.5e6;            // bytes/s (100 Mbit/s)
   std::vector<double> peer_bps;          // per peer; empty = origin_bps for all
+  // false: the planner starts every peer at origin_bps and learns peer_bps from transfers (a
+  // peer that declares no rate); true: peers declare their true rates.
+  bool rates_declared = true;
   double latency_s = 0.0;
   bool serial_uploads = false;           // LinkSimulator::SetSerialUploads
+  double rate_jitter = 0;                // LinkSimulator::SetRateJitter
+  uint64_t seed = 1;
+  bool log_transfers = false;            // fill BroadcastResult::transfers
   std::vector<std::vector<bool>> held;   // per peer initial chunks (delta); empty = none
   std::map<double, std::vector<NodeId>> kills;  // time -> peers that die then
   std::set<NodeId> corrupt_senders;      // every chunk these peers upload fails verification
   std::map<double, int> late_joiners;    // time -> number of peers that join then
+};
+
+// One simulated transfer: started by the session, then delivered (or dropped: no `finished`).
+struct SimulatedTransfer {
+  Transfer transfer;
+  double started = 0;
+  std::optional<double> finished;
 };
 
 struct BroadcastResult {
@@ -100,6 +120,7 @@ struct BroadcastResult {
   std::vector<bool> banned;                        // index = NodeId
   std::vector<int> received;                       // verified chunks delivered, index = NodeId
   bool all_complete = false;
+  std::vector<SimulatedTransfer> transfers;        // in start order (log_transfers)
 };
 
 // Runs a whole broadcast of `chunks` chunks to `peers` peers on simulated links.

@@ -69,6 +69,7 @@ void RelayPlanner::UpdateBandwidth(NodeId node, double measured_bps) {
   Node& n = nodes_[node];
   const double a = n.measured ? options_.bandwidth_ewma_alpha : 1.0;
   n.bps = (1 - a) * n.bps + a * measured_bps;
+  n.dirty = n.dirty || !n.measured;  // its first measurement may open its second slot
   n.measured = true;
 }
 
@@ -86,7 +87,9 @@ bool RelayPlanner::Reported(NodeId sender, NodeId receiver) const {
 
 int RelayPlanner::UploadSlots(NodeId n) const {
   if (options_.mode == RelayMode::kStar) return n == kOrigin ? std::max(1, live_peers_) : 0;
-  const int slots = std::max(1, options_.upload_slots);
+  // A peer not yet measured sends one chunk at a time: if it is slow, a second chunk would wait
+  // a whole slow chunk time in its queue, holding that receiver's copy of the chunk.
+  const int slots = n != kOrigin && !nodes_[n].measured ? 1 : std::max(1, options_.upload_slots);
   const double slot_seconds = transfers_per_slot_ * mean_chunk_bytes_ / std::max(nodes_[n].bps, 1.0);
   return (slot_seconds > options_.multi_slot_max_chunk_seconds ? 1 : slots) * transfers_per_slot_;
 }

@@ -1,5 +1,6 @@
 #include "echelon/broadcast/relay_planner.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -211,6 +212,23 @@ TEST(RelayPlannerTest, SlowNodeUploadsOneChunkAtATime) {
   EXPECT_EQ(origin_sends(100e6), 2u);  // 0.04 s per chunk: both slots
   EXPECT_EQ(origin_sends(5e6), 2u);    // 0.8 s
   EXPECT_EQ(origin_sends(1e6), 1u);    // 4 s: one at a time
+}
+
+// Until its first transfer is measured a peer uses one slot whatever it declared: were it slow,
+// a second chunk would wait a whole slow chunk time in its queue, holding that receiver's copy.
+TEST(RelayPlannerTest, UnmeasuredPeerUploadsOneChunkAtATime) {
+  RelayOptions o;
+  o.upload_slots = 2;
+  RelayPlanner p(o, /*num_chunks=*/8, /*origin_upload_bps=*/1.0, /*mean_chunk_bytes=*/4e6);  // origin: 1 slot
+  const NodeId seeded = p.AddPeer(100e6, std::vector<bool>(8, true));
+  for (int i = 0; i < 4; ++i) p.AddPeer(100e6);
+  auto sends_from = [&](const std::vector<Transfer>& ts, NodeId n) {
+    return std::count_if(ts.begin(), ts.end(), [&](const Transfer& t) { return t.from == n; });
+  };
+  EXPECT_EQ(sends_from(p.NextTransfers(), seeded), 1);
+  p.UpdateBandwidth(seeded, 100e6);
+  EXPECT_EQ(sends_from(p.NextTransfers(), seeded), 1);  // the second slot
+  EXPECT_EQ(p.in_flight(), 3u);                         // the origin's, and two from the peer
 }
 
 // Deltas much smaller than a chunk share a slot: each slot and each receiver's inbound place

@@ -3,7 +3,7 @@
 //
 //   echelon broadcast origin --file F --listen HOST:PORT [--key KEYFILE] [--mode peer|star]
 //       [--chunk-mib N] [--expect-peers N] [--upload-slots K] [--version V] [--exit-when-done]
-//       [--timeout S] [--delta-from OLD] [--endgame-ratio R] [--transfers-per-slot K]
+//       [--timeout S] [--delta-from OLD] [--endgame-ratio R] [--transfers-per-slot K] [--trace OUT.jsonl]
 //   echelon broadcast peer --origin HOST:PORT (--listen HOST:PORT | --no-listen) --out F
 //       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
 //       [--timeout S] [--have OLD] [--upload-mbps R]
@@ -20,6 +20,10 @@
 // its peers); with --exit-when-done the origin leaves once the version is complete everywhere,
 // and a peer once the origin says so (or is gone), so no peer stops relaying while others still
 // need its chunks.
+//
+// With --trace OUT.jsonl the origin also writes, once the version is complete, one JSON line per
+// transfer the receivers reported: {"chunk","from","to","ordered_s","reported_s","bytes","result"}
+// (seconds after publishing), which shows where the time went: idle uplinks, slow tails.
 //
 // Deltas: with --delta-from OLD the origin also offers each chunk of F as its delta against OLD
 // (broadcast/delta.h); a peer started with --have OLD (the same file) pulls those deltas,
@@ -82,6 +86,7 @@ struct OriginArgs {
   double timeout = 0;  // 0: none
   std::string token_file;
   std::string delta_from;
+  std::string trace;
 };
 
 struct PeerArgs {
@@ -157,12 +162,25 @@ nlohmann::json CompletionJson(net::BroadcastOrigin& origin, const broadcast::Man
           {"bytes_pulled", origin.BytesPulled(m.version)}};
 }
 
+Status WriteTrace(const net::BroadcastOrigin& origin, uint64_t version, const std::string& path) {
+  std::string lines;
+  for (const net::BroadcastTransferRecord& r : origin.Transfers(version)) {
+    lines += nlohmann::json{{"chunk", r.chunk},         {"from", r.from},   {"to", r.to},
+                            {"ordered_s", r.ordered_s}, {"reported_s", r.reported_s},
+                            {"bytes", r.bytes},         {"result", r.result}}
+                 .dump() +
+             "\n";
+  }
+  return WriteFileAtomic(path, lines);
+}
+
 int RunOrigin(const OriginArgs& args) {
   InstallSignalHandlers();
   RealClock clock;
   const double started = clock.Now();
   net::BroadcastOriginOptions opts;
   opts.listen = args.listen;
+  opts.record_transfers = !args.trace.empty();
   if (!ReadTokenFile(args.token_file, &opts.token)) return 2;
   if (args.mode == "star") {
     opts.relay.mode = broadcast::RelayMode::kStar;
@@ -232,6 +250,12 @@ int RunOrigin(const OriginArgs& args) {
     const bool complete = origin.WaitComplete(args.version, kPollSeconds);
     if (complete && !reported) {
       std::cout << CompletionJson(origin, m.value(), args.mode).dump() << std::endl;
+      if (!args.trace.empty()) {
+        if (Status st = WriteTrace(origin, args.version, args.trace); !st.ok()) {
+          spdlog::error("--trace {}: {}", args.trace, st.message());
+          return 1;
+        }
+      }
       if (args.exit_when_done) break;
     }
     reported = complete;
@@ -352,6 +376,7 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   origin->add_option("--delta-from", o->delta_from,
                      "also offer the file as deltas against this older file (peers started with --have it pull those)");
   origin->add_option("--timeout", o->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
+  origin->add_option("--trace", o->trace, "once complete, write one JSON line per transfer here (who sent what when)");
   origin->callback([o, exit_code] { *exit_code = RunOrigin(*o); });
 
   auto p = std::make_shared<PeerArgs>();

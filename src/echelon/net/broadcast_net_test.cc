@@ -90,6 +90,7 @@ TEST(BroadcastNetTest, DeclaredUploadRateIsBounded) {
 
 TEST(BroadcastNetTest, PeerAssistedDeliversTheFileToEveryPeerOnceEach) {
   BroadcastOriginOptions opts;
+  opts.record_transfers = true;
   Swarm swarm(opts);
   swarm.AddPeers(5);
   const std::string blob = RandomBlob(6 * kChunk + 12345, 1);  // 7 chunks, the last one short
@@ -109,6 +110,23 @@ TEST(BroadcastNetTest, PeerAssistedDeliversTheFileToEveryPeerOnceEach) {
   EXPECT_EQ(s.failed, 0u);
   EXPECT_LT(s.origin_sends, 5u * 7u);  // peers relayed the rest
   EXPECT_GE(s.origin_sends, 7u);       // every chunk left the origin at least once
+
+  // The trace: one record per transfer, which together give every peer every chunk once.
+  const std::vector<BroadcastTransferRecord> trace = swarm.origin->Transfers(1);
+  ASSERT_EQ(trace.size(), 5u * 7u);
+  std::set<std::pair<std::string, uint32_t>> got;
+  uint64_t from_origin = 0;
+  for (const BroadcastTransferRecord& r : trace) {
+    EXPECT_EQ(r.result, "verified");
+    EXPECT_EQ(r.bytes, m->ChunkSize(r.chunk)) << "chunk " << r.chunk;
+    EXPECT_LE(0.0, r.ordered_s);
+    EXPECT_LE(r.ordered_s, r.reported_s);
+    EXPECT_NE(r.from, r.to);
+    from_origin += r.from == "origin" ? 1 : 0;
+    EXPECT_TRUE(got.emplace(r.to, r.chunk).second) << r.to << " got chunk " << r.chunk << " twice";
+  }
+  EXPECT_EQ(from_origin, s.origin_sends);
+  EXPECT_TRUE(swarm.origin->Transfers(2).empty());  // no such version
 }
 
 TEST(BroadcastNetTest, StarModeSendsEverythingFromTheOrigin) {
@@ -123,6 +141,7 @@ TEST(BroadcastNetTest, StarModeSendsEverythingFromTheOrigin) {
   broadcast::RelayPlanner::Stats s = swarm.origin->Stats(3);
   EXPECT_EQ(s.verified, 4u * 5u);
   EXPECT_EQ(s.origin_sends, 4u * 5u);
+  EXPECT_TRUE(swarm.origin->Transfers(3).empty());  // recorded only when asked (record_transfers)
 }
 
 TEST(BroadcastNetTest, KilledRelayCostsItsReceiversOnlyTheChunksInFlight) {

@@ -64,6 +64,7 @@ struct BroadcastOrigin::Version : public broadcast::Link {
   std::map<NodeId, std::vector<std::pair<Transfer, DoneFn>>> parked;  // endpoint not yet registered
   bool complete = false;
   uint64_t bytes_pulled = 0;  // as the receivers reported it
+  std::vector<BroadcastTransferRecord> transfers;  // reported ones
 
   void Start(const Transfer& t, DoneFn done) override { origin->StartTransfer(this, t, std::move(done)); }
 };
@@ -74,6 +75,7 @@ struct BroadcastOrigin::Pending {
   DoneFn done;
   std::shared_ptr<Conn> receiver;
   std::shared_ptr<Conn> sender;  // null for the origin
+  double ordered_at = 0;
 };
 
 class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
@@ -363,6 +365,7 @@ void BroadcastOrigin::StartTransfer(Version* v, const Transfer& t, DoneFn done) 
     p->done = std::move(done);
     p->receiver = to->second;
     if (t.from != broadcast::kOrigin) p->sender = from->second;
+    p->ordered_at = clock_->Now();
     wire_id = next_wire_id_++;
     pending_[wire_id] = p;
   }
@@ -393,7 +396,16 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
     p = it->second;
     pending_.erase(it);
     // A metric only: a receiver can say no more than a chunk and its delta could hold.
-    p->version->bytes_pulled += std::min<uint64_t>(bytes, 2ull * kMaxBroadcastChunkBytes);
+    bytes = std::min<uint64_t>(bytes, 2ull * kMaxBroadcastChunkBytes);
+    p->version->bytes_pulled += bytes;
+    const double published = p->version->published_at;
+    if (options_.record_transfers) {
+      p->version->transfers.push_back({static_cast<uint32_t>(p->transfer.chunk), p->sender ? p->sender->id : "origin",
+                                       conn->id, p->ordered_at - published, clock_->Now() - published, bytes,
+                                       outcome == TransferOutcome::kVerified  ? "verified"
+                                       : outcome == TransferOutcome::kCorrupt ? "corrupt"
+                                                                              : "failed"});
+    }
     if (p->sender) {
       if (outcome == TransferOutcome::kFailed) {
         if (++p->sender->fetch_failures_in_a_row >= kMaxFetchFailuresInARow && p->sender->alive) failing_sender = p->sender;
@@ -577,6 +589,12 @@ uint64_t BroadcastOrigin::BytesPulled(uint64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = versions_.find(version);
   return it == versions_.end() ? 0 : it->second->bytes_pulled;
+}
+
+std::vector<BroadcastTransferRecord> BroadcastOrigin::Transfers(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  return it == versions_.end() ? std::vector<BroadcastTransferRecord>{} : it->second->transfers;
 }
 
 }  // namespace echelon::net

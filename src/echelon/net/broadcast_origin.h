@@ -79,6 +79,8 @@ struct BroadcastOriginOptions {
   // Dial each peer's advertised address at join (kReachProbeSeconds); one that does not answer
   // (behind NAT, a firewalled port) is kept as a peer that receives but never relays.
   bool probe_peers = true;
+  // Keep a record of every reported transfer (Transfers()); `broadcast origin --trace` sets it.
+  bool record_transfers = false;
 };
 
 struct BroadcastPeerReport {
@@ -100,6 +102,18 @@ struct BroadcastTally {
   std::optional<double> last_completed_s;  // the slowest holder, seconds after Publish
 };
 BroadcastTally Tally(const std::vector<BroadcastPeerReport>& reports);
+
+// One transfer of a version as the origin saw it: ordered to the receiver, then reported by it.
+// Where a broadcast spent its time (idle uplinks, slow tails) is read off these.
+struct BroadcastTransferRecord {
+  uint32_t chunk = 0;
+  std::string from;         // peer id, or "origin"
+  std::string to;           // peer id
+  double ordered_s = 0;     // seconds after Publish when the Order was written
+  double reported_s = 0;    // seconds after Publish when the receiver's Outcome arrived
+  uint64_t bytes = 0;       // payload the receiver says it pulled (chunk or delta)
+  std::string result;       // "verified", "corrupt" or "failed"
+};
 
 class BroadcastOrigin {
  public:
@@ -132,6 +146,9 @@ class BroadcastOrigin {
   broadcast::RelayPlanner::Stats Stats(uint64_t version) const;
   // Payload bytes the peers said they pulled for `version` (chunks and deltas); 0 if unknown.
   uint64_t BytesPulled(uint64_t version) const;
+  // With record_transfers, every transfer of `version` whose receiver reported back, in report
+  // order (transfers cancelled by a death are not in it); else empty.
+  std::vector<BroadcastTransferRecord> Transfers(uint64_t version) const;
 
   // Tells every peer to stop (Stop message), then closes streams and the server.
   void Shutdown();
