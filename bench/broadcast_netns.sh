@@ -19,7 +19,8 @@
 # Prints a markdown table. Needs root. Everything it creates is named with a unique prefix
 # and deleted by name on exit.
 # Usage: sudo bench/broadcast_netns.sh [path/to/echelon]
-#   env: FILE_MIB (128), NS_LIST ("1 2 4 8 16"), RATE (100mbit), CHUNK_MIB (4),
+#   env: FILE_MIB (128), NS_LIST ("1 2 4 8 16"), RATE (100mbit), CHUNK_MIB (0: the origin's
+#        default, about 1024 chunks of 1 to 64 MiB: 1 MiB for 128 MiB),
 #        SKIP_STAR=1 (peer-assisted only, for quick iterations), DELTA_FRACTION (0.02),
 #        PARTS ("scale mixed nat delta": which parts run; ONLY_DELTA=1 means PARTS=delta),
 #        LINK_QDISC (fifo: tbf as above; ackprio: the same rate and queue, but small packets,
@@ -32,7 +33,7 @@ ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
 FILE_MIB=${FILE_MIB:-128}
 NS_LIST=${NS_LIST:-"1 2 4 8 16"}
 RATE=${RATE:-100mbit}
-CHUNK_MIB=${CHUNK_MIB:-4}
+CHUNK_MIB=${CHUNK_MIB:-0}
 MAXN=16
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, tc)" >&2; exit 2; }
 command -v ip > /dev/null && command -v tc > /dev/null || apt-get install -y -q iproute2 > /dev/null
@@ -207,7 +208,7 @@ ratio() { [ "$1" = - ] && echo - || python3 -c "print('%.2f' % ($1 / $T1))"; }
 if [[ " $PARTS " == *" scale "* || " $PARTS " == *" mixed "* || " $PARTS " == *" nat "* ]]; then
   read -r T1 _ _ _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
   echo
-  echo "$FILE_MIB MiB file, ${CHUNK_MIB} MiB chunks, every sender shaped to $RATE (tc tbf) unless said; seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
+  echo "$FILE_MIB MiB file, --chunk-mib $CHUNK_MIB (0: auto), every sender shaped to $RATE (tc tbf) unless said; seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
 fi
 
 if [[ " $PARTS " == *" scale "* ]]; then

@@ -34,7 +34,7 @@ BASE=$((20000 + RANDOM % 30000))
 head -c $((12 << 20)) /dev/urandom > snap.bin
 WANT=$(sha256sum snap.bin | cut -d' ' -f1)
 
-timeout 60 "$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$BASE --key origin.key --chunk-mib 1 \
+timeout 60 "$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$BASE --key origin.key \
   --expect-peers 3 --exit-when-done --timeout 50 --trace trace.jsonl > origin.out 2> origin.err &
 ORIGIN=$!
 PIDS+=("$ORIGIN")
@@ -62,6 +62,7 @@ check "pinned peer does not warn" sh -c "! grep -q 'trusting origin key' peer1.e
 wait "$ORIGIN"
 check "origin exits 0 when done" test $? -eq 0
 check "origin reports 3 live peers, none dead" sh -c "tail -n1 origin.out | grep -q '\"dead\":0' && tail -n1 origin.out | grep -q '\"peers\":3'"
+check "no --chunk-mib: 12 MiB is cut into 1 MiB chunks" contains origin.out '"chunks":12,'
 check "each chunk reached each peer exactly once" contains origin.out '"transfers":36'
 check "origin reports the file hash" contains origin.out "\"sha256\":\"$WANT\""
 check "origin reports the bytes pulled (3 peers, each chunk once)" contains origin.out '"bytes_pulled":37748736'
@@ -118,6 +119,9 @@ check "missing --delta-from file exits 2 naming it" sh -c "test $? -eq 2 && grep
 timeout 10 "$ECHELON" broadcast origin --file snap.bin --endgame-ratio 0.5 --listen 127.0.0.1:$((BASE + 26)) \
   > /dev/null 2> endgame.err
 check "--endgame-ratio 0.5 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'endgame-ratio 0.5 is invalid' endgame.err"
+timeout 10 "$ECHELON" broadcast origin --file snap.bin --chunk-mib 0.0001 --listen 127.0.0.1:$((BASE + 26)) \
+  > /dev/null 2> chunk.err
+check "--chunk-mib 0.0001 exits 2 naming the flag and auto" sh -c "test $? -eq 2 && grep -q 'chunk-mib 0.0001 is invalid; expected 0 (auto)' chunk.err"
 timeout 10 "$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 20)) --listen 127.0.0.1:$((BASE + 27)) --out x.bin \
   --upload-mbps -3 > /dev/null 2> upload.err
 check "--upload-mbps -3 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'upload-mbps -3 is invalid' upload.err"

@@ -194,5 +194,16 @@ TEST_F(ManifestKeysTest, ClearErrorsForBadKeyFiles) {
   EXPECT_EQ(VerifyKey::FromRaw("short").status().code(), StatusCode::kInvalidArgument);
 }
 
+// Without a chunk size a snapshot is cut into about kTargetChunks chunks, 1 to 64 MiB.
+TEST(ChunkBytesForTest, AboutOneThousandChunksBetweenOneAndSixtyFourMebibytes) {
+  EXPECT_EQ(ChunkBytesFor(0), 1u << 20);
+  EXPECT_EQ(ChunkBytesFor(700'000), 1u << 20);          // the default job's model: one chunk
+  EXPECT_EQ(ChunkBytesFor(128ull << 20), 1u << 20);     // 128 chunks
+  EXPECT_EQ(ChunkBytesFor(1ull << 30), 1u << 20);       // 1,024
+  EXPECT_EQ(ChunkBytesFor((1ull << 30) + 1), 2u << 20);  // 513
+  EXPECT_EQ(ChunkBytesFor(16'000'000'000ull), 16u << 20);  // 954
+  EXPECT_EQ(ChunkBytesFor(1ull << 40), 64u << 20);      // the cap: 16,384
+}
+
 }  // namespace
 }  // namespace echelon::broadcast

@@ -8,6 +8,9 @@
 //       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
 //       [--timeout S] [--have OLD] [--upload-mbps R]
 //
+// Without --chunk-mib the file is cut into about 1024 chunks, a power of two from 1 to 64 MiB
+// (broadcast::ChunkBytesFor).
+//
 // The origin waits for --expect-peers peers (so every peer starts together), publishes F as
 // version V, and prints one JSON line each time every live peer holds it ("peers": how many hold
 // it, counting any that left after completing; "dead": how many went away without it):
@@ -76,7 +79,7 @@ struct OriginArgs {
   std::string listen;
   std::string key = "echelon-origin.key";
   std::string mode = "peer";
-  double chunk_mib = 4;
+  double chunk_mib = 0;  // 0: broadcast::ChunkBytesFor(the file's size)
   int expect_peers = 1;
   int upload_slots = net::kNetUploadSlots;
   double endgame_ratio = 0;
@@ -189,12 +192,13 @@ int RunOrigin(const OriginArgs& args) {
     return 2;
   }
   const double chunk_bytes = std::round(args.chunk_mib * (1 << 20));
-  if (!(chunk_bytes >= broadcast::kMinChunkBytes && chunk_bytes <= net::kMaxBroadcastChunkBytes)) {
-    spdlog::error("--chunk-mib {} is invalid; expected {} KiB to {} MiB", args.chunk_mib,
+  if (args.chunk_mib != 0 &&
+      !(chunk_bytes >= broadcast::kMinChunkBytes && chunk_bytes <= net::kMaxBroadcastChunkBytes)) {
+    spdlog::error("--chunk-mib {} is invalid; expected 0 (auto) or {} KiB to {} MiB", args.chunk_mib,
                   broadcast::kMinChunkBytes >> 10, net::kMaxBroadcastChunkBytes >> 20);
     return 2;
   }
-  opts.chunk_bytes = static_cast<uint32_t>(chunk_bytes);
+  opts.chunk_bytes = static_cast<uint32_t>(chunk_bytes);  // 0: auto
   if (args.upload_slots < 1 || args.upload_slots > 16) {
     spdlog::error("--upload-slots {} is invalid; expected 1 to 16", args.upload_slots);
     return 2;
@@ -360,7 +364,9 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   origin->add_option("--listen", o->listen, "HOST:PORT to serve peers on")->required();
   origin->add_option("--key", o->key, "Ed25519 private key (PEM); generated there if missing")->capture_default_str();
   origin->add_option("--mode", o->mode, "peer (peer-assisted) or star (origin sends everything)")->capture_default_str();
-  origin->add_option("--chunk-mib", o->chunk_mib, "chunk size in MiB")->capture_default_str();
+  origin->add_option("--chunk-mib", o->chunk_mib,
+                     "chunk size in MiB; 0 = auto (about 1024 chunks, a power of two from 1 to 64 MiB)")
+      ->capture_default_str();
   origin->add_option("--expect-peers", o->expect_peers, "publish once this many peers joined")->capture_default_str();
   origin->add_option("--upload-slots", o->upload_slots, "concurrent uploads per node (peer mode)")->capture_default_str();
   origin->add_option("--endgame-ratio", o->endgame_ratio,

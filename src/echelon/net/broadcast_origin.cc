@@ -195,7 +195,10 @@ Result<broadcast::Manifest> BroadcastOrigin::Publish(uint64_t version, const std
     if (!versions_.empty()) previous = versions_.rbegin()->first;
   }
   ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m,
-                           broadcast::BuildManifest(version, blob, options_.chunk_bytes, options_.threads));
+                           broadcast::BuildManifest(version, blob,
+                                                    options_.chunk_bytes > 0 ? options_.chunk_bytes
+                                                                             : broadcast::ChunkBytesFor(blob.size()),
+                                                    options_.threads));
   std::vector<std::string> deltas;
   if (delta_base != nullptr) {
     ECHELON_ASSIGN_OR_RETURN(deltas, broadcast::AddDeltas(&m, blob, *delta_base, options_.threads));

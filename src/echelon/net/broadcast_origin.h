@@ -61,7 +61,7 @@ inline broadcast::RelayOptions NetRelayOptions() {
 struct BroadcastOriginOptions {
   std::string listen = "127.0.0.1:0";  // port 0: the system picks one (see port())
   broadcast::RelayOptions relay = NetRelayOptions();  // kStar = the baseline (origin sends all)
-  uint32_t chunk_bytes = broadcast::kDefaultChunkBytes;
+  uint32_t chunk_bytes = 0;  // 0: broadcast::ChunkBytesFor(the blob's size), per version
   int keep_versions = broadcast::kDefaultKeepVersions;
   double origin_upload_bps = kDefaultUploadBps;  // initial estimate; measured afterwards
   double heartbeat_seconds = kBroadcastHeartbeatSeconds;

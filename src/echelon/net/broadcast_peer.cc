@@ -379,7 +379,8 @@ void BroadcastPeer::Fetch(const Order& order) {
 }
 
 Status BroadcastPeer::AddBase(const std::string& blob, uint32_t chunk_bytes) {
-  ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m, broadcast::BuildManifest(0, blob, chunk_bytes));
+  ECHELON_ASSIGN_OR_RETURN(broadcast::Manifest m,
+                           broadcast::BuildManifest(0, blob, chunk_bytes > 0 ? chunk_bytes : broadcast::ChunkBytesFor(blob.size())));
   return store_.AddBlob(m, blob);
 }
 

@@ -110,7 +110,8 @@ class BroadcastPeer {
   // A blob this peer holds already (the previous snapshot on disk, `echelon broadcast peer
   // --have`), kept as version 0 before Start: chunks with its hashes are never fetched, and
   // deltas taken against it are decoded onto it. Unsigned: it is the peer's own file.
-  Status AddBase(const std::string& blob, uint32_t chunk_bytes = broadcast::kDefaultChunkBytes);
+  // chunk_bytes 0: cut as an origin with default options would (broadcast::ChunkBytesFor).
+  Status AddBase(const std::string& blob, uint32_t chunk_bytes = 0);
   // Payload bytes pulled so far (chunks and deltas, verified or not).
   uint64_t bytes_received() const { return bytes_received_.load(); }
 
