@@ -25,8 +25,7 @@
 #        PARTS ("scale mixed nat delta": which parts run; ONLY_DELTA=1 means PARTS=delta),
 #        LINK_QDISC (fifo: tbf as above; ackprio: the same rate and queue, but small packets,
 #        TCP ACKs and HTTP/2 window updates, are sent first, so a host's ACKs do not wait
-#        behind its own uploads), TCP_CC (every host's TCP congestion
-#        control, e.g. cubic; default: the system's),
+#        behind its own uploads),
 #        TRACE_DIR (keep each run's origin --trace there, as NN-MODE-N.jsonl: one line per transfer)
 set -euo pipefail
 ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
@@ -85,7 +84,6 @@ host() {  # host NAME INDEX: a namespace with one veth into the bridge, shaped o
   ip -n "$ns" link set lo up
   ip -n "$BR_NS" link set "${P}b$2" master "${P}br0" up
   shape "$1" "$2" "$RATE" add
-  [ -z "${TCP_CC:-}" ] || ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$TCP_CC"
 }
 ip netns add "$BR_NS"
 ip -n "$BR_NS" link add "${P}br0" type bridge
@@ -208,7 +206,7 @@ ratio() { [ "$1" = - ] && echo - || python3 -c "print('%.2f' % ($1 / $T1))"; }
 if [[ " $PARTS " == *" scale "* || " $PARTS " == *" mixed "* || " $PARTS " == *" nat "* ]]; then
   read -r T1 _ _ _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
   echo
-  echo "$FILE_MIB MiB file, --chunk-mib $CHUNK_MIB (0: auto), every sender shaped to $RATE (tc tbf) unless said; seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
+  echo "$FILE_MIB MiB file, --chunk-mib $CHUNK_MIB (0: auto), every sender shaped to $RATE (LINK_QDISC ${LINK_QDISC:-fifo}) unless said; seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
 fi
 
 if [[ " $PARTS " == *" scale "* ]]; then
