@@ -26,6 +26,8 @@
 #        LINK_QDISC (fifo: tbf as above; ackprio: the same rate and queue, but small packets,
 #        TCP ACKs and HTTP/2 window updates, are sent first, so a host's ACKs do not wait
 #        behind its own uploads),
+#        DECLARE_ALL=1 (every peer declares its rate, --upload-mbps, in every run),
+#        PACE=0 (peers that declare a rate do not pace their uploads to 95% of it: --no-pace),
 #        TRACE_DIR (keep each run's origin --trace there, as NN-MODE-N.jsonl: one line per transfer)
 set -euo pipefail
 ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
@@ -102,8 +104,10 @@ FILE="$WORK/snap.bin"
 ORIGIN_ARGS=()
 PEER_ARGS=()
 NAT_PEERS=""
-DECLARED_SLOW=""  # peers that declare --upload-mbps $DECLARED_MBPS (mixed links)
-DECLARED_MBPS=""
+# Mbit/s of a tc rate (kbit/mbit/gbit)
+mbps() { python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$1'.lower()).groups(); print('%g' % (float(n) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(u, 1e-6)))"; }
+declare -A DECLARE=()  # peer number -> the --upload-mbps it declares
+if [ -n "${DECLARE_ALL:-}" ]; then for i in $(seq 1 $MAXN); do DECLARE[$i]=$(mbps "$RATE"); done; fi
 run() {
   local mode=$1 n=$2 kill_at=${3:-}
   local dir="$WORK/$mode-$n${kill_at:+-kill}"
@@ -121,7 +125,8 @@ run() {
     # --timeout bounds it instead.
     local listen=(--listen "10.77.0.$((10 + i)):7801")
     [[ " $NAT_PEERS " == *" $i "* ]] && listen=(--no-listen)
-    [[ " $DECLARED_SLOW " == *" $i "* ]] && listen+=(--upload-mbps "$DECLARED_MBPS")
+    [ -n "${DECLARE[$i]:-}" ] && listen+=(--upload-mbps "${DECLARE[$i]}")
+    [ -n "${DECLARE[$i]:-}" ] && [ "${PACE:-1}" = 0 ] && listen+=(--no-pace)
     ip netns exec "${P}p$i" "$ECHELON" broadcast peer --origin 10.77.0.1:7800 \
       "${listen[@]}" --out "$dir/out$i.bin" --origin-key "$WORK/origin.key.pub" --name "p$i" "${PEER_ARGS[@]}" \
       --exit-when-done --timeout 880 > "$dir/peer$i.out" 2> "$dir/peer$i.err" &
@@ -235,16 +240,19 @@ fi
 
 if [[ " $PARTS " == *" mixed "* ]]; then
   # a tenth of RATE, in Mbit/s (tc's kbit/mbit/gbit), for tc and for --upload-mbps
-  SLOW_MBPS=$(python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$RATE'.lower()).groups(); print('%g' % (float(n) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(u, 1e-6) / 10))")
+  SLOW_MBPS=$(python3 -c "print('%g' % ($(mbps "$RATE") / 10))")
   SLOW_RATE="${SLOW_MBPS}mbit"
   for i in 5 6 7 8; do shape "p$i" $((10 + i)) "$SLOW_RATE" change; done
+  # with DECLARE_ALL every peer declares its own rate in every run; else only the slow ones, last
+  if [ -n "${DECLARE_ALL:-}" ]; then for i in 5 6 7 8; do DECLARE[$i]=$SLOW_MBPS; done; fi
   read -r MIX0 _ _ _ _ _ < <(run peer 8)
   ORIGIN_ARGS=(--endgame-ratio 3)
   read -r MIX3 _ _ _ _ MIX3_COPIES < <(run peer 8)
-  DECLARED_SLOW="5 6 7 8"
-  DECLARED_MBPS=$SLOW_MBPS
+  for i in 5 6 7 8; do DECLARE[$i]=$SLOW_MBPS; done
   read -r MIXD _ _ _ _ MIXD_COPIES < <(run peer 8)
-  DECLARED_SLOW=""
+  for i in 5 6 7 8; do
+    if [ -n "${DECLARE_ALL:-}" ]; then DECLARE[$i]=$(mbps "$RATE"); else unset "DECLARE[$i]"; fi
+  done
   ORIGIN_ARGS=()
   for i in 5 6 7 8; do shape "p$i" $((10 + i)) "$RATE" change; done
   BOUND=$(python3 -c "print('%.2f' % ($T1 * 8 / (1 + 4 + 0.4)))")
@@ -255,7 +263,7 @@ if [[ " $PARTS " == *" mixed "* ]]; then
   echo "|---|---|---|---|---|"
   echo "| off | $MIX0 | $(ratio "$MIX0") | $(python3 -c "print('%.2f' % ($MIX0 / $BOUND))") | 0 |"
   echo "| ratio 3 | $MIX3 | $(ratio "$MIX3") | $(python3 -c "print('%.2f' % ($MIX3 / $BOUND))") | $MIX3_COPIES |"
-  echo "| ratio 3, slow peers declare --upload-mbps $DECLARED_MBPS | $MIXD | $(ratio "$MIXD") | $(python3 -c "print('%.2f' % ($MIXD / $BOUND))") | $MIXD_COPIES |"
+  echo "| ratio 3, slow peers declare --upload-mbps $SLOW_MBPS | $MIXD | $(ratio "$MIXD") | $(python3 -c "print('%.2f' % ($MIXD / $BOUND))") | $MIXD_COPIES |"
 fi
 
 if [[ " $PARTS " == *" nat "* ]]; then

@@ -320,8 +320,8 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--broadcast-advertise", args->broadcast_advertise,
                   "HOST:PORT other actors dial for chunks (default: this host's address toward the learner)");
   cmd->add_option("--broadcast-upload-mbps", args->broadcast_upload_mbps,
-                  "this host's upload rate, Mbit/s: the broadcast's first estimate until it measures one (0: "
-                  "its default, 100)")
+                  "this host's upload rate, Mbit/s: the broadcast's first estimate until it measures one, and "
+                  "chunks it serves are paced to 95% of it (0: not declared, no pacing)")
       ->check(CLI::Range(0.0, 100000.0))
       ->capture_default_str();
   cmd->add_flag("--no-broadcast", args->no_broadcast, "pull every snapshot from the learner instead");

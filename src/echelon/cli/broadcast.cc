@@ -6,7 +6,7 @@
 //       [--timeout S] [--delta-from OLD] [--endgame-ratio R] [--transfers-per-slot K] [--trace OUT.jsonl]
 //   echelon broadcast peer --origin HOST:PORT (--listen HOST:PORT | --no-listen) --out F
 //       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
-//       [--timeout S] [--have OLD] [--upload-mbps R]
+//       [--timeout S] [--have OLD] [--upload-mbps R [--no-pace]]
 //
 // Without --chunk-mib the file is cut into about 1024 chunks, a power of two from 1 to 64 MiB
 // (broadcast::ChunkBytesFor).
@@ -31,6 +31,10 @@
 // Deltas: with --delta-from OLD the origin also offers each chunk of F as its delta against OLD
 // (broadcast/delta.h); a peer started with --have OLD (the same file) pulls those deltas,
 // rebuilds F and checks it against the signed hashes; a peer without it pulls F whole.
+//
+// A peer's --upload-mbps R is the origin's first estimate of its uplink, and the peer paces what
+// it serves to 95% of R (unless --no-pace), so a FIFO uplink does not queue its ACKs behind its
+// uploads.
 //
 // NAT: a peer started with --no-listen serves nothing; it pulls every chunk by dialling its
 // senders (the origin or listening peers), and the origin never asks it to relay.
@@ -105,6 +109,7 @@ struct PeerArgs {
   std::string have;
   bool no_listen = false;
   double upload_mbps = 0;
+  bool no_pace = false;
 };
 
 // The bearer token of --token-file ("" without one); false after printing why it is unusable.
@@ -293,6 +298,7 @@ int RunPeer(const PeerArgs& args) {
       return 2;
     }
     opts.upload_bps = args.upload_mbps * 1e6 / 8;
+    if (!args.no_pace) opts.pace_upload_bps = net::kUploadPaceFraction * opts.upload_bps;
   }
   if (!args.origin_key.empty()) {
     Result<broadcast::VerifyKey> pinned = broadcast::VerifyKey::LoadPem(args.origin_key);
@@ -398,9 +404,11 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   peer->add_option("--token-file", p->token_file, "bearer token for the origin and other peers");
   peer->add_flag("--exit-when-done", p->exit_when_done, "exit once the origin says every peer holds the file");
   peer->add_option("--upload-mbps", p->upload_mbps,
-                   "this host's upload rate, Mbit/s: the origin's first estimate until it measures one (0 = "
-                   "its default, 100)")
+                   "this host's upload rate, Mbit/s: the origin's first estimate until it measures one, and "
+                   "uploads are paced to 95% of it (0 = not declared: the origin starts at 100, no pacing)")
       ->capture_default_str();
+  peer->add_flag("--no-pace", p->no_pace,
+                 "declare --upload-mbps without pacing uploads (a link whose router already sends ACKs first)");
   peer->add_option("--have", p->have, "a file this peer holds already (the origin's --delta-from): pull only deltas");
   peer->add_option("--timeout", p->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   peer->callback([p, exit_code] { *exit_code = RunPeer(*p); });

@@ -25,12 +25,13 @@ void ApplyBroadcastLimits(grpc::ServerBuilder* builder) {
 }
 
 ChunkSourceService::ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter,
-                                       std::string token, double upload_deadline_seconds)
+                                       std::string token, double upload_deadline_seconds, double pace_bps)
     : store_(store),
       serialize_uploads_(serialize_uploads),
       filter_(std::move(filter)),
       token_(std::move(token)),
       upload_deadline_seconds_(upload_deadline_seconds),
+      pace_bps_(pace_bps),
       reaper_([this] { ReapLoop(); }) {}
 
 ChunkSourceService::~ChunkSourceService() {
@@ -57,6 +58,17 @@ void ChunkSourceService::ReapLoop() {
       ++overdue_cancelled_;
     }
   }
+}
+
+void ChunkSourceService::Pace(size_t bytes) {
+  std::unique_lock<std::mutex> lock(pace_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (paced_until_ < now) paced_until_ = now;  // an idle uplink saves up no credit
+  const auto send_at = paced_until_;
+  paced_until_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(static_cast<double>(bytes) / pace_bps_));
+  lock.unlock();
+  std::this_thread::sleep_until(send_at);
 }
 
 int64_t ChunkSourceService::overdue_cancelled() const {
@@ -98,8 +110,11 @@ grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::
     }
   } done{this, ctx};
   v1::FetchChunkReply piece;
-  for (size_t off = 0; off < bytes->size(); off += kChunkPieceBytes) {
-    piece.set_data(bytes->data() + off, std::min<size_t>(kChunkPieceBytes, bytes->size() - off));
+  const size_t piece_bytes = pace_bps_ > 0 ? kPacedPieceBytes : kChunkPieceBytes;
+  for (size_t off = 0; off < bytes->size(); off += piece_bytes) {
+    const size_t n = std::min<size_t>(piece_bytes, bytes->size() - off);
+    if (pace_bps_ > 0) Pace(n);
+    piece.set_data(bytes->data() + off, n);
     if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "receiver went away");
   }
   return grpc::Status::OK;

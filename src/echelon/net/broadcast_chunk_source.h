@@ -12,6 +12,8 @@
 //   // fault injection in tests: a node that corrupts what it serves
 //   ChunkSourceService evil(&store, true, [](uint64_t, uint32_t, std::string* b) { (*b)[0] ^= 1; });
 //
+// With `pace_bps` > 0 pieces of kPacedPieceBytes leave no faster than that, across fetches.
+//
 // A fetch still running after `upload_deadline_seconds` (kFetchDeadlineSeconds) is cancelled
 // from the service's side: a receiver that stops reading (or reads at a trickle) cannot hold
 // this node's upload, whatever deadline it set for itself.
@@ -40,7 +42,8 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
  public:
   // A non-empty `token` must be presented as "authorization: Bearer <token>" by every fetcher.
   ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter = nullptr,
-                     std::string token = "", double upload_deadline_seconds = kFetchDeadlineSeconds);
+                     std::string token = "", double upload_deadline_seconds = kFetchDeadlineSeconds,
+                     double pace_bps = 0);
   ~ChunkSourceService() override;
 
   grpc::Status FetchChunk(grpc::ServerContext* ctx, const v1::FetchChunkRequest* req,
@@ -50,6 +53,7 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
 
  private:
   void ReapLoop();
+  void Pace(size_t bytes);  // sleeps until `bytes` more may leave at pace_bps_
 
   const broadcast::ChunkStore* const store_;
   const bool serialize_uploads_;
@@ -57,6 +61,9 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
   const std::string token_;
   std::mutex upload_mu_;  // held while one chunk's pieces are written (serialize_uploads_)
   const double upload_deadline_seconds_;
+  const double pace_bps_;
+  std::mutex pace_mu_;  // guards paced_until_
+  std::chrono::steady_clock::time_point paced_until_;  // when the paced uplink is next free
   mutable std::mutex active_mu_;  // guards active_, stopping_, overdue_cancelled_
   std::condition_variable reap_cv_;
   std::map<grpc::ServerContext*, std::chrono::steady_clock::time_point> active_;  // running fetches: start

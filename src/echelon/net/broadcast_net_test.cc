@@ -258,6 +258,53 @@ TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {
   server->Shutdown();
 }
 
+// A paced source sends kPacedPieceBytes pieces no faster than its rate, across fetches: two
+// 1 MiB fetches at 8 MiB/s take at least (2 MiB - one piece) / 8 MiB/s; unpaced, less.
+TEST(ChunkSourceTest, PacedUploadsKeepToTheirRateAcrossFetches) {
+  constexpr uint32_t kMiB = 1u << 20;
+  const std::string blob = RandomBlob(kMiB, 21);
+  broadcast::Manifest m = broadcast::BuildManifest(1, blob, kMiB).value();
+  broadcast::ChunkStore store(2);
+  ASSERT_TRUE(store.AddVersion(m).ok());
+  ASSERT_TRUE(store.PutChunk(1, 0, blob).ok());
+  auto two_fetches_seconds = [&](double pace_bps) {
+    ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, "", kFetchDeadlineSeconds, pace_bps);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&source);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                             grpc::InsecureChannelCredentials()));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 2; ++i) {
+      v1::FetchChunkRequest req;
+      req.set_version(1);
+      req.set_chunk(0);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      auto reader = stub->FetchChunk(&ctx, req);
+      v1::FetchChunkReply piece;
+      std::string got;
+      while (reader->Read(&piece)) {
+        if (pace_bps > 0) {
+          EXPECT_LE(piece.data().size(), kPacedPieceBytes);
+        }
+        got += piece.data();
+      }
+      EXPECT_TRUE(reader->Finish().ok());
+      EXPECT_EQ(got, blob);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    server->Shutdown();
+    return seconds;
+  };
+  constexpr double kPace = 8.0 * kMiB;
+  const double paced = two_fetches_seconds(kPace);
+  EXPECT_GE(paced, (2.0 * kMiB - kPacedPieceBytes) / kPace);  // 0.242 s
+  EXPECT_LT(two_fetches_seconds(0), paced);
+}
+
 TEST(ChunkSourceTest, ServesADeltaOnlyWhereItHoldsOne) {
   const std::string v1 = RandomBlob(2 * kChunk, 17);
   std::string v2 = v1;

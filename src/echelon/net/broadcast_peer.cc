@@ -45,7 +45,7 @@ std::string BroadcastPeer::origin_key_id() const { return origin_key_ ? origin_k
 
 Status BroadcastPeer::Serve(TlsIdentity* identity) {
   source_ = std::make_unique<ChunkSourceService>(&store_, /*serialize_uploads=*/true, options_.serve_filter,
-                                                 options_.token);
+                                                 options_.token, kFetchDeadlineSeconds, options_.pace_upload_bps);
   if (!options_.tls_ca_pem.empty()) {
     ECHELON_ASSIGN_OR_RETURN(*identity, SelfSignedIdentity());
   }

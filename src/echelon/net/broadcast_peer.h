@@ -70,6 +70,7 @@ struct BroadcastPeerOptions {
   std::optional<broadcast::VerifyKey> origin_key;  // pinned; none = trust on first use
   int keep_versions = broadcast::kDefaultKeepVersions;
   double upload_bps = kDefaultUploadBps;
+  double pace_upload_bps = 0;  // > 0: what it serves leaves no faster (ChunkSourceService pace_bps)
   double join_timeout_seconds = 10.0;  // to reach the origin at Start
   double fetch_deadline_seconds = kFetchDeadlineSeconds;
   ServeFilter serve_filter;  // tests only: corrupts what this peer serves

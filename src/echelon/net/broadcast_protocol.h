@@ -71,6 +71,13 @@ inline constexpr int kNetUploadSlots = 2;
 // 256 KiB keeps per-message overhead negligible at 100 Mbit/s (~20 ms per piece).
 inline constexpr uint32_t kChunkPieceBytes = 256u << 10;
 
+// A peer that declares its upload rate paces what it serves to this fraction of it, in pieces of
+// kPacedPieceBytes, so its own uplink queue stays short. On a FIFO uplink (most home modems)
+// the acknowledgements of what a peer downloads otherwise wait behind its uploads: on
+// tbf-shaped netns links busy senders moved 73-79 of their 95 Mbit/s (docs/BENCHMARKS.md).
+inline constexpr double kUploadPaceFraction = 0.95;
+inline constexpr uint32_t kPacedPieceBytes = 64u << 10;
+
 // HTTP/2 flow-control window a receiver offers per stream (grpc.http2.lookahead_bytes).
 // Each chunk is a new stream; with gRPC's 64 KiB start the sender stalls on WINDOW_UPDATEs,
 // which in a swarm queue behind the receiver's own uploads in its shaper (up to 50 ms).

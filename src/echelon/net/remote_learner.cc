@@ -234,7 +234,10 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
   o.log_each_version = false;
   o.join_timeout_seconds = 5;
   o.advertise = options_.broadcast_advertise;
-  if (options_.broadcast_upload_bps > 0) o.upload_bps = options_.broadcast_upload_bps;
+  if (options_.broadcast_upload_bps > 0) {
+    o.upload_bps = options_.broadcast_upload_bps;
+    o.pace_upload_bps = kUploadPaceFraction * options_.broadcast_upload_bps;
+  }
   if (!o.listen.empty() && o.advertise.empty() && IsWildcardHost(HostOf(o.listen))) {
     Result<std::string> ip = LocalAddressToward(options_.address);
     if (!ip.ok()) {

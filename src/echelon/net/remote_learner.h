@@ -52,7 +52,8 @@ struct RemoteLearnerOptions {
   bool broadcast = true;                     // join the learner's snapshot broadcast if it has one
   std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors; "none": nowhere (NAT)
   std::string broadcast_advertise;           // HOST:PORT others dial; default: our address toward the learner
-  double broadcast_upload_bps = 0;           // declared upload rate (the origin's first estimate); 0: its default
+  double broadcast_upload_bps = 0;           // declared upload rate (the origin's first estimate, and
+                                             // 95% of it paces uploads); 0: its default, no pacing
   double broadcast_wait_seconds = 20;        // then pull the snapshot directly
   // A stage of a pipelined worker (role.stage >= 0): registers as such, follows its pipeline
   // (route()), and fetches only its layers' tensors, directly (not by broadcast).
