@@ -216,6 +216,23 @@ TEST(BroadcastNetTest, PeerThatLeftAfterCompletingHoldsTheVersionAndIsNotDead) {
   EXPECT_GT(*tally.last_completed_s, 0.0);
 }
 
+// A ChunkSourceService served on loopback, and a stub to fetch from it.
+struct ServedSource {
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<v1::ChunkSource::Stub> stub;
+  explicit ServedSource(ChunkSourceService* source) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(source);
+    server = builder.BuildAndStart();
+    EXPECT_GT(port, 0);
+    stub = v1::ChunkSource::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  }
+  ~ServedSource() { server->Shutdown(); }
+};
+
 TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {
   constexpr uint32_t kBig = 32u << 20;  // one chunk far beyond the stream windows
   const std::string blob = RandomBlob(kBig, 9);
@@ -224,14 +241,8 @@ TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {
   ASSERT_TRUE(store.AddVersion(m).ok());
   ASSERT_TRUE(store.PutChunk(1, 0, blob).ok());
   ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, "", /*upload_deadline_seconds=*/1.0);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&source);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
-  auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                           grpc::InsecureChannelCredentials()));
+  ServedSource served(&source);
+  v1::ChunkSource::Stub* stub = served.stub.get();
   v1::FetchChunkRequest req;
   req.set_version(1);
   req.set_chunk(0);
@@ -255,7 +266,6 @@ TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {
   while (stalled->Read(&piece)) {
   }
   EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  server->Shutdown();
 }
 
 // A paced source sends kPacedPieceBytes pieces no faster than its rate, across fetches: two
@@ -269,13 +279,7 @@ TEST(ChunkSourceTest, PacedUploadsKeepToTheirRateAcrossFetches) {
   ASSERT_TRUE(store.PutChunk(1, 0, blob).ok());
   auto two_fetches_seconds = [&](double pace_bps) {
     ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, "", kFetchDeadlineSeconds, pace_bps);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&source);
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-    auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                             grpc::InsecureChannelCredentials()));
+    ServedSource served(&source);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 2; ++i) {
       v1::FetchChunkRequest req;
@@ -283,7 +287,7 @@ TEST(ChunkSourceTest, PacedUploadsKeepToTheirRateAcrossFetches) {
       req.set_chunk(0);
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-      auto reader = stub->FetchChunk(&ctx, req);
+      auto reader = served.stub->FetchChunk(&ctx, req);
       v1::FetchChunkReply piece;
       std::string got;
       while (reader->Read(&piece)) {
@@ -295,9 +299,7 @@ TEST(ChunkSourceTest, PacedUploadsKeepToTheirRateAcrossFetches) {
       EXPECT_TRUE(reader->Finish().ok());
       EXPECT_EQ(got, blob);
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    server->Shutdown();
-    return seconds;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   constexpr double kPace = 8.0 * kMiB;
   const double paced = two_fetches_seconds(kPace);
@@ -317,13 +319,8 @@ TEST(ChunkSourceTest, ServesADeltaOnlyWhereItHoldsOne) {
   for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(store.PutChunk(2, i, std::string(broadcast::ChunkView(m, v2, i))).ok());
   ASSERT_TRUE(store.PutDelta(2, 1, deltas[1]).ok());  // chunk 0 is held whole only
   ChunkSourceService source(&store, /*serialize_uploads=*/true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&source);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                           grpc::InsecureChannelCredentials()));
+  ServedSource served(&source);
+  v1::ChunkSource::Stub* stub = served.stub.get();
   auto fetch = [&](uint32_t chunk, bool delta, std::string* got) {
     v1::FetchChunkRequest req;
     req.set_version(2);
@@ -345,7 +342,6 @@ TEST(ChunkSourceTest, ServesADeltaOnlyWhereItHoldsOne) {
   EXPECT_EQ(got, deltas[1]);
   ASSERT_TRUE(fetch(0, false, &got).ok());
   EXPECT_EQ(got, v2.substr(0, kChunk));
-  server->Shutdown();
 }
 
 TEST(BroadcastNetTest, TamperedChunkIsRefusedRefetchedAndItsSenderBanned) {
