@@ -9,7 +9,7 @@
 # every verified chunk); T1 = star with N = 1 (one origin -> peer transfer) in the same run.
 # Then kills 2 of 8 peers (SIGKILL) at about T1/2 and times the 6 survivors. Then mixed links:
 # 4 peers at RATE and 4 at RATE/10, against the capacity bound (8 files over the total upload),
-# without and with the endgame (origin --endgame-ratio 3), and with the slow peers declaring their
+# without and with the endgame (origin --endgame-ratio 0, and 3: the default), and with the slow peers declaring their
 # rate (peer --upload-mbps). Then 2 of 8 peers behind NAT
 # (--no-listen: they only dial out and never relay). Then deltas: a
 # FILE_MIB safetensors file of bf16 weights (normal, std 0.02) and its next version with 2% of
@@ -245,8 +245,9 @@ if [[ " $PARTS " == *" mixed "* ]]; then
   for i in 5 6 7 8; do shape "p$i" $((10 + i)) "$SLOW_RATE" change; done
   # with DECLARE_ALL every peer declares its own rate in every run; else only the slow ones, last
   if [ -n "${DECLARE_ALL:-}" ]; then for i in 5 6 7 8; do DECLARE[$i]=$SLOW_MBPS; done; fi
+  ORIGIN_ARGS=(--endgame-ratio 0)
   read -r MIX0 _ _ _ _ _ < <(run peer 8)
-  ORIGIN_ARGS=(--endgame-ratio 3)
+  ORIGIN_ARGS=(--endgame-ratio 3)  # the default
   read -r MIX3 _ _ _ _ MIX3_COPIES < <(run peer 8)
   for i in 5 6 7 8; do DECLARE[$i]=$SLOW_MBPS; done
   read -r MIXD _ _ _ _ MIXD_COPIES < <(run peer 8)

@@ -90,8 +90,12 @@ int RelayPlanner::UploadSlots(NodeId n) const {
   // A peer not yet measured sends one chunk at a time: if it is slow, a second chunk would wait
   // a whole slow chunk time in its queue, holding that receiver's copy of the chunk.
   const int slots = n != kOrigin && !nodes_[n].measured ? 1 : std::max(1, options_.upload_slots);
+  return (IsSlowSender(n) ? 1 : slots) * transfers_per_slot_;
+}
+
+bool RelayPlanner::IsSlowSender(NodeId n) const {
   const double slot_seconds = transfers_per_slot_ * mean_chunk_bytes_ / std::max(nodes_[n].bps, 1.0);
-  return (slot_seconds > options_.multi_slot_max_chunk_seconds ? 1 : slots) * transfers_per_slot_;
+  return slot_seconds > options_.multi_slot_max_chunk_seconds;
 }
 
 int RelayPlanner::MaxInbound() const { return std::max(1, options_.max_inbound) * transfers_per_slot_; }
@@ -171,7 +175,7 @@ bool RelayPlanner::PickEndgame(NodeId u, int* chunk, NodeId* receiver) const {
     const Node& to = nodes_[t.to];
     if (t.to == u || t.from == u || !node.held[t.chunk] || to.held[t.chunk] || to.incoming[t.chunk] != 1) continue;
     if (to.incoming_count >= MaxInbound() || Reported(u, t.to)) continue;
-    if (node.bps < options_.endgame_ratio * nodes_[t.from].bps) continue;
+    if (node.bps < options_.endgame_ratio * nodes_[t.from].bps || !IsSlowSender(t.from)) continue;
     // The slowest sender's transfer first (it has the longest way to go), then the oldest.
     if (best == nullptr || nodes_[t.from].bps < nodes_[best->from].bps ||
         (nodes_[t.from].bps == nodes_[best->from].bps && t.id < best->id)) {

@@ -31,8 +31,9 @@
 // receiver's lie); after `ban_after_corrupt` strikes it never uploads again. The chunk is
 // refetched from elsewhere.
 // Endgame: an uploader with nothing new to offer may duplicate a chunk already in flight to a
-// receiver from a sender `endgame_ratio` times slower (off by default; once per receiver and
-// chunk); the first copy verified counts, the other arrives as a duplicate. So slow senders
+// receiver from a slow sender (one whose slot takes over multi_slot_max_chunk_seconds) at
+// least `endgame_ratio` times slower, once per receiver and chunk; the first copy verified
+// counts, the other arrives as a duplicate. So slow senders
 // cannot hold fast receivers' last chunks while fast uploaders idle.
 // A late joiner is simply a peer with nothing (or an older version's chunks) held. A peer
 // nobody can dial (NAT) receives like any other but never uploads: it dials its senders.
@@ -122,6 +123,9 @@ class RelayPlanner {
   };
 
   int UploadSlots(NodeId n) const;  // concurrent uploads: slots x transfers_per_slot_
+  // A slot's worth of transfers takes it over multi_slot_max_chunk_seconds: one slot, and its
+  // transfers are what the endgame duplicates.
+  bool IsSlowSender(NodeId n) const;
   int MaxInbound() const;             // concurrent downloads: max_inbound x transfers_per_slot_
   bool CanUpload(NodeId n) const;
   int BandwidthBucket(NodeId n) const;

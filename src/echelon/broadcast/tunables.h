@@ -86,14 +86,15 @@ struct RelayOptions {
   // changed link within ~3 chunks while smoothing one slow transfer.
   double bandwidth_ewma_alpha = 0.3;
   // Endgame: an uploader with nothing new to offer may also send a chunk that is already on
-  // its way to a receiver from a sender at least this many times slower (measured), once per
-  // receiver and chunk; whichever arrives first counts, the other is a duplicate. 0 (off) by
-  // default: simulated, 2 takes 4 fast + 4 ten-times-slower peers from 1.69 to 1.56 x T1 (the
-  // capacity bound is 1.48), but on loopback measured rates differ by 2x between equal peers
-  // (concurrent sends, TCP ramp-up), so 2 fires there too and sends chunks twice. On shaped
-  // netns links 3 sent no duplicate between 8 equal peers; its gain on mixed real links varied
-  // between runs (docs/BENCHMARKS.md), so it stays opt-in (`broadcast origin --endgame-ratio`).
-  double endgame_ratio = 0;
+  // its way to a receiver from a slow sender (its slot takes over multi_slot_max_chunk_seconds)
+  // at least this many times slower (measured), once per receiver and chunk; whichever arrives
+  // first counts, the other is a duplicate. 0 turns it off. On netns links with 4 fast + 4
+  // ten-times-slower peers 3 took 1.20-1.21 to 1.07-1.11 x the capacity bound (ACK-priority
+  // links) and 1.53 to 1.37 (FIFO), at ~2% duplicate transfers; simulated with noisy transfers
+  // and undeclared rates 1.26 to 1.16. Only slow senders are duplicated, because between equal
+  // peers measured rates differ by 2-3x on loopback (concurrent sends, TCP ramp-up) and a bare
+  // ratio fired there; a node whose chunk takes under a second is never waited on for long.
+  double endgame_ratio = 3;
 };
 
 }  // namespace echelon::broadcast

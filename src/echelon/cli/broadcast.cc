@@ -86,7 +86,7 @@ struct OriginArgs {
   double chunk_mib = 0;  // 0: broadcast::ChunkBytesFor(the file's size)
   int expect_peers = 1;
   int upload_slots = net::kNetUploadSlots;
-  double endgame_ratio = 0;
+  double endgame_ratio = broadcast::RelayOptions{}.endgame_ratio;
   int transfers_per_slot = broadcast::RelayOptions{}.max_transfers_per_slot;
   uint64_t version = 1;
   bool exit_when_done = false;
@@ -376,8 +376,8 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   origin->add_option("--expect-peers", o->expect_peers, "publish once this many peers joined")->capture_default_str();
   origin->add_option("--upload-slots", o->upload_slots, "concurrent uploads per node (peer mode)")->capture_default_str();
   origin->add_option("--endgame-ratio", o->endgame_ratio,
-                     "duplicate a chunk in flight from a sender this many times slower (measured) than an idle "
-                     "uploader; 0 = off")
+                     "duplicate a chunk in flight from a slow sender (over 1 s per chunk) this many times slower "
+                     "(measured) than an idle uploader; 0 = off")
       ->capture_default_str();
   origin->add_option("--transfers-per-slot", o->transfers_per_slot,
                      "transfers smaller than a chunk (deltas) one upload slot holds at once, at most; 1 = one")
