@@ -33,8 +33,8 @@
 // Endgame: an uploader with nothing new to offer may duplicate a chunk already in flight to a
 // receiver from a slow sender (one whose slot takes over multi_slot_max_chunk_seconds) at
 // least `endgame_ratio` times slower, once per receiver and chunk; the first copy verified
-// counts, the other arrives as a duplicate. So slow senders
-// cannot hold fast receivers' last chunks while fast uploaders idle.
+// counts, the other arrives as a duplicate. So slow senders cannot hold fast receivers' last
+// chunks while fast uploaders idle.
 // A late joiner is simply a peer with nothing (or an older version's chunks) held. A peer
 // nobody can dial (NAT) receives like any other but never uploads: it dials its senders.
 //
