@@ -56,6 +56,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# Mbit/s of a tc rate (kbit/mbit/gbit)
+mbps() { python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$1'.lower()).groups(); print('%g' % (float(n) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(u, 1e-6)))"; }
 shape() {  # shape NAME INDEX RATE add|change: the host's egress, as LINK_QDISC says
   local ns="${P}$1" dev="${P}v$2" rate=$3
   if [ "${LINK_QDISC:-fifo}" = fifo ]; then
@@ -65,7 +67,7 @@ shape() {  # shape NAME INDEX RATE add|change: the host's egress, as LINK_QDISC 
   # ackprio: the same rate and 50 ms of queue, but packets under 128 bytes (TCP ACKs, HTTP/2
   # window updates and pings) go first, as an SQM home router or a modem with ACK priority does.
   local queue
-  queue=$(python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$rate'.lower()).groups(); print(int(float(n) * {'k': 1e3, 'm': 1e6, 'g': 1e9}.get(u, 1) / 8 * 0.05) + 125000)")
+  queue=$(python3 -c "print(int($(mbps "$rate") * 1e6 / 8 * 0.05) + 125000)")  # 50 ms + the burst, bytes
   ip netns exec "$ns" tc qdisc del dev "$dev" root 2> /dev/null || true
   ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: htb default 20
   ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:1 htb rate "$rate" burst 125k cburst 125k
@@ -104,8 +106,6 @@ FILE="$WORK/snap.bin"
 ORIGIN_ARGS=()
 PEER_ARGS=()
 NAT_PEERS=""
-# Mbit/s of a tc rate (kbit/mbit/gbit)
-mbps() { python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$1'.lower()).groups(); print('%g' % (float(n) * {'k': 1e-3, 'm': 1, 'g': 1e3}.get(u, 1e-6)))"; }
 declare -A DECLARE=()  # peer number -> the --upload-mbps it declares
 if [ -n "${DECLARE_ALL:-}" ]; then for i in $(seq 1 $MAXN); do DECLARE[$i]=$(mbps "$RATE"); done; fi
 run() {
