@@ -123,7 +123,9 @@ class LoggingLink : public Link {
 Result<BroadcastResult> SimulateBroadcast(const BroadcastScenario& s) {
   SimulatedClock clock;
   std::vector<uint64_t> sizes(s.chunks, s.chunk_bytes);
-  RelayPlanner planner(s.options, s.chunks, s.origin_bps, static_cast<double>(s.chunk_bytes));
+  RelayOptions options = s.options;
+  options.start_latency_seconds = s.latency_s;  // the planner knows the links' start latency
+  RelayPlanner planner(options, s.chunks, s.origin_bps, static_cast<double>(s.chunk_bytes));
   LinkSimulator sim(&clock, sizes, s.latency_s);
   sim.SetSerialUploads(s.serial_uploads);
   sim.SetRateJitter(s.rate_jitter, s.seed);

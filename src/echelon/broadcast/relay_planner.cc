@@ -11,13 +11,11 @@ RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double o
                            double mean_chunk_bytes)
     : options_(options),
       num_chunks_(num_chunks),
-      mean_chunk_bytes_(mean_chunk_bytes),
-      transfers_per_slot_(static_cast<int>(std::clamp(
-          std::floor(options.slot_bytes / std::max(mean_chunk_bytes, 1.0)), 1.0,
-          static_cast<double>(std::max(1, options.max_transfers_per_slot))))),
+      mean_chunk_bytes_(std::max(mean_chunk_bytes, 1.0)),
       copies_(num_chunks, 0) {
   Node origin;
   origin.bps = origin_upload_bps;
+  origin.declared_bps = origin_upload_bps;
   origin.held.assign(num_chunks, true);
   origin.incoming.assign(num_chunks, 0);
   origin.held_count = num_chunks;
@@ -27,6 +25,7 @@ RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double o
 NodeId RelayPlanner::AddPeer(double upload_bps, const std::vector<bool>& held, bool reachable) {
   Node peer;
   peer.bps = upload_bps;
+  peer.declared_bps = upload_bps;
   peer.reachable = reachable;
   peer.held.assign(num_chunks_, false);
   peer.incoming.assign(num_chunks_, 0);
@@ -67,10 +66,14 @@ std::vector<Transfer> RelayPlanner::RemovePeer(NodeId peer) {
 void RelayPlanner::UpdateBandwidth(NodeId node, double measured_bps) {
   if (node < 0 || node >= num_nodes() || !(measured_bps > 0)) return;
   Node& n = nodes_[node];
+  const int slots_before = UploadSlots(node);
+  const int inbound_before = MaxInbound(node);
   const double a = n.measured ? options_.bandwidth_ewma_alpha : 1.0;
   n.bps = (1 - a) * n.bps + a * measured_bps;
-  n.dirty = n.dirty || !n.measured;  // its first measurement may open its second slot
   n.measured = true;
+  // The rate sizes its slots (the first measurement may open its second) and its inbound places.
+  if (UploadSlots(node) > slots_before) n.dirty = true;
+  if (MaxInbound(node) > inbound_before) MarkAllDirty();
 }
 
 bool RelayPlanner::AllComplete() const {
@@ -87,18 +90,37 @@ bool RelayPlanner::Reported(NodeId sender, NodeId receiver) const {
 
 int RelayPlanner::UploadSlots(NodeId n) const {
   if (options_.mode == RelayMode::kStar) return n == kOrigin ? std::max(1, live_peers_) : 0;
-  // A peer not yet measured sends one chunk at a time: if it is slow, a second chunk would wait
-  // a whole slow chunk time in its queue, holding that receiver's copy of the chunk.
-  const int slots = n != kOrigin && !nodes_[n].measured ? 1 : std::max(1, options_.upload_slots);
-  return (IsSlowSender(n) ? 1 : slots) * transfers_per_slot_;
+  // A peer not yet measured sends one transfer at a time: if it is slow, a second would wait a
+  // whole slow transfer time in its queue, holding that receiver's copy.
+  if (n != kOrigin && !nodes_[n].measured) return 1;
+  if (IsSlowSender(n)) return 1;
+  return std::max(1, options_.upload_slots) * transfers_per_slot(n);
+}
+
+int RelayPlanner::InFlight(NodeId n) const {
+  // One transfer sending and enough queued behind it to cover the next one's start, at the
+  // rate declared or a faster one measured: a rate measured while the queue was too short
+  // includes the idle starts, and would keep the queue short.
+  const double bps = std::max({nodes_[n].bps, nodes_[n].declared_bps, 1.0});
+  const double extra = std::ceil(std::max(0.0, options_.start_latency_seconds) * bps / mean_chunk_bytes_);
+  return static_cast<int>(std::min(extra, 1e6)) + 1;
+}
+
+int RelayPlanner::transfers_per_slot(NodeId n) const {
+  const int slots = std::max(1, options_.upload_slots);
+  return std::clamp((InFlight(n) + slots - 1) / slots, 1, std::max(1, options_.max_transfers_per_slot));
 }
 
 bool RelayPlanner::IsSlowSender(NodeId n) const {
-  const double slot_seconds = transfers_per_slot_ * mean_chunk_bytes_ / std::max(nodes_[n].bps, 1.0);
-  return slot_seconds > options_.multi_slot_max_chunk_seconds;
+  // Judged on 4 MiB of its transfers (at least one, at most max_transfers_per_slot): at the
+  // default 1 s a 10 Mbit/s peer is slow in 1 MiB chunks, a 100 Mbit/s one is not, and on
+  // loopback nobody is.
+  const double batch = std::max(mean_chunk_bytes_, std::min(static_cast<double>(kDefaultChunkBytes),
+                                                            std::max(1, options_.max_transfers_per_slot) * mean_chunk_bytes_));
+  return batch / std::max(nodes_[n].bps, 1.0) > options_.multi_slot_max_chunk_seconds;
 }
 
-int RelayPlanner::MaxInbound() const { return std::max(1, options_.max_inbound) * transfers_per_slot_; }
+int RelayPlanner::MaxInbound(NodeId n) const { return std::max(1, options_.max_inbound) * transfers_per_slot(n); }
 
 bool RelayPlanner::CanUpload(NodeId n) const {
   const Node& node = nodes_[n];
@@ -119,7 +141,7 @@ NodeId RelayPlanner::BestReceiver(NodeId u, int chunk) const {
   std::tuple<int, bool, bool, int, int, NodeId> best_key;
   for (NodeId r = 1; r < num_nodes(); ++r) {
     const Node& n = nodes_[r];
-    if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= MaxInbound()) continue;
+    if (r == u || !n.alive || n.held[chunk] || n.incoming[chunk] || n.incoming_count >= MaxInbound(r)) continue;
     if (Reported(u, r)) continue;  // r found u's chunks corrupt before
     // Peers that can relay the chunk onward first; among them the fastest uploader.
     const int rb = BandwidthBucket(r);
@@ -174,7 +196,7 @@ bool RelayPlanner::PickEndgame(NodeId u, int* chunk, NodeId* receiver) const {
   for (const auto& [id, t] : inflight_) {
     const Node& to = nodes_[t.to];
     if (t.to == u || t.from == u || !node.held[t.chunk] || to.held[t.chunk] || to.incoming[t.chunk] != 1) continue;
-    if (to.incoming_count >= MaxInbound() || Reported(u, t.to)) continue;
+    if (to.incoming_count >= MaxInbound(t.to) || Reported(u, t.to)) continue;
     if (node.bps < options_.endgame_ratio * nodes_[t.from].bps || !IsSlowSender(t.from)) continue;
     // The slowest sender's transfer first (it has the longest way to go), then the oldest.
     if (best == nullptr || nodes_[t.from].bps < nodes_[best->from].bps ||
@@ -226,7 +248,7 @@ void RelayPlanner::Forget(const Transfer& t) {
   Node& to = nodes_[t.to];
   from.uploads--;
   from.dirty = true;
-  if (to.incoming_count >= MaxInbound()) MarkAllDirty();  // a capped receiver opens up
+  if (to.incoming_count >= MaxInbound(t.to)) MarkAllDirty();  // a capped receiver opens up
   to.incoming[t.chunk]--;
   to.incoming_count--;
   copies_[t.chunk]--;

@@ -31,7 +31,7 @@
 // receiver's lie); after `ban_after_corrupt` strikes it never uploads again. The chunk is
 // refetched from elsewhere.
 // Endgame: an uploader with nothing new to offer may duplicate a chunk already in flight to a
-// receiver from a slow sender (one whose slot takes over multi_slot_max_chunk_seconds) at
+// receiver from a slow sender (one whose chunk takes over multi_slot_max_chunk_seconds) at
 // least `endgame_ratio` times slower, once per receiver and chunk; the first copy verified
 // counts, the other arrives as a duplicate. So slow senders cannot hold fast receivers' last
 // chunks while fast uploaders idle.
@@ -102,7 +102,8 @@ class RelayPlanner {
   bool AllComplete() const;  // every live peer holds every chunk
   double bandwidth(NodeId n) const { return nodes_[n].bps; }
   size_t in_flight() const { return inflight_.size(); }
-  int transfers_per_slot() const { return transfers_per_slot_; }
+  // Transfers one of n's upload slots holds at once (RelayOptions::start_latency_seconds).
+  int transfers_per_slot(NodeId n) const;
   const Stats& stats() const { return stats_; }
 
  private:
@@ -115,6 +116,7 @@ class RelayPlanner {
     std::vector<bool> reported;  // by receiver: it reported this node (never takes from it again)
     double bps = 0;
     bool measured = false;  // bps has been measured at least once
+    double declared_bps = 0;  // the rate it was added with (its queue is sized by the faster)
     std::vector<bool> held;
     std::vector<uint8_t> incoming;  // per chunk: transfers in flight to this node (2: an endgame copy)
     int held_count = 0;
@@ -122,11 +124,13 @@ class RelayPlanner {
     int uploads = 0;
   };
 
-  int UploadSlots(NodeId n) const;  // concurrent uploads: slots x transfers_per_slot_
-  // A slot's worth of transfers takes it over multi_slot_max_chunk_seconds: one slot, and its
-  // transfers are what the endgame duplicates.
+  int UploadSlots(NodeId n) const;  // concurrent uploads: slots x transfers_per_slot(n)
+  // Transfers n keeps in flight to cover a start (RelayOptions::start_latency_seconds).
+  int InFlight(NodeId n) const;
+  // 4 MiB of its transfers take over multi_slot_max_chunk_seconds: one slot, and its transfers
+  // are what the endgame duplicates.
   bool IsSlowSender(NodeId n) const;
-  int MaxInbound() const;             // concurrent downloads: max_inbound x transfers_per_slot_
+  int MaxInbound(NodeId n) const;     // concurrent downloads: max_inbound x transfers_per_slot(n)
   bool CanUpload(NodeId n) const;
   int BandwidthBucket(NodeId n) const;
   // Best (chunk, receiver) for uploader u; false when it has nothing useful to send.
@@ -141,7 +145,6 @@ class RelayPlanner {
   const RelayOptions options_;
   const int num_chunks_;
   const double mean_chunk_bytes_;
-  const int transfers_per_slot_;  // RelayOptions::slot_bytes / mean transfer, 1 for whole chunks
   std::vector<Node> nodes_;
   std::vector<int> copies_;  // per chunk: live peers holding or receiving it
   int live_peers_ = 0;

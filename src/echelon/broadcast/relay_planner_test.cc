@@ -214,7 +214,7 @@ TEST(RelayPlannerTest, SlowNodeUploadsOneChunkAtATime) {
   EXPECT_EQ(origin_sends(1e6), 1u);    // 4 s: one at a time
 }
 
-// Until its first transfer is measured a peer uses one slot whatever it declared: were it slow,
+// Until its first transfer is measured a peer sends one at a time whatever it declared: were it slow,
 // a second chunk would wait a whole slow chunk time in its queue, holding that receiver's copy.
 TEST(RelayPlannerTest, UnmeasuredPeerUploadsOneChunkAtATime) {
   RelayOptions o;
@@ -231,23 +231,42 @@ TEST(RelayPlannerTest, UnmeasuredPeerUploadsOneChunkAtATime) {
   EXPECT_EQ(p.in_flight(), 3u);                         // the origin's, and two from the peer
 }
 
-// Deltas much smaller than a chunk share a slot: each slot and each receiver's inbound place
-// hold slot_bytes / mean transfer of them (at most max_transfers_per_slot), whole chunks one.
-TEST(RelayPlannerTest, SmallTransfersShareASlot) {
+// A node keeps ceil(start latency x rate / mean transfer) + 1 transfers in flight over its
+// slots (at least one per slot, at most max_transfers_per_slot each), each receiver's inbound
+// place one of its own slots' worth: deltas much smaller than a chunk share a slot, whole chunks
+// on a 100 Mbit/s link do not.
+TEST(RelayPlannerTest, SlotsCoverTheStartLatency) {
   RelayOptions o;
   o.upload_slots = 2;
   o.max_inbound = 1;
-  auto origin_sends = [&](double mean_chunk_bytes, int peers) {
-    RelayPlanner p(o, /*num_chunks=*/64, 100e6, mean_chunk_bytes);
-    for (int i = 0; i < peers; ++i) p.AddPeer(100e6);
-    return std::make_pair(p.NextTransfers().size(), p.transfers_per_slot());
+  o.start_latency_seconds = 0.05;
+  auto origin_sends = [&](double bps, double mean_chunk_bytes, int peers) {
+    RelayPlanner p(o, /*num_chunks=*/64, bps, mean_chunk_bytes);
+    for (int i = 0; i < peers; ++i) p.AddPeer(bps);
+    return std::make_pair(p.NextTransfers().size(), p.transfers_per_slot(kOrigin));
   };
-  EXPECT_EQ(origin_sends(o.slot_bytes, 8), std::make_pair(size_t{2}, 1));       // whole chunks
-  EXPECT_EQ(origin_sends(2 * o.slot_bytes, 8), std::make_pair(size_t{2}, 1));   // bigger ones
-  EXPECT_EQ(origin_sends(o.slot_bytes / 4, 8), std::make_pair(size_t{8}, 4));   // 2 slots x 4
-  EXPECT_EQ(origin_sends(o.slot_bytes / 50, 8), std::make_pair(size_t{16}, 8)); // capped at 8
+  EXPECT_EQ(origin_sends(12.5e6, 1 << 20, 8), std::make_pair(size_t{2}, 1));   // 0.6 + 1 -> 2 in flight
+  EXPECT_EQ(origin_sends(12.5e6, 4 << 20, 8), std::make_pair(size_t{2}, 1));   // bigger ones
+  EXPECT_EQ(origin_sends(125e6, 1 << 20, 8), std::make_pair(size_t{8}, 4));    // 6 + 1 -> 2 slots x 4
+  EXPECT_EQ(origin_sends(12.5e6, 200e3, 8), std::make_pair(size_t{6}, 3));     // 4 + 1 -> 2 slots x 3
+  EXPECT_EQ(origin_sends(12.5e6, 20e3, 8), std::make_pair(size_t{16}, 8));     // capped at 8
   // One receiver takes max_inbound (1) x 8 at once, not 16.
-  EXPECT_EQ(origin_sends(o.slot_bytes / 50, 1), std::make_pair(size_t{8}, 8));
+  EXPECT_EQ(origin_sends(12.5e6, 20e3, 1), std::make_pair(size_t{8}, 8));
+}
+
+// A node's queue is sized by its declared rate or a faster measured one: a rate measured while
+// its queue was too short includes the idle starts, and must not keep the queue short.
+TEST(RelayPlannerTest, SlowMeasurementsDoNotShortenTheQueue) {
+  RelayOptions o;
+  o.upload_slots = 1;
+  o.start_latency_seconds = 0.02;
+  RelayPlanner p(o, /*num_chunks=*/64, 125e6, 1 << 20);
+  for (int i = 0; i < 8; ++i) p.AddPeer(125e6);
+  EXPECT_EQ(p.transfers_per_slot(kOrigin), 4);  // 2.4 + 1
+  p.UpdateBandwidth(kOrigin, 30e6);
+  EXPECT_EQ(p.transfers_per_slot(kOrigin), 4);
+  p.UpdateBandwidth(kOrigin, 1000e6);  // 0.7 x 30e6 + 0.3 x 1e9 = 321e6: 6.1 + 1
+  EXPECT_EQ(p.transfers_per_slot(kOrigin), 8);
 }
 
 // A declared rate is a first estimate: one measurement replaces it (a claim of 100 Gbit/s

@@ -11,17 +11,17 @@
 
 namespace echelon::broadcast {
 
-// 4 MiB: the unit of bytes in flight per upload slot (RelayOptions::slot_bytes) and the chunk
-// size of BuildManifest callers that name none (tests, the simulator). At 100 Mbit/s a 4 MiB
-// chunk takes ~335 ms, so one round trip per chunk costs < 1% (Ray uses 5 MiB for the same
-// reason). The network origin cuts snapshots by ChunkBytesFor below instead.
+// 4 MiB: the chunk size of BuildManifest callers that name none (tests, the simulator). At
+// 100 Mbit/s a 4 MiB chunk takes ~335 ms, so one round trip per chunk costs < 1% (Ray uses
+// 5 MiB for the same reason). The network origin cuts snapshots by ChunkBytesFor below instead.
 inline constexpr uint32_t kDefaultChunkBytes = 4u << 20;
 
 // The chunk size a snapshot is cut into when none is given: about kTargetChunks chunks, a power of
 // two from 1 MiB to 64 MiB (128 MiB -> 1 MiB, 16 GB -> 16 MiB). The relay tail and the first
 // hops cost a few chunk times, so more, smaller chunks bring every peer closer to one transfer
-// time; the origin plans every transfer, and slots hold several small transfers at once
-// (RelayOptions::slot_bytes), so up to ~1,000 chunks cost neither planning time nor idle links.
+// time; the origin plans every transfer, and a fast node's slot holds several small transfers
+// at once (RelayOptions::start_latency_seconds), so up to ~1,000 chunks cost neither planning
+// time nor idle links.
 // Measured on netns links with small packets first (docs/BENCHMARKS.md), 128 MiB to 8 peers:
 // 1.13 x T1 in 4 MiB chunks, 1.09 in 1 MiB; to 16 peers 1.35 against 1.13; 4 fast + 4 slow
 // peers, endgame 3, 1.23 against 1.07 x the capacity bound; its 2% delta 2.11 s against 2.25 s.
@@ -62,16 +62,23 @@ struct RelayOptions {
   // Concurrent downloads per receiver: bounds the receiver's download link share and
   // spreads senders across receivers. 4 x 100 Mbit/s senders still fit a 1 Gbit/s NIC.
   int max_inbound = 4;
-  // Small transfers share a slot. Each transfer pays a start (an Order, a fetch request, an
-  // Outcome: round trips through queued links) that a whole 4 MiB chunk hides and a delta does
-  // not: a 2% delta of a 4 MiB chunk is ~90 KB, under 10 ms at 100 Mbit/s. When the version's
-  // mean transfer is smaller than slot_bytes, every upload slot and every inbound place holds
-  // slot_bytes / mean transfer of them at once (at most max_transfers_per_slot), so about as
-  // many bytes are in flight per slot as with whole chunks and the starts overlap. Simulated
-  // (a 2% delta of 4 MiB chunks of 1 GiB, 100 peers at 1 Gbit/s, 1 ms per start, one send at a
-  // time per node): 2.58 x its transfer time with one transfer per slot, 1.10 with up to 8;
-  // 16 did worse (1.16: a slot's transfers are relayed later the more it holds).
-  double slot_bytes = kDefaultChunkBytes;
+  // How many transfers a node has in flight: enough to keep its link busy through a transfer's
+  // start, and no more. Every transfer pays a start (an Outcome to the origin, the next Order, a
+  // fetch request: round trips through queued links) that queued transfers must cover, or the
+  // link idles; but each transfer queued behind others is a plan made that much earlier, on
+  // older knowledge, and holds a chunk back from relays that could send it sooner. So a node
+  // keeps ceil(start latency x its rate / mean transfer) + 1 in flight (its declared rate, or a
+  // faster one measured: a rate measured while its queue was too short includes idle starts),
+  // spread over its slots
+  // (at least one per slot, at most max_transfers_per_slot), and each receiver's inbound place
+  // takes one of its own slots' worth. Simulated with serial uploads, 128 MiB in 1 MiB chunks
+  // to 4 / 16 / 64 peers at 1 Gbit/s, the best fixed depth per slot was 1 at 1 ms starts (1.02
+  // / 1.05 / 1.07 x T1; 4 gave 1.06 / 1.13 / 1.16, the origin sending 6-16% duplicate first
+  // copies), 2 at 20 ms and 4 at 50 ms (1.12 / 1.18 / 1.24; 1 gave 3.6 x: idle links), which is
+  // what the rule picks. 0: instant starts, as the simulator's and the tests' links (the
+  // simulator sets its own); the network origin uses net::kNetStartLatencySeconds. A 2% delta of
+  // a 4 MiB chunk (~90 KB) is under 1 ms at 1 Gbit/s, so deltas fill a slot with up to 8.
+  double start_latency_seconds = 0;
   int max_transfers_per_slot = 8;
   // A node reported corrupt by this many distinct receivers never uploads again (it still
   // receives). TCP already catches line noise, so one corrupt chunk means a faulty host, but
@@ -86,7 +93,7 @@ struct RelayOptions {
   // changed link within ~3 chunks while smoothing one slow transfer.
   double bandwidth_ewma_alpha = 0.3;
   // Endgame: an uploader with nothing new to offer may also send a chunk that is already on
-  // its way to a receiver from a slow sender (its slot takes over multi_slot_max_chunk_seconds)
+  // its way to a receiver from a slow sender (its chunk takes over multi_slot_max_chunk_seconds)
   // at least this many times slower (measured), once per receiver and chunk; whichever arrives
   // first counts, the other is a duplicate. 0 turns it off. On netns links with 4 fast + 4
   // ten-times-slower peers 3 took 1.20-1.21 to 1.07-1.11 x the capacity bound (ACK-priority

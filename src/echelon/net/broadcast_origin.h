@@ -51,10 +51,11 @@ namespace echelon::net {
 
 class ChunkSourceService;
 
-// RelayOptions defaults with kNetUploadSlots.
+// RelayOptions defaults with kNetUploadSlots and kNetStartLatencySeconds.
 inline broadcast::RelayOptions NetRelayOptions() {
   broadcast::RelayOptions o;
   o.upload_slots = kNetUploadSlots;
+  o.start_latency_seconds = kNetStartLatencySeconds;
   return o;
 }
 

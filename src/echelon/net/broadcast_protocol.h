@@ -46,6 +46,13 @@ inline constexpr double kBroadcastDeadAfterSeconds = 3.0;
 // refused) is declared dead even while its control stream lives: its server is gone.
 inline constexpr int kMaxFetchFailuresInARow = 3;
 
+// The start latency the origin's planner sizes every node's queue by
+// (RelayOptions::start_latency_seconds): a sender's link idles between two transfers for an
+// Outcome (receiver -> origin), the next Order (origin -> receiver) and a fetch request
+// (receiver -> sender), about 1.5 round trips of ~30 ms between hosts on one continent. On
+// netns links at 100 Mbit/s (1 MiB chunks: one transfer per slot) N = 16 peers took 1.06 x T1.
+inline constexpr double kNetStartLatencySeconds = 0.05;
+
 // One chunk fetch may take this long. Star mode at 16 peers shares 100 Mbit/s 16 ways, so a
 // 4 MiB chunk takes ~5.4 s; 60 s is far beyond any healthy transfer yet bounds a stall.
 inline constexpr double kFetchDeadlineSeconds = 60.0;
