@@ -119,6 +119,9 @@ check "missing --delta-from file exits 2 naming it" sh -c "test $? -eq 2 && grep
 timeout 10 "$ECHELON" broadcast origin --file snap.bin --endgame-ratio 0.5 --listen 127.0.0.1:$((BASE + 26)) \
   > /dev/null 2> endgame.err
 check "--endgame-ratio 0.5 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'endgame-ratio 0.5 is invalid' endgame.err"
+timeout 10 "$ECHELON" broadcast origin --file snap.bin --start-latency-ms -5 --listen 127.0.0.1:$((BASE + 26)) \
+  > /dev/null 2> latency.err
+check "--start-latency-ms -5 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'start-latency-ms -5 is invalid' latency.err"
 timeout 10 "$ECHELON" broadcast origin --file snap.bin --chunk-mib 0.0001 --listen 127.0.0.1:$((BASE + 26)) \
   > /dev/null 2> chunk.err
 check "--chunk-mib 0.0001 exits 2 naming the flag and auto" sh -c "test $? -eq 2 && grep -q 'chunk-mib 0.0001 is invalid; expected 0 (auto)' chunk.err"

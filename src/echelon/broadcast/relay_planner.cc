@@ -90,10 +90,9 @@ bool RelayPlanner::Reported(NodeId sender, NodeId receiver) const {
 
 int RelayPlanner::UploadSlots(NodeId n) const {
   if (options_.mode == RelayMode::kStar) return n == kOrigin ? std::max(1, live_peers_) : 0;
-  // A peer not yet measured sends one transfer at a time: if it is slow, a second would wait a
-  // whole slow transfer time in its queue, holding that receiver's copy.
-  if (n != kOrigin && !nodes_[n].measured) return 1;
-  if (IsSlowSender(n)) return 1;
+  // A slow sender, and a peer not yet measured (it may be slow), send one transfer at a time: a
+  // second would wait a whole slow transfer time in its queue, holding that receiver's copy.
+  if ((n != kOrigin && !nodes_[n].measured) || IsSlowSender(n)) return 1;
   return std::max(1, options_.upload_slots) * transfers_per_slot(n);
 }
 
@@ -115,8 +114,8 @@ bool RelayPlanner::IsSlowSender(NodeId n) const {
   // Judged on 4 MiB of its transfers (at least one, at most max_transfers_per_slot): at the
   // default 1 s a 10 Mbit/s peer is slow in 1 MiB chunks, a 100 Mbit/s one is not, and on
   // loopback nobody is.
-  const double batch = std::max(mean_chunk_bytes_, std::min(static_cast<double>(kDefaultChunkBytes),
-                                                            std::max(1, options_.max_transfers_per_slot) * mean_chunk_bytes_));
+  const double most = std::max(1, options_.max_transfers_per_slot) * mean_chunk_bytes_;
+  const double batch = std::max(mean_chunk_bytes_, std::min<double>(kDefaultChunkBytes, most));
   return batch / std::max(nodes_[n].bps, 1.0) > options_.multi_slot_max_chunk_seconds;
 }
 

@@ -31,7 +31,7 @@
 // receiver's lie); after `ban_after_corrupt` strikes it never uploads again. The chunk is
 // refetched from elsewhere.
 // Endgame: an uploader with nothing new to offer may duplicate a chunk already in flight to a
-// receiver from a slow sender (one whose chunk takes over multi_slot_max_chunk_seconds) at
+// receiver from a slow sender (4 MiB of its transfers take over multi_slot_max_chunk_seconds) at
 // least `endgame_ratio` times slower, once per receiver and chunk; the first copy verified
 // counts, the other arrives as a duplicate. So slow senders cannot hold fast receivers' last
 // chunks while fast uploaders idle.
@@ -127,8 +127,8 @@ class RelayPlanner {
   int UploadSlots(NodeId n) const;  // concurrent uploads: slots x transfers_per_slot(n)
   // Transfers n keeps in flight to cover a start (RelayOptions::start_latency_seconds).
   int InFlight(NodeId n) const;
-  // 4 MiB of its transfers take over multi_slot_max_chunk_seconds: one slot, and its transfers
-  // are what the endgame duplicates.
+  // 4 MiB of its transfers take over multi_slot_max_chunk_seconds: it sends one at a time, and
+  // its transfers are what the endgame duplicates.
   bool IsSlowSender(NodeId n) const;
   int MaxInbound(NodeId n) const;     // concurrent downloads: max_inbound x transfers_per_slot(n)
   bool CanUpload(NodeId n) const;

@@ -25,7 +25,7 @@ inline constexpr uint32_t kDefaultChunkBytes = 4u << 20;
 // Measured on netns links with small packets first (docs/BENCHMARKS.md), 128 MiB to 8 peers:
 // 1.13 x T1 in 4 MiB chunks, 1.09 in 1 MiB; to 16 peers 1.35 against 1.13; 4 fast + 4 slow
 // peers, endgame 3, 1.23 against 1.07 x the capacity bound; its 2% delta 2.11 s against 2.25 s.
-// Simulated, 16 GB to 1,000 peers: 1.03 x T1 in 4 MiB chunks, 1.02 in 16 MiB, 1.06 in 64 MiB.
+// Simulated, 16 GB to 1,000 peers: 1.02 x T1 in 4 MiB and 16 MiB chunks, 1.08 in 64 MiB.
 inline constexpr uint64_t kTargetChunks = 1024;
 inline constexpr uint32_t kMinAutoChunkBytes = 1u << 20;
 inline constexpr uint32_t kMaxAutoChunkBytes = 64u << 20;
@@ -53,8 +53,8 @@ struct RelayOptions {
   // verified (and relayable) as early as possible; a real transport may use 2 to hide the
   // gap between chunks. Star mode ignores this for the origin (one slot per peer).
   int upload_slots = 1;
-  // A node uses its upload_slots only while one chunk takes at most this long at its measured
-  // rate; a slower node sends one chunk at a time. Its queued second chunk would wait a whole
+  // A node uses its upload_slots only while 4 MiB of its transfers (at least one) take at most
+  // this long at its measured rate; a slower node sends one transfer at a time. Its queued second chunk would wait a whole
   // chunk time, holding that receiver's download, to save one round trip (~0.1 s): with 4 of 8
   // peers at a tenth of the others' rate, two slots everywhere took 1.46 x the capacity bound
   // (simulated, 50 ms per transfer start), one slot on the slow peers 1.24 x.

@@ -3,7 +3,8 @@
 //
 //   echelon broadcast origin --file F --listen HOST:PORT [--key KEYFILE] [--mode peer|star]
 //       [--chunk-mib N] [--expect-peers N] [--upload-slots K] [--version V] [--exit-when-done]
-//       [--timeout S] [--delta-from OLD] [--endgame-ratio R] [--transfers-per-slot K] [--trace OUT.jsonl]
+//       [--timeout S] [--delta-from OLD] [--endgame-ratio R] [--transfers-per-slot K]
+//       [--start-latency-ms L] [--trace OUT.jsonl]
 //   echelon broadcast peer --origin HOST:PORT (--listen HOST:PORT | --no-listen) --out F
 //       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
 //       [--timeout S] [--have OLD] [--upload-mbps R [--no-pace]]
@@ -88,6 +89,7 @@ struct OriginArgs {
   int upload_slots = net::kNetUploadSlots;
   double endgame_ratio = broadcast::RelayOptions{}.endgame_ratio;
   int transfers_per_slot = broadcast::RelayOptions{}.max_transfers_per_slot;
+  double start_latency_ms = net::kNetStartLatencySeconds * 1000;
   uint64_t version = 1;
   bool exit_when_done = false;
   double timeout = 0;  // 0: none
@@ -219,6 +221,11 @@ int RunOrigin(const OriginArgs& args) {
     return 2;
   }
   opts.relay.max_transfers_per_slot = args.transfers_per_slot;
+  if (!(args.start_latency_ms >= 0 && args.start_latency_ms <= 10000)) {
+    spdlog::error("--start-latency-ms {} is invalid; expected 0 to 10000", args.start_latency_ms);
+    return 2;
+  }
+  opts.relay.start_latency_seconds = args.start_latency_ms / 1000;
   Result<std::string> blob = ReadFile(args.file);
   if (!blob.ok()) {
     spdlog::error("{}", blob.status().message());
@@ -381,6 +388,10 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   origin->add_option("--transfers-per-slot", o->transfers_per_slot,
                      "transfers smaller than a chunk (deltas) one upload slot holds at once, at most; 1 = one")
+      ->capture_default_str();
+  origin->add_option("--start-latency-ms", o->start_latency_ms,
+                     "time a transfer takes to start (outcome, next order, fetch request: ~1.5 round trips); "
+                     "each node queues enough transfers to cover it")
       ->capture_default_str();
   origin->add_option("--version", o->version, "snapshot version number")->capture_default_str();
   origin->add_option("--token-file", o->token_file, "bearer token peers must present (default: none)");
