@@ -11,8 +11,9 @@
 // Swarm policy (the default), run whenever an uploader has a free slot and something new
 // to offer (a verified chunk arrived, a slot freed, a peer joined or died):
 //  - any node holding a verified chunk may upload it: the origin and every peer, each with
-//    `upload_slots` concurrent sends, so a chunk is relayed as soon as it is verified and
-//    the file streams through the swarm chunk by chunk (pipelining);
+//    `upload_slots` slots of transfers in flight (as many as cover a transfer's start:
+//    RelayOptions::start_latency_seconds), so a chunk is relayed as soon as it is verified
+//    and the file streams through the swarm chunk by chunk (pipelining);
 //  - the sender offers its rarest chunk first (fewest peers holding or receiving it), so the
 //    origin's first pass sends every chunk out exactly once before it sends any duplicate;
 //  - the receiver is the peer with the fewest downloads in flight, then (for a peer sender)
