@@ -69,15 +69,15 @@ struct RelayOptions {
   // older knowledge, and holds a chunk back from relays that could send it sooner. So a node
   // keeps ceil(start latency x its rate / mean transfer) + 1 in flight (its declared rate, or a
   // faster one measured: a rate measured while its queue was too short includes idle starts),
-  // spread over its slots
-  // (at least one per slot, at most max_transfers_per_slot), and each receiver's inbound place
-  // takes one of its own slots' worth. Simulated with serial uploads, 128 MiB in 1 MiB chunks
-  // to 4 / 16 / 64 peers at 1 Gbit/s, the best fixed depth per slot was 1 at 1 ms starts (1.02
-  // / 1.05 / 1.07 x T1; 4 gave 1.06 / 1.13 / 1.16, the origin sending 6-16% duplicate first
-  // copies), 2 at 20 ms and 4 at 50 ms (1.12 / 1.18 / 1.24; 1 gave 3.6 x: idle links), which is
-  // what the rule picks. 0: instant starts, as the simulator's and the tests' links (the
-  // simulator sets its own); the network origin uses net::kNetStartLatencySeconds. A 2% delta of
-  // a 4 MiB chunk (~90 KB) is under 1 ms at 1 Gbit/s, so deltas fill a slot with up to 8.
+  // spread over its slots (at least one per slot, at most max_transfers_per_slot), and each
+  // receiver's inbound place takes one of its own slots' worth. Simulated with serial uploads,
+  // 128 MiB in 1 MiB chunks to 4 / 16 / 64 peers at 1 Gbit/s, the best fixed depth per slot was
+  // 1 at 1 ms starts (1.02 / 1.05 / 1.07 x T1; 4 gave 1.06 / 1.13 / 1.16, the origin sending
+  // 6-16% duplicate copies), 2 at 20 ms and 4 at 50 ms (1.12 / 1.18 / 1.24; 1 gave 3.6-3.8 x:
+  // idle links), which is what the rule picks. 0: instant starts, as the simulator's and the
+  // tests' links (the simulator sets its own); the network origin uses
+  // net::kNetStartLatencySeconds, 0.05 s, at which deltas (a 2% delta of a 4 MiB chunk is
+  // ~90 KB, 7 ms at 100 Mbit/s) fill a slot with up to 8.
   double start_latency_seconds = 0;
   int max_transfers_per_slot = 8;
   // A node reported corrupt by this many distinct receivers never uploads again (it still
