@@ -171,6 +171,27 @@ TEST(BroadcastSimTest, MixedLinksFinishNearTheCapacityBound) {
   EXPECT_EQ(Simulate(equal).stats.endgame, 0u);
 }
 
+// Regression: slots held 4 MiB of transfers whatever the link, so a 100 Mbit/s origin sending
+// 1 MiB chunks had eight queued (0.7 s): its first ones all went to the first peer added, and it
+// sent 16 duplicate copies to 16 peers (144 sends, 1.125 x T1; the netns bench measured 145 and
+// 1.13). Queues that only cover a transfer's start (5 ms here) keep the origin near one copy of
+// each chunk and the swarm near one transfer time.
+TEST(BroadcastSimTest, SmallChunksDoNotQueueTheOriginsFirstCopiesAtOnePeer) {
+  BroadcastScenario s;
+  s.peers = 16;
+  s.chunks = 128;
+  s.chunk_bytes = 1u << 20;
+  s.latency_s = 0.005;
+  s.serial_uploads = true;
+  s.options.upload_slots = 2;
+  const BroadcastResult r = Simulate(s);
+  const double t1 = s.chunks * (1u << 20) / s.origin_bps;
+  std::printf("  16 peers, 1 MiB chunks: %.3f x T1, %llu origin sends\n", r.last_completion / t1,
+              static_cast<unsigned long long>(r.stats.origin_sends));
+  EXPECT_LE(r.stats.origin_sends, 136u);
+  EXPECT_LE(r.last_completion, 1.06 * t1);
+}
+
 // The same mixed links as a real swarm sees them: no peer declares its rate (the planner starts
 // every one at the origin's and measures), each sends one chunk at a time after a 50 ms start,
 // and every transfer's rate varies by up to 30% (what the netns bench measures per transfer).
