@@ -12,6 +12,11 @@ RelayPlanner::RelayPlanner(const RelayOptions& options, int num_chunks, double o
     : options_(options),
       num_chunks_(num_chunks),
       mean_chunk_bytes_(std::max(mean_chunk_bytes, 1.0)),
+      // 4 MiB of transfers (at least one, at most max_transfers_per_slot): at the default 1 s a
+      // 10 Mbit/s peer is slow in 1 MiB chunks, a 100 Mbit/s one is not, and on loopback nobody is.
+      slow_batch_bytes_(std::max(mean_chunk_bytes_,
+                                 std::min<double>(kDefaultChunkBytes,
+                                                  std::max(1, options.max_transfers_per_slot) * mean_chunk_bytes_))),
       copies_(num_chunks, 0) {
   Node origin;
   origin.bps = origin_upload_bps;
@@ -111,12 +116,7 @@ int RelayPlanner::transfers_per_slot(NodeId n) const {
 }
 
 bool RelayPlanner::IsSlowSender(NodeId n) const {
-  // Judged on 4 MiB of its transfers (at least one, at most max_transfers_per_slot): at the
-  // default 1 s a 10 Mbit/s peer is slow in 1 MiB chunks, a 100 Mbit/s one is not, and on
-  // loopback nobody is.
-  const double most = std::max(1, options_.max_transfers_per_slot) * mean_chunk_bytes_;
-  const double batch = std::max(mean_chunk_bytes_, std::min<double>(kDefaultChunkBytes, most));
-  return batch / std::max(nodes_[n].bps, 1.0) > options_.multi_slot_max_chunk_seconds;
+  return slow_batch_bytes_ / std::max(nodes_[n].bps, 1.0) > options_.multi_slot_max_chunk_seconds;
 }
 
 int RelayPlanner::MaxInbound(NodeId n) const { return std::max(1, options_.max_inbound) * transfers_per_slot(n); }

@@ -32,8 +32,8 @@
 // receiver's lie); after `ban_after_corrupt` strikes it never uploads again. The chunk is
 // refetched from elsewhere.
 // Endgame: an uploader with nothing new to offer may duplicate a chunk already in flight to a
-// receiver from a slow sender (4 MiB of its transfers take over multi_slot_max_chunk_seconds) at
-// least `endgame_ratio` times slower, once per receiver and chunk; the first copy verified
+// receiver from a slow sender (4 MiB of its transfers take over multi_slot_max_chunk_seconds)
+// at least `endgame_ratio` times slower, once per receiver and chunk; the first copy verified
 // counts, the other arrives as a duplicate. So slow senders cannot hold fast receivers' last
 // chunks while fast uploaders idle.
 // A late joiner is simply a peer with nothing (or an older version's chunks) held. A peer
@@ -146,6 +146,7 @@ class RelayPlanner {
   const RelayOptions options_;
   const int num_chunks_;
   const double mean_chunk_bytes_;
+  const double slow_batch_bytes_;  // IsSlowSender's 4 MiB of transfers (at least one)
   std::vector<Node> nodes_;
   std::vector<int> copies_;  // per chunk: live peers holding or receiving it
   int live_peers_ = 0;

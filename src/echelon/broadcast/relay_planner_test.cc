@@ -214,8 +214,9 @@ TEST(RelayPlannerTest, SlowNodeUploadsOneChunkAtATime) {
   EXPECT_EQ(origin_sends(1e6), 1u);    // 4 s: one at a time
 }
 
-// Until its first transfer is measured a peer sends one at a time whatever it declared: were it slow,
-// a second chunk would wait a whole slow chunk time in its queue, holding that receiver's copy.
+// Until its first transfer is measured a peer sends one at a time whatever it declared: were it
+// slow, a second chunk would wait a whole slow chunk time in its queue, holding that receiver's
+// copy.
 TEST(RelayPlannerTest, UnmeasuredPeerUploadsOneChunkAtATime) {
   RelayOptions o;
   o.upload_slots = 2;

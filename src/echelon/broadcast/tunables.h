@@ -54,8 +54,9 @@ struct RelayOptions {
   // gap between chunks. Star mode ignores this for the origin (one slot per peer).
   int upload_slots = 1;
   // A node uses its upload_slots only while 4 MiB of its transfers (at least one) take at most
-  // this long at its measured rate; a slower node sends one transfer at a time. Its queued second chunk would wait a whole
-  // chunk time, holding that receiver's download, to save one round trip (~0.1 s): with 4 of 8
+  // this long at its measured rate; a slower node sends one transfer at a time. Its queued
+  // second chunk would wait a whole chunk time, holding that receiver's download, to save one
+  // round trip (~0.1 s): with 4 of 8
   // peers at a tenth of the others' rate, two slots everywhere took 1.46 x the capacity bound
   // (simulated, 50 ms per transfer start), one slot on the slow peers 1.24 x.
   double multi_slot_max_chunk_seconds = 1.0;
@@ -93,7 +94,7 @@ struct RelayOptions {
   // changed link within ~3 chunks while smoothing one slow transfer.
   double bandwidth_ewma_alpha = 0.3;
   // Endgame: an uploader with nothing new to offer may also send a chunk that is already on
-  // its way to a receiver from a slow sender (its chunk takes over multi_slot_max_chunk_seconds)
+  // its way to a receiver from a slow sender (see multi_slot_max_chunk_seconds)
   // at least this many times slower (measured), once per receiver and chunk; whichever arrives
   // first counts, the other is a duplicate. 0 turns it off. On netns links with 4 fast + 4
   // ten-times-slower peers 3 took 1.20-1.21 to 1.07-1.11 x the capacity bound (ACK-priority
