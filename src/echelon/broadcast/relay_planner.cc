@@ -88,6 +88,12 @@ bool RelayPlanner::AllComplete() const {
   return true;
 }
 
+void RelayPlanner::MarkReported(NodeId sender, NodeId receiver) {
+  std::vector<bool>& r = nodes_[sender].reported;
+  if (r.size() <= static_cast<size_t>(receiver)) r.resize(receiver + 1, false);
+  r[receiver] = true;
+}
+
 bool RelayPlanner::Reported(NodeId sender, NodeId receiver) const {
   const std::vector<bool>& r = nodes_[sender].reported;
   return static_cast<size_t>(receiver) < r.size() && r[receiver];
@@ -275,8 +281,7 @@ void RelayPlanner::OnTransferDone(uint64_t transfer_id, TransferOutcome outcome)
       Node& from = nodes_[t.from];
       // The origin's chunks are the learner's own: a report against it is the receiver's fault.
       if (t.from != kOrigin && !Reported(t.from, t.to)) {
-        if (from.reported.size() <= static_cast<size_t>(t.to)) from.reported.resize(t.to + 1, false);
-        from.reported[t.to] = true;
+        MarkReported(t.from, t.to);
         from.strikes++;
         if (from.strikes >= options_.ban_after_corrupt) from.banned = true;
       }
@@ -285,6 +290,10 @@ void RelayPlanner::OnTransferDone(uint64_t transfer_id, TransferOutcome outcome)
     }
     case TransferOutcome::kFailed:
       stats_.failed++;
+      // The receiver could not fetch from this sender (it is unreachable from there, or the
+      // receiver says so): that receiver takes nothing more from it, without a strike, so a
+      // receiver's report costs only its own choice of senders.
+      if (t.from != kOrigin) MarkReported(t.from, t.to);
       MarkAllDirty();
       break;
   }

@@ -114,7 +114,8 @@ class RelayPlanner {
     bool reachable = true;  // false: never asked to upload (nobody can dial it)
     bool dirty = true;  // may have something new to send
     int strikes = 0;             // distinct receivers that reported this node's chunks corrupt
-    std::vector<bool> reported;  // by receiver: it reported this node (never takes from it again)
+    std::vector<bool> reported;  // by receiver: it reported this node corrupt or a fetch from it
+                                 // failed (it never takes from it again)
     double bps = 0;
     bool measured = false;  // bps has been measured at least once
     double declared_bps = 0;  // the rate it was added with (its queue is sized by the faster)
@@ -140,6 +141,7 @@ class RelayPlanner {
   bool PickEndgame(NodeId u, int* chunk, NodeId* receiver) const;
   NodeId BestReceiver(NodeId u, int chunk) const;
   bool Reported(NodeId sender, NodeId receiver) const;
+  void MarkReported(NodeId sender, NodeId receiver);
   void MarkAllDirty();
   void Forget(const Transfer& t);  // undoes a transfer's bookkeeping
 

@@ -101,6 +101,32 @@ TEST(RelayPlannerTest, OneCorruptReportKeepsThatReceiverFromTheSenderWithoutBann
   for (const Transfer& t : log) EXPECT_FALSE(t.from == 1 && t.to == 2);
 }
 
+// A receiver that reports every fetch from node 1 as failed (unreachable from there, or a
+// liar) stops fetching from node 1 and costs node 1 nothing else: it keeps uploading to the
+// others, with no strike (the origin, for its part, declares a sender dead only on failures
+// reported by two receivers: net/broadcast_protocol.h).
+TEST(RelayPlannerTest, AFailedFetchKeepsThatReceiverFromTheSenderOnly) {
+  RelayPlanner p(RelayOptions{}, /*num_chunks=*/8, 1e6);
+  for (int i = 0; i < 4; ++i) p.AddPeer(1e6);
+  std::vector<Transfer> log;
+  int failed = 0;
+  for (int round = 0; round < 100 && !p.AllComplete(); ++round) {
+    for (const Transfer& t : p.NextTransfers()) {
+      log.push_back(t);
+      const bool lie = t.from == 1 && t.to == 2;
+      failed += lie;
+      p.OnTransferDone(t.id, lie ? TransferOutcome::kFailed : TransferOutcome::kVerified);
+    }
+  }
+  EXPECT_TRUE(p.AllComplete());
+  EXPECT_LE(failed, 1);  // node 2 asked node 1 once at most
+  EXPECT_EQ(p.strikes(1), 0);
+  EXPECT_FALSE(p.IsBanned(1));
+  int from1 = 0;
+  for (const Transfer& t : log) from1 += t.from == 1 && t.to != 2;
+  EXPECT_GT(from1, 0);  // node 1 still relays to the others
+}
+
 TEST(RelayPlannerTest, TwoReceiversReportingASenderBanItAndTheOriginIsNeverBlamed) {
   RelayPlanner p(RelayOptions{}, /*num_chunks=*/1, 1e6);
   for (int i = 0; i < 5; ++i) p.AddPeer(1e6);

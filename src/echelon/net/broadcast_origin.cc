@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "echelon/broadcast/delta.h"
 #include "echelon/broadcast/relay_session.h"
@@ -40,6 +41,7 @@ struct BroadcastOrigin::Conn {
   std::map<uint64_t, NodeId> nodes;  // version -> this peer's node in that version's session
   std::map<uint64_t, bool> offered;  // versions announced and not yet answered with a Have
   int fetch_failures_in_a_row = 0;   // as a sender
+  std::set<std::string> failure_reporters;  // the receivers of those failures
 
   bool Write(const v1::OriginToPeer& m) {
     std::lock_guard<std::mutex> lock(write_mu);
@@ -410,10 +412,16 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
                                                                               : "failed"});
     }
     if (p->sender) {
+      // Dead as a sender only when the failures came from two receivers or more: one
+      // receiver's reports (true or not) cost only its own fetches from that sender.
+      Conn& s = *p->sender;
       if (outcome == TransferOutcome::kFailed) {
-        if (++p->sender->fetch_failures_in_a_row >= kMaxFetchFailuresInARow && p->sender->alive) failing_sender = p->sender;
+        s.failure_reporters.insert(conn->id);
+        if (++s.fetch_failures_in_a_row >= kMaxFetchFailuresInARow && s.failure_reporters.size() >= 2 && s.alive)
+          failing_sender = p->sender;
       } else {
-        p->sender->fetch_failures_in_a_row = 0;
+        s.fetch_failures_in_a_row = 0;
+        s.failure_reporters.clear();
       }
     }
   }
@@ -428,7 +436,8 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
   p->done(p->transfer, outcome);
   if (failing_sender) {
     DeclareDead(failing_sender, std::to_string(kMaxFetchFailuresInARow) + " fetches from its ChunkSource at " +
-                                    failing_sender->address + " failed in a row");
+                                    failing_sender->address + " failed in a row, reported by " +
+                                    std::to_string(failing_sender->failure_reporters.size()) + " receivers");
   }
   CheckComplete(p->version);
 }

@@ -5,7 +5,7 @@
 // peer, which pulls the chunk straight from the sender's ChunkSource (peer to peer, or from
 // the origin's own), verifies it, and reports the outcome, which goes back to the planner.
 // Dead peers (broken stream, heartbeats silent for dead_after_seconds, or a ChunkSource that
-// failed kMaxFetchFailuresInARow fetches) are reported to every session (PeerDied): their
+// failed kMaxFetchFailuresInARow fetches in a row for two receivers or more) are reported to every session (PeerDied): their
 // in-flight chunks are re-planned from other holders and their receivers keep what they
 // verified.
 //

@@ -43,7 +43,9 @@ inline constexpr double kBroadcastHeartbeatSeconds = 0.5;
 inline constexpr double kBroadcastDeadAfterSeconds = 3.0;
 
 // A sender whose chunks could not be fetched this many times in a row (unreachable,
-// refused) is declared dead even while its control stream lives: its server is gone.
+// refused), by two receivers or more, is declared dead even while its control stream lives:
+// its server is gone. Failures reported by one receiver alone only stop that receiver
+// fetching from it (a receiver with a valid token could otherwise evict an honest relay).
 inline constexpr int kMaxFetchFailuresInARow = 3;
 
 // The start latency the origin's planner sizes every node's queue by
