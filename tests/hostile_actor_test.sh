@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # System test of a run with an authenticated attacker: a learner with per-worker tokens, two
-# honest actors, and `echelon_testkit hostile-actor` holding twelve valid worker tokens, which
-# throughout the run samples real groups from the first snapshot and forges them (a log-prob
-# of -1e30, another prompt's ids, zero- and two-turn episodes claiming reward 1, another
-# actor's lease, a 50,000-token completion, the newest version claimed for a group sampled
-# from the first, an accepted group sent again). Checks: every forgery refused with its reason
-# (0 accepted; the version lie refused by recomputation), each forging worker quarantined,
-# the run completes, the final weights are finite, and held-out accuracy is not below the
-# warm-start's.
+# honest actors, and `echelon_testkit hostile-actor` holding twenty valid worker tokens, which
+# throughout the run samples real groups and forges them (tests/tools/hostile_actor.cc): lies
+# told while the worker is not yet suspect (the newest version claimed for a group sampled
+# from the first snapshot, behaviour log-probs 19.9 nats low inside the loss's clamp, a
+# version never published), then a log-prob of -1e30, another prompt's ids, zero- and
+# two-turn episodes claiming reward 1, another actor's lease, a 50,000-token completion, the
+# version lie as a suspect, an accepted group sent again; one token hoards leases.
+# Checks: every structural forgery and unpublished version refused with its reason; the fresh
+# lies either refused by recomputation (rollout.verify_fraction 0.3 here: some must be) or
+# accepted, and then bounded: on every update no token's gradient weight exceeded the dual
+# clip's c = 3 (max_token_weight; e^19.9 before it); the hoarder held at most
+# rollout.max_leases_per_worker leases; each worker with three strikes quarantined, no honest
+# one; the run completes, the final weights are finite, and held-out accuracy is not below
+# the warm-start's.
 # Usage: tests/hostile_actor_test.sh path/to/echelon path/to/echelon_testkit
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -18,11 +24,12 @@ enter_workdir
 command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
 token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 for w in honest-0 honest-1; do echo "$w $(token)"; done > honest
-for i in $(seq 0 11); do echo "hostile-$i $(token)"; done > hostile
+for i in $(seq 0 19); do echo "hostile-$i $(token)"; done > hostile
 cat honest hostile > workers
 STEPS=750
 timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out run \
-  --set rl.steps=$STEPS --set eval.every=0 > learner.out 2> learner.err &
+  --set rl.steps=$STEPS --set eval.every=0 --set rollout.verify_fraction=0.3 --set rl.publish_period=2 \
+  > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
 port=$(learner_port learner.out)
@@ -32,7 +39,7 @@ for w in honest-0 honest-1; do
   "$ECHELON" actor --learner "127.0.0.1:$port" --name $w --token-file $w.token > $w.out 2> $w.err &
   PIDS+=("$!")
 done
-"$TESTKIT" hostile-actor "127.0.0.1:$port" hostile hostile.jsonl 600 3 > hostile.out 2> hostile.err &
+"$TESTKIT" hostile-actor "127.0.0.1:$port" hostile hostile.jsonl 600 2 2 > hostile.out 2> hostile.err &
 HOSTILE=$!
 PIDS+=("$HOSTILE")
 wait "$LEARNER"
@@ -53,15 +60,40 @@ expect too_long too_long
 expect foreign_lease foreign_lease
 expect stale_version logprob_mismatch
 expect replay already_settled
+expect unpublished_version unpublished_version
+# Lies told before any strike are checked only when drawn: refused by recomputation, or
+# accepted and bounded by the loss (below).
+for kind in in_clamp fresh_version; do
+  check "$kind was tried" test "$(jq -c "select(.kind == \"$kind\")" hostile.jsonl | wc -l)" -ge 1
+  check "every refused $kind refused by recomputation" \
+    test "$(jq -c "select(.kind == \"$kind\" and (.accepted | not) and .reason != \"logprob_mismatch\")" hostile.jsonl | wc -l)" -eq 0
+done
+fresh=$(jq -c 'select(.kind == "in_clamp" or .kind == "fresh_version")' hostile.jsonl | wc -l)
+caught=$(jq -c 'select((.kind == "in_clamp" or .kind == "fresh_version") and (.accepted | not))' hostile.jsonl | wc -l)
+echo "fresh lies: $fresh, refused by recomputation: $caught"
+check "some fresh lies refused by recomputation ($caught of $fresh at verify_fraction 0.3)" test "$caught" -ge 1
 check "the honest group was accepted" test "$(jq -c 'select(.kind == "honest" and .accepted)' hostile.jsonl | wc -l)" -eq 1
-check "0 forgeries accepted" test "$(jq -c 'select(.kind != "honest" and .accepted)' hostile.jsonl | wc -l)" -eq 0
-forgers=$(jq -r 'select(.kind != "honest" and .kind != "replay") | .worker' hostile.jsonl | sort -u | wc -l)
+check "no structural forgery accepted" \
+  test "$(jq -c 'select(.kind != "honest" and .kind != "in_clamp" and .kind != "fresh_version" and .accepted)' hostile.jsonl | wc -l)" -eq 0
+# The bound: every update's largest token gradient weight w r is at most c = 3 (rl.correction
+# none: w = 1, the dual clip's c), whatever was accepted.
+steps_over=$(grep '"step"' run/metrics.jsonl | jq -c 'select(.max_token_weight > 3.000001)' | wc -l)
+check "no update let one token's gradient weigh more than 3 ($steps_over over)" test "$steps_over" -eq 0
+echo "largest token gradient weight: $(grep '"step"' run/metrics.jsonl | jq -s 'map(.max_token_weight) | max')"
+hoarded=$(jq -r 'select(.kind == "hoard") | .leases' hostile.jsonl)
+check "the hoarder held at most 8 leases ($hoarded)" test "${hoarded:-99}" -le 8
+check "the hoarder was held off" test "$(grep '"step"' run/metrics.jsonl | tail -1 | jq '.refused.lease_capped // 0')" -ge 1
+# A worker is quarantined at its third refused forgery (an honest refusal is no strike).
+forgers=$(jq -r 'select(.accepted | not) | select(.reason != "already_settled" and .reason != "not_lease_holder") | .worker' \
+  hostile.jsonl | sort | uniq -c | awk '$1 >= 3' | wc -l)
 check "several workers forged ($forgers)" test "$forgers" -ge 6
-check "each forging worker quarantined" test "$(grep -c 'quarantined worker hostile-' learner.err)" -eq "$forgers"
+check "each worker with three strikes quarantined" test "$(grep -c 'quarantined worker hostile-' learner.err)" -eq "$forgers"
+check "no honest worker quarantined" test "$(grep -c 'quarantined worker honest-' learner.err)" -eq 0
 
 final=$(grep '"event":"final"' run/metrics.jsonl)
-check "the attacker's only accepted group is the honest one" \
-  test "$(echo "$final" | jq -c '.actor_groups | with_entries(select(.key | startswith("hostile"))) | add')" = 1
+accepted_lies=$(jq -c 'select(.kind != "honest" and .accepted)' hostile.jsonl | wc -l)
+check "the attacker's accepted groups are the honest one and the accepted fresh lies" \
+  test "$(echo "$final" | jq -c '.actor_groups | with_entries(select(.key | startswith("hostile"))) | add')" = $((1 + accepted_lies))
 check "honest actors did the run" test "$(echo "$final" | jq '.actor_groups["honest-0"] + .actor_groups["honest-1"]')" -gt 1000
 check "forgeries counted per worker" test "$(echo "$final" | jq '[.actor_forged[]] | add')" -ge "$((2 * forgers))"
 acc=$(echo "$final" | jq .heldout_accuracy)

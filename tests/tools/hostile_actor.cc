@@ -1,11 +1,19 @@
 // `echelon_testkit hostile-actor`: an authenticated attacker for the hostile-actor system test
-// (tests/hostile_actor_test.sh). It holds valid worker tokens and a real copy of the run's
-// model (the first snapshot, never refreshed), samples real groups, and forges them: a
-// log-prob of -1e30, prompt ids of another prompt, zero- and two-turn episodes claiming reward
-// 1, another actor's lease, a 50,000-token completion, the newest version claimed for a group
-// sampled from the first, and an accepted group sent again. When a worker is quarantined it
-// takes the next token. Every submission is logged as one JSON line
-// {"kind", "worker", "accepted", "reason"}.
+// (tests/hostile_actor_test.sh) and the chaos run (bench/chaos.sh). It holds valid worker
+// tokens and real copies of the run's model (the first snapshot, and the newest), samples
+// real groups, and forges them. Each worker first lies while it is not yet suspect (fresh):
+// the newest version claimed for a group sampled from the first snapshot (fresh_version),
+// every behaviour log-prob of a group sampled from the newest snapshot lowered by 19.9 nats,
+// inside the loss's clamp (in_clamp), and, with PUBLISH_PERIOD > 1, a version that was never
+// published (unpublished_version). Then: a log-prob of -1e30, prompt ids of another prompt,
+// zero- and two-turn episodes claiming reward 1, another actor's lease, a 50,000-token
+// completion, the version lie again (now suspect: always checked), and an accepted group sent
+// again. With CRASH_TEXT, each worker also submits a real group with one completion replaced
+// by that text, which the run's reward raises on (reward_crash: refused, no strike). The last
+// token hoards: it takes as many leases as it is given (up to 64), heartbeats for them
+// between attacks and never submits. When a worker is quarantined the next token
+// takes over. Every submission is logged as one JSON line {"kind", "worker", "accepted",
+// "reason"}; the hoard as {"kind": "hoard", "worker", "leases"}.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -31,29 +39,46 @@ namespace {
 
 class Attacker {
  public:
-  Attacker(const std::string& address, std::vector<Worker> workers, std::ostream& log, double pace)
+  Attacker(const std::string& address, std::vector<Worker> workers, std::ostream& log, double pace,
+           int64_t publish_period, std::string crash_text)
       : stub_(v1::Learner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
         workers_(std::move(workers)),
         log_(log),
-        pace_(pace) {}
+        pace_(pace),
+        publish_period_(publish_period),
+        crash_text_(std::move(crash_text)) {}
 
   int Run(double seconds) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    if (workers_.size() > 1) {
+      hoarder_ = workers_.back();
+      workers_.pop_back();
+    }
     if (!NextWorker()) return 1;
+    Hoard();
     const std::vector<std::string> structural = {"bad_logprob", "swapped_prompt", "zero_turns",
                                                  "two_turns",   "too_long",       "foreign_lease"};
-    size_t k = 0;
+    std::vector<std::string> fresh = {"in_clamp", "fresh_version"};
+    if (publish_period_ > 1) fresh.push_back("unpublished_version");
+    size_t k = 0, f = 0;
     bool replayed = false;
     while (std::chrono::steady_clock::now() < deadline && !done_) {
-      // Each worker: a structural forgery, then (now suspect) the version lie, then another.
+      // Each worker: two lies while it is not suspect (fresh, unless the first was caught), a
+      // structural forgery, then (now suspect) the version lie, then another structural one.
       std::vector<std::string> plan;
       if (!replayed) plan.push_back("replay");
-      plan.push_back(structural[k++ % structural.size()]);
-      plan.push_back("stale_version");
-      plan.push_back(structural[k++ % structural.size()]);
+      if (!crash_text_.empty()) plan.push_back("reward_crash");
+      plan.insert(plan.end(), {"fresh", "fresh", "structural", "stale_version", "structural"});
       replayed = true;
-      for (const std::string& kind : plan) {
-        if (!Attack(kind) || !Pause()) break;  // quarantined or evicted (or the run is over)
+      for (const std::string& step : plan) {
+        // The kinds rotate as they are tried, so a worker quarantined early skips none.
+        size_t* next = step == "fresh" ? &f : step == "structural" ? &k : nullptr;
+        const std::string kind = step == "fresh"        ? fresh[f % fresh.size()]
+                                 : step == "structural" ? structural[k % structural.size()]
+                                                        : step;
+        if (!Attack(kind)) break;  // quarantined or evicted (or the run is over)
+        if (next != nullptr) ++*next;
+        if (!Pause()) break;
       }
       if (done_ || !NextWorker()) break;
     }
@@ -72,14 +97,41 @@ class Attacker {
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(pace_));
     while (Clock::now() < end) {
       std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(500), end - Clock::now()));
-      grpc::ClientContext ctx;
-      net::AttachToken(ctx, worker_.token);
-      v1::HeartbeatRequest req;
-      req.set_actor_id(actor_);
-      v1::HeartbeatReply reply;
-      if (!stub_->Heartbeat(&ctx, req, &reply).ok() || !reply.known()) return false;
+      if (!hoarder_actor_.empty()) Heartbeat(hoarder_, hoarder_actor_);  // the hoard stays alive
+      if (!Heartbeat(worker_, actor_)) return false;
     }
     return true;
+  }
+
+  bool Heartbeat(const Worker& worker, const std::string& actor) {
+    grpc::ClientContext ctx;
+    net::AttachToken(ctx, worker.token);
+    v1::HeartbeatRequest req;
+    req.set_actor_id(actor);
+    v1::HeartbeatReply reply;
+    return stub_->Heartbeat(&ctx, req, &reply).ok() && reply.known();
+  }
+
+  // The hoarding worker registers, takes every lease it is given (up to 64, one call each)
+  // and never submits; Pause keeps it alive.
+  void Hoard() {
+    if (hoarder_.name.empty()) return;
+    std::swap(worker_, hoarder_);
+    Result<std::string> id = Register();
+    int leases = 0;
+    if (id.ok()) {
+      hoarder_actor_ = id.value();
+      for (int i = 0; i < 64; ++i) {
+        grpc::ClientContext ctx;
+        net::AttachToken(ctx, worker_.token);
+        v1::AcquireRequest req;
+        req.set_actor_id(hoarder_actor_);
+        v1::AcquireReply reply;
+        if (stub_->Acquire(&ctx, req, &reply).ok() && reply.has_work()) ++leases;
+      }
+    }
+    log_ << nlohmann::json{{"kind", "hoard"}, {"worker", worker_.name}, {"leases", leases}}.dump() << std::endl;
+    std::swap(worker_, hoarder_);
   }
 
   // Registers with the next token; false when none is left (every worker quarantined).
@@ -109,12 +161,14 @@ class Attacker {
       ECHELON_ASSIGN_OR_RETURN(rollout::ActorSetup s, rollout::ParseRunSpec(reply.run_spec_json()));
       setup_ = std::make_unique<rollout::ActorSetup>(std::move(s));
       policy_ = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup_->model), setup_->vocab, setup_->sampling);
-      ECHELON_RETURN_IF_ERROR(FetchSnapshot(reply.actor_id()));
+      newest_ = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup_->model), setup_->vocab, setup_->sampling);
+      ECHELON_ASSIGN_OR_RETURN(held_version_, FetchSnapshot(reply.actor_id(), *policy_));
     }
     return reply.actor_id();
   }
 
-  Status FetchSnapshot(const std::string& actor) {
+  // Loads the newest snapshot into `policy`; its version.
+  Result<int64_t> FetchSnapshot(const std::string& actor, rollout::ModelPolicy& policy) {
     for (int attempt = 0; attempt < 600; ++attempt) {
       grpc::ClientContext ctx;
       net::AttachToken(ctx, worker_.token);
@@ -129,8 +183,8 @@ class Attacker {
         bytes += piece.data();
       }
       if (reader->Finish().ok() && version >= 0) {
-        held_version_ = version;
-        return policy_->LoadSnapshot(bytes, version);
+        ECHELON_RETURN_IF_ERROR(policy.LoadSnapshot(bytes, version));
+        return version;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -156,16 +210,16 @@ class Attacker {
     return std::nullopt;
   }
 
-  // A real group for the work, sampled with the first snapshot, claiming that version.
-  Result<rollout::GroupRollout> Sample(const v1::AcquireReply& w) {
+  // A real group for the work, sampled with `policy` (of `version`), claiming that version.
+  Result<rollout::GroupRollout> Sample(const v1::AcquireReply& w, rollout::ModelPolicy& policy, int64_t version) {
     data::Prompt p{w.prompt_id(), w.prompt_text(), w.prompt_reference()};
     p.system = w.prompt_system();
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Episode> episodes,
-                             setup_->task->RunGroup(p, w.group_size(), *policy_, w.group_id()));
+                             setup_->task->RunGroup(p, w.group_size(), policy, w.group_id()));
     rollout::GroupRollout g;
     g.group_id = w.group_id();
     g.lease_id = w.lease_id();
-    g.behavior_version = held_version_;
+    g.behavior_version = version;
     g.episodes = std::move(episodes);
     return g;
   }
@@ -190,7 +244,15 @@ class Attacker {
   bool Attack(const std::string& kind) {
     std::optional<v1::AcquireReply> w = Acquire(actor_);
     if (!w) return false;
-    Result<rollout::GroupRollout> sampled = Sample(*w);
+    int64_t version = held_version_;
+    rollout::ModelPolicy* policy = policy_.get();
+    if (kind == "in_clamp") {  // sampled honestly from the newest snapshot
+      Result<int64_t> newest = FetchSnapshot(actor_, *newest_);
+      if (!newest.ok()) return false;
+      version = newest.value();
+      policy = newest_.get();
+    }
+    Result<rollout::GroupRollout> sampled = Sample(*w, *policy, version);
     if (!sampled.ok()) {
       std::cerr << "hostile actor: " << sampled.status().message() << std::endl;
       return false;
@@ -215,9 +277,25 @@ class Attacker {
     } else if (kind == "too_long") {
       t.tokens.assign(50000, t.tokens[0]);
       t.logprobs.assign(50000, -0.5f);
-    } else if (kind == "stale_version") {
+    } else if (kind == "stale_version" || kind == "fresh_version") {
       g.behavior_version = w->snapshot_version();  // never fetched: sampled with the first
       if (g.behavior_version == held_version_) return true;  // nothing to lie about yet
+    } else if (kind == "in_clamp") {
+      // 19.9 nats below the truth: inside the loss's log-ratio clamp (20) and above the
+      // intake's floor (-110); with A < 0 it multiplied a token's gradient by e^19.9.
+      for (data::Episode& e : g.episodes)
+        for (data::Turn& turn : e.turns)
+          for (float& lp : turn.logprobs) lp = std::max(lp - 19.9f, -109.0f);
+    } else if (kind == "reward_crash") {
+      Result<std::vector<int64_t>> ids = setup_->vocab.Encode(crash_text_);
+      if (!ids.ok() || ids->empty()) return false;
+      t.tokens = ids.value();
+      if (!setup_->vocab.stop_ids().empty()) t.tokens.push_back(setup_->vocab.stop_ids()[0]);
+      t.logprobs.assign(t.tokens.size(), -0.5f);
+    } else if (kind == "unpublished_version") {
+      // Published versions are multiples of the period; the one before the newest is not.
+      g.behavior_version = w->snapshot_version() - 1;
+      if (g.behavior_version <= held_version_ || w->snapshot_version() % publish_period_ != 0) return true;
     } else if (kind == "foreign_lease") {
       // A second actor of this worker takes a group; the first submits under its lease.
       Result<std::string> other = Register();
@@ -237,11 +315,16 @@ class Attacker {
   std::vector<Worker> workers_;
   std::ostream& log_;
   const double pace_;
+  const int64_t publish_period_;
+  const std::string crash_text_;
   size_t next_worker_ = 0;
   Worker worker_;
   std::string actor_;
+  Worker hoarder_;
+  std::string hoarder_actor_;
   std::unique_ptr<rollout::ActorSetup> setup_;
-  std::unique_ptr<rollout::ModelPolicy> policy_;
+  std::unique_ptr<rollout::ModelPolicy> policy_;  // the first snapshot
+  std::unique_ptr<rollout::ModelPolicy> newest_;  // the newest, fetched for each in_clamp lie
   int64_t held_version_ = -1;
   bool done_ = false;
   int64_t submissions_ = 0, accepted_ = 0;
@@ -249,16 +332,19 @@ class Attacker {
 
 }  // namespace
 
-// hostile-actor LEARNER_ADDR WORKERS_FILE LOG_FILE SECONDS PACE_SECONDS
+// hostile-actor LEARNER_ADDR WORKERS_FILE LOG_FILE SECONDS PACE_SECONDS [PUBLISH_PERIOD [CRASH_TEXT]]
 int HostileActorMain(int argc, char** argv) {
-  if (argc != 6) {
-    std::cerr << "usage: echelon_testkit hostile-actor LEARNER WORKERS_FILE LOG SECONDS PACE" << std::endl;
+  if (argc < 6 || argc > 8) {
+    std::cerr << "usage: echelon_testkit hostile-actor LEARNER WORKERS_FILE LOG SECONDS PACE [PUBLISH_PERIOD "
+                 "[CRASH_TEXT]]"
+              << std::endl;
     return 2;
   }
   std::optional<std::vector<Worker>> workers = ReadWorkers(argv[2]);
   if (!workers) return 2;
   std::ofstream log(argv[3]);
-  Attacker a(argv[1], std::move(*workers), log, std::stod(argv[5]));
+  Attacker a(argv[1], std::move(*workers), log, std::stod(argv[5]), argc >= 7 ? std::stoll(argv[6]) : 1,
+             argc == 8 ? argv[7] : "");
   return a.Run(std::stod(argv[4]));
 }
 

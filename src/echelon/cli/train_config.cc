@@ -45,9 +45,14 @@ const ConfigSchema& TrainSchema() {
     s.Float("rl.max_grad_norm", 1.0, 0.0, 1e6, "gradient clipping (global L2 norm)");
     s.Float("rl.clip_low", 0.2, 0.0, 1.0, "PPO clip: ratio floor 1 - clip_low");
     s.Float("rl.clip_high", 0.28, 0.0, 10.0, "PPO clip: ratio ceiling 1 + clip_high (DAPO clip-higher)");
+    s.Float("rl.clip_ratio_c", 3.0, 1.0, 1000.0,
+            "dual clip: where the advantage A < 0 the token objective is at least c A, which bounds the "
+            "gradient of a token whatever behaviour log-prob a worker claims");
     s.Float("rl.kl_coef", 0.0, 0.0, 100.0, "KL-to-reference (the warm-start policy) coefficient; 0 = off");
     s.String("rl.correction", "none", "off-policy correction for stale rollouts", {"none", "tis", "decoupled", "icepop", "m2po"});
     s.Float("rl.tis_cap", 2.0, 1.0, 1000.0, "C: cap of the truncated importance weight");
+    s.Float("rl.decoupled_cap", 5.0, 1.0, 1000.0,
+            "decoupled: tokens whose behaviour weight pi_prox / pi_behav exceeds this are dropped");
     s.Float("rl.icepop_beta", 2.0, 1.0, 1000.0,
             "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped");
     s.Float("rl.m2po_tau", 0.04, 1e-6, 100.0,
@@ -116,6 +121,9 @@ const ConfigSchema& TrainSchema() {
     // Reasons for both defaults: sched/tunables.h.
     s.Float("rollout.lease_seconds", sched::kDefaultLeaseSeconds, 0.1, 86400.0,
             "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction)");
+    s.Int("rollout.max_leases_per_worker", sched::kMaxLeasesPerWorker, 0, 1 << 20,
+          "groups one worker's actors may hold at once (0: no cap); a worker that takes work and never "
+          "returns it holds at most this much of the admission window");
     s.Float("rollout.stall_timeout_seconds", sched::kDefaultStallTimeoutSeconds, 1.0, 86400.0,
             "abort when no rollout arrives for this long");
     s.Float("rollout.verify_fraction", 0.05, 0.0, 1.0,
@@ -171,7 +179,9 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   l.loss.clip_high = cfg.Float("rl.clip_high");
   l.loss.kl_coef = cfg.Float("rl.kl_coef");
   ECHELON_ASSIGN_OR_RETURN(l.loss.correction, learn::ParseCorrection(cfg.String("rl.correction")));
+  l.loss.clip_ratio_c = cfg.Float("rl.clip_ratio_c");
   l.loss.tis_cap = cfg.Float("rl.tis_cap");
+  l.loss.decoupled_cap = cfg.Float("rl.decoupled_cap");
   l.loss.icepop_beta = cfg.Float("rl.icepop_beta");
   l.loss.m2po_tau = cfg.Float("rl.m2po_tau");
   l.router_aux_coef = cfg.Float("rl.router_aux_coef");
@@ -245,6 +255,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   if (o.chat && o.model_init.empty())
     return InvalidArgument(cfg.source() + ": rollout.chat needs model.init (a new character model has no chat template)");
   o.lease_seconds = cfg.Float("rollout.lease_seconds");
+  o.max_leases_per_worker = cfg.Int("rollout.max_leases_per_worker");
   o.stall_timeout_seconds = cfg.Float("rollout.stall_timeout_seconds");
   o.verify_fraction = cfg.Float("rollout.verify_fraction");
   o.verify_tolerance = cfg.Float("rollout.verify_tolerance");

@@ -104,7 +104,9 @@ class TaskAdapter {
   virtual Result<std::vector<Episode>> RunGroup(const Prompt& prompt, int group_size, Policy& policy,
                                         uint64_t seed) const = 0;
   // Reward of one completion for a prompt (the learner re-checks what it can verify). An error
-  // (a user's reward function failed) names the function and the sample; it stops a run.
+  // (a user's reward function failed) names the function and the sample; the learner refuses
+  // that group, and stops the run when the reward fails on many groups in a row
+  // (learn/trajectory_intake.h).
   virtual Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const = 0;
   // The rewards of several completions of one prompt (a group); adapters that score in batches
   // (a scoring service) override it.
@@ -118,8 +120,8 @@ class TaskAdapter {
   }
   // Replays an episode of a multi-turn task from its actions (the decoded text of each turn):
   // what the learner trains on instead of the actor's word. nullopt when the adapter cannot
-  // replay (the actor's reward then stands and its prompts are not checked). An error stops a
-  // run, as Reward's does.
+  // replay (the actor's reward then stands and its prompts are not checked). An error is
+  // handled as Reward's is.
   virtual Result<std::optional<Replay>> ReplayEpisode(const Prompt& prompt,
                                                       const std::vector<std::string>& actions) const {
     (void)prompt;

@@ -36,8 +36,8 @@ void BehaviourVerifier::Remember(const rollout::Snapshot& snapshot) {
   if (!snapshot.weights) return;
   std::lock_guard<std::mutex> lock(mu_);
   snapshots_[snapshot.version] = snapshot.weights;
-  while (static_cast<int64_t>(snapshots_.size()) > std::max<int64_t>(options_.keep_versions, 1))
-    snapshots_.erase(snapshots_.begin());
+  const int64_t oldest = snapshots_.rbegin()->first - std::max<int64_t>(options_.window, 0);
+  while (snapshots_.begin()->first < oldest) snapshots_.erase(snapshots_.begin());
 }
 
 bool BehaviourVerifier::Drawn(const rollout::GroupRollout& g) const {

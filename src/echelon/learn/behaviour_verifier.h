@@ -7,7 +7,7 @@
 // absolute difference exceeds the tolerance. That catches a worker that lies about its
 // version, samples from other weights, or makes its log-probs up.
 //
-//   BehaviourVerifier v(model_config, {.fraction = 0.1, .tolerance = 0.02, .keep_versions = S + 2,
+//   BehaviourVerifier v(model_config, {.fraction = 0.1, .tolerance = 0.02, .window = S,
 //                                      .temperature = 1.0});
 //   v.Remember(snapshot);                          // every published snapshot
 //   ECHELON_ASSIGN_OR_RETURN(std::string why, v.Check(group, /*suspect=*/false));
@@ -36,14 +36,15 @@ namespace echelon::learn {
 struct VerifyOptions {
   double fraction = 0.0;      // of groups checked at random (0: only suspects; 1: all)
   double tolerance = 0.02;    // largest mean |recomputed - claimed| log-prob of a group
-  int64_t keep_versions = 2;  // snapshots kept: the newest this many versions
+  int64_t window = 2;         // snapshots kept: versions at most this many behind the newest (the
+                              // run's largest staleness: an older group cannot enter an update)
   double temperature = 1.0;   // the actors' sampling temperature
 };
 
 struct VerifyStats {
   int64_t checked = 0;        // groups recomputed
   int64_t mismatched = 0;     // of which refused
-  int64_t unverifiable = 0;   // drawn, but the claimed version is no longer kept
+  int64_t unverifiable = 0;   // drawn, but the claimed version is not kept (older than the window)
   double max_gap = 0;         // the largest mean gap among the groups that passed
 };
 

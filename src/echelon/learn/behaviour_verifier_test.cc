@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "echelon/learn/run_options.h"
 #include "echelon/learn/snapshot_publisher.h"
 #include "echelon/learn/testing.h"
 
@@ -32,7 +33,7 @@ struct Versions {
 
 TEST(BehaviourVerifierTest, HonestGroupsPassAndLiesAboutTheVersionOrTheLogprobsAreRefused) {
   Versions m;
-  BehaviourVerifier v(TinyConfig(), {/*fraction=*/1.0, /*tolerance=*/1e-3, /*keep_versions=*/2, /*temperature=*/0.8});
+  BehaviourVerifier v(TinyConfig(), {/*fraction=*/1.0, /*tolerance=*/1e-3, /*window=*/2, /*temperature=*/0.8});
   v.Remember(MakeSnapshot(m.v0, 0).value());
   v.Remember(MakeSnapshot(m.v1, 1).value());
   EXPECT_EQ(v.Check(Sampled(m.v0, 0, 0), false).value(), "");
@@ -57,7 +58,7 @@ TEST(BehaviourVerifierTest, OnlyDrawnGroupsAndSuspectsAreCheckedAndOldVersionsAr
   EXPECT_EQ(none.Check(lie, /*suspect=*/false).value(), "");  // not drawn
   EXPECT_EQ(none.Check(lie, /*suspect=*/true).value(), "logprob_mismatch");
 
-  BehaviourVerifier some(TinyConfig(), {/*fraction=*/0.25, 1e-3, /*keep_versions=*/1, 0.8});
+  BehaviourVerifier some(TinyConfig(), {/*fraction=*/0.25, 1e-3, /*window=*/0, 0.8});
   some.Remember(MakeSnapshot(m.v0, 0).value());
   some.Remember(MakeSnapshot(m.v1, 1).value());  // v0 is forgotten
   rollout::GroupRollout old = Sampled(m.v0, 0, 0);
@@ -71,6 +72,29 @@ TEST(BehaviourVerifierTest, OnlyDrawnGroupsAndSuspectsAreCheckedAndOldVersionsAr
   }
   EXPECT_GT(drawn, 25);  // 50 expected, sd 6
   EXPECT_LT(drawn, 75);
+}
+
+// Under rl.staleness: auto, S rose to 64 while the verifier kept the snapshots of the starting
+// S + 2 versions, so older claims went unchecked. It now keeps every snapshot within the run's
+// largest S (LargestStaleness) of the newest, however many were published.
+TEST(BehaviourVerifierTest, KeepsEveryVersionWithinTheLargestStaleness) {
+  RunOptions auto_s;
+  auto_s.staleness = 4;
+  auto_s.staleness_control = sched::StalenessControlOptions{};
+  auto_s.staleness_control->max = 64;
+  EXPECT_EQ(LargestStaleness(auto_s), 64);
+  RunOptions fixed;
+  fixed.staleness = 3;
+  EXPECT_EQ(LargestStaleness(fixed), 3);
+
+  Versions m;
+  BehaviourVerifier v(TinyConfig(), {/*fraction=*/0.0, 1e-3, /*window=*/8, 0.8});
+  for (int64_t version = 0; version <= 10; ++version) v.Remember(MakeSnapshot(m.v0, version).value());
+  EXPECT_EQ(v.Check(Sampled(m.v0, 2, 0), /*suspect=*/true).value(), "");  // 8 behind: kept, checked
+  EXPECT_EQ(v.Check(Sampled(m.v1, 2, 0), /*suspect=*/true).value(), "logprob_mismatch");
+  EXPECT_EQ(v.stats().checked, 2);
+  EXPECT_EQ(v.Check(Sampled(m.v1, 1, 0), /*suspect=*/true).value(), "");  // 9 behind: gone
+  EXPECT_EQ(v.stats().unverifiable, 1);
 }
 
 }  // namespace

@@ -60,13 +60,17 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
               "PolicyLoss: m2po needs its token mask (M2poKeep)");
   const at::Tensor log_w = (prox - in.behav_logp).detach();  // the behaviour weight's log, for the health
   const at::Tensor dropped = DroppedTokens(log_w, in.keep, options);
-  if (options.correction == Correction::kIcePop) weight = weight.masked_fill(dropped, 0.0);
+  if (dropped.defined()) weight = weight.masked_fill(dropped, 0.0);
   if (options.correction == Correction::kM2po) weight = in.keep.to(in.logp.scalar_type());
   const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
   const at::Tensor unclipped_obj = ratio * adv;
   // M2PO's objective has no clip: its trust region is the token mask.
   const at::Tensor clipped_obj = options.correction == Correction::kM2po ? unclipped_obj : clipped * adv;
-  const at::Tensor per_token = -weight * at::minimum(unclipped_obj, clipped_obj);
+  // Dual clip: with A < 0 the objective is floored at c A, so a ratio above c (a behaviour
+  // log-prob claimed far below the policy's) adds no gradient instead of r times one.
+  const at::Tensor surrogate = at::minimum(unclipped_obj, clipped_obj);
+  const at::Tensor objective = at::where(adv < 0, at::maximum(surrogate, options.clip_ratio_c * adv), surrogate);
+  const at::Tensor per_token = -weight * objective;
 
   const at::Tensor denom = at::clamp_min(mask.sum(), 1.0);
   at::Tensor loss = (per_token * mask).sum() / denom;
@@ -80,10 +84,13 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
     out.kl = kl_mean.item<double>();
   }
   out.loss = loss;
-  // A token is "clipped" when the clipped branch is the active (smaller) one and differs.
-  const at::Tensor was_clipped = (clipped_obj < unclipped_obj).to(at::kFloat);
+  // A token is "clipped" when a clipped branch (PPO's or the dual clip) is active and differs.
+  const at::Tensor was_clipped = (objective != unclipped_obj).to(at::kFloat);
   out.clip_frac = ((was_clipped * mask).sum() / denom).item<double>();
   out.behav_weight_mean = ((weight * mask).sum() / denom).item<double>();
+  // A token's gradient is w r A / tokens where its unclipped branch is active, else 0.
+  const at::Tensor active = (objective == unclipped_obj) & (mask > 0) & (adv != 0);
+  out.max_token_weight = (weight * ratio).detach().masked_fill(~active, 0.0).max().item<double>();
   ImportanceSums all;
   for (const ImportanceSums& row : RowImportanceSums(log_w, mask, dropped)) all.Add(row);
   out.health = all.Health();
@@ -127,6 +134,7 @@ at::Tensor DroppedTokens(const at::Tensor& log_w, const at::Tensor& keep, const 
     return (w < 1.0 / options.icepop_beta) | (w > options.icepop_beta);
   }
   if (options.correction == Correction::kM2po && keep.defined()) return keep == 0;
+  if (options.correction == Correction::kDecoupled) return ExpClamped(log_w) > options.decoupled_cap;
   return {};
 }
 

@@ -7,7 +7,8 @@
 // update, no grad). A = the sample's advantage. clip(r) = clamp(r, 1 - eps_low, 1 + eps_high).
 //   kNone:       r = exp(logp - behav);                 loss_tok = -min(r A, clip(r) A)
 //   kTruncatedIS r = exp(logp - prox), w = min(exp(prox - behav), C);  loss_tok = -w min(r A, clip(r) A)
-//   kDecoupled:  r = exp(logp - prox), w = exp(prox - behav);          loss_tok = -w min(r A, clip(r) A)
+//   kDecoupled:  r = exp(logp - prox), w = exp(prox - behav), m = [w <= cap];
+//                loss_tok = -m w min(r A, clip(r) A)
 //   kIcePop:     r = exp(logp - prox), w = exp(prox - behav), m = [1/beta <= w <= beta];
 //                loss_tok = -m w min(r A, clip(r) A)
 //   kM2po:       r = exp(logp - prox), m = M2poKeep(prox - behav);  loss_tok = -m r A (no clip)
@@ -20,6 +21,12 @@
 // LLMs?", arXiv 2510.01161: the tokens with the largest (log w)^2 are masked until the mean of
 // (log w)^2 over the remaining tokens is at most tau, and the rest take the plain importance-
 // weighted policy gradient.)
+// Dual clip (Ye et al., "Mastering Complex Control in MOBA Games with Deep Reinforcement
+// Learning", AAAI 2020; verl's clip_ratio_c): where A < 0, min(r A, clip(r) A) is floored at c A.
+// With it, whatever behaviour log-probs a worker claims, a token's gradient is at most
+// W max(c, 1 + clip_high) |A| / tokens, W the correction's largest weight (1 for none and m2po,
+// C for tis, beta for icepop, cap for decoupled): a forged log-prob cannot make one token outweigh
+// the batch (without it, a claim 19.9 nats low multiplied a token's gradient by e^19.9).
 // KL (k3 estimator, Schulman): kl_tok = exp(ref - logp) - (ref - logp) - 1, added as kl_coef * kl.
 // Token-level aggregation: loss = sum(mask * loss_tok) / sum(mask) over the whole batch, so
 // long completions weigh by their token count (DAPO), not per sequence.
@@ -47,6 +54,8 @@ struct PolicyLossOptions {
   double tis_cap = 2.0;
   double icepop_beta = 2.0;  // kIcePop keeps tokens whose behaviour weight is in [1/beta, beta]
   double m2po_tau = 0.04;    // kM2po: bound on the kept tokens' mean (log w)^2 (M2PO's default)
+  double decoupled_cap = 5.0;  // kDecoupled drops tokens whose w exceeds it (AReaL's behaviour weight cap)
+  double clip_ratio_c = 3.0;   // dual clip: with A < 0 the objective is at least c A (verl's clip_ratio_c)
   double kl_coef = 0.0;
 };
 
@@ -69,7 +78,7 @@ struct ImportanceHealth {
   double weight_mean = 0;
   double weight_m2 = 0;
   double logratio_m2 = 0;
-  double masked_frac = 0;  // tokens dropped by the correction (kIcePop)
+  double masked_frac = 0;  // tokens dropped by the correction (kIcePop, kDecoupled above its cap, kM2po)
   void Add(const ImportanceHealth& o, double share) {
     weight_mean += share * o.weight_mean;
     weight_m2 += share * o.weight_m2;
@@ -93,15 +102,18 @@ struct ImportanceSums {
 std::vector<ImportanceSums> RowImportanceSums(const at::Tensor& log_w, const at::Tensor& mask, const at::Tensor& dropped);
 
 // The tokens `options.correction` drops (no gradient), as a bool tensor shaped like log_w:
-// kIcePop those whose w leaves [1/beta, beta], kM2po those `keep` masks out; undefined for the
-// corrections that drop nothing.
+// kIcePop those whose w leaves [1/beta, beta], kDecoupled those whose w exceeds its cap, kM2po
+// those `keep` masks out; undefined for the corrections that drop nothing.
 at::Tensor DroppedTokens(const at::Tensor& log_w, const at::Tensor& keep, const PolicyLossOptions& options);
 
 struct PolicyLossOutput {
   at::Tensor loss;          // scalar
   double clip_frac = 0;     // fraction of tokens whose ratio was clipped in the objective
   double kl = 0;            // mean k3 KL to the reference (0 when off)
-  double behav_weight_mean = 0;  // mean w (1 for kNone; dropped tokens count as 0 for kIcePop)
+  double behav_weight_mean = 0;  // mean w (1 for kNone; dropped tokens count as 0)
+  // The largest |d loss_tok / d logp| / |A| over the tokens with A != 0: w r where the unclipped
+  // branch is active (0 elsewhere). The dual clip and the caps bound it (see the top).
+  double max_token_weight = 0;
   ImportanceHealth health;
 };
 

@@ -210,7 +210,7 @@ TEST(PolicyLossTest, M2poMasksTheLargestSquaredLogRatiosUntilTheMeanFits) {
 
 // A behaviour log-prob of -100 (the intake lets it through; -110 is its floor) would make
 // exp(logp - behav) overflow fp32: the log-ratio is clamped to 20, the loss and gradient stay
-// finite, and the clamped token adds no gradient.
+// finite, and the clamped token adds no gradient (the dual clip floors its objective at c A).
 TEST(PolicyLossTest, ExtremeLogRatiosAreClampedAndStayFinite) {
   for (Correction c : {Correction::kNone, Correction::kDecoupled}) {
     PolicyLossInputs in;
@@ -224,14 +224,65 @@ TEST(PolicyLossTest, ExtremeLogRatiosAreClampedAndStayFinite) {
     ASSERT_TRUE(std::isfinite(out.loss.item<double>()));
     out.loss.backward();
     EXPECT_TRUE(at::isfinite(in.logp.grad()).all().item<bool>());
+    EXPECT_EQ(in.logp.grad()[0][0].item<float>(), 0.0f);
     if (c == Correction::kNone) {
-      // Token 0: ratio e^20 with A = -1 (the unclipped branch), clamped: loss e^20 / 2, no gradient.
-      EXPECT_NEAR(out.loss.item<double>(), (std::exp(20.0) + 1.0) / 2, std::exp(20.0) * 1e-5);
-      EXPECT_EQ(in.logp.grad()[0][0].item<float>(), 0.0f);
+      // Token 0: ratio e^20 with A = -1, dual-clipped to c A = -3; token 1 on-policy: (3 + 1) / 2.
+      EXPECT_NEAR(out.loss.item<double>(), (opt.clip_ratio_c + 1.0) / 2, 1e-5);
+      EXPECT_NEAR(out.clip_frac, 0.5, 1e-9);
     } else {
-      EXPECT_NEAR(out.behav_weight_mean, (std::exp(20.0) + 1.0) / 2, std::exp(20.0) * 1e-5);
+      // Token 0's weight e^20 is above the cap: dropped (weight 0), so the mean weight is 1 / 2.
+      EXPECT_NEAR(out.behav_weight_mean, 0.5, 1e-6);
+      EXPECT_NEAR(out.health.masked_frac, 0.5, 1e-9);
     }
   }
+}
+
+// The gradient hijack: a behaviour log-prob forged 19.9 nats below the truth (inside the
+// log-ratio clamp and above the intake's floor) used to multiply that token's gradient by
+// e^19.9 under `none` and `decoupled`. Whatever the claim, every correction now bounds a
+// token's gradient by W max(c, 1 + clip_high) |A| / tokens (grpo.h).
+TEST(PolicyLossTest, ForgedBehaviourLogProbsCannotScaleATokensGradient) {
+  for (Correction c : {Correction::kNone, Correction::kTruncatedIS, Correction::kDecoupled, Correction::kIcePop,
+                       Correction::kM2po}) {
+    for (float a : {-1.0f, 1.0f}) {
+      for (float lie : {-19.9f, -5.0f, -1.5f, 0.7f}) {
+        PolicyLossInputs in;
+        in.logp = Logs({0.5, 0.5}).requires_grad_(true);
+        in.behav_logp = in.logp.detach() + at::tensor({lie, 0.0f}).unsqueeze(0);
+        in.behav_logp = at::clamp_max(in.behav_logp, 0.0);
+        in.advantages = at::tensor({a});
+        in.mask = at::ones({1, 2});
+        PolicyLossOptions opt;
+        opt.correction = c;
+        if (c == Correction::kM2po) in.keep = M2poKeep(in.logp.detach() - in.behav_logp, in.mask, opt.m2po_tau);
+        PolicyLossOutput out = PolicyLoss(in, opt);
+        out.loss.backward();
+        const double w = c == Correction::kTruncatedIS ? opt.tis_cap
+                         : c == Correction::kDecoupled ? opt.decoupled_cap
+                         : c == Correction::kIcePop    ? opt.icepop_beta
+                                                       : 1.0;
+        const double bound = w * std::max(opt.clip_ratio_c, 1.0 + opt.clip_high) * std::abs(a) / 2;
+        const double g = in.logp.grad().abs().max().item<double>();
+        EXPECT_LE(g, bound * (1 + 1e-6)) << "correction " << static_cast<int>(c) << " A " << a << " lie " << lie;
+        // The metric that reports it: the largest w r of a token that has a gradient.
+        EXPECT_LE(out.max_token_weight, bound * 2 / std::abs(a) * (1 + 1e-6));
+        EXPECT_NEAR(out.max_token_weight * std::abs(a) / 2, g, 1e-5 * (1 + g));
+      }
+    }
+  }
+}
+
+// A token with A = 0 has no gradient whatever its ratio: it does not count in
+// max_token_weight (a group without reward spread, sampled by a stale actor, reported 12.7).
+TEST(PolicyLossTest, TokensWithoutAdvantageDoNotCountInTheLargestTokenWeight) {
+  PolicyLossInputs in;
+  in.logp = Logs({0.5, 0.5}).requires_grad_(true);
+  in.behav_logp = Logs({0.5, 0.01});  // ratio 50 on token 1
+  in.advantages = at::tensor({0.0f});
+  in.mask = at::ones({1, 2});
+  EXPECT_EQ(PolicyLoss(in, PolicyLossOptions{}).max_token_weight, 0.0);
+  in.advantages = at::tensor({-1.0f});
+  EXPECT_NEAR(PolicyLoss(in, PolicyLossOptions{}).max_token_weight, 1.0, 1e-6);  // token 1 dual-clipped
 }
 
 TEST(PolicyLossTest, KlToReferenceIsK3Estimator) {

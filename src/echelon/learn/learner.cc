@@ -286,6 +286,7 @@ std::vector<at::Tensor> MinibatchRows(const TrainingBatch& b, size_t num_groups,
 // the whole minibatch's token means), and the start-of-update log-probs of its rows.
 struct Learner::Minibatch {
   double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0, router_aux_loss = 0;
+  double max_token_weight = 0;  // this rank's (the ranks sum, not max, what they share)
   ImportanceHealth health;
   int64_t computed_positions = 0, sequence_positions = 0;  // of this rank's gradient forwards
   at::Tensor start_logp;  // [rows, T] on the CPU; undefined when pi_prox was computed up front
@@ -449,6 +450,7 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     mb->clip_frac += w * out.clip_frac;
     mb->kl += w * out.kl;
     mb->behav_weight_mean += w * out.behav_weight_mean;
+    mb->max_token_weight = std::max(mb->max_token_weight, out.max_token_weight);
     mb->health.Add(out.health, w);
     if (mb->start_logp.defined())
       mb->start_logp.index_put_({u, at::indexing::Slice(0, len)}, in.logp.detach().to(at::kCPU));
@@ -573,6 +575,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       stats.clip_frac += mb.clip_frac;
       stats.kl += mb.kl;
       stats.behav_weight_mean += mb.behav_weight_mean;
+      stats.max_token_weight = std::max(stats.max_token_weight, mb.max_token_weight);
       stats.router_aux_loss += mb.router_aux_loss;
       stats.health.Add(mb.health, 1.0);
     }

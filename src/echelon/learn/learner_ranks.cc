@@ -15,7 +15,9 @@ template <typename Options, typename Field>
 void VisitOptions(Options& o, Field&& field) {
   field("clip_low", o.loss.clip_low);
   field("clip_high", o.loss.clip_high);
+  field("clip_ratio_c", o.loss.clip_ratio_c);
   field("tis_cap", o.loss.tis_cap);
+  field("decoupled_cap", o.loss.decoupled_cap);
   field("icepop_beta", o.loss.icepop_beta);
   field("m2po_tau", o.loss.m2po_tau);
   field("kl_coef", o.loss.kl_coef);

@@ -90,13 +90,15 @@ class LearnerRun {
     }
     learner_ = std::make_unique<Learner>(start_.model, options_.learner, ranks_ ? ranks_->group() : nullptr);
     dispatcher_ = std::make_unique<sched::Dispatcher>(
-        sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds}, &clock_);
+        sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds,
+                                 options_.max_leases_per_worker},
+        &clock_);
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
         IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens});
     verifier_ = std::make_unique<BehaviourVerifier>(
         start_.model->config(), VerifyOptions{options_.verify_fraction, options_.verify_tolerance,
-                                              options_.staleness + 2, options_.temperature});
+                                              LargestStaleness(options_), options_.temperature});
     intake_->SetVerifier(verifier_.get());
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (options_.staleness_control) control_.emplace(*options_.staleness_control);
@@ -325,6 +327,7 @@ class LearnerRun {
     r.clip_frac = stats.clip_frac;
     r.kl = stats.kl;
     r.behav_weight_mean = stats.behav_weight_mean;
+    r.max_token_weight = stats.max_token_weight;
     r.is_ess_frac = stats.health.ess_frac();
     r.is_weight_m2 = stats.health.weight_m2;
     r.is_logratio_m2 = stats.health.logratio_m2;
@@ -335,6 +338,7 @@ class LearnerRun {
     const VerifyStats verified = verifier_->stats();
     r.verified_groups = verified.checked;
     r.verify_gap_max = verified.max_gap;
+    r.verify_unverifiable = verified.unverifiable;
     r.tokens = stats.tokens;
     if (stats.computed_positions > 0)
       r.learner_pad_frac = 1.0 - static_cast<double>(stats.sequence_positions) / stats.computed_positions;
@@ -431,6 +435,7 @@ class LearnerRun {
   std::map<std::string, int64_t> AllRefusals() const {
     std::map<std::string, int64_t> out = intake_->refusals();
     for (const auto& [reason, n] : transport_.Refusals()) out[reason] += n;
+    if (const uint64_t capped = dispatcher_->lease_capped()) out["lease_capped"] += static_cast<int64_t>(capped);
     return out;
   }
 

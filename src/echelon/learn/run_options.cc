@@ -1,5 +1,7 @@
 #include "echelon/learn/run_options.h"
 
+#include <algorithm>
+
 namespace echelon::learn {
 
 model::SamplingParams RolloutSampling(const RunOptions& options) {
@@ -11,6 +13,10 @@ model::SamplingParams RolloutSampling(const RunOptions& options) {
   sp.max_new_tokens = options.max_new_tokens;
   sp.slots = options.slots;
   return sp;
+}
+
+int64_t LargestStaleness(const RunOptions& options) {
+  return options.staleness_control ? std::max(options.staleness_control->max, options.staleness) : options.staleness;
 }
 
 }  // namespace echelon::learn

@@ -43,6 +43,7 @@ struct RunOptions {
   int64_t slots = 0;  // the builtin engine's sequence slots (model::SamplingParams::slots; 0: every row)
   bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
   double lease_seconds = sched::kDefaultLeaseSeconds;
+  int64_t max_leases_per_worker = sched::kMaxLeasesPerWorker;
   double stall_timeout_seconds = sched::kDefaultStallTimeoutSeconds;
   double verify_fraction = 0.0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
   double verify_tolerance = 0.02;  // largest mean log-prob difference a checked group may have
@@ -58,5 +59,9 @@ struct RunOptions {
 
 // The sampling parameters of the run's actors (stop ids come from the vocabulary).
 model::SamplingParams RolloutSampling(const RunOptions& options);
+
+// The largest S the run can use: rl.staleness, or rl.staleness: auto's ceiling. A group older
+// than this never enters an update; the verifier keeps the snapshots of that many versions.
+int64_t LargestStaleness(const RunOptions& options);
 
 }  // namespace echelon::learn

@@ -16,7 +16,7 @@ constexpr float kMinBehaviorLogprob = -110.0f;
 
 }  // namespace
 
-std::string ActorName(const std::string& actor_id) { return actor_id.substr(0, actor_id.find('#')); }
+std::string ActorName(const std::string& actor_id) { return sched::WorkerName(actor_id); }
 
 TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task,
                                    const model::Vocabulary* vocab, const IntakeLimits& limits)
@@ -30,13 +30,17 @@ std::optional<rollout::Assignment> TrajectoryIntake::Acquire(const std::string& 
 
 std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
   if (static_cast<int64_t>(g.episodes.size()) != limits_.group_size) return "wrong_group_size";
-  int64_t published;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    published = snapshot_.version;
+    // No actor can hold a newer policy than the newest one published, nor one never published
+    // (the learner publishes every rl.publish_period updates). A version from before this
+    // process started (a resumed run) was published, but its snapshot is gone: it cannot be
+    // verified, so it is refused as an honest actor's out-of-date work.
+    const int64_t v = g.behavior_version;
+    if (v < 0 || v > snapshot_.version) return "bad_version";
+    if (v < first_published_) return "predates_restart";
+    if (published_.count(v) == 0) return "unpublished_version";
   }
-  // No actor can hold a newer policy than the newest one published.
-  if (g.behavior_version < 0 || g.behavior_version > published) return "bad_version";
   for (const data::Episode& e : g.episodes) {
     if (!std::isfinite(e.reward)) return "nonfinite_reward";
     if (e.turns.empty() || e.turns.size() > task_->MaxTurns()) return "bad_turn_count";
@@ -70,9 +74,12 @@ const char* RefusalName(sched::SubmitResult r) {
 }
 
 // Refusals an honest actor can earn: its lease expired and the group went to another actor,
-// or it repeated a submission whose reply it did not see.
+// it repeated a submission whose reply it did not see, it sampled from a snapshot of the
+// learner process before a restart, or its ordinary output made the user's reward fail (a
+// strike there would quarantine honest workers for a bug in the reward).
 bool HonestRefusal(const std::string& reason) {
-  return reason == "not_lease_holder" || reason == "already_settled" || reason == "unknown_group";
+  return reason == "not_lease_holder" || reason == "already_settled" || reason == "unknown_group" ||
+         reason == "predates_restart" || reason == "reward_error";
 }
 
 }  // namespace
@@ -109,13 +116,21 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
     }
   }
   if (!verdict.ok()) {
-    // The learner's own reward (a user's reward function) or verification failed: the run
-    // stops with it.
     dispatcher_->Reissue(rollout.group_id);
+    const Status error =
+        verdict.status().WithContext("group " + std::to_string(rollout.group_id) + " from " + rollout.actor);
     std::lock_guard<std::mutex> lock(mu_);
     ++refusals_[failed];
-    if (failure_.ok()) failure_ = verdict.status().WithContext("group " + std::to_string(rollout.group_id));
-    arrived_.notify_all();
+    // The reward (a user's function, a scoring service, an environment's replay) failed on
+    // this group. A worker's text may be made to break it, so the group is refused and the run
+    // goes on; when kRewardFailuresToStop groups in a row fail, the reward itself is broken and
+    // the run stops with its error. The verifier's own failure (a snapshot it cannot load)
+    // stops the run at once.
+    if (failed == "reward_error") spdlog::warn("refused {}", error.message());
+    if ((failed == "verify_error" || ++reward_failures_in_a_row_ >= kRewardFailuresToStop) && failure_.ok()) {
+      failure_ = error;
+      arrived_.notify_all();
+    }
     return {false, failed};
   }
   if (!verdict->refusal.empty()) {
@@ -127,6 +142,7 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
     for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
+    reward_failures_in_a_row_ = 0;
     if (verdict->corrected > 0) refusals_["reward_corrected"] += verdict->corrected;
     accepted_tokens_ += tokens;
     ++actor_groups_[ActorName(rollout.actor)];
@@ -152,7 +168,8 @@ Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout
     std::vector<std::string> texts;
     for (data::Episode& e : g->episodes) {
       if (e.turns[0].prompt_ids != prompt_ids) return Verdict{"prompt_mismatch", 0};
-      texts.push_back(vocab_->DecodeCompletion(e.turns[0].tokens));
+      e.turns[0].text = vocab_->DecodeCompletion(e.turns[0].tokens);  // not the worker's (unbounded) text
+      texts.push_back(e.turns[0].text);
     }
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task_->RewardGroup(g->prompt, texts));
     for (size_t i = 0; i < scored.size(); ++i) take(g->episodes[i], std::move(scored[i]));
@@ -161,7 +178,10 @@ Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout
   // Multi-turn: each episode is replayed from its actions, when the adapter can.
   for (data::Episode& e : g->episodes) {
     std::vector<std::string> actions;
-    for (const data::Turn& t : e.turns) actions.push_back(vocab_->DecodeCompletion(t.tokens));
+    for (data::Turn& t : e.turns) {
+      t.text = vocab_->DecodeCompletion(t.tokens);
+      actions.push_back(t.text);
+    }
     ECHELON_ASSIGN_OR_RETURN(std::optional<data::Replay> r, task_->ReplayEpisode(g->prompt, actions));
     if (!r) continue;
     if (r->prompts.size() < e.turns.size()) return Verdict{"actions_after_done", 0};
@@ -213,6 +233,8 @@ rollout::Snapshot TrajectoryIntake::Latest() {
 void TrajectoryIntake::Publish(rollout::Snapshot snapshot) {
   if (verifier_ != nullptr) verifier_->Remember(snapshot);
   std::lock_guard<std::mutex> lock(mu_);
+  if (first_published_ < 0) first_published_ = snapshot.version;
+  published_.insert(snapshot.version);
   snapshot_ = std::move(snapshot);
 }
 

@@ -5,14 +5,17 @@
 // newest snapshot. The learner loop takes the queued groups through ArrivalQueue::Drain.
 //
 // A submission is read as an attacker with a valid token would write it: the group size,
-// version, token ids, lengths and log-probs are checked (Validate; a refusal is counted by
-// reason), the lease must be the dispatcher's current one and the submitter's, every turn's
+// version (one this process published), token ids, lengths and log-probs are checked
+// (Validate; a refusal is counted by reason), the lease must be the dispatcher's current one and the submitter's, every turn's
 // prompt ids must be the learner's own encoding of the task's prompt (the group's, or the
 // replayed episode's observation), and rewards are the learner's: single-turn groups are
-// rescored from the tokens, multi-turn episodes replayed from their actions (Verify). A group
+// rescored from the tokens, multi-turn episodes replayed from their actions (Verify); each
+// turn's text becomes the learner's decoding of its tokens (the worker's is not kept). A group
 // refused after its lease check goes back to the dispatcher for another actor. With a
 // BehaviourVerifier, drawn groups (and every group of an actor caught forging before) also have
-// their behaviour log-probs recomputed under the version they claim.
+// their behaviour log-probs recomputed under the version they claim. A reward that fails on a
+// group refuses that group (reward_error) and the run goes on, unless kRewardFailuresToStop
+// groups in a row fail.
 //
 //   TrajectoryIntake intake(&dispatcher, task.get(), &vocab, {model_vocab_size, group_size, max_new_tokens});
 //   intake.Publish(snapshot);                  // actors can start
@@ -28,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,9 +50,15 @@ class ArrivalQueue {
   // Groups submitted since the last call, in submission order; waits up to `timeout_seconds`
   // for at least one.
   virtual std::vector<rollout::GroupRollout> Drain(double timeout_seconds) = 0;
-  // Why no more groups can come (the learner's own reward failed); Ok while they can.
+  // Why no more groups can come (the reward or the verifier is broken); Ok while they can.
   virtual Status failure() const { return Status::Ok(); }
 };
+
+// A reward that fails on this many submitted groups in a row is broken (a bug in the user's
+// function, a scoring service down), not broken by one worker's text: the run stops with its
+// error. One bad worker cannot reach it while honest groups score in between; 16 groups are a
+// few seconds of a run, and each failure costs only that group's reward call.
+inline constexpr int64_t kRewardFailuresToStop = 16;
 
 // What a well-formed group looks like to the intake.
 struct IntakeLimits {
@@ -103,8 +113,7 @@ class TrajectoryIntake : public rollout::WorkSource,
   const model::Vocabulary* vocab_;
   const IntakeLimits limits_;
   BehaviourVerifier* verifier_ = nullptr;
-  mutable std::mutex mu_;  // guards queue_, snapshot_, refusals_, failure_, accepted_tokens_, actor_groups_,
-                           // actor_forged_
+  mutable std::mutex mu_;  // guards everything below
   std::condition_variable arrived_;
   std::deque<rollout::GroupRollout> queue_;
   rollout::Snapshot snapshot_;
@@ -113,6 +122,9 @@ class TrajectoryIntake : public rollout::WorkSource,
   int64_t accepted_tokens_ = 0;
   std::map<std::string, int64_t> actor_groups_;
   std::map<std::string, int64_t> actor_forged_;
+  std::set<int64_t> published_;      // versions published by this process
+  int64_t first_published_ = -1;     // the first of them (a resumed run's start)
+  int64_t reward_failures_in_a_row_ = 0;
 };
 
 // The actor's name without its connection suffix ("actor-0#3" -> "actor-0"): metrics count

@@ -28,7 +28,12 @@ class ReplayingMath : public data::TaskAdapter {
                                               uint64_t seed) const override {
     return math_->RunGroup(p, n, policy, seed);
   }
-  Result<data::Scored> Reward(const data::Prompt& p, const std::string& c) const override { return math_->Reward(p, c); }
+  // A reward that fails on one text, as a user's function may on text a worker chose.
+  Result<data::Scored> Reward(const data::Prompt& p, const std::string& c) const override {
+    if (c == kBreaksTheReward) return Internal("reward function raised on \"" + c + "\"");
+    return math_->Reward(p, c);
+  }
+  static constexpr const char* kBreaksTheReward = "666";
   Result<std::optional<data::Replay>> ReplayEpisode(const data::Prompt& p,
                                                     const std::vector<std::string>& actions) const override {
     replayed.push_back(actions);
@@ -195,6 +200,18 @@ TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
   EXPECT_EQ(f.hub.actor_groups().at("a"), 2);
 }
 
+// The worker's text of a turn was kept as sent (unbounded: 32 MiB per group held in the
+// queue); the learner keeps its own decoding of the tokens.
+TEST(TrajectoryIntakeTest, TheLearnerKeepsItsOwnDecodingNotTheWorkersText) {
+  HubFixture f;
+  rollout::GroupRollout g = f.Valid();
+  g.episodes[0].turns[0].text.assign(1 << 20, 'x');
+  ASSERT_TRUE(f.hub.Submit(g).accepted);
+  std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
+  ASSERT_EQ(got.size(), 1u);
+  for (const data::Episode& e : got[0].episodes) EXPECT_EQ(e.turns[0].text, got[0].prompt.reference);
+}
+
 TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
   HubFixture f(/*max_turns=*/3);
   rollout::GroupRollout g = f.Valid();
@@ -237,6 +254,72 @@ TEST(TrajectoryIntakeTest, MultiTurnPromptIdsMustBeTheReplayedObservations) {
   g.episodes[1].turns[0].tokens = {f.tok.Encode("7").value()[0], model::CharTokenizer::kEos};
   g.episodes[1].turns[0].logprobs = {-0.1f, -0.1f};
   EXPECT_EQ(f.hub.Submit(g).reason, "prompt_mismatch");
+}
+
+// A claimed version that was never published (the learner publishes every rl.publish_period
+// updates) used to pass as "unverifiable"; one from before a restart cannot be verified either
+// (its snapshot is gone), but an honest actor may still hold it.
+TEST(TrajectoryIntakeTest, UnpublishedVersionsAreForgedAndVersionsBeforeARestartAreRefused) {
+  HubFixture f;
+  f.hub.Publish({2, std::make_shared<const std::string>()});  // v1 was never published
+  rollout::GroupRollout g = f.Valid();
+  g.behavior_version = 1;
+  rollout::SubmitOutcome out = f.hub.Submit(g);
+  EXPECT_EQ(out.reason, "unpublished_version");
+  EXPECT_TRUE(out.forged);
+  f.clock.Advance(11);
+  f.dispatcher.ExpireLeases();
+  for (int64_t v : {0, 2}) {
+    rollout::GroupRollout ok = f.Valid();
+    ok.behavior_version = v;
+    EXPECT_TRUE(f.hub.Submit(ok).accepted) << v;
+  }
+
+  // A resumed learner publishes v5 first: v3 predates it (honest, not a strike), v4 never was.
+  HubFixture resumed;
+  TrajectoryIntake fresh(&resumed.dispatcher, resumed.task.get(), &resumed.vocab,
+                         {resumed.vocab.id_end(), /*group_size=*/2, kMaxNewTokens});
+  fresh.Publish({5, std::make_shared<const std::string>()});
+  rollout::GroupRollout old = resumed.Valid();
+  old.behavior_version = 3;
+  out = fresh.Submit(old);
+  EXPECT_EQ(out.reason, "predates_restart");
+  EXPECT_FALSE(out.forged);
+}
+
+// A completion that makes the user's reward raise ended the whole run: any worker could stop
+// it. Now that group is refused (reward_error, not a strike: an honest worker's ordinary text
+// may hit a bug in the reward) and the run goes on; a reward that fails on
+// kRewardFailuresToStop groups in a row is broken, and the run stops with its error.
+TEST(TrajectoryIntakeTest, ARewardThatFailsOnAWorkersTextRefusesTheGroupAndTheRunGoesOn) {
+  HubFixture f;
+  const auto breaking = [&f] {
+    rollout::GroupRollout g = f.Valid();
+    data::Turn& t = g.episodes[1].turns[0];
+    t.tokens = f.tok.Encode(ReplayingMath::kBreaksTheReward).value();
+    t.tokens.push_back(model::CharTokenizer::kEos);
+    t.logprobs.assign(t.tokens.size(), -0.1f);
+    return g;
+  };
+  const auto submit = [&f](const rollout::GroupRollout& g) {
+    rollout::SubmitOutcome out = f.hub.Submit(g);
+    f.clock.Advance(11);  // the refused group's hand-out ends; the window stays open
+    f.dispatcher.ExpireLeases();
+    return out;
+  };
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t i = 0; i + 1 < kRewardFailuresToStop; ++i) {
+      rollout::SubmitOutcome out = submit(breaking());
+      EXPECT_EQ(out.reason, "reward_error");
+      EXPECT_FALSE(out.forged);
+    }
+    EXPECT_TRUE(f.hub.failure().ok()) << f.hub.failure().message();
+    EXPECT_TRUE(submit(f.Valid()).accepted);  // the reward works: the count starts again
+  }
+  EXPECT_EQ(f.hub.refusals().at("reward_error"), 3 * (kRewardFailuresToStop - 1));
+  for (int64_t i = 0; i < kRewardFailuresToStop; ++i) submit(breaking());
+  EXPECT_FALSE(f.hub.failure().ok());
+  EXPECT_NE(f.hub.failure().message().find("reward function raised"), std::string::npos) << f.hub.failure().message();
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ void VisitFields(R& r, V& v) {
   v.Number("clip_frac", r.clip_frac);
   v.Number("kl", r.kl);
   v.Number("behav_weight_mean", r.behav_weight_mean);
+  v.Number("max_token_weight", r.max_token_weight);
   v.Number("is_ess_frac", r.is_ess_frac);
   v.Number("is_weight_m2", r.is_weight_m2);
   v.Number("is_logratio_m2", r.is_logratio_m2);
@@ -53,6 +54,7 @@ void VisitFields(R& r, V& v) {
   v.Count("skipped_nonfinite", r.skipped_nonfinite);
   v.Count("verified_groups", r.verified_groups);
   v.Number("verify_gap_max", r.verify_gap_max);
+  v.Count("verify_unverifiable", r.verify_unverifiable);
   v.Count("tokens", r.tokens);
   v.Number("learner_pad_frac", r.learner_pad_frac);
   v.Numbers("router_load", r.router_load);

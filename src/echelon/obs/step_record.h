@@ -10,9 +10,9 @@
 //               learner_busy_frac
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
-//               behav_weight_mean, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
+//               behav_weight_mean, max_token_weight, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
-//               skipped_nonfinite, verified_groups, verify_gap_max, tokens, learner_pad_frac,
+//               skipped_nonfinite, verified_groups, verify_gap_max, verify_unverifiable, tokens, learner_pad_frac,
 //               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s,
 //               broadcast_bytes, broadcast_snapshot_bytes, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
@@ -84,7 +84,9 @@ struct StepRecord {
   std::optional<int64_t> zero_spread_groups;
   std::optional<int64_t> skipped_nonfinite;  // optimizer steps skipped: non-finite loss or gradient
   std::optional<int64_t> verified_groups;    // groups whose behaviour log-probs were recomputed (total, this process)
+  double max_token_weight = kMissing;        // the largest token gradient weight w r (learn/grpo.h)
   double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
+  std::optional<int64_t> verify_unverifiable;  // groups drawn whose version was no longer kept (total, this process)
   std::optional<int64_t> tokens;                      // completion tokens trained on
   double learner_pad_frac = kMissing;  // share of the positions the gradient forwards computed that were padding
   // Mixture-of-experts models: each expert's share of the routed (token, expert) pairs over

@@ -7,9 +7,17 @@ namespace echelon::sched {
 Dispatcher::Dispatcher(const DispatcherOptions& options, const Clock* clock)
     : options_(options), clock_(clock), max_staleness_(options.max_staleness) {}
 
+std::string WorkerName(const std::string& actor_id) { return actor_id.substr(0, actor_id.find('#')); }
+
 std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLeasesLocked();
+  const std::string worker = WorkerName(actor);
+  if (auto held = worker_leases_.find(worker);
+      options_.max_leases_per_worker > 0 && held != worker_leases_.end() && held->second >= options_.max_leases_per_worker) {
+    ++lease_capped_;
+    return std::nullopt;
+  }
   WorkItem item;
   if (!reissue_queue_.empty()) {
     item.group_id = reissue_queue_.front();
@@ -24,6 +32,7 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   item.lease_id = next_lease_++;
   item.dispatch_version = version_;
   running_[item.group_id] = Lease{item.lease_id, actor, clock_->Now() + options_.lease_seconds};
+  ++worker_leases_[worker];
   ++counts_.handed_out;
   return item;
 }
@@ -36,7 +45,7 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std:
   if (run != running_.end()) {
     if (run->second.lease_id != lease_id) return RefuseLocked(SubmitResult::kNotLeaseHolder);
     if (run->second.actor != actor) return RefuseLocked(SubmitResult::kForeignLease);
-    running_.erase(run);
+    EndLeaseLocked(run);
     pending_[group_id] = lease_id;
     return SubmitResult::kAccepted;
   }
@@ -172,6 +181,7 @@ Status Dispatcher::Restore(const DispatcherState& state, uint64_t lease_base) {
   counts_.reissued += c.outstanding + c.pending;
   counts_.outstanding = counts_.pending = counts_.awaiting_reissue = 0;
   running_.clear();
+  worker_leases_.clear();
   pending_.clear();
   settled_.clear();
   reissue_queue_.assign(state.unsettled.begin(), state.unsettled.end());
@@ -199,9 +209,20 @@ int64_t Dispatcher::CapacityLocked() const {
   return std::max<int64_t>(0, limit - live);
 }
 
+void Dispatcher::EndLeaseLocked(std::map<uint64_t, Lease>::iterator it) {
+  auto w = worker_leases_.find(WorkerName(it->second.actor));
+  if (w != worker_leases_.end() && --w->second <= 0) worker_leases_.erase(w);
+  running_.erase(it);
+}
+
+uint64_t Dispatcher::lease_capped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lease_capped_;
+}
+
 void Dispatcher::ReissueLocked(std::map<uint64_t, Lease>::iterator it) {
   reissue_queue_.push_back(it->first);
-  running_.erase(it);
+  EndLeaseLocked(it);
   ++counts_.reissued;
 }
 

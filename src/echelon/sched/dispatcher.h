@@ -18,7 +18,8 @@
 // Group ids are 0, 1, 2, ... in order of first hand-out; the caller maps an id to a prompt
 // deterministically (e.g. TaskAdapter::TrainPrompt(id)), so a re-issued group is the same
 // prompt. Each hand-out carries a lease id; only the current lease holder may submit. A
-// lease expires once Now() > hand-out time + lease_seconds.
+// lease expires once Now() > hand-out time + lease_seconds. One worker's actors together hold
+// at most max_leases_per_worker running leases: more Acquire calls get nothing until one ends.
 //
 // Every hand-out ends exactly once as consumed, dropped-stale or re-issued (lease expired or
 // holder evicted), or is still outstanding/pending:
@@ -50,7 +51,12 @@ struct DispatcherOptions {
   int64_t max_staleness = 0;   // S
   int64_t batch_groups = 1;    // B: groups the learner consumes per update
   double lease_seconds = kDefaultLeaseSeconds;  // a hand-out not submitted by then is re-issued
+  int64_t max_leases_per_worker = kMaxLeasesPerWorker;  // running leases of one worker's actors; 0: no cap
 };
+
+// The worker an actor id belongs to: the id without its connection suffix ("actor-0#3" ->
+// "actor-0"). Leases are capped, and metrics counted, per worker.
+std::string WorkerName(const std::string& actor_id);
 
 // kForeignLease: the lease is current but was handed to another actor (a forgery: an honest
 // actor only submits the leases it was given).
@@ -115,6 +121,9 @@ class Dispatcher {
   // How many new groups admission would allow right now.
   int64_t Capacity() const;
   DispatchCounts counts() const;
+  // Acquire calls refused because the worker already held max_leases_per_worker leases (this
+  // process).
+  uint64_t lease_capped() const;
 
   DispatcherState Export() const;
   // Replaces all state with `state` (a fresh dispatcher, before any actor calls it). Every
@@ -134,6 +143,8 @@ class Dispatcher {
   int64_t CapacityLocked() const;
   // Ends the hand-out `it` (expiry or eviction) and queues its group for re-issue.
   void ReissueLocked(std::map<uint64_t, Lease>::iterator it);
+  // Removes the running lease `it` (submitted or ended).
+  void EndLeaseLocked(std::map<uint64_t, Lease>::iterator it);
   SubmitResult RefuseLocked(SubmitResult why);
 
   const DispatcherOptions options_;
@@ -145,6 +156,8 @@ class Dispatcher {
   uint64_t next_group_ = 0;
   uint64_t next_lease_ = 1;
   std::map<uint64_t, Lease> running_;     // group id -> current lease
+  std::map<std::string, int64_t> worker_leases_;  // running leases per WorkerName, none at 0
+  uint64_t lease_capped_ = 0;
   std::map<uint64_t, uint64_t> pending_;  // submitted, unsettled: group id -> submitting lease
   std::map<uint64_t, uint64_t> settled_;  // consumed or dropped: group id -> submitting lease
   std::deque<uint64_t> reissue_queue_;    // groups without a lease, handed out first

@@ -20,7 +20,37 @@ DispatcherOptions Options(int64_t s, int64_t b, double lease = 10) {
   o.max_staleness = s;
   o.batch_groups = b;
   o.lease_seconds = lease;
+  o.max_leases_per_worker = 0;  // these tests take many leases with one actor
   return o;
+}
+
+// Lease hoarding: a worker that acquires and never submits held the whole admission window
+// (and, with nothing submitted, tripped the learner's stall abort). Its actors together now
+// hold at most max_leases_per_worker leases; other workers still get work, and a lease that
+// ends (submitted, expired) frees a place.
+TEST(DispatcherLeases, OneWorkerHoldsAtMostItsCap) {
+  SimulatedClock clock;
+  DispatcherOptions o = Options(/*s=*/1, /*b=*/16, /*lease=*/10);
+  o.max_leases_per_worker = 3;
+  Dispatcher d(o, &clock);
+  std::vector<WorkItem> hoarded;
+  for (int i = 0; i < 10; ++i) {
+    // Two connections of the same worker share its cap.
+    if (auto w = d.Acquire(i % 2 ? "hoarder#1" : "hoarder#2")) hoarded.push_back(*w);
+  }
+  EXPECT_EQ(hoarded.size(), 3u);
+  EXPECT_EQ(d.lease_capped(), 7u);
+  // The window (32 groups) is still open to everyone else.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(d.Acquire("honest#1").has_value());
+  EXPECT_EQ(d.Capacity(), 32 - 6);
+  // A submitted lease frees a place; so does an expired one.
+  EXPECT_EQ(d.Submit(hoarded[0].group_id, hoarded[0].lease_id, "hoarder#2"), SubmitResult::kAccepted);
+  EXPECT_TRUE(d.Acquire("hoarder#1").has_value());
+  EXPECT_FALSE(d.Acquire("hoarder#1").has_value());
+  clock.Advance(11);
+  EXPECT_EQ(d.ExpireLeases(), 6);
+  EXPECT_TRUE(d.Acquire("hoarder#3").has_value());
+  ExpectCountsAddUp(d);
 }
 
 TEST(DispatcherCapacity, LiteralValuesOfTheAdmissionRule) {

@@ -31,6 +31,13 @@ inline constexpr double kEvictAfterSeconds = 3.0;
 // refused and re-issued); three are a pattern, and cost at most three groups of work.
 inline constexpr int kQuarantineAfterForged = 3;
 
+// The most running leases one worker (its actors together, WorkerName) may hold. An honest
+// actor holds one (two while the lease of a group it failed runs out), so 8 lets a worker run
+// a few actor processes on one token; a worker that acquires and never submits (hoarding the
+// admission window, which holds groups_per_step x (S + 1) groups, 32 at the least by default)
+// holds 8 leases until they expire, never the whole window.
+inline constexpr int64_t kMaxLeasesPerWorker = 8;
+
 // The learner gives up when no rollout arrives for this long: every actor is failing or gone.
 // Five minutes lets remote actors boot, load a model and fetch the first snapshot.
 inline constexpr double kDefaultStallTimeoutSeconds = 300;
