@@ -138,6 +138,17 @@ int RunLaterStage(const ActorArgs& args, net::RemoteLearnerOptions ro) {
   net::StageServiceOptions so;
   so.listen = args.stage_listen;
   so.token = ro.token;  // the stages of a pipeline are one worker: its token
+  if (!ro.tls_ca_pem.empty()) {
+    // TLS with the learner: this stage serves with a certificate of its own, which the learner
+    // hands to the stage before (the broadcast's scheme, net/tls.h).
+    Result<net::TlsIdentity> me = net::SelfSignedIdentity();
+    if (!me.ok()) {
+      spdlog::error("pipeline stage: {}", me.status().message());
+      return 1;
+    }
+    so.tls = std::move(me).value();
+    ro.role.cert_pem = so.tls.cert_pem;
+  }
   Result<std::unique_ptr<net::StageService>> service = net::StageService::Start(&server, std::nullopt, so);
   if (!service.ok()) {
     spdlog::error("--stage-listen: {}", service.status().message());
@@ -169,7 +180,8 @@ int RunLaterStage(const ActorArgs& args, net::RemoteLearnerOptions ro) {
     const net::PipelineRoute route = learner.route();
     if (!route.complete) continue;
     if (!last) {
-      if (Status st = next.Retarget(route.addresses[static_cast<size_t>(stage + 1)]); !st.ok()) {
+      const size_t after = static_cast<size_t>(stage + 1);
+      if (Status st = next.Retarget(route.addresses[after], route.certs[after]); !st.ok()) {
         spdlog::error("pipeline {}: {}", args.pipeline, st.message());
         continue;
       }
@@ -265,7 +277,7 @@ int RunActor(const ActorArgs& args) {
   if (ro.role.stage == 0) {
     auto layers = [&learner, &next]() -> std::optional<model::LayerRange> {
       const net::PipelineRoute r = learner.route();
-      if (!r.complete || !next.Retarget(r.addresses[1]).ok()) return std::nullopt;
+      if (!r.complete || !next.Retarget(r.addresses[1], r.certs[1]).ok()) return std::nullopt;
       return r.layers[0];
     };
     policy = std::make_unique<rollout::PipelinePolicy>(setup->model, setup->vocab, setup->sampling, &next,

@@ -198,6 +198,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     role.address = r.address();
     role.memory_bytes = r.memory_bytes();
     role.seconds_per_layer = r.seconds_per_layer();
+    role.cert_pem = r.cert_pem();
     const std::string what = "pipeline stage " + std::to_string(role.stage) + "/" + std::to_string(role.stages);
     if (role.pipeline.empty() || role.pipeline.size() > 64)
       return InvalidArgument(what + ": the pipeline's name must hold 1..64 characters");
@@ -211,6 +212,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
         return InvalidArgument(what + ": needs the HOST:PORT where the stage before reaches it, not \"" +
                                role.address.substr(0, 64) + "\"");
     }
+    if (role.cert_pem.size() > kMaxStageCertBytes)
+      return InvalidArgument(what + ": a certificate of at most " + std::to_string(kMaxStageCertBytes) + " bytes");
     if (!std::isfinite(role.memory_bytes) || role.memory_bytes < 0 || !std::isfinite(role.seconds_per_layer) ||
         role.seconds_per_layer < 0 || role.seconds_per_layer > 1e6)
       return InvalidArgument(what + ": memory and seconds per layer must be finite and >= 0");
@@ -229,7 +232,9 @@ class LearnerServer::Service final : public v1::Learner::Service {
     for (int i = 0; i < p.stages; ++i) {
       v1::PipelineMember* m = view->add_members();
       m->set_stage(i);
-      m->set_address(s_->actors_.at(p.active[static_cast<size_t>(i)]).role.address);
+      const StageRole& member = s_->actors_.at(p.active[static_cast<size_t>(i)]).role;
+      m->set_address(member.address);
+      m->set_cert_pem(member.cert_pem);
       m->set_first_layer(p.layers[static_cast<size_t>(i)].first);
       m->set_last_layer(p.layers[static_cast<size_t>(i)].second);
     }

@@ -72,6 +72,7 @@ struct StageRole {
   std::string address;
   double memory_bytes = 0;
   double seconds_per_layer = 0;
+  std::string cert_pem;  // stage > 0 under TLS: the certificate it serves with
 };
 
 // A pipeline as the learner formed it (proto PipelineView).

@@ -8,6 +8,7 @@
 
 #include "echelon/net/auth.h"
 #include "echelon/net/protocol.h"
+#include "echelon/net/tls.h"
 #include "echelon/v1/pipeline.grpc.pb.h"
 
 namespace echelon::net {
@@ -223,7 +224,7 @@ Result<std::unique_ptr<StageService>> StageService::Start(model::StageServer* st
   std::unique_ptr<StageService> s(new StageService());
   s->impl_ = std::make_unique<Impl>(stage, std::move(config), options);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen, ServerCredentials(options.tls), &s->port_);
   builder.RegisterService(s->impl_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -238,23 +239,24 @@ StageService::~StageService() {
 
 class RemoteStage::Stub {
  public:
-  explicit Stub(const std::string& address) {
+  Stub(const std::string& address, const std::string& cert_pem) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
-    stub = v1::PipelineStage::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    if (!cert_pem.empty()) SetPeerTargetName(&args);
+    stub = v1::PipelineStage::NewStub(grpc::CreateCustomChannel(address, ChannelCredentials(cert_pem), args));
   }
   std::unique_ptr<v1::PipelineStage::Stub> stub;
 };
 
 Result<std::unique_ptr<RemoteStage>> RemoteStage::Connect(const std::string& address, const std::string& token,
-                                                          double timeout_seconds) {
+                                                          double timeout_seconds, const std::string& cert_pem) {
   if (address.empty()) return InvalidArgument("pipeline: no address for the next stage");
   std::unique_ptr<RemoteStage> r(new RemoteStage());
   r->address_ = address;
   r->token_ = token;
   r->timeout_seconds_ = timeout_seconds;
-  r->stub_ = std::make_unique<Stub>(address);
+  r->stub_ = std::make_unique<Stub>(address, cert_pem);
   return r;
 }
 
@@ -323,12 +325,14 @@ Status RemoteStage::Close(uint64_t lane, model::StageMessage m) {
 StageRoute::StageRoute(std::string token, double timeout_seconds)
     : token_(std::move(token)), timeout_seconds_(timeout_seconds) {}
 
-Status StageRoute::Retarget(const std::string& address) {
+Status StageRoute::Retarget(const std::string& address, const std::string& cert_pem) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (address == address_ && current_) return Status::Ok();
-  ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStage> next, RemoteStage::Connect(address, token_, timeout_seconds_));
+  if (address == address_ && cert_pem == cert_pem_ && current_) return Status::Ok();
+  ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStage> next,
+                           RemoteStage::Connect(address, token_, timeout_seconds_, cert_pem));
   current_ = std::move(next);
   address_ = address;
+  cert_pem_ = cert_pem;
   return Status::Ok();
 }
 

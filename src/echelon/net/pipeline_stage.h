@@ -7,6 +7,10 @@
 //   auto remote = RemoteStage::Connect("10.0.0.2:50061", t, /*timeout_seconds=*/60);
 //   PipelineGenerate(first_stage_model, **remote, prompts, params, /*micro_batches=*/4);
 //
+// With a TLS identity (net/tls.h: a stage's self-signed certificate, which the learner hands to
+// the stage before) the stage serves over TLS and RemoteStage, given that certificate, trusts
+// exactly it: activations and the worker's token never cross the network in clear text.
+//
 // Every message is read as a caller with a valid token could write it: a lane's prompts, limits
 // and slots are bounded by the model's positions and kMaxLaneRows (they size the KV cache), a
 // tensor's dtype, shape and byte count must agree and its width be the model's hidden size, and
@@ -26,6 +30,7 @@
 #include "echelon/common/status.h"
 #include "echelon/model/model_config.h"
 #include "echelon/model/pipeline.h"
+#include "echelon/net/tls.h"
 
 namespace grpc {
 class Server;
@@ -40,6 +45,7 @@ inline constexpr int64_t kMaxLaneRows = 4096;
 struct StageServiceOptions {
   std::string listen = "0.0.0.0:0";  // port 0: any free port (see port())
   std::string token;                 // the bearer token callers present; empty: none
+  TlsIdentity tls;                   // non-empty: serve over TLS with this certificate
   int64_t max_lanes = 64;
 };
 
@@ -63,9 +69,10 @@ class StageService {
 
 class RemoteStage : public model::NextStage {
  public:
-  // Each call fails after timeout_seconds (a Forward waits for every later stage).
+  // Each call fails after timeout_seconds (a Forward waits for every later stage). A non-empty
+  // `cert_pem` is the stage's TLS certificate: the channel is TLS and trusts only it.
   static Result<std::unique_ptr<RemoteStage>> Connect(const std::string& address, const std::string& token,
-                                                      double timeout_seconds);
+                                                      double timeout_seconds, const std::string& cert_pem = "");
   ~RemoteStage() override;
 
   Status Open(uint64_t lane, const model::LaneSpec& spec) override;
@@ -87,8 +94,9 @@ class RemoteStage : public model::NextStage {
 class StageRoute : public model::NextStage {
  public:
   StageRoute(std::string token, double timeout_seconds);
-  // Points new lanes at `address`; a no-op when it is the current one.
-  Status Retarget(const std::string& address);
+  // Points new lanes at `address` (serving with `cert_pem`, "" without TLS); a no-op when it is
+  // the current one.
+  Status Retarget(const std::string& address, const std::string& cert_pem = "");
   std::string address() const;
 
   Status Open(uint64_t lane, const model::LaneSpec& spec) override;
@@ -102,6 +110,7 @@ class StageRoute : public model::NextStage {
   const double timeout_seconds_;
   mutable std::mutex mu_;  // guards everything below
   std::string address_;
+  std::string cert_pem_;
   std::shared_ptr<RemoteStage> current_;
   std::map<uint64_t, std::shared_ptr<RemoteStage>> lanes_;
 };

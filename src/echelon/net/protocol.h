@@ -8,10 +8,15 @@ namespace echelon::net {
 
 // Bumped on any incompatible change to learner.proto; checked at registration. 3: pipeline
 // stages (PipelineRole): a stage must not be taken for a whole-model actor by an older learner.
-inline constexpr uint32_t kProtocolVersion = 3;
+// 4: stages serve over TLS with the learner (PipelineRole.cert_pem), which an older learner
+// would not hand on.
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // Stages one pipelined rollout worker may have (each a process and a gRPC hop per token).
 inline constexpr int kMaxPipelineStages = 64;
+// A stage's self-signed certificate (net/tls.h) is under 1 KiB; 8 KiB bounds what the learner
+// keeps and hands on per stage.
+inline constexpr uint64_t kMaxStageCertBytes = 8192;
 
 // Largest message either side accepts. A group of 8 x 6-token math samples is ~1 KiB; a
 // 64-sample group of 4k-token episodes is ~4 MiB. Anything larger is refused as hostile.

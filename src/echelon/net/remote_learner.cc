@@ -68,6 +68,7 @@ Status RemoteLearner::Register() {
     r->set_address(role.address);
     r->set_memory_bytes(role.memory_bytes);
     r->set_seconds_per_layer(role.seconds_per_layer);
+    r->set_cert_pem(role.cert_pem);
   }
   v1::RegisterReply reply;
   grpc::Status st = stub_->Register(&ctx, req, &reply);
@@ -146,6 +147,7 @@ void RemoteLearner::HeartbeatLoop() {
       route.complete = v.complete() && v.members_size() == options_.role.stages;
       for (const v1::PipelineMember& m : v.members()) {
         route.addresses.push_back(m.address());
+        route.certs.push_back(m.cert_pem());
         route.layers.push_back(model::LayerRange{m.first_layer(), m.last_layer()});
       }
       std::lock_guard<std::mutex> lock(mu_);

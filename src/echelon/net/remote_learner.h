@@ -40,6 +40,7 @@ struct PipelineRoute {
   uint64_t epoch = 0;
   bool complete = false;              // formed, with this process as its stage's member
   std::vector<std::string> addresses;  // per stage (the head's is empty)
+  std::vector<std::string> certs;      // per stage: the certificate it serves with ("" without TLS)
   std::vector<model::LayerRange> layers;  // per stage
 };
 
