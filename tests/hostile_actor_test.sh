@@ -8,7 +8,7 @@
 # two-turn episodes claiming reward 1, another actor's lease, a 50,000-token completion, the
 # version lie as a suspect, an accepted group sent again; one token hoards leases.
 # Checks: every structural forgery and unpublished version refused with its reason; the fresh
-# lies either refused by recomputation (rollout.verify_fraction 0.3 here: some must be) or
+# lies either refused by recomputation (rollout.verify_fraction 0.15 here: some must be) or
 # accepted, and then bounded: on every update no token's gradient weight exceeded the dual
 # clip's c = 3 (max_token_weight; e^19.9 before it); the hoarder held at most
 # rollout.max_leases_per_worker leases; each worker with three strikes quarantined, no honest
@@ -28,7 +28,7 @@ for i in $(seq 0 19); do echo "hostile-$i $(token)"; done > hostile
 cat honest hostile > workers
 STEPS=750
 timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out run \
-  --set rl.steps=$STEPS --set eval.every=0 --set rollout.verify_fraction=0.3 --set rl.publish_period=2 \
+  --set rl.steps=$STEPS --set eval.every=0 --set rollout.verify_fraction=0.15 --set rl.publish_period=2 \
   > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
@@ -71,7 +71,7 @@ done
 fresh=$(jq -c 'select(.kind == "in_clamp" or .kind == "fresh_version")' hostile.jsonl | wc -l)
 caught=$(jq -c 'select((.kind == "in_clamp" or .kind == "fresh_version") and (.accepted | not))' hostile.jsonl | wc -l)
 echo "fresh lies: $fresh, refused by recomputation: $caught"
-check "some fresh lies refused by recomputation ($caught of $fresh at verify_fraction 0.3)" test "$caught" -ge 1
+check "some fresh lies refused by recomputation ($caught of $fresh at verify_fraction 0.15)" test "$caught" -ge 1
 check "the honest group was accepted" test "$(jq -c 'select(.kind == "honest" and .accepted)' hostile.jsonl | wc -l)" -eq 1
 check "no structural forgery accepted" \
   test "$(jq -c 'select(.kind != "honest" and .kind != "in_clamp" and .kind != "fresh_version" and .accepted)' hostile.jsonl | wc -l)" -eq 0

@@ -63,12 +63,12 @@ class Attacker {
     size_t k = 0, f = 0;
     bool replayed = false;
     while (std::chrono::steady_clock::now() < deadline && !done_) {
-      // Each worker: two lies while it is not suspect (fresh, unless the first was caught), a
+      // Each worker: three lies while it is not suspect (fresh, until one is caught), a
       // structural forgery, then (now suspect) the version lie, then another structural one.
       std::vector<std::string> plan;
       if (!replayed) plan.push_back("replay");
       if (!crash_text_.empty()) plan.push_back("reward_crash");
-      plan.insert(plan.end(), {"fresh", "fresh", "structural", "stale_version", "structural"});
+      plan.insert(plan.end(), {"fresh", "fresh", "fresh", "structural", "stale_version", "structural"});
       replayed = true;
       for (const std::string& step : plan) {
         // The kinds rotate as they are tried, so a worker quarantined early skips none.
@@ -122,12 +122,8 @@ class Attacker {
     if (id.ok()) {
       hoarder_actor_ = id.value();
       for (int i = 0; i < 64; ++i) {
-        grpc::ClientContext ctx;
-        net::AttachToken(ctx, worker_.token);
-        v1::AcquireRequest req;
-        req.set_actor_id(hoarder_actor_);
-        v1::AcquireReply reply;
-        if (stub_->Acquire(&ctx, req, &reply).ok() && reply.has_work()) ++leases;
+        std::optional<v1::AcquireReply> reply = AcquireOnce(hoarder_actor_);
+        if (reply && reply->has_work()) ++leases;
       }
     }
     log_ << nlohmann::json{{"kind", "hoard"}, {"worker", worker_.name}, {"leases", leases}}.dump() << std::endl;
@@ -191,15 +187,23 @@ class Attacker {
     return Unavailable("no snapshot from the learner");
   }
 
+  // One Acquire call for `actor` with the current worker's token; nullopt when it fails.
+  std::optional<v1::AcquireReply> AcquireOnce(const std::string& actor) {
+    grpc::ClientContext ctx;
+    net::AttachToken(ctx, worker_.token);
+    v1::AcquireRequest req;
+    req.set_actor_id(actor);
+    v1::AcquireReply reply;
+    if (!stub_->Acquire(&ctx, req, &reply).ok()) return std::nullopt;
+    return reply;
+  }
+
   // Work for `actor`; nullopt when quarantined or evicted (or the run is over).
   std::optional<v1::AcquireReply> Acquire(const std::string& actor) {
     for (int attempt = 0; attempt < 5000; ++attempt) {
-      grpc::ClientContext ctx;
-      net::AttachToken(ctx, worker_.token);
-      v1::AcquireRequest req;
-      req.set_actor_id(actor);
-      v1::AcquireReply reply;
-      if (!stub_->Acquire(&ctx, req, &reply).ok()) return std::nullopt;
+      std::optional<v1::AcquireReply> got = AcquireOnce(actor);
+      if (!got) return std::nullopt;
+      const v1::AcquireReply& reply = *got;
       if (reply.done()) {
         done_ = true;
         return std::nullopt;

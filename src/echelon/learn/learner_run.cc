@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "echelon/common/process.h"
 #include "echelon/learn/batch_collector.h"
@@ -244,6 +245,11 @@ class LearnerRun {
 
   // The update's metrics line (obs/step_record.h), Prometheus gauges and progress line.
   Status Record(int64_t t, const CollectedBatch& batch, const StepStats& stats, double step_start) {
+    for (const std::string& w : dispatcher_->capped_workers())
+      if (warned_capped_.insert(w).second)
+        spdlog::warn("worker {} holds rollout.max_leases_per_worker ({}) groups: its other actors get no work until "
+                     "one returns (raise the cap if it runs more actor processes on one token)",
+                     w, options_.max_leases_per_worker);
     obs::StepRecord r = MakeRecord(t, batch, stats, step_start);
     const bool eval_now = options_.eval_every > 0 && *r.version % options_.eval_every == 0 && *r.version != options_.steps;
     if (eval_now) {
@@ -468,6 +474,7 @@ class LearnerRun {
   double t_rl_ = 0;     // when this process's RL loop started
   double busy_seconds_ = 0;
   double last_train_seconds_ = 0;
+  std::set<std::string> warned_capped_;  // workers told they reached the lease cap
   std::optional<sched::StalenessControl> control_;  // rl.staleness: auto
   int64_t consumed_tokens_ = 0;
 };

@@ -52,6 +52,9 @@ sched::DispatcherOptions Simulation::DispatchOptions(const Plan& plan) {
   o.max_staleness = plan.inputs.max_staleness;
   o.batch_groups = plan.inputs.groups_per_step;
   o.lease_seconds = plan.config.sim.lease_seconds;
+  // Simulated workers are honest and run decode.slots groups at once (more than the real
+  // learner's per-worker cap for a large GPU class): no cap, or Pump would stop at one.
+  o.max_leases_per_worker = 0;
   return o;
 }
 

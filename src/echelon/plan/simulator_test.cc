@@ -45,6 +45,26 @@ TEST(SimulatorLockStep, SZeroReproducesLockStepTimingExactly) {
   EXPECT_EQ(r->counts.dropped_stale, 0u);
 }
 
+// A simulated worker runs its class's decode.slots groups at once: the learner's per-worker
+// lease cap (sched::kMaxLeasesPerWorker, 8) is for untrusted workers and must not throttle it
+// (with it, 16 slots ran in waves of 8 and Pump stopped at the capped worker).
+TEST(SimulatorLockStep, WorkersWithMoreSlotsThanTheLeaseCapRunThemAll) {
+  PlanConfig c = TestConfig();
+  c.max_staleness = 0;
+  c.publish_period = 1;
+  c.workers = {{"w", "g", 1, 0.5, 16 * 4 * 1000 / 20.0, 16, 1000, 1000, 0}};  // one GPU, 16 groups at once
+  c.groups_per_step = 16;  // one wave
+  c.target_utilization = 1.0;
+  Plan plan = MustPlan(c);
+  ASSERT_EQ(plan.classes[0].count, 1);
+  ASSERT_EQ(plan.classes[0].decode.slots, 16);
+  SimOptions opt;
+  opt.steps = 5;
+  Result<SimResult> r = Simulate(plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_NEAR(r->steady_step_seconds, plan.prediction.step_seconds, 1e-9 * plan.prediction.step_seconds);
+}
+
 void ExpectAgreement(const PlanConfig& c, double tolerance) {
   Plan plan = MustPlan(c);
   SimOptions opt;

@@ -16,6 +16,7 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   if (auto held = worker_leases_.find(worker);
       options_.max_leases_per_worker > 0 && held != worker_leases_.end() && held->second >= options_.max_leases_per_worker) {
     ++lease_capped_;
+    capped_workers_.insert(worker);
     return std::nullopt;
   }
   WorkItem item;
@@ -218,6 +219,11 @@ void Dispatcher::EndLeaseLocked(std::map<uint64_t, Lease>::iterator it) {
 uint64_t Dispatcher::lease_capped() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lease_capped_;
+}
+
+std::set<std::string> Dispatcher::capped_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return capped_workers_;
 }
 
 void Dispatcher::ReissueLocked(std::map<uint64_t, Lease>::iterator it) {

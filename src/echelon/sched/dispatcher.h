@@ -37,6 +37,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,8 @@ class Dispatcher {
   // Acquire calls refused because the worker already held max_leases_per_worker leases (this
   // process).
   uint64_t lease_capped() const;
+  // The workers such a call came from.
+  std::set<std::string> capped_workers() const;
 
   DispatcherState Export() const;
   // Replaces all state with `state` (a fresh dispatcher, before any actor calls it). Every
@@ -158,6 +161,7 @@ class Dispatcher {
   std::map<uint64_t, Lease> running_;     // group id -> current lease
   std::map<std::string, int64_t> worker_leases_;  // running leases per WorkerName, none at 0
   uint64_t lease_capped_ = 0;
+  std::set<std::string> capped_workers_;
   std::map<uint64_t, uint64_t> pending_;  // submitted, unsettled: group id -> submitting lease
   std::map<uint64_t, uint64_t> settled_;  // consumed or dropped: group id -> submitting lease
   std::deque<uint64_t> reissue_queue_;    // groups without a lease, handed out first

@@ -40,6 +40,7 @@ TEST(DispatcherLeases, OneWorkerHoldsAtMostItsCap) {
   }
   EXPECT_EQ(hoarded.size(), 3u);
   EXPECT_EQ(d.lease_capped(), 7u);
+  EXPECT_EQ(d.capped_workers(), std::set<std::string>{"hoarder"});
   // The window (32 groups) is still open to everyone else.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(d.Acquire("honest#1").has_value());
   EXPECT_EQ(d.Capacity(), 32 - 6);
