@@ -29,23 +29,25 @@ wait_for() {  # wait_for FILE PATTERN SECONDS
   for _ in $(seq 1 $(($3 * 10))); do grep -q -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
-
-BASE=$((20000 + RANDOM % 30000))
+# Every process listens on port 0 (the kernel picks a free one): a fixed or random port can be
+# taken by another test or an outgoing connection. origin_port FILE prints the origin's port.
+origin_port() { sed -n 's/.*listening on .* (port \([0-9]*\)).*/\1/p' "$1" | head -n1; }
 head -c $((12 << 20)) /dev/urandom > snap.bin
 WANT=$(sha256sum snap.bin | cut -d' ' -f1)
 
-timeout 60 "$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$BASE --key origin.key \
+timeout 60 "$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:0 --key origin.key \
   --expect-peers 3 --exit-when-done --timeout 50 --trace trace.jsonl > origin.out 2> origin.err &
 ORIGIN=$!
 PIDS+=("$ORIGIN")
 check "origin generates its key and listens" wait_for origin.err "listening on" 15
 check "public key written beside the private key" test -s origin.key.pub
 check "private key is 0600" test "$(stat -c %a origin.key)" = 600
+PORT=$(origin_port origin.err)
 PEERS=()
 for i in 1 2 3; do
   PIN=(--origin-key origin.key.pub)
   [ "$i" = 3 ] && PIN=()  # peer 3 trusts on first use
-  timeout 60 "$ECHELON" broadcast peer --origin 127.0.0.1:$BASE --listen 127.0.0.1:$((BASE + i)) --out out$i.bin \
+  timeout 60 "$ECHELON" broadcast peer --origin 127.0.0.1:$PORT --listen 127.0.0.1:0 --out out$i.bin \
     --name p$i "${PIN[@]}" --exit-when-done --timeout 50 > peer$i.out 2> peer$i.err &
   PEERS+=($!)
   PIDS+=($!)
@@ -73,21 +75,23 @@ got = sorted((r['to'].split('#')[0], r['chunk']) for r in rs)
 ok = len(rs) == 36 and got == sorted((p, c) for p in ('p1', 'p2', 'p3') for c in range(12))
 ok = ok and all(r['result'] == 'verified' and r['bytes'] == 1 << 20 and 0 <= r['ordered_s'] <= r['reported_s'] for r in rs)
 sys.exit(0 if ok else 1)"
-check "the trace summary reads it" sh -c "python3 '$HERE/../bench/broadcast_trace_summary.py' trace.jsonl | grep -q '^36 transfers'"
+python3 "$HERE/../bench/broadcast_trace_summary.py" trace.jsonl > summary.txt
+check "the trace summary reads it" grep -q '^36 transfers' summary.txt
 
 # ---- Deltas: version 2 (1% of the bytes changed in their low bit) against version 1 ----
 python3 "$HERE/small_update.py" snap.bin snap2.bin 7
 WANT2=$(sha256sum snap2.bin | cut -d' ' -f1)
-timeout 60 "$ECHELON" broadcast origin --file snap2.bin --delta-from snap.bin --version 2 --listen 127.0.0.1:$((BASE + 20)) \
+timeout 60 "$ECHELON" broadcast origin --file snap2.bin --delta-from snap.bin --version 2 --listen 127.0.0.1:0 \
   --key origin.key --chunk-mib 1 --expect-peers 3 --exit-when-done --timeout 50 > origin2.out 2> origin2.err &
 ORIGIN=$!
 PIDS+=("$ORIGIN")
-wait_for origin2.err "listening on" 15
+check "delta origin listens" wait_for origin2.err "listening on" 15
+PORT2=$(origin_port origin2.err)
 PEERS=()
 for i in 1 2 3; do
   HAVE=(--have out$i.bin)  # version 1, as this peer wrote it above
   [ "$i" = 3 ] && HAVE=()  # peer 3 lacks the base: it pulls the file whole
-  timeout 60 "$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 20)) --listen 127.0.0.1:$((BASE + 20 + i)) \
+  timeout 60 "$ECHELON" broadcast peer --origin 127.0.0.1:$PORT2 --listen 127.0.0.1:0 \
     --out delta$i.bin --name d$i --origin-key origin.key.pub "${HAVE[@]}" --exit-when-done --timeout 50 \
     > dpeer$i.out 2> dpeer$i.err &
   PEERS+=($!)
@@ -110,32 +114,32 @@ check "delta origin exits 0 when done" test $? -eq 0
 PULLED=$(tail -n1 origin2.out | jq -r .bytes_pulled)
 check "origin's bytes_pulled is what the peers said they pulled" \
   test "$PULLED" -eq $(($(received dpeer1.out) + $(received dpeer2.out) + $(received dpeer3.out)))
-"$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 20)) --listen 127.0.0.1:$((BASE + 24)) --out x.bin \
+"$ECHELON" broadcast peer --origin 127.0.0.1:$PORT2 --listen 127.0.0.1:0 --out x.bin \
   --have nothere.bin > /dev/null 2> nohave.err
 check "missing --have file exits 2 naming it" sh -c "test $? -eq 2 && grep -q 'nothere.bin' nohave.err"
-"$ECHELON" broadcast origin --file snap2.bin --delta-from nothere.bin --listen 127.0.0.1:$((BASE + 25)) \
+"$ECHELON" broadcast origin --file snap2.bin --delta-from nothere.bin --listen 127.0.0.1:0 \
   > /dev/null 2> nodelta.err
 check "missing --delta-from file exits 2 naming it" sh -c "test $? -eq 2 && grep -q 'nothere.bin' nodelta.err"
-timeout 10 "$ECHELON" broadcast origin --file snap.bin --endgame-ratio 0.5 --listen 127.0.0.1:$((BASE + 26)) \
+timeout 10 "$ECHELON" broadcast origin --file snap.bin --endgame-ratio 0.5 --listen 127.0.0.1:0 \
   > /dev/null 2> endgame.err
 check "--endgame-ratio 0.5 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'endgame-ratio 0.5 is invalid' endgame.err"
-timeout 10 "$ECHELON" broadcast origin --file snap.bin --start-latency-ms -5 --listen 127.0.0.1:$((BASE + 26)) \
+timeout 10 "$ECHELON" broadcast origin --file snap.bin --start-latency-ms -5 --listen 127.0.0.1:0 \
   > /dev/null 2> latency.err
 check "--start-latency-ms -5 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'start-latency-ms -5 is invalid' latency.err"
-timeout 10 "$ECHELON" broadcast origin --file snap.bin --chunk-mib 0.0001 --listen 127.0.0.1:$((BASE + 26)) \
+timeout 10 "$ECHELON" broadcast origin --file snap.bin --chunk-mib 0.0001 --listen 127.0.0.1:0 \
   > /dev/null 2> chunk.err
 check "--chunk-mib 0.0001 exits 2 naming the flag and auto" sh -c "test $? -eq 2 && grep -q 'chunk-mib 0.0001 is invalid; expected 0 (auto)' chunk.err"
-timeout 10 "$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 20)) --listen 127.0.0.1:$((BASE + 27)) --out x.bin \
+timeout 10 "$ECHELON" broadcast peer --origin 127.0.0.1:$PORT2 --listen 127.0.0.1:0 --out x.bin \
   --upload-mbps -3 > /dev/null 2> upload.err
 check "--upload-mbps -3 exits 2 naming the flag" sh -c "test $? -eq 2 && grep -q 'upload-mbps -3 is invalid' upload.err"
 
 # A peer pinned to another origin's key is refused at join, naming both key ids.
-"$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$((BASE + 10)) --key other.key --expect-peers 5 \
+"$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:0 --key other.key --expect-peers 5 \
   --timeout 20 > /dev/null 2> other.err &
 OTHER=$!
 PIDS+=("$OTHER")
 wait_for other.err "listening on" 15
-timeout 20 "$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 10)) --listen 127.0.0.1:$((BASE + 11)) \
+timeout 20 "$ECHELON" broadcast peer --origin 127.0.0.1:$(origin_port other.err) --listen 127.0.0.1:0 \
   --out wrong.bin --origin-key origin.key.pub > /dev/null 2> wrongkey.err
 check "wrong pinned key exits 2" test $? -eq 2
 check "wrong pinned key names the pinned key" contains wrongkey.err "pinned --origin-key"
@@ -143,16 +147,20 @@ check "nothing written for a wrong key" test ! -e wrong.bin
 kill "$OTHER" 2>/dev/null
 
 # Bad input: one line naming the file or the flag.
-"$ECHELON" broadcast origin --file missing.bin --listen 127.0.0.1:$((BASE + 12)) > /dev/null 2> missing.err
+"$ECHELON" broadcast origin --file missing.bin --listen 127.0.0.1:0 > /dev/null 2> missing.err
 check "missing file exits 2" test $? -eq 2
 check "missing file is named" contains missing.err "missing.bin"
-"$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:$((BASE + 12)) --mode ring > /dev/null 2> mode.err
+"$ECHELON" broadcast origin --file snap.bin --listen 127.0.0.1:0 --mode ring > /dev/null 2> mode.err
 check "bad mode exits 2" test $? -eq 2
 check "bad mode names the choices" contains mode.err "expected peer or star"
-timeout 30 "$ECHELON" broadcast peer --origin 127.0.0.1:$((BASE + 13)) --listen 127.0.0.1:$((BASE + 14)) \
+# Port 1 on loopback: nothing listens there (a privileged port no test binds).
+timeout 30 "$ECHELON" broadcast peer --origin 127.0.0.1:1 --listen 127.0.0.1:0 \
   --out x.bin > /dev/null 2> noorigin.err
 check "unreachable origin exits 1" test $? -eq 1
-check "unreachable origin is named" contains noorigin.err "127.0.0.1:$((BASE + 13))"
+check "unreachable origin is named" contains noorigin.err "127.0.0.1:1"
 
+if [ "$fails" -gt 0 ]; then  # what the processes said, for the failure's cause
+  for f in *.err; do echo "--- $f"; tail -n 5 "$f"; done
+fi
 echo "$pass passed, $fails failed"
 [ "$fails" -eq 0 ]

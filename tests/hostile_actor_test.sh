@@ -26,7 +26,7 @@ token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 for w in honest-0 honest-1; do echo "$w $(token)"; done > honest
 for i in $(seq 0 19); do echo "hostile-$i $(token)"; done > hostile
 cat honest hostile > workers
-STEPS=750
+STEPS=400
 timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out run \
   --set rl.steps=$STEPS --set eval.every=0 --set rollout.verify_fraction=0.15 --set rl.publish_period=2 \
   > learner.out 2> learner.err &
@@ -39,7 +39,7 @@ for w in honest-0 honest-1; do
   "$ECHELON" actor --learner "127.0.0.1:$port" --name $w --token-file $w.token > $w.out 2> $w.err &
   PIDS+=("$!")
 done
-"$TESTKIT" hostile-actor "127.0.0.1:$port" hostile hostile.jsonl 600 2 2 > hostile.out 2> hostile.err &
+"$TESTKIT" hostile-actor "127.0.0.1:$port" hostile hostile.jsonl 600 1 2 > hostile.out 2> hostile.err &
 HOSTILE=$!
 PIDS+=("$HOSTILE")
 wait "$LEARNER"

@@ -391,6 +391,7 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
                                 const std::string& detail, uint64_t bytes) {
   std::shared_ptr<Pending> p;
   std::shared_ptr<Conn> failing_sender;
+  size_t failure_reporters = 0;  // read under mu_ for the log line
   TransferOutcome outcome = TransferOutcome::kFailed;
   if (result == v1::BROADCAST_RESULT_VERIFIED) outcome = TransferOutcome::kVerified;
   if (result == v1::BROADCAST_RESULT_CORRUPT) outcome = TransferOutcome::kCorrupt;
@@ -419,6 +420,7 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
         s.failure_reporters.insert(conn->id);
         if (++s.fetch_failures_in_a_row >= kMaxFetchFailuresInARow && s.failure_reporters.size() >= 2 && s.alive)
           failing_sender = p->sender;
+        failure_reporters = s.failure_reporters.size();
       } else {
         s.fetch_failures_in_a_row = 0;
         s.failure_reporters.clear();
@@ -437,7 +439,7 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
   if (failing_sender) {
     DeclareDead(failing_sender, std::to_string(kMaxFetchFailuresInARow) + " fetches from its ChunkSource at " +
                                     failing_sender->address + " failed in a row, reported by " +
-                                    std::to_string(failing_sender->failure_reporters.size()) + " receivers");
+                                    std::to_string(failure_reporters) + " receivers");
   }
   CheckComplete(p->version);
 }
