@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "echelon/common/fs.h"
+#include "echelon/data/adapter_kit.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
@@ -219,7 +220,8 @@ class Attacker {
     data::Prompt p{w.prompt_id(), w.prompt_text(), w.prompt_reference()};
     p.system = w.prompt_system();
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Episode> episodes,
-                             setup_->task->RunGroup(p, w.group_size(), policy, w.group_id()));
+                             w.scored_by_learner() ? data::SampleSingleTurnGroup(p, w.group_size(), policy, w.group_id())
+                                                   : setup_->task->RunGroup(p, w.group_size(), policy, w.group_id()));
     rollout::GroupRollout g;
     g.group_id = w.group_id();
     g.lease_id = w.lease_id();

@@ -12,20 +12,25 @@ uint64_t SplitMix64(uint64_t x) {
 
 }  // namespace
 
-Result<std::vector<Episode>> RunSingleTurnGroup(const TaskAdapter& task, const Prompt& prompt, int group_size,
-                                                Policy& policy, uint64_t seed) {
+Result<std::vector<Episode>> SampleSingleTurnGroup(const Prompt& prompt, int group_size, Policy& policy, uint64_t seed) {
   if (group_size <= 0) return std::vector<Episode>();
   ECHELON_ASSIGN_OR_RETURN(std::vector<Turn> turns,
                            policy.Sample(std::vector<PolicyPrompt>(group_size, PolicyPrompt::Of(prompt)), seed));
-  std::vector<std::string> texts;
-  for (const Turn& t : turns) texts.push_back(t.text);
-  ECHELON_ASSIGN_OR_RETURN(std::vector<Scored> scored, task.RewardGroup(prompt, texts));
   std::vector<Episode> episodes(turns.size());
-  for (size_t i = 0; i < turns.size(); ++i) {
+  for (size_t i = 0; i < turns.size(); ++i) episodes[i].turns.push_back(std::move(turns[i]));
+  return episodes;
+}
+
+Result<std::vector<Episode>> RunSingleTurnGroup(const TaskAdapter& task, const Prompt& prompt, int group_size,
+                                                Policy& policy, uint64_t seed) {
+  ECHELON_ASSIGN_OR_RETURN(std::vector<Episode> episodes, SampleSingleTurnGroup(prompt, group_size, policy, seed));
+  std::vector<std::string> texts;
+  for (const Episode& e : episodes) texts.push_back(e.turns[0].text);
+  ECHELON_ASSIGN_OR_RETURN(std::vector<Scored> scored, task.RewardGroup(prompt, texts));
+  for (size_t i = 0; i < episodes.size(); ++i) {
     episodes[i].reward = scored[i].reward;
     episodes[i].metrics = std::move(scored[i].metrics);
     episodes[i].success = episodes[i].reward >= 1.0;
-    episodes[i].turns.push_back(std::move(turns[i]));
   }
   return episodes;
 }

@@ -17,9 +17,12 @@
 namespace echelon::data {
 
 // Samples `group_size` completions of the prompt in one policy call and rewards each with
-// task.Reward (success: reward >= 1). A policy that returns fewer turns gives a short group.
+// task.RewardGroup (success: reward >= 1). A policy that returns fewer turns gives a short group.
 Result<std::vector<Episode>> RunSingleTurnGroup(const TaskAdapter& task, const Prompt& prompt, int group_size,
                                                 Policy& policy, uint64_t seed);
+// The sampling half alone, rewards left 0: what an actor does when the learner scores the
+// group (rollout::Assignment::scored_by_learner, the reference withheld).
+Result<std::vector<Episode>> SampleSingleTurnGroup(const Prompt& prompt, int group_size, Policy& policy, uint64_t seed);
 
 // A fixed mixing function rather than <random> distributions, whose outputs differ between
 // standard libraries: prompts, splits and orders must be the same on every host and after a

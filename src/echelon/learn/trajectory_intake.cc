@@ -25,7 +25,16 @@ TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::Ta
 std::optional<rollout::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
   std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
   if (!w) return std::nullopt;
-  return rollout::Assignment{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size)};
+  rollout::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size)};
+  if (task_->MaxTurns() == 1) {
+    // A single-turn group is scored here (Verify), so what scoring needs stays here: a worker
+    // that saw the answer could hand in the answer.
+    a.prompt.reference.clear();
+    a.prompt.extra_info.clear();
+    a.prompt.data_source.clear();
+    a.scored_by_learner = true;
+  }
+  return a;
 }
 
 std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
@@ -154,8 +163,10 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
 
 Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout* g) const {
   Verdict v;
+  // A single-turn worker does not score (scored_by_learner); a multi-turn one plays against
+  // its environment, whose reward must agree with the replay's.
   const auto take = [&](data::Episode& e, data::Scored s) {
-    if (s.reward != e.reward && task_->ActorsCanScore()) ++v.corrected;
+    if (s.reward != e.reward && task_->MaxTurns() > 1 && task_->ActorsCanScore()) ++v.corrected;
     e.reward = s.reward;
     e.success = s.reward >= 1.0;
     e.metrics = std::move(s.metrics);

@@ -68,9 +68,11 @@ struct HubFixture {
     hub.Publish({0, std::make_shared<const std::string>()});  // the learner publishes v0 first
   }
 
-  // A well-formed group for the next hand-out: both samples answer correctly.
+  // A well-formed group for the next hand-out: both samples answer correctly (the answer is
+  // the task's: a single-turn hand-out comes without it).
   rollout::GroupRollout Valid() {
     rollout::Assignment a = hub.Acquire("a#1").value();
+    a.prompt.reference = task->TrainPrompt(a.work.group_id).reference;
     rollout::GroupRollout g;
     g.group_id = a.work.group_id;
     g.lease_id = a.work.lease_id;
@@ -196,8 +198,37 @@ TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
   EXPECT_EQ(got[1].episodes[0].reward, 0.0);
   EXPECT_FALSE(got[1].episodes[0].success);
   EXPECT_EQ(got[1].episodes[1].reward, 1.0);
-  EXPECT_EQ(f.hub.refusals().at("reward_corrected"), 1);
+  // A single-turn worker is not asked to score: its claim is not counted as a correction.
+  EXPECT_EQ(f.hub.refusals().count("reward_corrected"), 0u);
   EXPECT_EQ(f.hub.actor_groups().at("a"), 2);
+}
+
+// Single-turn work went out with its answer (AcquireReply.prompt_reference): a worker could
+// hand in the answer it was told. The learner scores such groups, so the answer stays here.
+TEST(TrajectoryIntakeTest, SingleTurnWorkIsHandedOutWithoutItsAnswer) {
+  HubFixture f;
+  rollout::Assignment a = f.hub.Acquire("a#1").value();
+  const data::Prompt full = f.task->TrainPrompt(a.work.group_id);
+  ASSERT_FALSE(full.reference.empty());
+  EXPECT_EQ(a.prompt.text, full.text);
+  EXPECT_EQ(a.prompt.reference, "");
+  EXPECT_TRUE(a.scored_by_learner);
+  // The group the worker hands in (rewards 0: it did not score) is scored by the learner.
+  rollout::GroupRollout g = f.Valid();
+  for (data::Episode& e : g.episodes) e.reward = 0;
+  ASSERT_TRUE(f.hub.Submit(g).accepted);
+  std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
+  ASSERT_EQ(got.size(), 1u);
+  for (const data::Episode& e : got[0].episodes) EXPECT_EQ(e.reward, 1.0);
+  EXPECT_EQ(got[0].prompt.reference, f.task->TrainPrompt(got[0].group_id).reference);
+}
+
+// A multi-turn worker plays against its environment, which needs the whole prompt.
+TEST(TrajectoryIntakeTest, MultiTurnWorkKeepsItsPrompt) {
+  HubFixture f(/*max_turns=*/3);
+  rollout::Assignment a = f.hub.Acquire("a#1").value();
+  EXPECT_EQ(a.prompt.reference, f.task->TrainPrompt(a.work.group_id).reference);
+  EXPECT_FALSE(a.scored_by_learner);
 }
 
 // The worker's text of a turn was kept as sent (unbounded: 32 MiB per group held in the

@@ -143,6 +143,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_prompt_reference(a->prompt.reference);
     reply->set_prompt_system(a->prompt.system);
     reply->set_group_size(a->group_size);
+    reply->set_scored_by_learner(a->scored_by_learner);
     return grpc::Status::OK;
   }
 

@@ -28,6 +28,7 @@ class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, 
     a.prompt = data::Prompt{a.work.group_id, "1+2=", "3"};
     a.prompt.system = "Answer with a number.";
     a.group_size = 2;
+    a.scored_by_learner = true;
     holders.push_back(actor);
     return a;
   }
@@ -253,6 +254,7 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   EXPECT_EQ(a->prompt.text, "1+2=");
   EXPECT_EQ(a->prompt.system, "Answer with a number.");  // a chat prompt's system message travels
   EXPECT_EQ(a->group_size, 2);
+  EXPECT_TRUE(a->scored_by_learner);  // the actor samples only; the learner scores
 
   rollout::GroupRollout g;
   g.group_id = a->work.group_id;

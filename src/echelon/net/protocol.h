@@ -9,8 +9,9 @@ namespace echelon::net {
 // Bumped on any incompatible change to learner.proto; checked at registration. 3: pipeline
 // stages (PipelineRole): a stage must not be taken for a whole-model actor by an older learner.
 // 4: stages serve over TLS with the learner (PipelineRole.cert_pem), which an older learner
-// would not hand on.
-inline constexpr uint32_t kProtocolVersion = 4;
+// would not hand on. 5: single-turn work comes without its reference (scored_by_learner), which
+// an older actor would score against "".
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // Stages one pipelined rollout worker may have (each a process and a gRPC hop per token).
 inline constexpr int kMaxPipelineStages = 64;

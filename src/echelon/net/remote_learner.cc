@@ -195,6 +195,7 @@ std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*a
   a.prompt = data::Prompt{reply.prompt_id(), reply.prompt_text(), reply.prompt_reference()};
   a.prompt.system = reply.prompt_system();
   a.group_size = reply.group_size();
+  a.scored_by_learner = reply.scored_by_learner();
   return a;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "echelon/data/adapter_kit.h"
 
 namespace echelon::rollout {
 
@@ -72,7 +73,9 @@ void Actor::Run(const std::atomic<bool>& stop) {
     Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
     for (int attempt = 0;; ++attempt) {
       out.behavior_version = policy_->version();
-      episodes = task_->RunGroup(a->prompt, a->group_size, *policy_, GroupSeed(options_.seed, a->work.group_id));
+      const uint64_t seed = GroupSeed(options_.seed, a->work.group_id);
+      episodes = a->scored_by_learner ? data::SampleSingleTurnGroup(a->prompt, a->group_size, *policy_, seed)
+                                      : task_->RunGroup(a->prompt, a->group_size, *policy_, seed);
       // Aborted: the policy's snapshot went out of date under it (a pipeline's stages moved
       // past it); the group runs again on the newest one.
       if (episodes.ok() || episodes.status().code() != StatusCode::kAborted || attempt + 1 >= kGroupAttempts ||

@@ -18,8 +18,9 @@ class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
     Assignment a;
     a.work.group_id = 7;
     a.work.lease_id = 70;
-    a.prompt = data::Prompt{7, "1+2=", "3"};
+    a.prompt = data::Prompt{7, "1+2=", scored_by_learner ? "" : "3"};
     a.group_size = 2;
+    a.scored_by_learner = scored_by_learner;
     return a;
   }
   SubmitOutcome Submit(GroupRollout r) override {
@@ -33,6 +34,7 @@ class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
   }
   std::mutex mu;
   bool handed = false;
+  bool scored_by_learner = false;
   int64_t version = 3;
   std::vector<GroupRollout> submitted;
 };
@@ -93,6 +95,15 @@ class OneAnswerTask : public data::TaskAdapter {
   std::vector<data::Prompt> held_out_;
 };
 
+// An adapter that cannot score without the prompt's reference.
+class NeedsTheAnswerTask : public OneAnswerTask {
+ public:
+  Result<std::vector<data::Episode>> RunGroup(const data::Prompt& prompt, int, data::Policy&, uint64_t) const override {
+    if (prompt.reference.empty()) return FailedPrecondition("no reference to score against");
+    return std::vector<data::Episode>();
+  }
+};
+
 // Runs the actor until the plane holds a submission or `seconds` pass.
 void RunFor(Actor& actor, Plane& plane, double seconds) {
   std::atomic<bool> stop{false};
@@ -134,6 +145,25 @@ TEST(ActorTest, OtherFailuresAndEndlessAbortsLeaveTheGroupToItsLease) {
     EXPECT_EQ(p->calls, code == StatusCode::kAborted ? Actor::kGroupAttempts : 1);
     EXPECT_EQ(actor.stats().errors.load(), 1);
   }
+}
+
+// The learner withholds a single-turn group's answer and scores the group itself: the actor
+// samples without calling the task's scoring (which would fail, or score against "").
+TEST(ActorTest, WorkTheLearnerScoresIsSampledWithoutScoring) {
+  Plane plane;
+  plane.scored_by_learner = true;
+  NeedsTheAnswerTask task;
+  Actor actor(ActorOptions{}, &plane, &plane, &plane, &task,
+              std::make_unique<FlakyPolicy>(&plane, 0, StatusCode::kInternal));
+  RunFor(actor, plane, 5);
+  ASSERT_EQ(plane.submitted.size(), 1u);
+  ASSERT_EQ(plane.submitted[0].episodes.size(), 2u);
+  for (const data::Episode& e : plane.submitted[0].episodes) {
+    ASSERT_EQ(e.turns.size(), 1u);
+    EXPECT_EQ(e.turns[0].text, "3");
+    EXPECT_EQ(e.reward, 0.0);
+  }
+  EXPECT_EQ(actor.stats().errors.load(), 0);
 }
 
 }  // namespace

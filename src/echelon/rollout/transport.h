@@ -21,6 +21,9 @@ struct Assignment {
   sched::WorkItem work;
   data::Prompt prompt;
   int group_size = 1;
+  // The learner scores the group itself (a single-turn task): the prompt comes without its
+  // reference and the actor only samples (data::SampleSingleTurnGroup), its rewards left 0.
+  bool scored_by_learner = false;
 };
 
 // What an actor hands back for one group.
