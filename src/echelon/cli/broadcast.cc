@@ -412,7 +412,7 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   peer->add_option("--origin-key", p->origin_key, "pin the origin's public key (PEM); default: trust on first use");
   peer->add_option("--advertise", p->advertise, "HOST:PORT other peers dial (default: --listen's host and port)");
   peer->add_option("--name", p->name, "name in the origin's logs and report")->capture_default_str();
-  peer->add_option("--token-file", p->token_file, "bearer token for the origin and other peers");
+  peer->add_option("--token-file", p->token_file, "bearer token for the origin (fetches from other peers carry the origin's tickets)");
   peer->add_flag("--exit-when-done", p->exit_when_done, "exit once the origin says every peer holds the file");
   peer->add_option("--upload-mbps", p->upload_mbps,
                    "this host's upload rate, Mbit/s: the origin's first estimate until it measures one, and "

@@ -19,6 +19,13 @@ std::string HostOf(const std::string& host_port) {
   return host_port.substr(0, colon);
 }
 
+std::string PeerHost(const std::string& peer) {
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (peer.rfind(scheme, 0) == 0) return HostOf(peer.substr(5));
+  }
+  return peer;  // unix sockets and others: the whole string
+}
+
 bool IsWildcardHost(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
 }

@@ -12,6 +12,9 @@ namespace echelon::net {
 
 // The host part of HOST:PORT (the whole string when there is no port).
 std::string HostOf(const std::string& host_port);
+// The host of a gRPC peer string: PeerHost("ipv4:10.0.0.2:51234") == "10.0.0.2",
+// PeerHost("ipv6:[::1]:51234") == "[::1]".
+std::string PeerHost(const std::string& peer);
 // True for 0.0.0.0, [::], :: and an empty host: addresses that bind every interface.
 bool IsWildcardHost(const std::string& host);
 // The local IP address this machine uses to reach `host_port` (a UDP socket is connected,

@@ -15,6 +15,9 @@ namespace {
 TEST(AddressTest, HostOfAndWildcards) {
   EXPECT_EQ(HostOf("10.0.0.2:7700"), "10.0.0.2");
   EXPECT_EQ(HostOf("[::1]:7700"), "[::1]");
+  EXPECT_EQ(PeerHost("ipv4:10.0.0.2:51234"), "10.0.0.2");
+  EXPECT_EQ(PeerHost("ipv6:[::1]:51234"), "[::1]");
+  EXPECT_EQ(PeerHost("unix:/tmp/s"), "unix:/tmp/s");
   EXPECT_EQ(HostOf("[::1]"), "[::1]");
   EXPECT_EQ(HostOf("host"), "host");
   EXPECT_TRUE(IsWildcardHost("0.0.0.0"));

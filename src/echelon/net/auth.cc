@@ -13,7 +13,6 @@
 #include "echelon/common/sha256.h"
 
 namespace echelon::net {
-namespace {
 
 std::optional<std::string> BearerToken(const grpc::ServerContext& ctx) {
   const auto& md = ctx.client_metadata();
@@ -24,6 +23,8 @@ std::optional<std::string> BearerToken(const grpc::ServerContext& ctx) {
   if (got.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   return got.substr(prefix.size());
 }
+
+namespace {
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;

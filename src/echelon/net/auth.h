@@ -54,6 +54,8 @@ class TokenTable {
 
 // Reads an actor's token file (surrounding whitespace trimmed); an empty token is an error.
 Result<std::string> LoadToken(const std::string& path);
+// The call's "authorization: Bearer <token>", if it carries one.
+std::optional<std::string> BearerToken(const grpc::ServerContext& ctx);
 // True when the call's metadata carries exactly this bearer token. An empty expected token
 // means authentication is off.
 bool TokenMatches(const grpc::ServerContext& ctx, const std::string& token);

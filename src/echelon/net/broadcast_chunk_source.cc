@@ -1,8 +1,9 @@
 #include "echelon/net/broadcast_chunk_source.h"
 
-#include "echelon/net/auth.h"
-
 #include <grpcpp/grpcpp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <algorithm>
 
@@ -24,12 +25,47 @@ void ApplyBroadcastLimits(grpc::ServerBuilder* builder) {
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
 }
 
+std::string MakeTicket(const std::string& key, uint64_t transfer_id, uint64_t version, uint32_t chunk) {
+  unsigned char message[20];
+  for (int i = 0; i < 8; ++i) message[i] = static_cast<unsigned char>(transfer_id >> (8 * i));
+  for (int i = 0; i < 8; ++i) message[8 + i] = static_cast<unsigned char>(version >> (8 * i));
+  for (int i = 0; i < 4; ++i) message[16 + i] = static_cast<unsigned char>(chunk >> (8 * i));
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message, sizeof(message), mac, &n);
+  return std::string(reinterpret_cast<const char*>(mac), n);
+}
+
+bool TicketMatches(const std::string& key, const v1::FetchChunkRequest& req) {
+  const std::string want = MakeTicket(key, req.transfer_id(), req.version(), req.chunk());
+  return req.ticket().size() == want.size() && CRYPTO_memcmp(req.ticket().data(), want.data(), want.size()) == 0;
+}
+
+void TicketBook::SetKey(std::string key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  key_ = std::move(key);
+}
+
+bool TicketBook::Use(const v1::FetchChunkRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (key_.empty() || !TicketMatches(key_, req)) return false;
+  if (forgotten_below_ && req.transfer_id() <= *forgotten_below_) return false;
+  int& used = uses_[req.transfer_id()];
+  if (used >= kTicketUses) return false;
+  ++used;
+  if (uses_.size() > kTicketMemory) {
+    forgotten_below_ = uses_.begin()->first;
+    uses_.erase(uses_.begin());
+  }
+  return true;
+}
+
 ChunkSourceService::ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter,
-                                       std::string token, double upload_deadline_seconds, double pace_bps)
+                                       TicketCheck check, double upload_deadline_seconds, double pace_bps)
     : store_(store),
       serialize_uploads_(serialize_uploads),
       filter_(std::move(filter)),
-      token_(std::move(token)),
+      check_(std::move(check)),
       upload_deadline_seconds_(upload_deadline_seconds),
       pace_bps_(pace_bps),
       reaper_([this] { ReapLoop(); }) {}
@@ -78,8 +114,11 @@ int64_t ChunkSourceService::overdue_cancelled() const {
 
 grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::FetchChunkRequest* req,
                                             grpc::ServerWriter<v1::FetchChunkReply>* writer) {
-  if (!token_.empty() && !TokenMatches(*ctx, token_))
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token for chunk fetches");
+  if (check_ && !check_(*req))
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "no valid ticket for transfer " + std::to_string(req->transfer_id()) +
+                            " (a fetch needs an Order from the origin; a ticket serves " +
+                            std::to_string(kTicketUses) + " fetches)");
   Result<std::shared_ptr<const std::string>> chunk =
       req->delta() ? store_->GetDelta(req->version(), req->chunk()) : store_->GetChunk(req->version(), req->chunk());
   if (!chunk.ok()) {

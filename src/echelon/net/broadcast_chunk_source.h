@@ -12,6 +12,14 @@
 //   // fault injection in tests: a node that corrupts what it serves
 //   ChunkSourceService evil(&store, true, [](uint64_t, uint32_t, std::string* b) { (*b)[0] ^= 1; });
 //
+// Every fetch must carry its Order's ticket (`check`; none in unit tests of the source alone):
+// a node serves only transfers the origin ordered, so a peer the origin dropped gets no more
+// than the Orders it already held, whatever token it kept.
+//
+//   TicketBook tickets;                     // a peer's: keyed by the origin's Welcome
+//   ChunkSourceService source(&store, true, nullptr, [&](const v1::FetchChunkRequest& r) { return tickets.Use(r); });
+//   tickets.SetKey(welcome.ticket_key());
+//
 // With `pace_bps` > 0 pieces of kPacedPieceBytes leave no faster than that, across fetches.
 //
 // A fetch still running after `upload_deadline_seconds` (kFetchDeadlineSeconds) is cancelled
@@ -29,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,11 +47,37 @@
 
 namespace echelon::net {
 
+// The ticket for one transfer at one sender: HMAC-SHA256 under that sender's ticket key (which
+// only the origin and the sender hold) of the transfer id, version and chunk.
+std::string MakeTicket(const std::string& key, uint64_t transfer_id, uint64_t version, uint32_t chunk);
+// True when the request carries MakeTicket(key, ...) of its own transfer, version and chunk
+// (compared in constant time).
+bool TicketMatches(const std::string& key, const v1::FetchChunkRequest& req);
+
+// A sender's record of the tickets it honoured: each at most kTicketUses times; the uses of the
+// kTicketMemory newest transfers are remembered, and older transfers are refused.
+// Thread-safe.
+class TicketBook {
+ public:
+  void SetKey(std::string key);  // until then every ticket is refused
+  // True, counting one use, when the request's ticket is this key's for its transfer, version
+  // and chunk and has uses left.
+  bool Use(const v1::FetchChunkRequest& req);
+
+ private:
+  std::mutex mu_;
+  std::string key_;
+  std::map<uint64_t, int> uses_;              // transfer id -> fetches served
+  std::optional<uint64_t> forgotten_below_;  // transfers at or below this are refused
+};
+
+// True when the fetch may be served (its ticket holds); nullptr serves every fetch.
+using TicketCheck = std::function<bool(const v1::FetchChunkRequest&)>;
+
 class ChunkSourceService final : public v1::ChunkSource::Service {
  public:
-  // A non-empty `token` must be presented as "authorization: Bearer <token>" by every fetcher.
   ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter = nullptr,
-                     std::string token = "", double upload_deadline_seconds = kFetchDeadlineSeconds,
+                     TicketCheck check = nullptr, double upload_deadline_seconds = kFetchDeadlineSeconds,
                      double pace_bps = 0);
   ~ChunkSourceService() override;
 
@@ -58,7 +93,7 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
   const broadcast::ChunkStore* const store_;
   const bool serialize_uploads_;
   const ServeFilter filter_;
-  const std::string token_;
+  const TicketCheck check_;
   std::mutex upload_mu_;  // held while one chunk's pieces are written (serialize_uploads_)
   const double upload_deadline_seconds_;
   const double pace_bps_;

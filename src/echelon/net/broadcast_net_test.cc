@@ -12,9 +12,11 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "echelon/broadcast/delta.h"
 #include "echelon/common/sha256.h"
+#include "echelon/net/auth.h"
 #include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/net/broadcast_origin.h"
 #include "echelon/net/broadcast_peer.h"
@@ -243,7 +245,7 @@ TEST(ChunkSourceTest, AReceiverThatStopsReadingIsCancelledAndFreesTheUpload) {
   broadcast::ChunkStore store(2);
   ASSERT_TRUE(store.AddVersion(m).ok());
   ASSERT_TRUE(store.PutChunk(1, 0, blob).ok());
-  ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, "", /*upload_deadline_seconds=*/1.0);
+  ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, nullptr, /*upload_deadline_seconds=*/1.0);
   ServedSource served(&source);
   v1::ChunkSource::Stub* stub = served.stub.get();
   v1::FetchChunkRequest req;
@@ -281,7 +283,7 @@ TEST(ChunkSourceTest, PacedUploadsKeepToTheirRateAcrossFetches) {
   ASSERT_TRUE(store.AddVersion(m).ok());
   ASSERT_TRUE(store.PutChunk(1, 0, blob).ok());
   auto two_fetches_seconds = [&](double pace_bps) {
-    ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, "", kFetchDeadlineSeconds, pace_bps);
+    ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, nullptr, kFetchDeadlineSeconds, pace_bps);
     ServedSource served(&source);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 2; ++i) {
@@ -617,7 +619,7 @@ TEST(BroadcastNetTest, LateJoinerGetsTheNewestVersion) {
   EXPECT_EQ(late.store().Assemble(7).value(), blob);
 }
 
-TEST(BroadcastNetTest, WithATokenOnlyPeersThatPresentItJoinOrFetch) {
+TEST(BroadcastNetTest, WithATokenOnlyPeersThatPresentItJoinAndNobodyFetchesWithoutATicket) {
   BroadcastOriginOptions opts;
   opts.token = "s3cret";
   Swarm swarm(opts);
@@ -636,18 +638,138 @@ TEST(BroadcastNetTest, WithATokenOnlyPeersThatPresentItJoinOrFetch) {
   Status st = intruder.Start();
   EXPECT_FALSE(st.ok() && intruder.WaitForVersion(1, 2.0).has_value()) << "an intruder received the snapshot";
   EXPECT_EQ(swarm.origin->live_peers(), 1u);
-  // ... and at every chunk source, the origin's and the peers'.
+  // ... and at every chunk source, the origin's and the peers', without a ticket or with a
+  // made-up one, whatever token the fetch carries.
   for (const std::string& address : {"127.0.0.1:" + std::to_string(swarm.origin->port()), peer.address()}) {
-    auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    v1::FetchChunkRequest req;
-    req.set_version(1);
-    req.set_chunk(0);
-    auto reader = stub->FetchChunk(&ctx, req);
-    v1::FetchChunkReply piece;
-    EXPECT_FALSE(reader->Read(&piece)) << address;
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << address;
+    for (const std::string& ticket : {std::string(), std::string(32, 'x')}) {
+      auto stub = v1::ChunkSource::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("authorization", "Bearer s3cret");
+      v1::FetchChunkRequest req;
+      req.set_version(1);
+      req.set_chunk(0);
+      req.set_transfer_id(1);
+      req.set_ticket(ticket);
+      auto reader = stub->FetchChunk(&ctx, req);
+      v1::FetchChunkReply piece;
+      EXPECT_FALSE(reader->Read(&piece)) << address;
+      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED) << address;
+    }
   }
+}
+
+TEST(TicketBookTest, HonoursItsOwnTicketsTwiceAndNothingElse) {
+  TicketBook book;
+  v1::FetchChunkRequest req;
+  req.set_transfer_id(7);
+  req.set_version(3);
+  req.set_chunk(5);
+  req.set_ticket(MakeTicket("key-a", 7, 3, 5));
+  EXPECT_FALSE(book.Use(req)) << "no key yet: nothing is honoured";
+  book.SetKey("key-a");
+  EXPECT_TRUE(book.Use(req));
+  EXPECT_TRUE(book.Use(req));
+  EXPECT_FALSE(book.Use(req)) << "a ticket serves kTicketUses fetches";
+  for (auto [transfer, version, chunk] : {std::tuple<uint64_t, uint64_t, uint32_t>{8, 3, 5}, {7, 4, 5}, {7, 3, 6}}) {
+    v1::FetchChunkRequest other = req;
+    other.set_transfer_id(transfer);
+    other.set_version(version);
+    other.set_chunk(chunk);
+    EXPECT_FALSE(book.Use(other)) << "the ticket of transfer 7, version 3, chunk 5 is for nothing else";
+  }
+  v1::FetchChunkRequest foreign = req;
+  foreign.set_transfer_id(9);
+  foreign.set_ticket(MakeTicket("key-b", 9, 3, 5));  // another sender's ticket
+  EXPECT_FALSE(book.Use(foreign));
+}
+
+// The broadcast had one token for the whole run: a worker the learner evicted, quarantined or
+// revoked kept receiving every snapshot and relaying. Now each registration is admitted with a
+// token of its own; Revoke cuts its stream at once, refuses the token from then on, and the
+// Orders it still held stop working at the origin.
+TEST(BroadcastNetTest, ARevokedHolderIsCutOffAndItsTicketsDieWithIt) {
+  BroadcastOriginOptions opts;
+  opts.admission = true;
+  Swarm swarm(opts);
+  const std::string honest_token = swarm.origin->Admit("honest#1");
+  const std::string revoked_token = swarm.origin->Admit("revoked#2");
+  BroadcastPeerOptions honest_options = swarm.PeerOptions(0);
+  honest_options.token = honest_token;
+  BroadcastPeer honest(honest_options);
+  ASSERT_TRUE(honest.Start().ok());
+  BroadcastPeerOptions stranger = swarm.PeerOptions(1);
+  stranger.token = RandomToken();  // never admitted
+  BroadcastPeer intruder(stranger);
+  EXPECT_FALSE(intruder.Start().ok());
+
+  // The holder to be revoked speaks the protocol by hand, to keep an Order's ticket.
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(swarm.origin->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto control = v1::BroadcastOrigin::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + revoked_token);
+  auto stream = control->Control(&ctx);
+  v1::PeerToOrigin hello;
+  hello.mutable_hello()->set_protocol_version(kBroadcastProtocolVersion);
+  hello.mutable_hello()->set_name("revoked");
+  ASSERT_TRUE(stream->Write(hello));
+  v1::OriginToPeer msg;
+  ASSERT_TRUE(stream->Read(&msg) && msg.has_welcome());
+  EXPECT_FALSE(msg.welcome().ticket_key().empty());
+  ASSERT_TRUE(swarm.origin->WaitForPeers(2, kWait));
+  const std::string blob = RandomBlob(4 * kChunk, 31);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(stream->Read(&msg) && msg.has_announce());
+  v1::PeerToOrigin have;
+  have.mutable_have()->set_version(1);
+  have.mutable_have()->set_held(std::string(4, '\0'));
+  ASSERT_TRUE(stream->Write(have));
+  v1::BroadcastOrder order;
+  while (stream->Read(&msg)) {
+    if (msg.has_order()) {
+      order = msg.order();
+      break;
+    }
+  }
+  ASSERT_NE(order.transfer_id(), 0u);
+  auto fetch = [&](const std::string& ticket) {
+    // The origin serves the Order's chunk; a peer-held chunk is fetched from the origin too,
+    // with the Order's ticket for the origin.
+    auto source = v1::ChunkSource::NewStub(channel);
+    grpc::ClientContext fctx;
+    v1::FetchChunkRequest req;
+    req.set_version(order.version());
+    req.set_chunk(order.chunk());
+    req.set_transfer_id(order.transfer_id());
+    req.set_ticket(ticket);
+    auto reader = source->FetchChunk(&fctx, req);
+    v1::FetchChunkReply piece;
+    while (reader->Read(&piece)) {
+    }
+    return reader->Finish().error_code();
+  };
+  std::string forged = order.origin_ticket();
+  forged[0] ^= 1;
+  EXPECT_EQ(fetch(forged), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(fetch(order.origin_ticket()), grpc::StatusCode::OK);
+
+  swarm.origin->Revoke("revoked#2");
+  while (stream->Read(&msg)) {  // the origin ends the stream
+  }
+  stream->Finish();
+  EXPECT_EQ(fetch(order.origin_ticket()), grpc::StatusCode::PERMISSION_DENIED) << "a use was left, but not the holder";
+  EXPECT_EQ(swarm.origin->live_peers(), 1u);
+  // Its token no longer joins; the honest peer gets this version and the next.
+  BroadcastPeerOptions again = swarm.PeerOptions(2);
+  again.token = revoked_token;
+  BroadcastPeer rejoin(again);
+  EXPECT_FALSE(rejoin.Start().ok());
+  ASSERT_EQ(honest.WaitForVersion(1, kWait), std::optional<uint64_t>(1));
+  const std::string blob2 = RandomBlob(4 * kChunk, 32);
+  ASSERT_TRUE(swarm.origin->Publish(2, blob2).ok());
+  ASSERT_EQ(honest.WaitForVersion(2, kWait), std::optional<uint64_t>(2));
+  EXPECT_EQ(honest.store().Assemble(2).value(), blob2);
+  EXPECT_EQ(swarm.origin->live_peers(), 1u);
 }
 
 TEST(BroadcastNetTest, PinnedKeyMismatchIsRefusedNamingBothKeys) {

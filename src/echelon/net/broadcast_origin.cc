@@ -9,6 +9,7 @@
 
 #include "echelon/broadcast/delta.h"
 #include "echelon/broadcast/relay_session.h"
+#include "echelon/common/sha256.h"
 #include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/broadcast_chunk_source.h"
@@ -26,6 +27,8 @@ using Stream = grpc::ServerReaderWriter<v1::OriginToPeer, v1::PeerToOrigin>;
 // writers take write_mu and check `closed`, which the handler sets before it returns.
 struct BroadcastOrigin::Conn {
   std::string id;
+  std::string holder;      // whom its token was admitted for ("" for the shared token)
+  std::string ticket_key;  // its ChunkSource's (sent in the Welcome)
   std::string address;   // of its ChunkSource; empty: it dials out only (NAT) and never uploads
   std::string cert_pem;  // with TLS: what its ChunkSource serves with
   double upload_bps = kDefaultUploadBps;
@@ -78,6 +81,7 @@ struct BroadcastOrigin::Pending {
   std::shared_ptr<Conn> receiver;
   std::shared_ptr<Conn> sender;  // null for the origin
   double ordered_at = 0;
+  int origin_fetches = 0;  // served by the origin's ChunkSource under this Order's ticket
 };
 
 class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
@@ -85,9 +89,10 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
   explicit Service(BroadcastOrigin* o) : o_(o) {}
 
   grpc::Status Control(grpc::ServerContext* ctx, Stream* stream) override {
-    if (!o_->options_.token.empty() && !TokenMatches(*ctx, o_->options_.token)) {
-      spdlog::warn("refused broadcast peer {}: missing or wrong bearer token", ctx->peer());
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token");
+    std::optional<std::string> holder = o_->Holder(*ctx);
+    if (!holder) {
+      spdlog::warn("refused broadcast peer {}: missing, wrong or revoked bearer token", ctx->peer());
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing, wrong or revoked bearer token");
     }
     v1::PeerToOrigin first;
     if (!stream->Read(&first) || !first.has_hello()) {
@@ -102,6 +107,8 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
     }
     auto conn = std::make_shared<Conn>();
+    conn->holder = *holder;
+    conn->ticket_key = RandomToken();
     conn->address = hello.address();
     conn->cert_pem = hello.cert_pem();
     if (!o_->options_.tls.empty() && !conn->address.empty() && conn->cert_pem.empty())
@@ -142,6 +149,7 @@ BroadcastOrigin::BroadcastOrigin(BroadcastOriginOptions options, broadcast::Sign
     : options_(std::move(options)),
       key_(std::move(key)),
       public_key_(key_.public_key()),
+      ticket_key_(RandomToken()),
       clock_(clock),
       store_(options_.keep_versions) {}
 
@@ -150,8 +158,9 @@ BroadcastOrigin::~BroadcastOrigin() { Shutdown(); }
 Status BroadcastOrigin::Start() {
   service_ = std::make_unique<Service>(this);
   // Star is the baseline of parallel sends from the origin, so only swarm mode serialises.
-  chunk_source_ = std::make_unique<ChunkSourceService>(&store_, options_.relay.mode == broadcast::RelayMode::kSwarm,
-                                                       options_.serve_filter, options_.token);
+  chunk_source_ = std::make_unique<ChunkSourceService>(
+      &store_, options_.relay.mode == broadcast::RelayMode::kSwarm, options_.serve_filter,
+      [this](const v1::FetchChunkRequest& req) { return AllowOriginFetch(req); });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, ServerCredentials(options_.tls), &port_);
   ApplyBroadcastLimits(&builder);
@@ -167,6 +176,49 @@ Status BroadcastOrigin::Start() {
   spdlog::info("broadcast origin listening on {} (port {}), manifest key id {}", options_.listen, port_,
                public_key_.key_id());
   return Status::Ok();
+}
+
+std::optional<std::string> BroadcastOrigin::Holder(const grpc::ServerContext& ctx) const {
+  if (options_.token.empty() && !options_.admission) return std::string();
+  if (!options_.token.empty() && TokenMatches(ctx, options_.token)) return std::string();
+  std::optional<std::string> token = BearerToken(ctx);
+  if (!token || !options_.admission) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = admitted_.find(Sha256(*token));
+  if (it == admitted_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string BroadcastOrigin::Admit(const std::string& holder) {
+  std::string token = RandomToken();
+  std::lock_guard<std::mutex> lock(mu_);
+  admitted_[Sha256(token)] = holder;
+  return token;
+}
+
+void BroadcastOrigin::Revoke(const std::string& holder) {
+  std::vector<std::shared_ptr<Conn>> cut;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = admitted_.begin(); it != admitted_.end();) {
+      if (it->second == holder) it = admitted_.erase(it);
+      else ++it;
+    }
+    for (auto& c : conns_) {
+      if (c->holder == holder) cut.push_back(c);
+    }
+  }
+  for (auto& c : cut) DeclareDead(c, "its access was revoked");
+}
+
+bool BroadcastOrigin::AllowOriginFetch(const v1::FetchChunkRequest& req) {
+  if (!TicketMatches(ticket_key_, req)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(req.transfer_id());
+  if (it == pending_.end()) return false;
+  Pending& p = *it->second;
+  return p.receiver->alive && p.version->manifest.version == req.version() &&
+         p.transfer.chunk == static_cast<int>(req.chunk()) && ++p.origin_fetches <= kTicketUses;
 }
 
 void BroadcastOrigin::Shutdown() {
@@ -277,6 +329,7 @@ void BroadcastOrigin::RunControl(const std::shared_ptr<Conn>& conn) {
   welcome.mutable_welcome()->set_peer_id(conn->id);
   welcome.mutable_welcome()->set_origin_key_pem(public_key_.ToPem());
   welcome.mutable_welcome()->set_heartbeat_seconds(options_.heartbeat_seconds);
+  welcome.mutable_welcome()->set_ticket_key(conn->ticket_key);
   if (!conn->Write(welcome)) return;
   std::shared_ptr<Version> newest;
   {
@@ -379,9 +432,14 @@ void BroadcastOrigin::StartTransfer(Version* v, const Transfer& t, DoneFn done) 
   order->set_transfer_id(wire_id);
   order->set_version(v->manifest.version);
   order->set_chunk(static_cast<uint32_t>(t.chunk));
+  const uint64_t version = v->manifest.version;
+  order->set_origin_ticket(MakeTicket(ticket_key_, wire_id, version, order->chunk()));
   if (p->sender) {
     order->set_from_address(p->sender->address);
     order->set_from_cert_pem(p->sender->cert_pem);
+    order->set_ticket(MakeTicket(p->sender->ticket_key, wire_id, version, order->chunk()));
+  } else {
+    order->set_ticket(order->origin_ticket());
   }
   // A failed write means a broken stream: its handler notices and declares the peer dead.
   p->receiver->Write(msg);

@@ -4,6 +4,11 @@
 // version whose Link is this origin: each planned Transfer becomes an Order to the receiving
 // peer, which pulls the chunk straight from the sender's ChunkSource (peer to peer, or from
 // the origin's own), verifies it, and reports the outcome, which goes back to the planner.
+// Access: with `token`, peers present it; with `admission`, a peer presents a token Admit()
+// made for one holder (a registered actor), and Revoke(holder) cuts that holder's streams at
+// once. Every Order carries tickets (net/broadcast_chunk_source.h) that the sender's
+// ChunkSource checks, so a revoked peer fetches at most the Orders it already held and
+// relays nothing: nobody is ordered to fetch from a dead peer.
 // Dead peers (broken stream, heartbeats silent for dead_after_seconds, or a ChunkSource that
 // failed kMaxFetchFailuresInARow fetches in a row for two receivers or more) are reported to every session (PeerDied): their
 // in-flight chunks are re-planned from other holders and their receivers keep what they
@@ -45,6 +50,11 @@
 
 namespace grpc {
 class Server;
+class ServerContext;
+}
+
+namespace echelon::v1 {
+class FetchChunkRequest;
 }
 
 namespace echelon::net {
@@ -68,7 +78,8 @@ struct BroadcastOriginOptions {
   double heartbeat_seconds = kBroadcastHeartbeatSeconds;
   double dead_after_seconds = kBroadcastDeadAfterSeconds;
   ServeFilter serve_filter;  // tests only: applied to every chunk the origin serves
-  std::string token;         // non-empty: peers must present it (control stream and chunk fetches)
+  std::string token;         // non-empty: peers may join presenting it (the control stream)
+  bool admission = false;    // peers may join presenting a token Admit() made (only those, without `token`)
   TlsIdentity tls;           // non-empty: serve over TLS with this certificate (net/tls.h)
   bool log_each_version = true;  // info lines per version (publish, nodes, completion); else debug
   // Each version after the first also goes as deltas against the one published before it
@@ -151,6 +162,12 @@ class BroadcastOrigin {
   // order (transfers cancelled by a death are not in it); else empty.
   std::vector<BroadcastTransferRecord> Transfers(uint64_t version) const;
 
+  // A token for `holder` to join with (options.admission); it stays good until Revoke(holder).
+  std::string Admit(const std::string& holder);
+  // Forgets `holder`'s tokens and declares its peers dead: no more Orders to or from them, and
+  // the Orders' tickets they still hold die with their transfers at the origin.
+  void Revoke(const std::string& holder);
+
   // Tells every peer to stop (Stop message), then closes streams and the server.
   void Shutdown();
 
@@ -161,6 +178,11 @@ class BroadcastOrigin {
  private:
   friend class Service;
   friend struct Version;
+  // Whom the call's token admits ("" for the shared token, or with no access control), or nullopt.
+  std::optional<std::string> Holder(const grpc::ServerContext& ctx) const;
+  // The origin's ChunkSource check: the ticket is the origin's for a pending Order whose
+  // receiver is alive, with uses left.
+  bool AllowOriginFetch(const v1::FetchChunkRequest& req);
   void RunControl(const std::shared_ptr<Conn>& conn);
   void Announce(const std::shared_ptr<Conn>& conn, const std::shared_ptr<Version>& v);
   void OnHave(const std::shared_ptr<Conn>& conn, uint64_t version, const std::string& held);
@@ -174,6 +196,7 @@ class BroadcastOrigin {
   const BroadcastOriginOptions options_;
   const broadcast::SigningKey key_;
   const broadcast::VerifyKey public_key_;
+  const std::string ticket_key_;  // the origin's own ChunkSource's
   const Clock* const clock_;
   broadcast::ChunkStore store_;
   std::unique_ptr<Service> service_;
@@ -191,6 +214,7 @@ class BroadcastOrigin {
   std::map<uint64_t, std::shared_ptr<Version>> versions_;  // the newest keep_versions
   struct Pending;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // by wire transfer id
+  std::map<std::string, std::string> admitted_;            // SHA-256 of an Admit() token -> holder
 };
 
 }  // namespace echelon::net

@@ -44,8 +44,10 @@ BroadcastPeer::~BroadcastPeer() { Shutdown(); }
 std::string BroadcastPeer::origin_key_id() const { return origin_key_ ? origin_key_->key_id() : ""; }
 
 Status BroadcastPeer::Serve(TlsIdentity* identity) {
-  source_ = std::make_unique<ChunkSourceService>(&store_, /*serialize_uploads=*/true, options_.serve_filter,
-                                                 options_.token, kFetchDeadlineSeconds, options_.pace_upload_bps);
+  source_ = std::make_unique<ChunkSourceService>(
+      &store_, /*serialize_uploads=*/true, options_.serve_filter,
+      [this](const v1::FetchChunkRequest& req) { return tickets_.Use(req); }, kFetchDeadlineSeconds,
+      options_.pace_upload_bps);
   if (!options_.tls_ca_pem.empty()) {
     ECHELON_ASSIGN_OR_RETURN(*identity, SelfSignedIdentity());
   }
@@ -123,6 +125,7 @@ Status BroadcastPeer::Start() {
     spdlog::warn("trusting origin key id {} on first use; pin it with --origin-key PUB.pem", key->key_id());
   }
   peer_id_ = welcome.welcome().peer_id();
+  tickets_.SetKey(welcome.welcome().ticket_key());
   if (welcome.welcome().heartbeat_seconds() > 0) heartbeat_seconds_ = welcome.welcome().heartbeat_seconds();
   spdlog::info("joined broadcast origin {} as {}; serving chunks at {}", options_.origin, peer_id_, address_);
 
@@ -164,8 +167,8 @@ void BroadcastPeer::ReadLoop() {
     if (msg.has_announce()) {
       HandleAnnounce(msg.announce().version(), msg.announce().signed_manifest());
     } else if (msg.has_order()) {
-      Order o{msg.order().transfer_id(), msg.order().version(), msg.order().chunk(), msg.order().from_address(),
-              msg.order().from_cert_pem()};
+      const v1::BroadcastOrder& m = msg.order();
+      Order o{m.transfer_id(), m.version(), m.chunk(), m.from_address(), m.from_cert_pem(), m.ticket(), m.origin_ticket()};
       std::lock_guard<std::mutex> lock(mu_);
       orders_.push_back(std::move(o));
       orders_cv_.notify_one();  // its own cv: a notify_one on cv_ could wake a non-fetcher
@@ -278,13 +281,14 @@ Result<std::string> BroadcastPeer::FetchBytes(const Order& order, bool delta) {
     }
   }
   auto stub = v1::ChunkSource::NewStub(channel);
-  grpc::ClientContext ctx;
-  AttachToken(ctx, options_.token);
+  grpc::ClientContext ctx;  // no bearer token: it is the origin's to see, not other peers'
   ctx.set_deadline(DeadlineIn(options_.fetch_deadline_seconds));
   v1::FetchChunkRequest req;
   req.set_version(order.version);
   req.set_chunk(order.chunk);
   req.set_delta(delta);
+  req.set_transfer_id(order.transfer_id);
+  req.set_ticket(order.from_address.empty() ? order.origin_ticket : order.ticket);
   std::unique_ptr<grpc::ClientReader<v1::FetchChunkReply>> reader = stub->FetchChunk(&ctx, req);
   // The signed size bounds what the sender may send, and reserving it spares the copies and
   // fresh pages of a string doubling its way up to a chunk.

@@ -74,7 +74,7 @@ struct BroadcastPeerOptions {
   double join_timeout_seconds = 10.0;  // to reach the origin at Start
   double fetch_deadline_seconds = kFetchDeadlineSeconds;
   ServeFilter serve_filter;  // tests only: corrupts what this peer serves
-  std::string token;         // presented to the origin and other peers, and required of fetchers
+  std::string token;         // presented to the origin only (fetches carry the Order's ticket)
   // Non-empty: the broadcast runs over TLS; the origin must present a certificate this CA
   // signed, and this peer serves its chunks with a self-signed certificate it makes at Start
   // (net/tls.h).
@@ -126,6 +126,8 @@ class BroadcastPeer {
     uint32_t chunk = 0;
     std::string from_address;
     std::string from_cert_pem;  // with TLS: the sender's certificate, as the origin vouched for it
+    std::string ticket;         // for that sender
+    std::string origin_ticket;  // for the origin (a delta the sender lacks)
   };
 
  private:
@@ -144,6 +146,7 @@ class BroadcastPeer {
 
   const BroadcastPeerOptions options_;
   broadcast::ChunkStore store_;
+  TicketBook tickets_;  // what this peer's ChunkSource serves: keyed by the origin's Welcome
   std::unique_ptr<ChunkSourceService> source_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

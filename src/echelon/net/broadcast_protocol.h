@@ -22,7 +22,15 @@ class ServerBuilder;
 namespace echelon::net {
 
 // Bumped on any incompatible change to broadcast.proto; checked at Hello. 2: delta chunks.
-inline constexpr uint32_t kBroadcastProtocolVersion = 2;
+// 3: fetches need the Order's ticket.
+inline constexpr uint32_t kBroadcastProtocolVersion = 3;
+
+// Fetches one ticket allows at one node: a delta and then the whole chunk (when the delta
+// fails to decode or the sender lacks it). A leaked ticket is worth one chunk, twice.
+inline constexpr int kTicketUses = 2;
+// Transfers a node remembers the uses of; a ticket older than all of them is refused. At about
+// 1,024 chunks a version and two upload slots, a node serves far fewer within a version.
+inline constexpr size_t kTicketMemory = 1 << 16;
 
 // How long the origin waits for a TCP connection to a joining peer's advertised address
 // before it treats the peer as unreachable (receive-only).

@@ -31,8 +31,11 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
     ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
     BroadcastOriginOptions bo;
     bo.listen = options_.broadcast_listen.empty() ? HostOf(options_.listen) + ":0" : options_.broadcast_listen;
-    // The broadcast has its own token: per-worker tokens are never shown to other workers.
-    so.broadcast_token = bo.token = options_.tokens.off() ? "" : RandomToken();
+    // Each registration gets a broadcast token of its own (never a worker token, which other
+    // peers could see), revoked with the registration: a worker evicted, quarantined or
+    // removed from the token file leaves the broadcast at the next EvictSilent.
+    bo.admission = !options_.tokens.off();
+    if (bo.admission) so.broadcast_admit = [this](const std::string& actor_id) { return origin_->Admit(actor_id); };
     if (!options_.tls_cert_file.empty()) {
       // Over TLS like the learner's own service, with the same certificate (same host).
       ECHELON_ASSIGN_OR_RETURN(bo.tls.cert_pem, ReadFile(options_.tls_cert_file));
@@ -55,13 +58,18 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
 
 int64_t GrpcActors::live_actors() const { return server_ ? static_cast<int64_t>(server_->Actors().size()) : 0; }
 
+int64_t GrpcActors::broadcast_peers() const { return origin_ ? static_cast<int64_t>(origin_->live_peers()) : 0; }
+
 std::vector<std::string> GrpcActors::EvictSilent() {
   if (!server_) return {};
   if (options_.reload_tokens != nullptr && options_.reload_tokens->exchange(false)) {
     Status st = server_->ReloadTokens();
     if (!st.ok()) spdlog::error("SIGHUP: {}; the tokens loaded before stay in force", st.message());
   }
-  return server_->EvictSilent();
+  std::vector<std::string> gone = server_->EvictSilent();
+  if (origin_)
+    for (const std::string& id : gone) origin_->Revoke(id);
+  return gone;
 }
 
 std::map<std::string, int64_t> GrpcActors::Refusals() const {

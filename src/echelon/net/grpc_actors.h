@@ -58,6 +58,8 @@ class GrpcActors : public learn::ActorTransport {
 
   Status Start(learn::TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) override;
   int64_t live_actors() const override;
+  // Peers on the snapshot broadcast's control streams (0 without a broadcast).
+  int64_t broadcast_peers() const;
   std::vector<std::string> EvictSilent() override;
   std::map<std::string, int64_t> Refusals() const override;
   Status Broadcast(int64_t version, const std::string& safetensors_bytes) override;

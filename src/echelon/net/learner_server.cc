@@ -14,6 +14,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/model/qwen3.h"
 #include "echelon/model/safetensors.h"
+#include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
@@ -49,8 +50,11 @@ class LearnerServer::Service final : public v1::Learner::Service {
       }
       role = std::move(r).value();
     }
+    // A shared token's actors choose their names, so a name cannot carry a quarantine (a liar
+    // would rename itself, or take an honest worker's name): its address does.
+    const std::string worker = who->empty() ? "address " + PeerHost(ctx->peer()) : *who;
     std::lock_guard<std::mutex> lock(s_->mu_);
-    if (s_->quarantined_.count(name)) return QuarantinedLocked(name);
+    if (s_->quarantined_.count(worker)) return QuarantinedLocked(worker);
     if (role.stage >= 0) {
       auto it = s_->pipelines_.find(role.pipeline);
       if (it != s_->pipelines_.end() && it->second.identity != *who) {
@@ -69,6 +73,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     info.id = name + "#" + RandomToken();
     info.name = name;
     info.identity = *who;
+    info.worker = worker;
     info.peer = ctx->peer();
     info.registered_at = info.last_seen = s_->clock_->Now();
     info.role = role;
@@ -90,7 +95,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_learner_incarnation(s_->incarnation_);
     reply->set_broadcast_port(static_cast<uint32_t>(s_->options_.broadcast_port));
     reply->set_broadcast_key_pem(s_->options_.broadcast_key_pem);
-    reply->set_broadcast_token(s_->options_.broadcast_token);
+    // Pipeline stages take their layers from the learner, not the broadcast.
+    if (role.stage < 0 && s_->options_.broadcast_admit) reply->set_broadcast_token(s_->options_.broadcast_admit(info.id));
     return grpc::Status::OK;
   }
 
@@ -278,14 +284,14 @@ class LearnerServer::Service final : public v1::Learner::Service {
   // Counts a forged submission against the actor's worker; quarantines it at the limit.
   void StrikeLocked(ActorInfo& actor, const std::string& reason) {
     ++actor.forged;
-    const std::string worker = actor.name;
+    const std::string worker = actor.worker;
     const int64_t n = ++s_->forged_[worker];
     if (n < s_->options_.quarantine_after_forged || s_->quarantined_.count(worker)) return;
     s_->quarantined_.insert(worker);
     ++s_->counters_["quarantined"];
     spdlog::error("quarantined worker {}: {} submissions refused as forged (the last: {}); its leases are re-issued",
                   worker, n, reason);
-    s_->RemoveActorsLocked([&](const ActorInfo& a) { return a.name == worker; });
+    s_->RemoveActorsLocked([&](const ActorInfo& a) { return a.worker == worker; });
   }
 
   bool Done() {

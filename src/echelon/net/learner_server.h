@@ -61,7 +61,9 @@ struct LearnerServerOptions {
   std::string tls_key_file;
   int broadcast_port = 0;          // > 0: actors are told to join the snapshot broadcast here
   std::string broadcast_key_pem;   // the broadcast origin's public key, for actors to pin
-  std::string broadcast_token;     // what broadcast peers present to the origin and to each other
+  // The token a registering actor joins the broadcast with (BroadcastOrigin::Admit), good until
+  // the registration ends; unset: none (a broadcast without access control).
+  std::function<std::string(const std::string& actor_id)> broadcast_admit;
 };
 
 // A pipeline stage's registration (proto PipelineRole).
@@ -89,6 +91,9 @@ struct ActorInfo {
   std::string id;
   std::string name;
   std::string identity;  // the name of the token it registered with ("" for a shared token)
+  // Whom strikes and quarantine count against: its token's name, or with a shared token (whose
+  // actors name themselves) the address it called from, "address HOST".
+  std::string worker;
   std::string peer;
   double registered_at = 0;
   double last_seen = 0;
@@ -124,7 +129,7 @@ class LearnerServer {
   // Re-reads options.token_file. Actors whose token is no longer listed are evicted; on an
   // error (the file is unreadable or malformed) the current tokens stay in force.
   Status ReloadTokens();
-  // Quarantined workers (token names, or actor names with a shared token).
+  // Quarantined workers (token names, or "address HOST" with a shared token).
   std::set<std::string> Quarantined() const;
   std::vector<ActorInfo> Actors() const;
   // Calls refused before reaching the hub, by reason ("unauthenticated", "protocol_version",

@@ -184,6 +184,22 @@ TEST(LearnerServerTest, AWorkerWhoseSubmissionsAreForgedIsQuarantinedAndItsActor
   EXPECT_TRUE(f.Acquire(kBobToken, b.actor_id(), &acquired).ok());
 }
 
+// With a shared token an actor names itself: quarantine keyed by that name let a liar come back
+// under a new one (and could have been aimed at an honest worker's name).
+TEST(LearnerServerTest, SharedTokenQuarantineSurvivesARename) {
+  Fixture f{std::string(kAliceToken)};
+  v1::RegisterReply liar;
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &liar, "mallory").ok());
+  v1::SubmitReply reply;
+  for (int i = 0; i < sched::kQuarantineAfterForged; ++i)
+    ASSERT_TRUE(f.Submit(kAliceToken, liar.actor_id(), 999, &reply).ok());
+  EXPECT_EQ(f.server->Quarantined(), std::set<std::string>{"address 127.0.0.1"});
+  v1::RegisterReply renamed;
+  grpc::Status st = f.Register(kAliceToken, kProtocolVersion, &renamed, "honest-looking");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(st.error_message().find("address 127.0.0.1"), std::string::npos) << st.error_message();
+}
+
 TEST(LearnerServerTest, ReloadingTheTokenFileRevokesARemovedWorker) {
   const std::string path = WriteTokens("alice " + std::string(kAliceToken) + "\nbob " + kBobToken + "\n");
   Fixture f(TokenTable::Load(path).value(), path);

@@ -96,7 +96,9 @@ Status RemoteLearner::Register() {
   incarnation_ = reply.learner_incarnation();
   known_version_ = reply.snapshot_version();
   cached_run_spec_ = reply.run_spec_json();
-  if ((restarted || !peer_) && role.stage < 0) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem(), reply.broadcast_token());
+  // A peer whose origin link is gone (revoked with the registration this replaces, or a
+  // restarted learner) joins again with this registration's token.
+  if ((restarted || !peer_ || peer_->origin_gone()) && role.stage < 0) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem(), reply.broadcast_token());
   spdlog::info("registered with learner {} as {}", options_.address, reply.actor_id());
   return Status::Ok();
 }
