@@ -301,6 +301,7 @@ int RunActor(const ActorArgs& args) {
   ao.seed = setup->seed;
   ao.slowdown = args.slowdown;
   rollout::Actor actor(ao, &learner, &learner, &learner, setup->task.get(), std::move(policy));
+  actor.set_episode_host(&learner);
   std::atomic<bool> stop{false};
   std::thread worker([&] { actor.Run(stop); });
   while (!g_stop.load() && !learner.done()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

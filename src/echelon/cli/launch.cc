@@ -166,6 +166,7 @@ Result<net::GrpcActorsOptions> NetworkOptions(const LaunchArgs& args, LaunchMode
   net.tls_cert_file = args.tls_cert;
   net.tls_key_file = args.tls_key;
   net.broadcast = options.snapshot_broadcast;
+  net.play_turn_timeout_seconds = options.lease_seconds;
   if (mode == LaunchMode::kLearnerOnly) {
     net.listen = args.listen;
     net.broadcast_listen = args.broadcast_listen;

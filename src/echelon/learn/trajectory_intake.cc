@@ -125,22 +125,8 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
     }
   }
   if (!verdict.ok()) {
-    dispatcher_->Reissue(rollout.group_id);
-    const Status error =
-        verdict.status().WithContext("group " + std::to_string(rollout.group_id) + " from " + rollout.actor);
-    std::lock_guard<std::mutex> lock(mu_);
-    ++refusals_[failed];
-    // The reward (a user's function, a scoring service, an environment's replay) failed on
-    // this group. A worker's text may be made to break it, so the group is refused and the run
-    // goes on; when kRewardFailuresToStop groups in a row fail, the reward itself is broken and
-    // the run stops with its error. The verifier's own failure (a snapshot it cannot load)
-    // stops the run at once.
-    if (failed == "reward_error") spdlog::warn("refused {}", error.message());
-    if ((failed == "verify_error" || ++reward_failures_in_a_row_ >= kRewardFailuresToStop) && failure_.ok()) {
-      failure_ = error;
-      arrived_.notify_all();
-    }
-    return {false, failed};
+    return Failed(rollout.group_id, failed,
+                  verdict.status().WithContext("group " + std::to_string(rollout.group_id) + " from " + rollout.actor));
   }
   if (!verdict->refusal.empty()) {
     dispatcher_->Reissue(rollout.group_id);
@@ -159,6 +145,35 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
   }
   arrived_.notify_one();
   return {true, ""};
+}
+
+rollout::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::string& failed, const Status& error) {
+  dispatcher_->Reissue(group_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refusals_[failed];
+  // The reward (a user's function, a scoring service, an environment) failed on this group. A
+  // worker's text may be made to break it, so the group is refused and the run goes on; when
+  // kRewardFailuresToStop groups in a row fail, the reward itself is broken and the run stops
+  // with its error. The verifier's own failure (a snapshot it cannot load) stops the run at once.
+  if (failed == "reward_error") spdlog::warn("refused {}", error.message());
+  if ((failed == "verify_error" || ++reward_failures_in_a_row_ >= kRewardFailuresToStop) && failure_.ok()) {
+    failure_ = error;
+    arrived_.notify_all();
+  }
+  return {false, failed};
+}
+
+rollout::SubmitOutcome TrajectoryIntake::EnvironmentFailed(const sched::WorkItem& work, const std::string& actor,
+                                                          const Status& error) {
+  const std::string settled = RefusalName(dispatcher_->Submit(work.group_id, work.lease_id, actor));
+  if (!settled.empty()) {
+    rollout::GroupRollout g;
+    g.group_id = work.group_id;
+    g.actor = actor;
+    return Refuse(g, settled);
+  }
+  return Failed(work.group_id, "reward_error",
+                error.WithContext("group " + std::to_string(work.group_id) + " played for " + actor));
 }
 
 Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout* g) const {

@@ -81,6 +81,15 @@ class TrajectoryIntake : public rollout::WorkSource,
   std::vector<rollout::GroupRollout> Drain(double timeout_seconds) override;
   Status failure() const override;
 
+  // A group the learner played for `actor` (HostedEpisodes) whose environment failed: refused
+  // as reward_error (no strike: a worker's actions may break the environment, as its text may
+  // break a reward) and re-issued; it counts toward kRewardFailuresToStop like a reward error.
+  rollout::SubmitOutcome EnvironmentFailed(const sched::WorkItem& work, const std::string& actor, const Status& error);
+
+  const data::TaskAdapter& task() const { return *task_; }
+  const model::Vocabulary& vocab() const { return *vocab_; }
+  const IntakeLimits& limits() const { return limits_; }
+
   void Publish(rollout::Snapshot snapshot);
   // Checks behaviour log-probs with `verifier` from now on (it sees every published snapshot);
   // nullptr: never. Call before actors start.
@@ -107,6 +116,9 @@ class TrajectoryIntake : public rollout::WorkSource,
   // is the learner's reward failing.
   Result<Verdict> Verify(rollout::GroupRollout* g) const;
   rollout::SubmitOutcome Refuse(const rollout::GroupRollout& g, const std::string& reason);
+  // The group's reward (`failed`: "reward_error") or verification ("verify_error") failed with
+  // `error`: the group is re-issued and the failure counted (see Submit).
+  rollout::SubmitOutcome Failed(uint64_t group_id, const std::string& failed, const Status& error);
 
   sched::Dispatcher* dispatcher_;
   const data::TaskAdapter* task_;

@@ -12,14 +12,24 @@ void EncodeRollout(const rollout::GroupRollout& in, const std::string& actor_id,
     v1::Episode* pe = out->add_episodes();
     pe->set_reward(e.reward);
     pe->set_success(e.success);
-    for (const data::Turn& t : e.turns) {
-      v1::Turn* pt = pe->add_turns();
-      pt->mutable_prompt_ids()->Add(t.prompt_ids.begin(), t.prompt_ids.end());
-      pt->mutable_tokens()->Add(t.tokens.begin(), t.tokens.end());
-      pt->mutable_logprobs()->Add(t.logprobs.begin(), t.logprobs.end());
-      pt->set_text(t.text);
-    }
+    for (const data::Turn& t : e.turns) EncodeTurn(t, pe->add_turns());
   }
+}
+
+void EncodeTurn(const data::Turn& in, v1::Turn* out) {
+  out->mutable_prompt_ids()->Add(in.prompt_ids.begin(), in.prompt_ids.end());
+  out->mutable_tokens()->Add(in.tokens.begin(), in.tokens.end());
+  out->mutable_logprobs()->Add(in.logprobs.begin(), in.logprobs.end());
+  out->set_text(in.text);
+}
+
+data::Turn DecodeTurn(const v1::Turn& in) {
+  data::Turn t;
+  t.prompt_ids.assign(in.prompt_ids().begin(), in.prompt_ids().end());
+  t.tokens.assign(in.tokens().begin(), in.tokens().end());
+  t.logprobs.assign(in.logprobs().begin(), in.logprobs().end());
+  t.text = in.text();
+  return t;
 }
 
 rollout::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor) {
@@ -34,14 +44,7 @@ rollout::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::stri
     data::Episode e;
     e.reward = pe.reward();
     e.success = pe.success();
-    for (const v1::Turn& pt : pe.turns()) {
-      data::Turn t;
-      t.prompt_ids.assign(pt.prompt_ids().begin(), pt.prompt_ids().end());
-      t.tokens.assign(pt.tokens().begin(), pt.tokens().end());
-      t.logprobs.assign(pt.logprobs().begin(), pt.logprobs().end());
-      t.text = pt.text();
-      e.turns.push_back(std::move(t));
-    }
+    for (const v1::Turn& pt : pe.turns()) e.turns.push_back(DecodeTurn(pt));
     g.episodes.push_back(std::move(e));
   }
   return g;

@@ -6,6 +6,7 @@
 
 #include "echelon/broadcast/ed25519.h"
 #include "echelon/common/fs.h"
+#include "echelon/learn/hosted_episodes.h"
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/net/address.h"
 #include "echelon/net/broadcast_origin.h"
@@ -48,6 +49,10 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
     so.broadcast_port = origin_->port();
     so.broadcast_key_pem = origin_->public_key().ToPem();
   }
+  // Multi-turn groups are played here, so an environment's hidden state stays on the learner.
+  episodes_ = std::make_unique<learn::HostedEpisodes>(
+      intake, learn::HostedEpisodesOptions{options_.play_turn_timeout_seconds});
+  so.episodes = episodes_.get();
   server_ = std::make_unique<LearnerServer>(so, intake, intake, intake, clock_);
   ECHELON_RETURN_IF_ERROR(server_->Start());
   progress << "learner serving actors on port " << server_->port() << std::endl;
@@ -113,6 +118,7 @@ void GrpcActors::Finish() {
   if (server_) server_->WaitUntilActorsTold(3 * options_.heartbeat_seconds + 1.0);
   // Then stop serving: the intake the handlers call into goes away with the run.
   if (server_) server_->Shutdown();
+  episodes_.reset();  // ends the groups still being played: they call into the intake
   if (origin_) origin_->Shutdown();
 }
 

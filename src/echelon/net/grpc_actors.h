@@ -27,6 +27,10 @@
 #include "echelon/net/auth.h"
 #include "echelon/sched/tunables.h"
 
+namespace echelon::learn {
+class HostedEpisodes;
+}
+
 namespace echelon::net {
 
 class BroadcastOrigin;
@@ -45,6 +49,9 @@ struct GrpcActorsOptions {
   bool broadcast = true;  // snapshots by peer-assisted broadcast (else actors pull them)
   // Where the broadcast origin listens; empty: the host of `listen`, a port the system picks.
   std::string broadcast_listen;
+  // How long a multi-turn group the learner plays waits for an actor's completions
+  // (learn::HostedEpisodesOptions; the run's lease time).
+  double play_turn_timeout_seconds = sched::kDefaultLeaseSeconds;
   // Called once the server listens, with its port (e.g. to start actor processes).
   std::function<void(int port)> on_listening;
 };
@@ -71,6 +78,7 @@ class GrpcActors : public learn::ActorTransport {
   const GrpcActorsOptions options_;
   const Clock* clock_;
   std::unique_ptr<BroadcastOrigin> origin_;
+  std::unique_ptr<learn::HostedEpisodes> episodes_;  // outlived by server_, which calls into it
   std::unique_ptr<LearnerServer> server_;
   // Published versions not yet held by every peer (newest 8), with their sizes whole.
   std::deque<std::pair<int64_t, uint64_t>> broadcasting_;

@@ -16,6 +16,42 @@
 namespace echelon::net {
 namespace {
 
+// A task's learning plane: its dispatcher and intake, with version 0 published.
+struct Plane {
+  Plane(const std::string& task_name, const data::AdapterOptions& options, int64_t max_new_tokens)
+      : dispatcher({1, 2, 60}, &clock),
+        task(data::CreateAdapter(task_name, options).value()),
+        vocab(model::Vocabulary::Characters(task->Alphabet())),
+        intake(&dispatcher, task.get(), &vocab, learn::IntakeLimits{vocab.id_end(), 2, max_new_tokens}) {
+    intake.Publish({0, std::make_shared<const std::string>("weights")});
+  }
+  RealClock clock;
+  sched::Dispatcher dispatcher;
+  std::unique_ptr<data::TaskAdapter> task;
+  model::Vocabulary vocab;
+  learn::TrajectoryIntake intake;
+};
+
+// A worker of the learner at `port` on loopback, without the broadcast.
+RemoteLearnerOptions Worker(int port, const std::string& token, const std::string& name) {
+  RemoteLearnerOptions ro;
+  ro.address = "127.0.0.1:" + std::to_string(port);
+  ro.token = token;
+  ro.name = name;
+  ro.broadcast = false;
+  return ro;
+}
+
+// Starts the transport; the port it serves actors on, or 0.
+int Serve(GrpcActors& transport, learn::TrajectoryIntake* intake) {
+  std::ostringstream progress;
+  int port = 0;
+  if (!transport.Start(intake, "{}", progress).ok() ||
+      std::sscanf(progress.str().c_str(), "learner serving actors on port %d", &port) != 1)
+    return 0;
+  return port;
+}
+
 // Regression: the run (and with it the intake) ended while the gRPC server went on serving
 // until the transport was destroyed later, so an actor's call landed in a freed intake
 // (a segfault in LearnerServer::Service::Acquire, seen at the end of a resumed run). Finish
@@ -31,20 +67,13 @@ TEST(GrpcActorsTest, IntakeMayGoAfterFinishWhileActorsKeepCalling) {
   o.tokens = TokenTable::Shared("tok");
   o.broadcast = false;
   GrpcActors transport(o, &clock);
-  int port = 0;
-  std::ostringstream progress;
-  ASSERT_TRUE(transport.Start(intake.get(), "{}", progress).ok());
-  ASSERT_TRUE(std::sscanf(progress.str().c_str(), "learner serving actors on port %d", &port) == 1);
+  const int port = Serve(transport, intake.get());
+  ASSERT_GT(port, 0);
 
   std::atomic<bool> stop{false};
   std::atomic<int64_t> calls{0};
   std::thread actor([&] {
-    RemoteLearnerOptions ro;
-    ro.address = "127.0.0.1:" + std::to_string(port);
-    ro.token = "tok";
-    ro.name = "a";
-    ro.broadcast = false;
-    RemoteLearner learner(ro);
+    RemoteLearner learner(Worker(port, "tok", "a"));
     if (!learner.Connect(stop).ok()) return;
     while (!stop.load()) {
       (void)learner.Acquire("a");
@@ -63,16 +92,59 @@ TEST(GrpcActorsTest, IntakeMayGoAfterFinishWhileActorsKeepCalling) {
   EXPECT_GT(calls.load(), before);  // it did call, and nothing served it from a freed intake
 }
 
+// Poker's work went out with its deal (the prompt's reference: every hand at the table). Now
+// the learner plays multi-turn groups itself: the work comes without any prompt, and the actor
+// only answers each turn's prompts over Play.
+TEST(GrpcActorsTest, TheLearnerPlaysMultiTurnGroupsAndTheDealStaysThere) {
+  Plane plane("poker", {{"seed", "3"}}, 8);
+  const model::Vocabulary& vocab = plane.vocab;
+  learn::TrajectoryIntake& intake = plane.intake;
+  GrpcActorsOptions o;
+  o.tokens = TokenTable::Shared("tok-0123456789abcdef");
+  o.broadcast = false;
+  GrpcActors transport(o, &plane.clock);
+  const int port = Serve(transport, &intake);
+  ASSERT_GT(port, 0);
+  RemoteLearner learner(Worker(port, "tok-0123456789abcdef", "a"));
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(learner.Connect(stop).ok());
+  std::optional<rollout::Assignment> a = learner.Acquire("a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_TRUE(a->played_by_learner);
+  EXPECT_EQ(a->prompt.text, "");
+  EXPECT_EQ(a->prompt.reference, "") << "the deal left the learner";
+  std::vector<data::Turn> turns;
+  int rounds = 0;
+  std::optional<rollout::SubmitOutcome> outcome;
+  while (!outcome && rounds < 64) {
+    Result<rollout::PlayStep> step = learner.Play("a", a->work, 0, std::move(turns), 0.01);
+    ASSERT_TRUE(step.ok()) << step.status().message();
+    outcome = step->outcome;
+    turns.clear();
+    for (const data::PolicyPrompt& p : step->prompts) {
+      data::Turn t;
+      t.prompt_ids = vocab.EncodePrompt(p.system, p.user).value();
+      t.tokens = {vocab.Encode("c").value()[0], vocab.stop_ids().front()};
+      t.logprobs = {-0.7f, -0.1f};
+      turns.push_back(std::move(t));
+    }
+    ++rounds;
+  }
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(outcome->accepted) << outcome->reason;
+  EXPECT_GE(rounds, 2);
+  EXPECT_EQ(intake.Drain(0.0).size(), 1u);
+  stop = true;
+  learner.Close();
+  transport.StopWork();
+  transport.Finish();
+}
+
 // The snapshot broadcast had one token for the run: a worker removed from the token file (or
 // quarantined, or evicted) kept its place on the broadcast, receiving every snapshot and
 // relaying. Each registration now joins with its own token, revoked with the registration.
 TEST(GrpcActorsTest, ARevokedWorkerLeavesTheBroadcast) {
-  RealClock clock;
-  sched::Dispatcher dispatcher({1, 2, 60}, &clock);
-  std::unique_ptr<data::TaskAdapter> task = data::CreateAdapter("math", {{"eval_size", "10"}}).value();
-  const model::Vocabulary vocab = model::Vocabulary::Characters(task->Alphabet());
-  learn::TrajectoryIntake intake(&dispatcher, task.get(), &vocab, learn::IntakeLimits{vocab.id_end(), 2, 64});
-  intake.Publish({0, std::make_shared<const std::string>("weights")});
+  Plane plane("math", {{"eval_size", "10"}}, 64);
   const std::string path = ::testing::TempDir() + "/workers-" + std::to_string(::getpid());
   const std::string alice = "alice-0123456789abcdef", bob = "bob-0123456789abcdef00";
   std::ofstream(path) << "alice " << alice << "\nbob " << bob << "\n";
@@ -81,18 +153,14 @@ TEST(GrpcActorsTest, ARevokedWorkerLeavesTheBroadcast) {
   o.tokens = TokenTable::Load(path).value();
   o.token_file = path;
   o.reload_tokens = &reload;
-  GrpcActors transport(o, &clock);
-  std::ostringstream progress;
-  ASSERT_TRUE(transport.Start(&intake, "{}", progress).ok());
-  int port = 0;
-  ASSERT_TRUE(std::sscanf(progress.str().c_str(), "learner serving actors on port %d", &port) == 1);
+  GrpcActors transport(o, &plane.clock);
+  const int port = Serve(transport, &plane.intake);
+  ASSERT_GT(port, 0);
   std::atomic<bool> stop{false};
   std::vector<std::unique_ptr<RemoteLearner>> workers;
   for (const auto& [name, token] : {std::pair{"alice", alice}, std::pair{"bob", bob}}) {
-    RemoteLearnerOptions ro;
-    ro.address = "127.0.0.1:" + std::to_string(port);
-    ro.token = token;
-    ro.name = name;
+    RemoteLearnerOptions ro = Worker(port, token, name);
+    ro.broadcast = true;
     ro.broadcast_listen = "127.0.0.1:0";
     workers.push_back(std::make_unique<RemoteLearner>(ro));
     ASSERT_TRUE(workers.back()->Connect(stop).ok());

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "echelon/common/fs.h"
+#include "echelon/learn/hosted_episodes.h"
 #include "echelon/model/qwen3.h"
 #include "echelon/model/safetensors.h"
 #include "echelon/net/address.h"
@@ -144,11 +145,15 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_group_id(a->work.group_id);
     reply->set_lease_id(a->work.lease_id);
     reply->set_dispatch_version(a->work.dispatch_version);
+    reply->set_group_size(a->group_size);
+    if (s_->options_.episodes != nullptr && s_->options_.episodes->Host(req->actor_id(), *a)) {
+      reply->set_played_by_learner(true);  // the prompt (a deal, a seed) stays here
+      return grpc::Status::OK;
+    }
     reply->set_prompt_id(a->prompt.id);
     reply->set_prompt_text(a->prompt.text);
     reply->set_prompt_reference(a->prompt.reference);
     reply->set_prompt_system(a->prompt.system);
-    reply->set_group_size(a->group_size);
     reply->set_scored_by_learner(a->scored_by_learner);
     return grpc::Status::OK;
   }
@@ -166,6 +171,50 @@ class LearnerServer::Service final : public v1::Learner::Service {
     }
     reply->set_accepted(out.accepted);
     reply->set_reason(out.reason);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Play(grpc::ServerContext* ctx, const v1::PlayRequest* req, v1::PlayReply* reply) override {
+    if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
+    if (s_->options_.episodes == nullptr)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this learner plays no environment");
+    std::vector<data::Turn> turns;
+    turns.reserve(req->turns_size());
+    for (const v1::Turn& t : req->turns()) turns.push_back(DecodeTurn(t));
+    sched::WorkItem work;
+    work.group_id = req->group_id();
+    work.lease_id = req->lease_id();
+    Result<rollout::PlayStep> step = s_->options_.episodes->Play(req->actor_id(), work, req->behavior_version(),
+                                                                std::move(turns), req->generate_seconds());
+    if (!step.ok()) {
+      // Completions that do not answer the prompts, or another actor's group: forged.
+      const bool forged = step.status().code() == StatusCode::kInvalidArgument;
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      ++s_->counters_[forged ? "play_forged" : "play_refused"];
+      auto it = s_->actors_.find(req->actor_id());
+      if (forged && it != s_->actors_.end()) StrikeLocked(it->second, "play: " + step.status().message());
+      return grpc::Status(forged ? grpc::StatusCode::INVALID_ARGUMENT : grpc::StatusCode::FAILED_PRECONDITION,
+                          step.status().message());
+    }
+    if (step->outcome) {
+      const rollout::SubmitOutcome& out = *step->outcome;
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      auto it = s_->actors_.find(req->actor_id());
+      if (it != s_->actors_.end()) {
+        ++(out.accepted ? it->second.submitted : it->second.refused);
+        if (out.forged) StrikeLocked(it->second, out.reason);
+      }
+      reply->set_finished(true);
+      reply->set_accepted(out.accepted);
+      reply->set_reason(out.reason);
+      return grpc::Status::OK;
+    }
+    for (const data::PolicyPrompt& p : step->prompts) {
+      v1::PlayPrompt* m = reply->add_prompts();
+      m->set_system(p.system);
+      m->set_user(p.user);
+    }
+    reply->set_seed(step->seed);
     return grpc::Status::OK;
   }
 

@@ -47,6 +47,10 @@ namespace grpc {
 class Server;
 }
 
+namespace echelon::learn {
+class HostedEpisodes;
+}
+
 namespace echelon::net {
 
 struct LearnerServerOptions {
@@ -64,6 +68,9 @@ struct LearnerServerOptions {
   // The token a registering actor joins the broadcast with (BroadcastOrigin::Admit), good until
   // the registration ends; unset: none (a broadcast without access control).
   std::function<std::string(const std::string& actor_id)> broadcast_admit;
+  // Plays multi-turn groups for the actors (their work goes out without its prompt, and the
+  // actors answer Play); null: actors play the whole episode and submit it.
+  learn::HostedEpisodes* episodes = nullptr;
 };
 
 // A pipeline stage's registration (proto PipelineRole).

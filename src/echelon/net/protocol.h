@@ -10,8 +10,9 @@ namespace echelon::net {
 // stages (PipelineRole): a stage must not be taken for a whole-model actor by an older learner.
 // 4: stages serve over TLS with the learner (PipelineRole.cert_pem), which an older learner
 // would not hand on. 5: single-turn work comes without its reference (scored_by_learner), which
-// an older actor would score against "".
-inline constexpr uint32_t kProtocolVersion = 5;
+// an older actor would score against "". 6: the learner plays multi-turn environments (Play),
+// and their work comes without a prompt.
+inline constexpr uint32_t kProtocolVersion = 6;
 
 // Stages one pipelined rollout worker may have (each a process and a gRPC hop per token).
 inline constexpr int kMaxPipelineStages = 64;
@@ -38,5 +39,9 @@ inline constexpr double kEvictAfterHeartbeats = 3.0;
 // its channel redials at least this often, so a restarted learner has its actors back within
 // about two seconds.
 inline constexpr double kMaxBackoffSeconds = 2.0;
+
+// A Play call waits while the learner's environment takes its turn (an HTTP environment's
+// step, a poker hand's opponent), which is short; a minute leaves room for a slow one.
+inline constexpr int kPlayDeadlineSeconds = 60;
 
 }  // namespace echelon::net

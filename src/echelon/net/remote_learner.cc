@@ -198,7 +198,38 @@ std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*a
   a.prompt.system = reply.prompt_system();
   a.group_size = reply.group_size();
   a.scored_by_learner = reply.scored_by_learner();
+  a.played_by_learner = reply.played_by_learner();
   return a;
+}
+
+Result<rollout::PlayStep> RemoteLearner::Play(const std::string& /*actor*/, const sched::WorkItem& work,
+                                              int64_t behavior_version, std::vector<data::Turn> turns,
+                                              double generate_seconds) {
+  grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(kPlayDeadlineSeconds));
+  v1::PlayRequest req;
+  req.set_actor_id(actor_id());
+  req.set_group_id(work.group_id);
+  req.set_lease_id(work.lease_id);
+  req.set_behavior_version(behavior_version);
+  req.set_generate_seconds(generate_seconds);
+  for (const data::Turn& t : turns) EncodeTurn(t, req.add_turns());
+  v1::PlayReply reply;
+  grpc::Status st = stub_->Play(&ctx, req, &reply);
+  if (!st.ok()) {
+    const std::string what = "playing group " + std::to_string(work.group_id) + " with the learner";
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) Recover(st.error_code(), what);
+    return Unavailable(what + ": " + st.error_message());
+  }
+  rollout::PlayStep step;
+  if (reply.finished()) {
+    step.outcome = rollout::SubmitOutcome{reply.accepted(), reply.reason()};
+    return step;
+  }
+  for (const v1::PlayPrompt& p : reply.prompts()) step.prompts.emplace_back(p.system(), p.user());
+  step.seed = reply.seed();
+  return step;
 }
 
 rollout::SubmitOutcome RemoteLearner::Submit(rollout::GroupRollout rollout) {

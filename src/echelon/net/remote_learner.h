@@ -61,7 +61,10 @@ struct RemoteLearnerOptions {
   StageRole role;
 };
 
-class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
+class RemoteLearner : public rollout::WorkSource,
+                      public rollout::TrajectorySink,
+                      public rollout::SnapshotSource,
+                      public rollout::EpisodeHost {
  public:
   explicit RemoteLearner(RemoteLearnerOptions options);
   ~RemoteLearner() override;
@@ -86,6 +89,10 @@ class RemoteLearner : public rollout::WorkSource, public rollout::TrajectorySink
   std::optional<rollout::Assignment> Acquire(const std::string& actor) override;
   rollout::SubmitOutcome Submit(rollout::GroupRollout rollout) override;
   rollout::Snapshot Latest() override;
+  // A turn of a group the learner plays (no retry: an error gives the group up, and its lease
+  // expires).
+  Result<rollout::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
+                                 std::vector<data::Turn> turns, double generate_seconds) override;
 
  private:
   Status Register();

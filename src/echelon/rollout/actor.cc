@@ -45,6 +45,21 @@ bool Actor::RefreshSnapshot() {
   return true;
 }
 
+Result<SubmitOutcome> Actor::PlayHosted(const Assignment& a, int64_t* tokens) {
+  if (episodes_ == nullptr) return FailedPrecondition("the learner plays this group, and this actor has no link to it");
+  const int64_t version = policy_->version();
+  std::vector<data::Turn> turns;
+  double seconds = 0;
+  while (true) {
+    ECHELON_ASSIGN_OR_RETURN(PlayStep step, episodes_->Play(options_.name, a.work, version, std::move(turns), seconds));
+    if (step.outcome) return *step.outcome;
+    const double t0 = clock_->Now();
+    ECHELON_ASSIGN_OR_RETURN(turns, policy_->Sample(step.prompts, step.seed));
+    seconds = clock_->Now() - t0;
+    for (const data::Turn& t : turns) *tokens += static_cast<int64_t>(t.tokens.size());
+  }
+}
+
 void Actor::Run(const std::atomic<bool>& stop) {
   double idle = options_.idle_sleep_seconds;
   const auto wait = [&] {
@@ -64,6 +79,21 @@ void Actor::Run(const std::atomic<bool>& stop) {
     idle = options_.idle_sleep_seconds;
     // The gate may have advanced while we waited: take the newest snapshot for this group.
     RefreshSnapshot();
+    if (a->played_by_learner) {
+      int64_t tokens = 0;
+      Result<SubmitOutcome> played = PlayHosted(*a, &tokens);
+      if (!played.ok()) {
+        spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, played.status().message());
+        ++stats_.errors;
+      } else if (!played->accepted) {
+        spdlog::warn("{}: group {} refused: {}", options_.name, a->work.group_id, played->reason);
+        ++stats_.refused;
+      } else {
+        ++stats_.groups;
+        stats_.tokens += tokens;
+      }
+      continue;
+    }
     GroupRollout out;
     out.group_id = a->work.group_id;
     out.lease_id = a->work.lease_id;

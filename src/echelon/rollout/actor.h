@@ -47,17 +47,24 @@ class Actor {
   Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
         const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy, const Clock* clock = nullptr);
 
+  // Where work the learner plays itself (Assignment::played_by_learner) is played: each turn's
+  // prompts come from `host` and the completions go back to it. Without one such work fails.
+  void set_episode_host(EpisodeHost* host) { episodes_ = host; }
+
   // Loops until `stop` becomes true.
   void Run(const std::atomic<bool>& stop);
   const ActorStats& stats() const { return stats_; }
 
  private:
   bool RefreshSnapshot();
+  // Samples each turn the learner asks for until it says how it took the group.
+  Result<SubmitOutcome> PlayHosted(const Assignment& a, int64_t* tokens);
 
   ActorOptions options_;
   WorkSource* work_;
   TrajectorySink* sink_;
   SnapshotSource* snapshots_;
+  EpisodeHost* episodes_ = nullptr;
   const data::TaskAdapter* task_;
   std::unique_ptr<SnapshotPolicy> policy_;
   const Clock* clock_;

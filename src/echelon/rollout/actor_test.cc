@@ -21,6 +21,8 @@ class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
     a.prompt = data::Prompt{7, "1+2=", scored_by_learner ? "" : "3"};
     a.group_size = 2;
     a.scored_by_learner = scored_by_learner;
+    a.played_by_learner = played_by_learner;
+    if (played_by_learner) a.prompt = data::Prompt{};
     return a;
   }
   SubmitOutcome Submit(GroupRollout r) override {
@@ -35,6 +37,7 @@ class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
   std::mutex mu;
   bool handed = false;
   bool scored_by_learner = false;
+  bool played_by_learner = false;
   int64_t version = 3;
   std::vector<GroupRollout> submitted;
 };
@@ -163,6 +166,60 @@ TEST(ActorTest, WorkTheLearnerScoresIsSampledWithoutScoring) {
     EXPECT_EQ(e.turns[0].text, "3");
     EXPECT_EQ(e.reward, 0.0);
   }
+  EXPECT_EQ(actor.stats().errors.load(), 0);
+}
+
+// The learner's side of a played group: two turns of two prompts, then it takes the group.
+class TwoTurnHost : public EpisodeHost {
+ public:
+  explicit TwoTurnHost(Plane* plane) : plane_(plane) {}
+  Result<PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t version,
+                        std::vector<data::Turn> turns, double) override {
+    calls.push_back({actor, work.lease_id, version, turns.size()});
+    PlayStep step;
+    if (calls.size() == 3) {
+      std::lock_guard<std::mutex> lock(plane_->mu);
+      plane_->handed = true;
+      plane_->submitted.push_back(GroupRollout{});  // RunFor stops at a submission
+      step.outcome = SubmitOutcome{true, ""};
+      return step;
+    }
+    step.prompts = {data::PolicyPrompt("your move"), data::PolicyPrompt("your move")};
+    step.seed = 11;
+    return step;
+  }
+  struct Call {
+    std::string actor;
+    uint64_t lease = 0;
+    int64_t version = 0;
+    size_t turns = 0;
+  };
+  std::vector<Call> calls;
+
+ private:
+  Plane* plane_;
+};
+
+// Work the learner plays comes without a prompt (a deal, a seed); the actor answers each
+// turn's prompts through the host and never runs the task itself.
+TEST(ActorTest, WorkTheLearnerPlaysIsAnsweredTurnByTurn) {
+  Plane plane;
+  plane.played_by_learner = true;
+  NeedsTheAnswerTask task;
+  TwoTurnHost host(&plane);
+  Actor actor(ActorOptions{}, &plane, &plane, &plane, &task,
+              std::make_unique<FlakyPolicy>(&plane, 0, StatusCode::kInternal));
+  actor.set_episode_host(&host);
+  RunFor(actor, plane, 5);
+  ASSERT_EQ(host.calls.size(), 3u);
+  EXPECT_EQ(host.calls[0].turns, 0u);
+  EXPECT_EQ(host.calls[1].turns, 2u);
+  EXPECT_EQ(host.calls[2].turns, 2u);
+  for (const TwoTurnHost::Call& c : host.calls) {
+    EXPECT_EQ(c.lease, 70u);
+    EXPECT_EQ(c.version, 3);
+  }
+  EXPECT_EQ(actor.stats().groups.load(), 1);
   EXPECT_EQ(actor.stats().errors.load(), 0);
 }
 

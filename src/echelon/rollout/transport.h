@@ -1,4 +1,5 @@
-// What an actor needs from the learning plane, as three small interfaces. In one process
+// What an actor needs from the learning plane, as three small interfaces (and a fourth,
+// EpisodeHost, for multi-turn work the learner plays itself). In one process
 // they are implemented by LocalHub (cli/runtime.h); a network transport implements the same
 // interfaces over RPC, and the actor loop does not change.
 //
@@ -24,6 +25,9 @@ struct Assignment {
   // The learner scores the group itself (a single-turn task): the prompt comes without its
   // reference and the actor only samples (data::SampleSingleTurnGroup), its rewards left 0.
   bool scored_by_learner = false;
+  // The learner plays this multi-turn group's environment (EpisodeHost): the prompt stays
+  // there (a poker deal, an environment's seed), and the actor only samples each turn.
+  bool played_by_learner = false;
 };
 
 // What an actor hands back for one group.
@@ -64,6 +68,26 @@ class TrajectorySink {
  public:
   virtual ~TrajectorySink() = default;
   virtual SubmitOutcome Submit(GroupRollout rollout) = 0;
+};
+
+// One step of a group the learner plays: the prompts to sample now (one completion each, with
+// `seed`), or, once the episodes are over, how the learner took the group.
+struct PlayStep {
+  std::vector<data::PolicyPrompt> prompts;
+  uint64_t seed = 0;
+  std::optional<SubmitOutcome> outcome;  // set when finished
+};
+
+// The learner's side of a played group: it runs the task's environment and asks the actor for
+// each turn's completions.
+class EpisodeHost {
+ public:
+  virtual ~EpisodeHost() = default;
+  // Hands in `turns`, the completions of the previous step's prompts in order (none on the
+  // first call), sampled by `behavior_version`; the next step, or an error (the group is not
+  // this actor's to play, the turns do not answer the prompts, the learner went away).
+  virtual Result<PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
+                                std::vector<data::Turn> turns, double generate_seconds) = 0;
 };
 
 class SnapshotSource {
