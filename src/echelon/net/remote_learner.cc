@@ -98,7 +98,11 @@ Status RemoteLearner::Register() {
   cached_run_spec_ = reply.run_spec_json();
   // A peer whose origin link is gone (revoked with the registration this replaces, or a
   // restarted learner) joins again with this registration's token.
-  if ((restarted || !peer_ || peer_->origin_gone()) && role.stage < 0) JoinBroadcast(reply.broadcast_port(), reply.broadcast_key_pem(), reply.broadcast_token());
+  invite_ = BroadcastInvite{reply.broadcast_port(), reply.broadcast_key_pem(), reply.broadcast_token(), false};
+  if ((restarted || !peer_ || peer_->origin_gone()) && role.stage < 0) {
+    invite_.used = true;
+    JoinBroadcast(invite_.port, invite_.key_pem, invite_.token);
+  }
   spdlog::info("registered with learner {} as {}", options_.address, reply.actor_id());
   return Status::Ok();
 }
@@ -294,6 +298,10 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
 }
 
 std::optional<rollout::Snapshot> RemoteLearner::FromBroadcast(int64_t version) {
+  if (peer_ && peer_->origin_gone() && !invite_.used) {
+    invite_.used = true;  // its link broke after this registration: once more, with its token
+    JoinBroadcast(invite_.port, invite_.key_pem, invite_.token);
+  }
   if (!peer_ || peer_->origin_gone()) return std::nullopt;
   std::optional<uint64_t> got =
       peer_->WaitForVersion(static_cast<uint64_t>(std::max<int64_t>(version, 0)), options_.broadcast_wait_seconds);

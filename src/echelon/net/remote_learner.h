@@ -125,6 +125,14 @@ class RemoteLearner : public rollout::WorkSource,
   std::string cached_run_spec_;
   std::string incarnation_;  // of the learner process last registered with
   std::unique_ptr<BroadcastPeer> peer_;  // joined to the learner's broadcast (actor thread only)
+  // The broadcast this registration may join (actor thread only): a peer whose link broke
+  // after the registration (revoked with the one before, just noticed) joins again once.
+  struct BroadcastInvite {
+    uint32_t port = 0;
+    std::string key_pem;
+    std::string token;
+    bool used = false;
+  } invite_;
   std::thread heartbeat_;
 };
 
