@@ -51,7 +51,10 @@ Result<Prompt> ParseRecord(const std::string& line) {
                            (integer ? " is wrong: " : " is not an integer written plainly: ") +
                            question + " is " + Quoted(expected));
   }
-  return Prompt{0, question + "=", answer};
+  Prompt prompt;
+  prompt.text = question + "=";
+  prompt.reference = answer;
+  return prompt;
 }
 
 }  // namespace

@@ -30,7 +30,11 @@ struct MathProblem {
   std::string Question() const { return std::to_string(a) + op + std::to_string(b); }
   // The prompt the policy sees and the exact answer it must produce.
   Prompt ToPrompt(uint64_t id) const {
-    return Prompt{id, Question() + "=", std::to_string(Answer())};
+    Prompt p;
+    p.id = id;
+    p.text = Question() + "=";
+    p.reference = std::to_string(Answer());
+    return p;
   }
 };
 

@@ -29,7 +29,9 @@ class Hub : public rollout::WorkSource, public rollout::TrajectorySink, public r
     rollout::Assignment a;
     a.work.group_id = next++;
     a.work.lease_id = 100 + a.work.group_id;
-    a.prompt = data::Prompt{a.work.group_id, "1+2=", "3"};
+    a.prompt.id = a.work.group_id;
+    a.prompt.text = "1+2=";
+    a.prompt.reference = "3";
     a.group_size = 2;
     holders.push_back(actor);
     return a;

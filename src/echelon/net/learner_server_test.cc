@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "echelon/net/auth.h"
 #include "echelon/net/protocol.h"
@@ -25,7 +26,9 @@ class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, 
     rollout::Assignment a;
     a.work.group_id = next++;
     a.work.lease_id = 100 + a.work.group_id;
-    a.prompt = data::Prompt{a.work.group_id, "1+2=", "3"};
+    a.prompt.id = a.work.group_id;
+    a.prompt.text = "1+2=";
+    a.prompt.reference = "3";
     a.prompt.system = "Answer with a number.";
     a.group_size = 2;
     a.scored_by_learner = true;
@@ -294,6 +297,81 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   ASSERT_TRUE(s.weights);
   EXPECT_TRUE(*s.weights == blob);
   learner.Close();
+}
+
+// A learner whose snapshot streams in `pieces` pieces `gap` seconds apart; from piece
+// `stall_at` on it sends nothing more and keeps the stream open.
+class TricklingLearner final : public v1::Learner::Service {
+ public:
+  TricklingLearner(int pieces, double gap, int stall_at) : pieces_(pieces), gap_(gap), stall_at_(stall_at) {}
+  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterReply* reply) override {
+    reply->set_actor_id("t#1");
+    reply->set_heartbeat_seconds(1);
+    reply->set_snapshot_version(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatReply* reply) override {
+    reply->set_known(true);
+    reply->set_snapshot_version(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetSnapshot(grpc::ServerContext* ctx, const v1::SnapshotRequest*,
+                           grpc::ServerWriter<v1::SnapshotPiece>* writer) override {
+    for (int i = 0; i < pieces_; ++i) {
+      if (i == stall_at_) {
+        while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return grpc::Status(grpc::StatusCode::CANCELLED, "stalled");
+      }
+      if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(gap_));
+      v1::SnapshotPiece piece;
+      piece.set_version(1);
+      piece.set_total_bytes(4 * pieces_);
+      piece.set_offset(4 * i);
+      piece.set_data("abcd");
+      if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "gone");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const int pieces_;
+  const double gap_;
+  const int stall_at_;
+};
+
+// A direct snapshot pull had a 120 s deadline as a whole, so a snapshot of more than ~1.5 GB
+// could never come directly over 100 Mbit/s. A pull now runs as long as pieces keep coming and
+// is cancelled when they stop.
+TEST(RemoteLearnerTest, ASnapshotPullEndsOnAStallNotOnItsLength) {
+  for (const bool stalls : {false, true}) {
+    TricklingLearner service(/*pieces=*/5, /*gap=*/stalls ? 0.01 : 0.3, /*stall_at=*/stalls ? 2 : 99);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    RemoteLearnerOptions o;
+    o.address = "127.0.0.1:" + std::to_string(port);
+    o.broadcast = false;
+    o.snapshot_stall_seconds = 0.5;
+    RemoteLearner learner(o);
+    std::atomic<bool> stop{false};
+    ASSERT_TRUE(learner.Connect(stop).ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    const rollout::Snapshot snap = learner.Latest();
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (stalls) {
+      EXPECT_EQ(snap.version, -1);
+      EXPECT_LT(took, 5.0);
+    } else {
+      EXPECT_EQ(snap.version, 1);  // 1.2 s of pieces, each within the 0.5 s stall limit
+      ASSERT_TRUE(snap.weights);
+      EXPECT_EQ(*snap.weights, "abcdabcdabcdabcdabcd");
+      EXPECT_GT(took, 1.0);
+    }
+    learner.Close();
+    server->Shutdown();
+  }
 }
 
 TEST(RemoteLearnerTest, WrongTokenFailsConnectAtOnce) {

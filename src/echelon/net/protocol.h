@@ -29,19 +29,29 @@ inline constexpr int kMaxMessageBytes = 32 << 20;
 // message limit.
 inline constexpr uint64_t kSnapshotPieceBytes = 1 << 20;
 
-// Actors heartbeat this often; a learner evicts an actor silent for kEvictAfterHeartbeats
-// intervals (about 3 s at the default), re-issuing its groups. Three missed beats tolerate a
-// scheduling hiccup on a loaded 2-core machine without letting a dead actor hold work long.
-inline constexpr double kDefaultHeartbeatSeconds = 1.0;
-inline constexpr double kEvictAfterHeartbeats = 3.0;
-
 // An actor that cannot reach the learner retries with exponential backoff up to this cap, and
 // its channel redials at least this often, so a restarted learner has its actors back within
 // about two seconds.
 inline constexpr double kMaxBackoffSeconds = 2.0;
 
-// A Play call waits while the learner's environment takes its turn (an HTTP environment's
-// step, a poker hand's opponent), which is short; a minute leaves room for a slow one.
-inline constexpr int kPlayDeadlineSeconds = 60;
+// The deadlines of an actor's calls to the learner (heartbeat and eviction times are
+// sched/tunables.h's). A call past its deadline is retried with backoff (Play gives its group
+// up), so a deadline only bounds how long a lost reply holds the actor.
+// Register: a learner busy publishing answers late; the reply is small.
+inline constexpr double kRegisterDeadlineSeconds = 30;
+// Heartbeat: tiny; a missed one is followed by the next within a heartbeat.
+inline constexpr double kHeartbeatDeadlineSeconds = 5;
+// Acquire: tiny, but waits behind the dispatcher's lock.
+inline constexpr double kAcquireDeadlineSeconds = 10;
+// Submit: a group of up to kMaxMessageBytes (32 MiB) takes ~27 s on a 10 Mbit/s uplink.
+inline constexpr double kSubmitDeadlineSeconds = 30;
+// Play: waits while the learner's environment takes its turn (an HTTP environment's step, a
+// poker opponent), which is short; above learn::HostedEpisodesOptions::environment_wait_seconds.
+inline constexpr double kPlayDeadlineSeconds = 60;
+// A direct snapshot pull has no deadline as a whole (16 GB at 100 Mbit/s takes 22 minutes): it
+// is cancelled when no piece (kSnapshotPieceBytes) arrived for this long.
+inline constexpr double kSnapshotStallSeconds = 30;
+// Joining the learner's broadcast; on failure snapshots come directly.
+inline constexpr double kBroadcastJoinSeconds = 5;
 
 }  // namespace echelon::net

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "echelon/common/fs.h"
 #include "echelon/net/address.h"
@@ -16,6 +19,11 @@ namespace echelon::net {
 namespace {
 
 void SleepSeconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+void SetDeadline(grpc::ClientContext& ctx, double seconds) {
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds)));
+}
 
 }  // namespace
 
@@ -54,8 +62,7 @@ std::string RemoteLearner::actor_id() const {
 Status RemoteLearner::Register() {
   grpc::ClientContext ctx;
   AttachToken(ctx, options_.token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                          std::chrono::duration<double>(options_.rpc_timeout_seconds)));
+  SetDeadline(ctx, kRegisterDeadlineSeconds);
   v1::RegisterRequest req;
   req.set_protocol_version(kProtocolVersion);
   req.set_actor_name(options_.name);
@@ -135,7 +142,7 @@ void RemoteLearner::HeartbeatLoop() {
     if (closing_.load()) break;
     grpc::ClientContext ctx;
     AttachToken(ctx, options_.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    SetDeadline(ctx, kHeartbeatDeadlineSeconds);
     v1::HeartbeatRequest req;
     req.set_actor_id(actor_id());
     v1::HeartbeatReply reply;
@@ -181,7 +188,7 @@ void RemoteLearner::Recover(int code, const std::string& what) {
 std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*actor*/) {
   grpc::ClientContext ctx;
   AttachToken(ctx, options_.token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  SetDeadline(ctx, kAcquireDeadlineSeconds);
   v1::AcquireRequest req;
   req.set_actor_id(actor_id());
   v1::AcquireReply reply;
@@ -198,7 +205,9 @@ std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*a
   a.work.group_id = reply.group_id();
   a.work.lease_id = reply.lease_id();
   a.work.dispatch_version = reply.dispatch_version();
-  a.prompt = data::Prompt{reply.prompt_id(), reply.prompt_text(), reply.prompt_reference()};
+  a.prompt.id = reply.prompt_id();
+  a.prompt.text = reply.prompt_text();
+  a.prompt.reference = reply.prompt_reference();
   a.prompt.system = reply.prompt_system();
   a.group_size = reply.group_size();
   a.scored_by_learner = reply.scored_by_learner();
@@ -211,7 +220,7 @@ Result<rollout::PlayStep> RemoteLearner::Play(const std::string& /*actor*/, cons
                                               double generate_seconds) {
   grpc::ClientContext ctx;
   AttachToken(ctx, options_.token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(kPlayDeadlineSeconds));
+  SetDeadline(ctx, kPlayDeadlineSeconds);
   v1::PlayRequest req;
   req.set_actor_id(actor_id());
   req.set_group_id(work.group_id);
@@ -242,7 +251,7 @@ rollout::SubmitOutcome RemoteLearner::Submit(rollout::GroupRollout rollout) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     grpc::ClientContext ctx;
     AttachToken(ctx, options_.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    SetDeadline(ctx, kSubmitDeadlineSeconds);
     v1::SubmitReply reply;
     grpc::Status st = stub_->Submit(&ctx, req, &reply);
     if (st.ok()) return {reply.accepted(), reply.reason()};
@@ -272,7 +281,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
   o.token = token;
   o.tls_ca_pem = options_.tls_ca_pem;  // a learner with TLS runs its broadcast over TLS too
   o.log_each_version = false;
-  o.join_timeout_seconds = 5;
+  o.join_timeout_seconds = kBroadcastJoinSeconds;
   o.advertise = options_.broadcast_advertise;
   if (options_.broadcast_upload_bps > 0) {
     o.upload_bps = options_.broadcast_upload_bps;
@@ -347,7 +356,6 @@ rollout::Snapshot RemoteLearner::Latest() {
   }
   grpc::ClientContext ctx;
   AttachToken(ctx, options_.token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   v1::SnapshotRequest req;
   req.set_actor_id(actor_id());
   req.set_min_version(known_version_.load());
@@ -356,12 +364,31 @@ rollout::Snapshot RemoteLearner::Latest() {
     req.set_first_layer(range.first);
     req.set_last_layer(range.last);
   }
+  // No deadline for the whole pull, which may take many minutes: a stall cancels it.
+  std::mutex stall_mu;
+  std::condition_variable stall_cv;
+  bool pulling = true;
+  auto last_piece = std::chrono::steady_clock::now();
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(stall_mu);
+    while (pulling) {
+      stall_cv.wait_for(lock, std::chrono::milliseconds(200));
+      if (pulling && std::chrono::steady_clock::now() - last_piece > std::chrono::duration<double>(options_.snapshot_stall_seconds)) {
+        ctx.TryCancel();
+        break;
+      }
+    }
+  });
   std::unique_ptr<grpc::ClientReader<v1::SnapshotPiece>> reader = stub_->GetSnapshot(&ctx, req);
   v1::SnapshotPiece piece;
   std::string bytes;
   int64_t version = -1;
   uint64_t total = 0;
   while (reader->Read(&piece)) {
+    {
+      std::lock_guard<std::mutex> lock(stall_mu);
+      last_piece = std::chrono::steady_clock::now();
+    }
     if (version < 0) {
       version = piece.version();
       total = piece.total_bytes();
@@ -372,6 +399,12 @@ rollout::Snapshot RemoteLearner::Latest() {
     bytes += piece.data();
   }
   grpc::Status st = reader->Finish();
+  {
+    std::lock_guard<std::mutex> lock(stall_mu);
+    pulling = false;
+  }
+  stall_cv.notify_all();
+  watchdog.join();
   if (!st.ok() || version < 0 || bytes.size() != total) {
     if (!st.ok()) Recover(st.error_code(), "snapshot fetch");
     return cached_;

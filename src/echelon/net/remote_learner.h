@@ -30,6 +30,7 @@
 #include "echelon/model/qwen3.h"
 #include "echelon/net/broadcast_peer.h"
 #include "echelon/net/learner_server.h"
+#include "echelon/net/protocol.h"
 #include "echelon/rollout/transport.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
@@ -49,13 +50,13 @@ struct RemoteLearnerOptions {
   std::string token;          // bearer token; empty sends none
   std::string name = "actor";
   std::string tls_ca_pem;     // the CA that signed the learner's certificate (PEM text); enables TLS
-  double rpc_timeout_seconds = 30;
   bool broadcast = true;                     // join the learner's snapshot broadcast if it has one
   std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors; "none": nowhere (NAT)
   std::string broadcast_advertise;           // HOST:PORT others dial; default: our address toward the learner
   double broadcast_upload_bps = 0;           // declared upload rate (the origin's first estimate, and
                                              // 95% of it paces uploads); 0: its default, no pacing
   double broadcast_wait_seconds = 20;        // then pull the snapshot directly
+  double snapshot_stall_seconds = kSnapshotStallSeconds;  // a direct pull with no piece for this long is cancelled
   // A stage of a pipelined worker (role.stage >= 0): registers as such, follows its pipeline
   // (route()), and fetches only its layers' tensors, directly (not by broadcast).
   StageRole role;
