@@ -32,6 +32,7 @@
 #include "echelon/net/protocol.h"
 #include "echelon/rollout/model_policy.h"
 #include "echelon/rollout/run_spec.h"
+#include "echelon/sched/tunables.h"
 #include "echelon/v1/learner.grpc.pb.h"
 #include "tests/tools/workers.h"
 
@@ -113,8 +114,11 @@ class Attacker {
     return stub_->Heartbeat(&ctx, req, &reply).ok() && reply.known();
   }
 
-  // The hoarding worker registers, takes every lease it is given (up to 64, one call each)
-  // and never submits; Pause keeps it alive.
+  // The hoarding worker registers, takes every lease it is given and never submits; Pause
+  // keeps it alive. It asks until it holds the cap and then 8 times more (each refused as
+  // lease_capped), waiting while the admission window has nothing to give (honest actors may
+  // hold it at first: asking only then, 64 times at once, sometimes never reached the cap),
+  // for 20 s at most.
   void Hoard() {
     if (hoarder_.name.empty()) return;
     std::swap(worker_, hoarder_);
@@ -122,9 +126,19 @@ class Attacker {
     int leases = 0;
     if (id.ok()) {
       hoarder_actor_ = id.value();
-      for (int i = 0; i < 64; ++i) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      int past_cap = 0;
+      while (past_cap < 8 && std::chrono::steady_clock::now() < until) {
         std::optional<v1::AcquireReply> reply = AcquireOnce(hoarder_actor_);
-        if (reply && reply->has_work()) ++leases;
+        if (reply && reply->has_work()) {
+          ++leases;
+        } else if (leases >= sched::kMaxLeasesPerWorker) {
+          ++past_cap;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          Heartbeat(worker_, hoarder_actor_);
+          if (!actor_.empty()) Heartbeat(hoarder_, actor_);  // the attacker, swapped out meanwhile
+        }
       }
     }
     log_ << nlohmann::json{{"kind", "hoard"}, {"worker", worker_.name}, {"leases", leases}}.dump() << std::endl;
@@ -217,7 +231,10 @@ class Attacker {
 
   // A real group for the work, sampled with `policy` (of `version`), claiming that version.
   Result<rollout::GroupRollout> Sample(const v1::AcquireReply& w, rollout::ModelPolicy& policy, int64_t version) {
-    data::Prompt p{w.prompt_id(), w.prompt_text(), w.prompt_reference()};
+    data::Prompt p;
+    p.id = w.prompt_id();
+    p.text = w.prompt_text();
+    p.reference = w.prompt_reference();
     p.system = w.prompt_system();
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Episode> episodes,
                              w.scored_by_learner() ? data::SampleSingleTurnGroup(p, w.group_size(), policy, w.group_id())
