@@ -161,14 +161,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
   grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req, v1::SubmitReply* reply) override {
     if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
     rollout::SubmitOutcome out = s_->sink_->Submit(DecodeRollout(*req, req->actor_id()));
-    {
-      std::lock_guard<std::mutex> lock(s_->mu_);
-      auto it = s_->actors_.find(req->actor_id());
-      if (it != s_->actors_.end()) {
-        ++(out.accepted ? it->second.submitted : it->second.refused);
-        if (out.forged) StrikeLocked(it->second, out.reason);
-      }
-    }
+    CountOutcome(req->actor_id(), out);
     reply->set_accepted(out.accepted);
     reply->set_reason(out.reason);
     return grpc::Status::OK;
@@ -198,12 +191,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     }
     if (step->outcome) {
       const rollout::SubmitOutcome& out = *step->outcome;
-      std::lock_guard<std::mutex> lock(s_->mu_);
-      auto it = s_->actors_.find(req->actor_id());
-      if (it != s_->actors_.end()) {
-        ++(out.accepted ? it->second.submitted : it->second.refused);
-        if (out.forged) StrikeLocked(it->second, out.reason);
-      }
+      CountOutcome(req->actor_id(), out);
       reply->set_finished(true);
       reply->set_accepted(out.accepted);
       reply->set_reason(out.reason);
@@ -328,6 +316,15 @@ class LearnerServer::Service final : public v1::Learner::Service {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         "worker '" + worker + "' is quarantined: its submissions were refused as forged " +
                             std::to_string(s_->forged_[worker]) + " times (see the learner's log)");
+  }
+
+  // Counts how the actor's group was taken (a submission, or a group the learner played).
+  void CountOutcome(const std::string& actor_id, const rollout::SubmitOutcome& out) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    auto it = s_->actors_.find(actor_id);
+    if (it == s_->actors_.end()) return;
+    ++(out.accepted ? it->second.submitted : it->second.refused);
+    if (out.forged) StrikeLocked(it->second, out.reason);
   }
 
   // Counts a forged submission against the actor's worker; quarantines it at the limit.

@@ -79,63 +79,51 @@ void Actor::Run(const std::atomic<bool>& stop) {
     idle = options_.idle_sleep_seconds;
     // The gate may have advanced while we waited: take the newest snapshot for this group.
     RefreshSnapshot();
-    if (a->played_by_learner) {
-      int64_t tokens = 0;
-      Result<SubmitOutcome> played = PlayHosted(*a, &tokens);
-      if (!played.ok()) {
-        spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, played.status().message());
-        ++stats_.errors;
-      } else if (!played->accepted) {
-        spdlog::warn("{}: group {} refused: {}", options_.name, a->work.group_id, played->reason);
-        ++stats_.refused;
-      } else {
-        ++stats_.groups;
-        stats_.tokens += tokens;
-      }
-      continue;
-    }
-    GroupRollout out;
-    out.group_id = a->work.group_id;
-    out.lease_id = a->work.lease_id;
-    out.actor = options_.name;
-    out.prompt = a->prompt;
-    const double t0 = clock_->Now();
-    Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
-    for (int attempt = 0;; ++attempt) {
-      out.behavior_version = policy_->version();
-      const uint64_t seed = GroupSeed(options_.seed, a->work.group_id);
-      episodes = a->scored_by_learner ? data::SampleSingleTurnGroup(a->prompt, a->group_size, *policy_, seed)
-                                      : task_->RunGroup(a->prompt, a->group_size, *policy_, seed);
-      // Aborted: the policy's snapshot went out of date under it (a pipeline's stages moved
-      // past it); the group runs again on the newest one.
-      if (episodes.ok() || episodes.status().code() != StatusCode::kAborted || attempt + 1 >= kGroupAttempts ||
-          stop.load())
-        break;
-      spdlog::info("{}: group {} again on a newer snapshot: {}", options_.name, a->work.group_id,
-                   episodes.status().message());
-      RefreshSnapshot();
-    }
-    if (!episodes.ok()) {
-      // The lease will expire and the group is re-issued to another actor.
-      spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, episodes.status().message());
-      ++stats_.errors;
-      continue;
-    }
-    out.episodes = std::move(episodes).value();
-    out.generate_seconds = clock_->Now() - t0;
-    if (options_.slowdown > 1.0) clock_->SleepFor(out.generate_seconds * (options_.slowdown - 1.0));
     int64_t tokens = 0;
-    for (const data::Episode& e : out.episodes)
-      for (const data::Turn& t : e.turns) tokens += t.tokens.size();
-    SubmitOutcome outcome = sink_->Submit(std::move(out));
-    if (!outcome.accepted) {
-      spdlog::warn("{}: group {} refused: {}", options_.name, a->work.group_id, outcome.reason);
+    Result<SubmitOutcome> outcome = a->played_by_learner ? PlayHosted(*a, &tokens) : PlayHere(*a, stop, &tokens);
+    if (!outcome.ok()) {
+      // The lease will expire and the group is re-issued to another actor.
+      spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, outcome.status().message());
+      ++stats_.errors;
+    } else if (!outcome->accepted) {
+      spdlog::warn("{}: group {} refused: {}", options_.name, a->work.group_id, outcome->reason);
       ++stats_.refused;
-      continue;
+    } else {
+      ++stats_.groups;
+      stats_.tokens += tokens;
     }
-    ++stats_.groups;
-    stats_.tokens += tokens;
   }
+}
+
+Result<SubmitOutcome> Actor::PlayHere(const Assignment& a, const std::atomic<bool>& stop, int64_t* tokens) {
+  GroupRollout out;
+  out.group_id = a.work.group_id;
+  out.lease_id = a.work.lease_id;
+  out.actor = options_.name;
+  out.prompt = a.prompt;
+  const double t0 = clock_->Now();
+  Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
+  for (int attempt = 0;; ++attempt) {
+    out.behavior_version = policy_->version();
+    const uint64_t seed = GroupSeed(options_.seed, a.work.group_id);
+    episodes = a.scored_by_learner ? data::SampleSingleTurnGroup(a.prompt, a.group_size, *policy_, seed)
+                                   : task_->RunGroup(a.prompt, a.group_size, *policy_, seed);
+    // Aborted: the policy's snapshot went out of date under it (a pipeline's stages moved
+    // past it); the group runs again on the newest one.
+    if (episodes.ok() || episodes.status().code() != StatusCode::kAborted || attempt + 1 >= kGroupAttempts ||
+        stop.load())
+      break;
+    spdlog::info("{}: group {} again on a newer snapshot: {}", options_.name, a.work.group_id,
+                 episodes.status().message());
+    RefreshSnapshot();
+  }
+  ECHELON_RETURN_IF_ERROR(episodes.status());
+  out.episodes = std::move(episodes).value();
+  out.generate_seconds = clock_->Now() - t0;
+  if (options_.slowdown > 1.0) clock_->SleepFor(out.generate_seconds * (options_.slowdown - 1.0));
+  for (const data::Episode& e : out.episodes)
+    for (const data::Turn& t : e.turns) *tokens += static_cast<int64_t>(t.tokens.size());
+  return sink_->Submit(std::move(out));
 }
 
 }  // namespace echelon::rollout

@@ -57,6 +57,8 @@ class Actor {
 
  private:
   bool RefreshSnapshot();
+  // Runs the task's episodes (or samples a single-turn group) here and submits the group.
+  Result<SubmitOutcome> PlayHere(const Assignment& a, const std::atomic<bool>& stop, int64_t* tokens);
   // Samples each turn the learner asks for until it says how it took the group.
   Result<SubmitOutcome> PlayHosted(const Assignment& a, int64_t* tokens);
 
