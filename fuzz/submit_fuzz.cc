@@ -49,7 +49,7 @@ std::string SubmitFuzzValidSeed() {
   Learner& l = TheLearner();
   const echelon::data::Prompt p = l.task->TrainPrompt(0);
   const echelon::model::CharTokenizer tok = echelon::model::CharTokenizer::ForAlphabet(l.task->Alphabet());
-  echelon::rollout::GroupRollout g;
+  echelon::contract::GroupRollout g;
   g.group_id = 0;
   g.lease_id = 1;
   g.behavior_version = 0;

@@ -26,12 +26,12 @@
 #include <thread>
 
 #include "echelon/common/fs.h"
+#include "echelon/contract/run_spec.h"
 #include "echelon/data/adapter_kit.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
 #include "echelon/rollout/model_policy.h"
-#include "echelon/rollout/run_spec.h"
 #include "echelon/sched/tunables.h"
 #include "echelon/v1/learner.grpc.pb.h"
 #include "tests/tools/workers.h"
@@ -169,8 +169,8 @@ class Attacker {
     grpc::Status st = stub_->Register(&ctx, req, &reply);
     if (!st.ok()) return FailedPrecondition(worker_.name + ": " + st.error_message());
     if (!setup_) {
-      ECHELON_ASSIGN_OR_RETURN(rollout::ActorSetup s, rollout::ParseRunSpec(reply.run_spec_json()));
-      setup_ = std::make_unique<rollout::ActorSetup>(std::move(s));
+      ECHELON_ASSIGN_OR_RETURN(contract::ActorSetup s, contract::ParseRunSpec(reply.run_spec_json()));
+      setup_ = std::make_unique<contract::ActorSetup>(std::move(s));
       policy_ = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup_->model), setup_->vocab, setup_->sampling);
       newest_ = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup_->model), setup_->vocab, setup_->sampling);
       ECHELON_ASSIGN_OR_RETURN(held_version_, FetchSnapshot(reply.actor_id(), *policy_));
@@ -230,7 +230,7 @@ class Attacker {
   }
 
   // A real group for the work, sampled with `policy` (of `version`), claiming that version.
-  Result<rollout::GroupRollout> Sample(const v1::AcquireReply& w, rollout::ModelPolicy& policy, int64_t version) {
+  Result<contract::GroupRollout> Sample(const v1::AcquireReply& w, rollout::ModelPolicy& policy, int64_t version) {
     data::Prompt p;
     p.id = w.prompt_id();
     p.text = w.prompt_text();
@@ -239,7 +239,7 @@ class Attacker {
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Episode> episodes,
                              w.scored_by_learner() ? data::SampleSingleTurnGroup(p, w.group_size(), policy, w.group_id())
                                                    : setup_->task->RunGroup(p, w.group_size(), policy, w.group_id()));
-    rollout::GroupRollout g;
+    contract::GroupRollout g;
     g.group_id = w.group_id();
     g.lease_id = w.lease_id();
     g.behavior_version = version;
@@ -247,7 +247,7 @@ class Attacker {
     return g;
   }
 
-  std::optional<v1::SubmitReply> Submit(const rollout::GroupRollout& g, const std::string& actor) {
+  std::optional<v1::SubmitReply> Submit(const contract::GroupRollout& g, const std::string& actor) {
     grpc::ClientContext ctx;
     net::AttachToken(ctx, worker_.token);
     v1::SubmitRequest req;
@@ -275,12 +275,12 @@ class Attacker {
       version = newest.value();
       policy = newest_.get();
     }
-    Result<rollout::GroupRollout> sampled = Sample(*w, *policy, version);
+    Result<contract::GroupRollout> sampled = Sample(*w, *policy, version);
     if (!sampled.ok()) {
       std::cerr << "hostile actor: " << sampled.status().message() << std::endl;
       return false;
     }
-    rollout::GroupRollout g = std::move(sampled).value();
+    contract::GroupRollout g = std::move(sampled).value();
     data::Turn& t = g.episodes[0].turns[0];
     std::string actor = actor_;
     if (kind == "replay") {
@@ -345,7 +345,7 @@ class Attacker {
   std::string actor_;
   Worker hoarder_;
   std::string hoarder_actor_;
-  std::unique_ptr<rollout::ActorSetup> setup_;
+  std::unique_ptr<contract::ActorSetup> setup_;
   std::unique_ptr<rollout::ModelPolicy> policy_;  // the first snapshot
   std::unique_ptr<rollout::ModelPolicy> newest_;  // the newest, fetched for each in_clamp lie
   int64_t held_version_ = -1;

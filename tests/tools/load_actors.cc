@@ -21,10 +21,10 @@
 #include <thread>
 
 #include "echelon/common/fs.h"
+#include "echelon/contract/run_spec.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
-#include "echelon/rollout/run_spec.h"
 #include "echelon/sched/tunables.h"
 #include "echelon/v1/learner.grpc.pb.h"
 #include "tests/tools/workers.h"
@@ -65,7 +65,7 @@ double Percentile(std::vector<double> v, double q) {
 
 class Load {
  public:
-  Load(const std::string& address, const rollout::ActorSetup* setup, double group_seconds, Latencies* lat)
+  Load(const std::string& address, const contract::ActorSetup* setup, double group_seconds, Latencies* lat)
       : setup_(setup), group_seconds_(group_seconds), lat_(lat) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(net::kMaxMessageBytes);
@@ -134,7 +134,7 @@ class Load {
 
   void Submit(SyntheticActor& a, size_t i) {
     const v1::AcquireReply& w = *a.work;
-    rollout::GroupRollout g;
+    contract::GroupRollout g;
     g.group_id = w.group_id();
     g.lease_id = w.lease_id();
     g.behavior_version = w.snapshot_version();
@@ -157,7 +157,7 @@ class Load {
   std::atomic<bool> done_{false};
 
  private:
-  const rollout::ActorSetup* setup_;
+  const contract::ActorSetup* setup_;
   const double group_seconds_;
   Latencies* lat_;
   std::vector<std::unique_ptr<v1::Learner::Stub>> stubs_;
@@ -197,7 +197,7 @@ int LoadActorsMain(int argc, char** argv) {
     std::cerr << "register: " << st.error_message() << std::endl;
     return 1;
   }
-  Result<rollout::ActorSetup> setup = rollout::ParseRunSpec(reply.run_spec_json());
+  Result<contract::ActorSetup> setup = contract::ParseRunSpec(reply.run_spec_json());
   if (!setup.ok()) {
     std::cerr << setup.status().message() << std::endl;
     return 1;

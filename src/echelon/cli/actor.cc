@@ -27,6 +27,7 @@
 
 #include "echelon/cli/commands.h"
 #include "echelon/common/fs.h"
+#include "echelon/contract/run_spec.h"
 #include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/pipeline_stage.h"
@@ -36,7 +37,6 @@
 #include "echelon/rollout/model_policy.h"
 #include "echelon/rollout/openai_http_policy.h"
 #include "echelon/rollout/pipeline_policy.h"
-#include "echelon/rollout/run_spec.h"
 
 namespace echelon::cli {
 namespace {
@@ -86,7 +86,7 @@ Status ParseStage(const std::string& text, net::StageRole* role) {
 }
 
 // The openai-http backend, encoding prompts exactly as ModelPolicy does (the run's vocabulary).
-Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const rollout::ActorSetup& setup) {
+Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const contract::ActorSetup& setup) {
   rollout::OpenAiHttpOptions o;
   o.url = args.backend_url;
   o.model = args.backend_model;
@@ -112,13 +112,13 @@ Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& arg
 }
 
 // Registers and reads the run spec; returns -1 when joined, else the exit code.
-int Join(net::RemoteLearner& learner, std::optional<rollout::ActorSetup>* setup) {
+int Join(net::RemoteLearner& learner, std::optional<contract::ActorSetup>* setup) {
   Result<std::string> spec = learner.Connect(g_stop);
   if (!spec.ok()) {
     spdlog::error("{}", spec.status().message());
     return g_stop.load() ? 0 : 1;
   }
-  Result<rollout::ActorSetup> parsed = rollout::ParseRunSpec(spec.value());
+  Result<contract::ActorSetup> parsed = contract::ParseRunSpec(spec.value());
   if (!parsed.ok()) {
     spdlog::error("{}", parsed.status().message());
     return 1;
@@ -166,7 +166,7 @@ int RunLaterStage(const ActorArgs& args, net::RemoteLearnerOptions ro) {
   ro.role.address = !args.stage_advertise.empty() ? args.stage_advertise
                                                   : host + ":" + std::to_string(service.value()->port());
   net::RemoteLearner learner(ro);
-  std::optional<rollout::ActorSetup> setup;
+  std::optional<contract::ActorSetup> setup;
   if (int code = Join(learner, &setup); code >= 0) return code;
   service.value()->SetConfig(setup->model);
   std::cout << "pipeline " << args.pipeline << " stage " << stage << "/" << stages << " serving on "
@@ -193,7 +193,7 @@ int RunLaterStage(const ActorArgs& args, net::RemoteLearnerOptions ro) {
                    last ? "" : ", the next is at " + route.addresses[static_cast<size_t>(stage + 1)]);
     }
     learner.Want(server.wanted());  // the head's snapshot, at once rather than at the next heartbeat
-    const rollout::Snapshot snap = learner.Latest();
+    const contract::Snapshot snap = learner.Latest();
     if (snap.version < 0 || !snap.weights) continue;
     const model::LayerRange want = route.layers[static_cast<size_t>(stage)];
     if (snap.version == held && want.first == layers.first && want.last == layers.last) continue;
@@ -268,7 +268,7 @@ int RunActor(const ActorArgs& args) {
   }
   if (ro.role.stage > 0) return RunLaterStage(args, std::move(ro));
   net::RemoteLearner learner(ro);
-  std::optional<rollout::ActorSetup> setup;
+  std::optional<contract::ActorSetup> setup;
   if (int code = Join(learner, &setup); code >= 0) return code;
   std::unique_ptr<rollout::SnapshotPolicy> policy;
   // The head of a pipeline: the next stage is where the learner last said (Retarget is a no-op

@@ -38,7 +38,7 @@ struct BroadcastCompletion {
 class ActorTransport {
  public:
   virtual ~ActorTransport() = default;
-  // Starts serving actors through `intake`. `run_spec_json` (rollout/run_spec.h) is what an
+  // Starts serving actors through `intake`. `run_spec_json` (contract/run_spec.h) is what an
   // actor is told about the run; progress lines (addresses, ports) go to `progress`.
   virtual Status Start(TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) = 0;
   // Actors connected now.

@@ -25,11 +25,11 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
   while (true) {
     // First, not only while waiting: a learner that never waits must still stop when told.
     if (interrupt != nullptr && interrupt->load()) return std::optional<CollectedBatch>();
-    std::vector<rollout::GroupRollout> got = arrivals_->Drain(wait);
+    std::vector<contract::GroupRollout> got = arrivals_->Drain(wait);
     ECHELON_RETURN_IF_ERROR(arrivals_->failure());
     wait = options_.poll_seconds;
     if (!got.empty()) last_arrival_ = clock_->Now();
-    for (rollout::GroupRollout& g : got) {
+    for (contract::GroupRollout& g : got) {
       assembler_.Add(g.group_id, g.behavior_version);
       const uint64_t id = g.group_id;
       waiting_[id] = std::move(g);

@@ -40,7 +40,7 @@ struct CollectorOptions {
 // The groups of one update, in group-id order, and the rule's decision that chose them.
 struct CollectedBatch {
   sched::IntakeDecision decision;
-  std::vector<rollout::GroupRollout> groups;
+  std::vector<contract::GroupRollout> groups;
   double wait_seconds = 0;  // from the start of Collect until the batch was there
 };
 
@@ -66,7 +66,7 @@ class BatchCollector {
   std::function<std::vector<std::string>()> evict_silent_;
   const Clock* clock_;
   sched::BatchAssembler assembler_;
-  std::map<uint64_t, rollout::GroupRollout> waiting_;  // the assembler's groups, by id
+  std::map<uint64_t, contract::GroupRollout> waiting_;  // the assembler's groups, by id
   double last_arrival_;
 };
 

@@ -9,9 +9,9 @@ namespace {
 // Always B fresh groups of the current version waiting: a learner that never waits.
 class Flood : public ArrivalQueue {
  public:
-  std::vector<rollout::GroupRollout> Drain(double) override {
-    std::vector<rollout::GroupRollout> out(4);
-    for (rollout::GroupRollout& g : out) g.group_id = next_++;
+  std::vector<contract::GroupRollout> Drain(double) override {
+    std::vector<contract::GroupRollout> out(4);
+    for (contract::GroupRollout& g : out) g.group_id = next_++;
     return out;
   }
 

@@ -32,7 +32,7 @@ BehaviourVerifier::BehaviourVerifier(const model::ModelConfig& config, const Ver
   for (auto& p : model_->parameters()) p.requires_grad_(false);
 }
 
-void BehaviourVerifier::Remember(const rollout::Snapshot& snapshot) {
+void BehaviourVerifier::Remember(const contract::Snapshot& snapshot) {
   if (!snapshot.weights) return;
   std::lock_guard<std::mutex> lock(mu_);
   snapshots_[snapshot.version] = snapshot.weights;
@@ -40,14 +40,14 @@ void BehaviourVerifier::Remember(const rollout::Snapshot& snapshot) {
   while (snapshots_.begin()->first < oldest) snapshots_.erase(snapshots_.begin());
 }
 
-bool BehaviourVerifier::Drawn(const rollout::GroupRollout& g) const {
+bool BehaviourVerifier::Drawn(const contract::GroupRollout& g) const {
   if (options_.fraction <= 0) return false;
   if (options_.fraction >= 1) return true;
   const uint64_t h = Mix(salt_ ^ Mix(g.group_id ^ Mix(g.lease_id)));
   return static_cast<double>(h >> 11) * 0x1.0p-53 < options_.fraction;
 }
 
-Result<std::string> BehaviourVerifier::Check(const rollout::GroupRollout& g, bool suspect) {
+Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bool suspect) {
   if (!suspect && !Drawn(g)) return std::string();
   std::lock_guard<std::mutex> lock(mu_);
   auto snap = snapshots_.find(g.behavior_version);

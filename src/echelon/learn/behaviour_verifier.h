@@ -28,8 +28,8 @@
 #include <string>
 
 #include "echelon/common/status.h"
+#include "echelon/contract/transport.h"
 #include "echelon/model/qwen3.h"
-#include "echelon/rollout/transport.h"
 
 namespace echelon::learn {
 
@@ -52,14 +52,14 @@ class BehaviourVerifier {
  public:
   BehaviourVerifier(const model::ModelConfig& config, const VerifyOptions& options);
 
-  void Remember(const rollout::Snapshot& snapshot);
+  void Remember(const contract::Snapshot& snapshot);
   // "" when the group passes or is not drawn; "logprob_mismatch" when it fails. An error is the
   // learner's own (a snapshot it cannot load).
-  Result<std::string> Check(const rollout::GroupRollout& g, bool suspect);
+  Result<std::string> Check(const contract::GroupRollout& g, bool suspect);
   VerifyStats stats() const;
 
  private:
-  bool Drawn(const rollout::GroupRollout& g) const;
+  bool Drawn(const contract::GroupRollout& g) const;
 
   const VerifyOptions options_;
   const uint64_t salt_;  // random per process: which groups are drawn is not predictable

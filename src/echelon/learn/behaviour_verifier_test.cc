@@ -12,9 +12,9 @@
 namespace echelon::learn {
 namespace {
 
-rollout::GroupRollout Sampled(model::Qwen3Model& m, int64_t claimed_version, uint64_t group_id) {
+contract::GroupRollout Sampled(model::Qwen3Model& m, int64_t claimed_version, uint64_t group_id) {
   std::vector<LearnerGroup> groups = SampleGroups(m, /*temperature=*/0.8, /*group_size=*/3);
-  rollout::GroupRollout g;
+  contract::GroupRollout g;
   g.group_id = group_id;
   g.lease_id = group_id + 1;
   g.actor = "a#1";
@@ -42,7 +42,7 @@ TEST(BehaviourVerifierTest, HonestGroupsPassAndLiesAboutTheVersionOrTheLogprobsA
   // Sampled under v0, claimed as v1 (a version it never fetched).
   EXPECT_EQ(v.Check(Sampled(m.v0, 1, 2), false).value(), "logprob_mismatch");
   // The right version, made-up log-probs.
-  rollout::GroupRollout madeup = Sampled(m.v1, 1, 0);
+  contract::GroupRollout madeup = Sampled(m.v1, 1, 0);
   for (data::Episode& e : madeup.episodes)
     for (float& lp : e.turns[0].logprobs) lp = -0.01f;
   EXPECT_EQ(v.Check(madeup, false).value(), "logprob_mismatch");
@@ -54,17 +54,17 @@ TEST(BehaviourVerifierTest, OnlyDrawnGroupsAndSuspectsAreCheckedAndOldVersionsAr
   Versions m;
   BehaviourVerifier none(TinyConfig(), {/*fraction=*/0.0, 1e-3, 2, 0.8});
   none.Remember(MakeSnapshot(m.v0, 0).value());
-  rollout::GroupRollout lie = Sampled(m.v1, 0, 0);
+  contract::GroupRollout lie = Sampled(m.v1, 0, 0);
   EXPECT_EQ(none.Check(lie, /*suspect=*/false).value(), "");  // not drawn
   EXPECT_EQ(none.Check(lie, /*suspect=*/true).value(), "logprob_mismatch");
 
   BehaviourVerifier some(TinyConfig(), {/*fraction=*/0.25, 1e-3, /*window=*/0, 0.8});
   some.Remember(MakeSnapshot(m.v0, 0).value());
   some.Remember(MakeSnapshot(m.v1, 1).value());  // v0 is forgotten
-  rollout::GroupRollout old = Sampled(m.v0, 0, 0);
+  contract::GroupRollout old = Sampled(m.v0, 0, 0);
   EXPECT_EQ(some.Check(old, true).value(), "");
   EXPECT_EQ(some.stats().unverifiable, 1);
-  rollout::GroupRollout g = Sampled(m.v0, 1, 0);  // a lie: the drawn ones are refused
+  contract::GroupRollout g = Sampled(m.v0, 1, 0);  // a lie: the drawn ones are refused
   int drawn = 0;
   for (uint64_t id = 0; id < 200; ++id) {
     g.group_id = id;

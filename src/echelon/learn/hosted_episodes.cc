@@ -6,7 +6,7 @@
 #include <limits>
 #include <thread>
 
-#include "echelon/rollout/actor.h"
+#include "echelon/contract/group_seed.h"
 
 namespace echelon::learn {
 
@@ -20,7 +20,7 @@ struct HostedEpisodes::Table {
     kDone,     // taken by the intake (or given up): `outcome`
   };
   std::string actor;
-  rollout::Assignment work;
+  contract::Assignment work;
   SteadyClock::time_point opened;
   std::thread thread;  // runs RunTable from the first Play on
 
@@ -36,7 +36,7 @@ struct HostedEpisodes::Table {
   bool has_turns = false;
   int64_t version = std::numeric_limits<int64_t>::max();  // the oldest the actor claimed
   double generate_seconds = 0;
-  rollout::SubmitOutcome outcome;
+  contract::SubmitOutcome outcome;
 };
 
 namespace {
@@ -93,7 +93,7 @@ HostedEpisodes::~HostedEpisodes() {
   }
 }
 
-bool HostedEpisodes::Host(const std::string& actor, const rollout::Assignment& a) {
+bool HostedEpisodes::Host(const std::string& actor, const contract::Assignment& a) {
   if (intake_->task().MaxTurns() <= 1) return false;
   auto t = std::make_shared<Table>();
   t->actor = actor;
@@ -139,11 +139,11 @@ size_t HostedEpisodes::open_groups() const {
 
 void HostedEpisodes::RunTable(const std::shared_ptr<Table>& t) {
   ActorPolicy policy(t.get(), options_.turn_timeout_seconds);
-  const uint64_t seed = rollout::GroupSeed(options_.seed, t->work.work.group_id);
+  const uint64_t seed = contract::GroupSeed(options_.seed, t->work.work.group_id);
   Result<std::vector<data::Episode>> episodes =
       intake_->task().RunGroup(t->work.prompt, t->work.group_size, policy, seed);
   bool cancelled, gone;
-  rollout::GroupRollout g;
+  contract::GroupRollout g;
   {
     std::lock_guard<std::mutex> lock(t->mu);
     cancelled = t->cancelled;
@@ -151,7 +151,7 @@ void HostedEpisodes::RunTable(const std::shared_ptr<Table>& t) {
     g.behavior_version = t->version;
     g.generate_seconds = t->generate_seconds;
   }
-  rollout::SubmitOutcome out;
+  contract::SubmitOutcome out;
   if (cancelled) {
     out = {false, "learner_stopping"};
   } else if (gone) {
@@ -172,7 +172,7 @@ void HostedEpisodes::RunTable(const std::shared_ptr<Table>& t) {
   t->cv.notify_all();
 }
 
-Result<rollout::PlayStep> HostedEpisodes::Play(const std::string& actor, const sched::WorkItem& work,
+Result<contract::PlayStep> HostedEpisodes::Play(const std::string& actor, const sched::WorkItem& work,
                                                int64_t behavior_version, std::vector<data::Turn> turns,
                                                double generate_seconds) {
   const std::string group = "group " + std::to_string(work.group_id);
@@ -227,7 +227,7 @@ Result<rollout::PlayStep> HostedEpisodes::Play(const std::string& actor, const s
     return t->phase == Phase::kDone || t->cancelled || (t->phase == Phase::kAsking && !t->has_turns);
   });
   t->in_play = false;
-  rollout::PlayStep step;
+  contract::PlayStep step;
   if (t->phase == Phase::kAsking && !t->has_turns) {
     step.prompts = t->prompts;
     step.seed = t->prompt_seed;

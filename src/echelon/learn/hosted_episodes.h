@@ -9,7 +9,7 @@
 //
 //   HostedEpisodes host(&intake, {.turn_timeout_seconds = lease_seconds});
 //   if (host.Host(actor_id, assignment)) { /* the actor gets the work without its prompt */ }
-//   Result<rollout::PlayStep> step = host.Play(actor_id, work, version, std::move(turns), seconds);
+//   Result<contract::PlayStep> step = host.Play(actor_id, work, version, std::move(turns), seconds);
 //
 // Completions are read as an attacker with a valid token would write them: the count must
 // answer the prompts, each within the run's token limits, and the group must be the caller's
@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "echelon/contract/transport.h"
 #include "echelon/learn/trajectory_intake.h"
-#include "echelon/rollout/transport.h"
 
 namespace echelon::learn {
 
@@ -43,7 +43,7 @@ struct HostedEpisodesOptions {
   uint64_t seed = 0;  // with the group id, seeds each hosted group's environment and sampling
 };
 
-class HostedEpisodes : public rollout::EpisodeHost {
+class HostedEpisodes : public contract::EpisodeHost {
  public:
   HostedEpisodes(TrajectoryIntake* intake, HostedEpisodesOptions options);
   ~HostedEpisodes() override;
@@ -52,8 +52,8 @@ class HostedEpisodes : public rollout::EpisodeHost {
 
   // True when `a` is played here (the task has more than one turn): `actor` then plays it
   // through Play, and the work goes out without its prompt.
-  bool Host(const std::string& actor, const rollout::Assignment& a);
-  Result<rollout::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
+  bool Host(const std::string& actor, const contract::Assignment& a);
+  Result<contract::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
                                  std::vector<data::Turn> turns, double generate_seconds) override;
   // Groups being played or waiting for their first Play.
   size_t open_groups() const;

@@ -9,8 +9,8 @@
 #include <functional>
 #include <thread>
 
+#include "echelon/contract/group_seed.h"
 #include "echelon/data/adapter.h"
-#include "echelon/rollout/actor.h"
 
 namespace echelon::learn {
 namespace {
@@ -55,11 +55,11 @@ struct Fixture {
     intake.Publish({0, std::make_shared<const std::string>()});
   }
   // Plays `work` as an actor would through the host, with `policy`.
-  Result<rollout::SubmitOutcome> PlayThrough(const std::string& actor, const sched::WorkItem& work,
+  Result<contract::SubmitOutcome> PlayThrough(const std::string& actor, const sched::WorkItem& work,
                                              data::Policy& policy) {
     std::vector<data::Turn> turns;
     while (true) {
-      ECHELON_ASSIGN_OR_RETURN(rollout::PlayStep step, host.Play(actor, work, 0, std::move(turns), 0.1));
+      ECHELON_ASSIGN_OR_RETURN(contract::PlayStep step, host.Play(actor, work, 0, std::move(turns), 0.1));
       if (step.outcome) return *step.outcome;
       ++round_trips;
       ECHELON_ASSIGN_OR_RETURN(turns, policy.Sample(step.prompts, step.seed));
@@ -76,18 +76,19 @@ struct Fixture {
 
 TEST(HostedEpisodesTest, PlaysTheGroupTheActorWouldHavePlayedWithTheDealInHand) {
   Fixture f;
-  rollout::Assignment a = f.intake.Acquire("w#1").value();
+  contract::Assignment a = f.intake.Acquire("w#1").value();
   ASSERT_TRUE(f.host.Host("w#1", a));
   ScriptedPolicy policy(&f.vocab, CallOrRaise);
-  Result<rollout::SubmitOutcome> out = f.PlayThrough("w#1", a.work, policy);
+  Result<contract::SubmitOutcome> out = f.PlayThrough("w#1", a.work, policy);
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_TRUE(out->accepted) << out->reason;
   EXPECT_EQ(f.host.open_groups(), 0u);
-  std::vector<rollout::GroupRollout> got = f.intake.Drain(0.0);
+  std::vector<contract::GroupRollout> got = f.intake.Drain(0.0);
   ASSERT_EQ(got.size(), 1u);
   // The same hands, turns and chips as the task playing it here with the same policy and seed.
   ScriptedPolicy same(&f.vocab, CallOrRaise);
-  const std::vector<data::Episode> local = f.task->RunGroup(a.prompt, kGroupSize, same, rollout::GroupSeed(0, a.work.group_id)).value();
+  const std::vector<data::Episode> local =
+      f.task->RunGroup(a.prompt, kGroupSize, same, contract::GroupSeed(0, a.work.group_id)).value();
   ASSERT_EQ(got[0].episodes.size(), local.size());
   size_t turns = 0;
   for (size_t i = 0; i < local.size(); ++i) {
@@ -117,7 +118,7 @@ TEST(HostedEpisodesTest, SingleTurnWorkIsNotHosted) {
 
 TEST(HostedEpisodesTest, CompletionsAreReadAsAHostileWorkerWritesThem) {
   Fixture f;
-  rollout::Assignment a = f.intake.Acquire("w#1").value();
+  contract::Assignment a = f.intake.Acquire("w#1").value();
   ASSERT_TRUE(f.host.Host("w#1", a));
   // Another actor cannot play it, nor can the first call carry completions.
   EXPECT_EQ(f.host.Play("w#2", a.work, 0, {}, 0).status().code(), StatusCode::kInvalidArgument);
@@ -125,7 +126,7 @@ TEST(HostedEpisodesTest, CompletionsAreReadAsAHostileWorkerWritesThem) {
   unknown.lease_id += 1000;
   EXPECT_EQ(f.host.Play("w#1", unknown, 0, {}, 0).status().code(), StatusCode::kNotFound);
   ScriptedPolicy policy(&f.vocab, CallOrRaise);
-  Result<rollout::PlayStep> first = f.host.Play("w#1", a.work, 0, {}, 0);
+  Result<contract::PlayStep> first = f.host.Play("w#1", a.work, 0, {}, 0);
   ASSERT_TRUE(first.ok()) << first.status().message();
   ASSERT_EQ(first->prompts.size(), static_cast<size_t>(kGroupSize));
   for (const data::PolicyPrompt& p : first->prompts) {
@@ -133,7 +134,7 @@ TEST(HostedEpisodesTest, CompletionsAreReadAsAHostileWorkerWritesThem) {
     EXPECT_EQ(p.user.find(a.prompt.reference), std::string::npos);
   }
   // A lost reply: calling again without completions gets the same prompts.
-  Result<rollout::PlayStep> again = f.host.Play("w#1", a.work, 0, {}, 0);
+  Result<contract::PlayStep> again = f.host.Play("w#1", a.work, 0, {}, 0);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->prompts.size(), first->prompts.size());
   EXPECT_EQ(again->seed, first->seed);
@@ -152,11 +153,11 @@ TEST(HostedEpisodesTest, CompletionsAreReadAsAHostileWorkerWritesThem) {
   EXPECT_EQ(f.host.Play("w#1", a.work, 0, unpaired, 0).status().code(), StatusCode::kInvalidArgument);
   // The worker's text is never taken: the learner decodes the tokens.
   turns[0].text = "a lie";
-  Result<rollout::PlayStep> next = f.host.Play("w#1", a.work, 0, turns, 0);
+  Result<contract::PlayStep> next = f.host.Play("w#1", a.work, 0, turns, 0);
   ASSERT_TRUE(next.ok()) << next.status().message();
   // A worker that goes silent: its group is given up after the turn timeout (2 s).
   if (!next->outcome) {
-    Result<rollout::PlayStep> late = [&] {
+    Result<contract::PlayStep> late = [&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       return f.host.Play("w#1", a.work, 0, policy.Sample(next->prompts, next->seed).value(), 0);
     }();

@@ -27,7 +27,7 @@ struct Arrival {
 class ScriptedArrivals : public ArrivalQueue {
  public:
   ScriptedArrivals(std::deque<Arrival> arrivals, SimulatedClock* clock) : pending_(std::move(arrivals)), clock_(clock) {}
-  std::vector<rollout::GroupRollout> Drain(double timeout_seconds) override {
+  std::vector<contract::GroupRollout> Drain(double timeout_seconds) override {
     const double now = clock_->Now();
     if (!pending_.empty() && pending_.front().time > now) {
       if (pending_.front().time <= now + timeout_seconds) {
@@ -36,9 +36,9 @@ class ScriptedArrivals : public ArrivalQueue {
         clock_->Set(now + timeout_seconds);
       }
     }
-    std::vector<rollout::GroupRollout> out;
+    std::vector<contract::GroupRollout> out;
     while (!pending_.empty() && pending_.front().time <= clock_->Now()) {
-      rollout::GroupRollout g;
+      contract::GroupRollout g;
       g.group_id = pending_.front().group_id;
       g.behavior_version = pending_.front().behavior_version;
       out.push_back(g);

@@ -219,8 +219,8 @@ TEST(LearnerPrecision, SnapshotsKeepTheModelsStorageDtype) {
   c.torch_dtype = "bfloat16";
   model::Qwen3Model bf16_stored(c);
   ASSERT_TRUE(bf16_stored->LoadStateDict(fp32->StateDict(), "copy").ok());
-  Result<rollout::Snapshot> a = MakeSnapshot(fp32, 1);
-  Result<rollout::Snapshot> b = MakeSnapshot(bf16_stored, 1);
+  Result<contract::Snapshot> a = MakeSnapshot(fp32, 1);
+  Result<contract::Snapshot> b = MakeSnapshot(bf16_stored, 1);
   ASSERT_TRUE(a.ok() && b.ok());
   Result<model::SafetensorsFile> fa = model::ParseSafetensors(*a->weights, "fp32");
   Result<model::SafetensorsFile> fb = model::ParseSafetensors(*b->weights, "bf16");

@@ -21,7 +21,7 @@
 #include "echelon/obs/prometheus_catalog.h"
 #include "echelon/obs/metrics_log.h"
 #include "echelon/obs/step_record.h"
-#include "echelon/rollout/run_spec.h"
+#include "echelon/contract/run_spec.h"
 #include "echelon/sched/dispatcher.h"
 
 namespace echelon::learn {
@@ -151,10 +151,10 @@ class LearnerRun {
 
   // The transport starts serving, the current policy is published, enough actors are there.
   Status StartActors() {
-    rollout::RunSpec spec{options_.task_name, options_.task_options, start_.model->config(), start_.vocab,
+    contract::RunSpec spec{options_.task_name, options_.task_options, start_.model->config(), start_.vocab,
                           RolloutSampling(options_), options_.seed};
     transport_started_ = true;
-    ECHELON_RETURN_IF_ERROR(transport_.Start(intake_.get(), rollout::RunSpecToJson(spec).dump(), progress_));
+    ECHELON_RETURN_IF_ERROR(transport_.Start(intake_.get(), contract::RunSpecToJson(spec).dump(), progress_));
     if (args_.metrics_port >= 0) {
       http_ = std::make_unique<obs::MetricsHttpServer>();
       ECHELON_RETURN_IF_ERROR(http_->Start("0.0.0.0", args_.metrics_port));
@@ -229,7 +229,7 @@ class LearnerRun {
   Result<StepStats> Update(const CollectedBatch& batch) {
     std::vector<LearnerGroup> groups;
     groups.reserve(batch.groups.size());
-    for (const rollout::GroupRollout& g : batch.groups) groups.push_back({g.behavior_version, g.episodes});
+    for (const contract::GroupRollout& g : batch.groups) groups.push_back({g.behavior_version, g.episodes});
     const double t0 = clock_.Now();
     if (ranks_) ECHELON_RETURN_IF_ERROR(ranks_->SendStep(groups, learner_->options().lr));
     Result<StepStats> stats = learner_->Step(groups);
@@ -285,7 +285,7 @@ class LearnerRun {
     std::map<std::string, int> gap_n;
     std::map<std::string, ImportanceSums> by_bin;
     for (size_t i = 0; i < batch.groups.size(); ++i) {
-      const rollout::GroupRollout& g = batch.groups[i];
+      const contract::GroupRollout& g = batch.groups[i];
       for (const data::Episode& e : g.episodes) {
         reward_sum += e.reward;
         success_sum += e.success ? 1 : 0;

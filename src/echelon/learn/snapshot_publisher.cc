@@ -9,13 +9,13 @@
 
 namespace echelon::learn {
 
-Result<rollout::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version) {
+Result<contract::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version) {
   ECHELON_ASSIGN_OR_RETURN(std::string bytes, model::SerializeSafetensors(model->StorageStateDict()));
-  return rollout::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
+  return contract::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
 }
 
 Status SnapshotPublisher::Publish(const model::Qwen3Model& model, int64_t version) {
-  ECHELON_ASSIGN_OR_RETURN(rollout::Snapshot snap, MakeSnapshot(model, version));
+  ECHELON_ASSIGN_OR_RETURN(contract::Snapshot snap, MakeSnapshot(model, version));
   Status st = transport_->Broadcast(version, *snap.weights);
   if (!st.ok())
     spdlog::warn("broadcast of snapshot v{} failed: {}; actors will pull it directly", version, st.message());

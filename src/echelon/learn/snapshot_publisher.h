@@ -13,15 +13,15 @@
 #include <cstdint>
 
 #include "echelon/common/status.h"
+#include "echelon/contract/transport.h"
 #include "echelon/learn/actor_transport.h"
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/model/qwen3.h"
-#include "echelon/rollout/transport.h"
 
 namespace echelon::learn {
 
 // The weights of `model` as a snapshot of `version`.
-Result<rollout::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version);
+Result<contract::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version);
 
 class SnapshotPublisher {
  public:

@@ -11,8 +11,8 @@ ThreadActors::ThreadActors(int64_t count, std::vector<double> slowdowns, const C
 ThreadActors::~ThreadActors() { StopWork(); }
 
 Status ThreadActors::Start(TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) {
-  ECHELON_ASSIGN_OR_RETURN(rollout::ActorSetup setup, rollout::ParseRunSpec(run_spec_json));
-  setup_ = std::make_unique<rollout::ActorSetup>(std::move(setup));
+  ECHELON_ASSIGN_OR_RETURN(contract::ActorSetup setup, contract::ParseRunSpec(run_spec_json));
+  setup_ = std::make_unique<contract::ActorSetup>(std::move(setup));
   for (int64_t i = 0; i < count_; ++i) {
     auto policy = std::make_unique<rollout::ModelPolicy>(model::Qwen3Model(setup_->model), setup_->vocab,
                                                          setup_->sampling);

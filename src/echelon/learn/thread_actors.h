@@ -1,7 +1,7 @@
 // ThreadActors: the actors of a run as threads of the learner's process (`rollout.transport:
 // threads`), each with its own model copy and ModelPolicy. They are set up from the run spec
 // exactly as a remote actor is, and reach the learner only through the intake (the
-// rollout/transport.h interfaces), so the learner loop cannot tell them from remote ones.
+// contract/transport.h interfaces), so the learner loop cannot tell them from remote ones.
 // Nothing is evicted (a thread does not vanish) and nothing is refused before the intake.
 //
 //   ThreadActors actors(/*count=*/2, /*slowdowns=*/{1.0, 3.0});
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "echelon/common/clock.h"
+#include "echelon/contract/run_spec.h"
 #include "echelon/learn/actor_transport.h"
 #include "echelon/rollout/actor.h"
-#include "echelon/rollout/run_spec.h"
 
 namespace echelon::learn {
 
@@ -42,7 +42,7 @@ class ThreadActors : public ActorTransport {
   const int64_t count_;
   const std::vector<double> slowdowns_;
   const Clock* clock_;
-  std::unique_ptr<rollout::ActorSetup> setup_;  // the task adapter the actors share
+  std::unique_ptr<contract::ActorSetup> setup_;  // the task adapter the actors share
   std::vector<std::unique_ptr<rollout::Actor>> actors_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};

@@ -22,10 +22,10 @@ TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::Ta
                                    const model::Vocabulary* vocab, const IntakeLimits& limits)
     : dispatcher_(dispatcher), task_(task), vocab_(vocab), limits_(limits) {}
 
-std::optional<rollout::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
+std::optional<contract::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
   std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
   if (!w) return std::nullopt;
-  rollout::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size)};
+  contract::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size)};
   if (task_->MaxTurns() == 1) {
     // A single-turn group is scored here (Verify), so what scoring needs stays here: a worker
     // that saw the answer could hand in the answer.
@@ -37,7 +37,7 @@ std::optional<rollout::Assignment> TrajectoryIntake::Acquire(const std::string& 
   return a;
 }
 
-std::string TrajectoryIntake::Validate(const rollout::GroupRollout& g) const {
+std::string TrajectoryIntake::Validate(const contract::GroupRollout& g) const {
   if (static_cast<int64_t>(g.episodes.size()) != limits_.group_size) return "wrong_group_size";
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -93,7 +93,7 @@ bool HonestRefusal(const std::string& reason) {
 
 }  // namespace
 
-rollout::SubmitOutcome TrajectoryIntake::Refuse(const rollout::GroupRollout& g, const std::string& reason) {
+contract::SubmitOutcome TrajectoryIntake::Refuse(const contract::GroupRollout& g, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   ++refusals_[reason];
   const bool forged = !HonestRefusal(reason);
@@ -102,7 +102,7 @@ rollout::SubmitOutcome TrajectoryIntake::Refuse(const rollout::GroupRollout& g, 
   return {false, reason, forged};
 }
 
-rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
+contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout) {
   std::string reason = Validate(rollout);
   if (reason.empty()) reason = RefusalName(dispatcher_->Submit(rollout.group_id, rollout.lease_id, rollout.actor));
   if (!reason.empty()) return Refuse(rollout, reason);
@@ -147,7 +147,7 @@ rollout::SubmitOutcome TrajectoryIntake::Submit(rollout::GroupRollout rollout) {
   return {true, ""};
 }
 
-rollout::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::string& failed, const Status& error) {
+contract::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::string& failed, const Status& error) {
   dispatcher_->Reissue(group_id);
   std::lock_guard<std::mutex> lock(mu_);
   ++refusals_[failed];
@@ -163,11 +163,11 @@ rollout::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::st
   return {false, failed};
 }
 
-rollout::SubmitOutcome TrajectoryIntake::EnvironmentFailed(const sched::WorkItem& work, const std::string& actor,
+contract::SubmitOutcome TrajectoryIntake::EnvironmentFailed(const sched::WorkItem& work, const std::string& actor,
                                                           const Status& error) {
   const std::string settled = RefusalName(dispatcher_->Submit(work.group_id, work.lease_id, actor));
   if (!settled.empty()) {
-    rollout::GroupRollout g;
+    contract::GroupRollout g;
     g.group_id = work.group_id;
     g.actor = actor;
     return Refuse(g, settled);
@@ -176,7 +176,7 @@ rollout::SubmitOutcome TrajectoryIntake::EnvironmentFailed(const sched::WorkItem
                 error.WithContext("group " + std::to_string(work.group_id) + " played for " + actor));
 }
 
-Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(rollout::GroupRollout* g) const {
+Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(contract::GroupRollout* g) const {
   Verdict v;
   // A single-turn worker does not score (scored_by_learner); a multi-turn one plays against
   // its environment, whose reward must agree with the replay's.
@@ -251,12 +251,12 @@ void TrajectoryIntake::RestoreCounters(std::map<std::string, int64_t> refusals, 
   actor_forged_ = std::move(actor_forged);
 }
 
-rollout::Snapshot TrajectoryIntake::Latest() {
+contract::Snapshot TrajectoryIntake::Latest() {
   std::lock_guard<std::mutex> lock(mu_);
   return snapshot_;
 }
 
-void TrajectoryIntake::Publish(rollout::Snapshot snapshot) {
+void TrajectoryIntake::Publish(contract::Snapshot snapshot) {
   if (verifier_ != nullptr) verifier_->Remember(snapshot);
   std::lock_guard<std::mutex> lock(mu_);
   if (first_published_ < 0) first_published_ = snapshot.version;
@@ -264,10 +264,11 @@ void TrajectoryIntake::Publish(rollout::Snapshot snapshot) {
   snapshot_ = std::move(snapshot);
 }
 
-std::vector<rollout::GroupRollout> TrajectoryIntake::Drain(double timeout_seconds) {
+std::vector<contract::GroupRollout> TrajectoryIntake::Drain(double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   arrived_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [&] { return !queue_.empty(); });
-  std::vector<rollout::GroupRollout> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  std::vector<contract::GroupRollout> out(std::make_move_iterator(queue_.begin()),
+                                          std::make_move_iterator(queue_.end()));
   queue_.clear();
   return out;
 }

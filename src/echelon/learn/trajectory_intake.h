@@ -1,5 +1,5 @@
 // TrajectoryIntake: the learning plane's door for rollouts. It implements the three
-// rollout/transport.h interfaces that actors use, whether they are threads of this process or
+// contract/transport.h interfaces that actors use, whether they are threads of this process or
 // remote processes behind net::LearnerServer: it hands out work from the dispatcher (with the
 // group's prompt from the task adapter), checks and queues submitted groups, and serves the
 // newest snapshot. The learner loop takes the queued groups through ArrivalQueue::Drain.
@@ -35,10 +35,10 @@
 #include <string>
 #include <vector>
 
+#include "echelon/contract/transport.h"
 #include "echelon/data/adapter.h"
 #include "echelon/learn/behaviour_verifier.h"
 #include "echelon/model/vocabulary.h"
-#include "echelon/rollout/transport.h"
 #include "echelon/sched/dispatcher.h"
 
 namespace echelon::learn {
@@ -49,7 +49,7 @@ class ArrivalQueue {
   virtual ~ArrivalQueue() = default;
   // Groups submitted since the last call, in submission order; waits up to `timeout_seconds`
   // for at least one.
-  virtual std::vector<rollout::GroupRollout> Drain(double timeout_seconds) = 0;
+  virtual std::vector<contract::GroupRollout> Drain(double timeout_seconds) = 0;
   // Why no more groups can come (the reward or the verifier is broken); Ok while they can.
   virtual Status failure() const { return Status::Ok(); }
 };
@@ -67,30 +67,30 @@ struct IntakeLimits {
   int64_t max_completion_tokens = 0;  // tokens of one turn (rollout.max_new_tokens)
 };
 
-class TrajectoryIntake : public rollout::WorkSource,
-                         public rollout::TrajectorySink,
-                         public rollout::SnapshotSource,
+class TrajectoryIntake : public contract::WorkSource,
+                         public contract::TrajectorySink,
+                         public contract::SnapshotSource,
                          public ArrivalQueue {
  public:
   TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task, const model::Vocabulary* vocab,
                    const IntakeLimits& limits);
 
-  std::optional<rollout::Assignment> Acquire(const std::string& actor) override;
-  rollout::SubmitOutcome Submit(rollout::GroupRollout rollout) override;
-  rollout::Snapshot Latest() override;
-  std::vector<rollout::GroupRollout> Drain(double timeout_seconds) override;
+  std::optional<contract::Assignment> Acquire(const std::string& actor) override;
+  contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
+  contract::Snapshot Latest() override;
+  std::vector<contract::GroupRollout> Drain(double timeout_seconds) override;
   Status failure() const override;
 
   // A group the learner played for `actor` (HostedEpisodes) whose environment failed: refused
   // as reward_error (no strike: a worker's actions may break the environment, as its text may
   // break a reward) and re-issued; it counts toward kRewardFailuresToStop like a reward error.
-  rollout::SubmitOutcome EnvironmentFailed(const sched::WorkItem& work, const std::string& actor, const Status& error);
+  contract::SubmitOutcome EnvironmentFailed(const sched::WorkItem& work, const std::string& actor, const Status& error);
 
   const data::TaskAdapter& task() const { return *task_; }
   const model::Vocabulary& vocab() const { return *vocab_; }
   const IntakeLimits& limits() const { return limits_; }
 
-  void Publish(rollout::Snapshot snapshot);
+  void Publish(contract::Snapshot snapshot);
   // Checks behaviour log-probs with `verifier` from now on (it sees every published snapshot);
   // nullptr: never. Call before actors start.
   void SetVerifier(BehaviourVerifier* verifier) { verifier_ = verifier; }
@@ -107,18 +107,18 @@ class TrajectoryIntake : public rollout::WorkSource,
 
  private:
   // Empty when well-formed, else the reason it is refused.
-  std::string Validate(const rollout::GroupRollout& g) const;
+  std::string Validate(const contract::GroupRollout& g) const;
   struct Verdict {
     std::string refusal;    // empty: the group stands
     int64_t corrected = 0;  // rewards the actor had wrong (replaced by the learner's)
   };
   // Checks the prompts and replaces the rewards with the learner's own (see the top); an error
   // is the learner's reward failing.
-  Result<Verdict> Verify(rollout::GroupRollout* g) const;
-  rollout::SubmitOutcome Refuse(const rollout::GroupRollout& g, const std::string& reason);
+  Result<Verdict> Verify(contract::GroupRollout* g) const;
+  contract::SubmitOutcome Refuse(const contract::GroupRollout& g, const std::string& reason);
   // The group's reward (`failed`: "reward_error") or verification ("verify_error") failed with
   // `error`: the group is re-issued and the failure counted (see Submit).
-  rollout::SubmitOutcome Failed(uint64_t group_id, const std::string& failed, const Status& error);
+  contract::SubmitOutcome Failed(uint64_t group_id, const std::string& failed, const Status& error);
 
   sched::Dispatcher* dispatcher_;
   const data::TaskAdapter* task_;
@@ -127,8 +127,8 @@ class TrajectoryIntake : public rollout::WorkSource,
   BehaviourVerifier* verifier_ = nullptr;
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable arrived_;
-  std::deque<rollout::GroupRollout> queue_;
-  rollout::Snapshot snapshot_;
+  std::deque<contract::GroupRollout> queue_;
+  contract::Snapshot snapshot_;
   std::map<std::string, int64_t> refusals_;
   Status failure_;
   int64_t accepted_tokens_ = 0;

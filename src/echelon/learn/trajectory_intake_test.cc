@@ -70,10 +70,10 @@ struct HubFixture {
 
   // A well-formed group for the next hand-out: both samples answer correctly (the answer is
   // the task's: a single-turn hand-out comes without it).
-  rollout::GroupRollout Valid() {
-    rollout::Assignment a = hub.Acquire("a#1").value();
+  contract::GroupRollout Valid() {
+    contract::Assignment a = hub.Acquire("a#1").value();
     a.prompt.reference = task->TrainPrompt(a.work.group_id).reference;
-    rollout::GroupRollout g;
+    contract::GroupRollout g;
     g.group_id = a.work.group_id;
     g.lease_id = a.work.lease_id;
     g.actor = "a#1";
@@ -106,48 +106,48 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
   HubFixture f;
   struct Case {
     const char* reason;
-    std::function<void(rollout::GroupRollout&)> corrupt;
+    std::function<void(contract::GroupRollout&)> corrupt;
   };
   const std::vector<Case> cases = {
-      {"token_out_of_vocab", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].tokens[0] = 9999; }},
-      {"token_out_of_vocab", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].prompt_ids[0] = -1; }},
-      {"length_mismatch", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs.pop_back(); }},
+      {"token_out_of_vocab", [](contract::GroupRollout& g) { g.episodes[0].turns[0].tokens[0] = 9999; }},
+      {"token_out_of_vocab", [](contract::GroupRollout& g) { g.episodes[1].turns[0].prompt_ids[0] = -1; }},
+      {"length_mismatch", [](contract::GroupRollout& g) { g.episodes[0].turns[0].logprobs.pop_back(); }},
       // An episode of no turn, or of more turns than the task plays (one).
-      {"bad_turn_count", [](rollout::GroupRollout& g) { g.episodes[1].turns.clear(); }},
-      {"bad_turn_count", [](rollout::GroupRollout& g) { g.episodes[0].turns.push_back(g.episodes[0].turns[0]); }},
-      {"empty_completion", [](rollout::GroupRollout& g) {
+      {"bad_turn_count", [](contract::GroupRollout& g) { g.episodes[1].turns.clear(); }},
+      {"bad_turn_count", [](contract::GroupRollout& g) { g.episodes[0].turns.push_back(g.episodes[0].turns[0]); }},
+      {"empty_completion", [](contract::GroupRollout& g) {
          g.episodes[0].turns[0].tokens.clear();
          g.episodes[0].turns[0].logprobs.clear();
        }},
       {"bad_logprob",
-       [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = std::numeric_limits<float>::quiet_NaN(); }},
-      {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = 3.0f; }},
+       [](contract::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = std::numeric_limits<float>::quiet_NaN(); }},
+      {"bad_logprob", [](contract::GroupRollout& g) { g.episodes[0].turns[0].logprobs[0] = 3.0f; }},
       // Below what any sampled token can have.
-      {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].logprobs[1] = -1e30f; }},
-      {"bad_logprob", [](rollout::GroupRollout& g) { g.episodes[1].turns[0].logprobs[0] = -111.0f; }},
-      {"wrong_group_size", [](rollout::GroupRollout& g) { g.episodes.pop_back(); }},
-      {"bad_version", [](rollout::GroupRollout& g) { g.behavior_version = 7; }},
-      {"not_lease_holder", [](rollout::GroupRollout& g) { g.lease_id += 1000; }},
-      {"foreign_lease", [](rollout::GroupRollout& g) { g.actor = "b#2"; }},
+      {"bad_logprob", [](contract::GroupRollout& g) { g.episodes[1].turns[0].logprobs[1] = -1e30f; }},
+      {"bad_logprob", [](contract::GroupRollout& g) { g.episodes[1].turns[0].logprobs[0] = -111.0f; }},
+      {"wrong_group_size", [](contract::GroupRollout& g) { g.episodes.pop_back(); }},
+      {"bad_version", [](contract::GroupRollout& g) { g.behavior_version = 7; }},
+      {"not_lease_holder", [](contract::GroupRollout& g) { g.lease_id += 1000; }},
+      {"foreign_lease", [](contract::GroupRollout& g) { g.actor = "b#2"; }},
       // A completion longer than rollout.max_new_tokens (a 50k-token completion, in short).
-      {"too_long", [](rollout::GroupRollout& g) {
+      {"too_long", [](contract::GroupRollout& g) {
          data::Turn& t = g.episodes[1].turns[0];
          t.tokens.assign(kMaxNewTokens + 1, t.tokens[0]);
          t.logprobs.assign(kMaxNewTokens + 1, -0.1f);
        }},
       // Prompt ids that are not the group's prompt: another prompt, or one token more.
-      {"prompt_mismatch", [&f](rollout::GroupRollout& g) {
+      {"prompt_mismatch", [&f](contract::GroupRollout& g) {
          g.episodes[1].turns[0].prompt_ids = f.vocab.EncodePrompt(f.task->TrainPrompt(g.group_id + 7).text).value();
        }},
-      {"prompt_mismatch", [](rollout::GroupRollout& g) { g.episodes[0].turns[0].prompt_ids.push_back(4); }},
-      {"unknown_group", [](rollout::GroupRollout& g) { g.group_id = 424242; }},
+      {"prompt_mismatch", [](contract::GroupRollout& g) { g.episodes[0].turns[0].prompt_ids.push_back(4); }},
+      {"unknown_group", [](contract::GroupRollout& g) { g.group_id = 424242; }},
   };
   const std::set<std::string> honest = {"not_lease_holder", "unknown_group"};
   std::map<std::string, int64_t> expected;
   for (const Case& c : cases) {
-    rollout::GroupRollout g = f.Valid();
+    contract::GroupRollout g = f.Valid();
     c.corrupt(g);
-    rollout::SubmitOutcome out = f.hub.Submit(g);
+    contract::SubmitOutcome out = f.hub.Submit(g);
     EXPECT_FALSE(out.accepted) << c.reason;
     EXPECT_EQ(out.reason, c.reason);
     EXPECT_EQ(out.forged, honest.count(c.reason) == 0) << c.reason;
@@ -162,10 +162,10 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
 
 TEST(TrajectoryIntakeTest, AGroupRefusedAfterItsLeaseCheckGoesToTheNextActor) {
   HubFixture f;
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   g.episodes[0].turns[0].prompt_ids.push_back(4);
   ASSERT_EQ(f.hub.Submit(g).reason, "prompt_mismatch");
-  std::optional<rollout::Assignment> next = f.hub.Acquire("c#3");
+  std::optional<contract::Assignment> next = f.hub.Acquire("c#3");
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->work.group_id, g.group_id);
   EXPECT_TRUE(next->work.reissue);
@@ -174,9 +174,9 @@ TEST(TrajectoryIntakeTest, AGroupRefusedAfterItsLeaseCheckGoesToTheNextActor) {
 
 TEST(TrajectoryIntakeTest, AReplayedOldSubmissionIsRefusedAsAlreadySettled) {
   HubFixture f;
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   ASSERT_TRUE(f.hub.Submit(g).accepted);
-  rollout::SubmitOutcome again = f.hub.Submit(g);
+  contract::SubmitOutcome again = f.hub.Submit(g);
   EXPECT_EQ(again.reason, "already_settled");
   EXPECT_FALSE(again.forged);
   EXPECT_EQ(f.hub.Drain(0.0).size(), 1u);
@@ -184,14 +184,14 @@ TEST(TrajectoryIntakeTest, AReplayedOldSubmissionIsRefusedAsAlreadySettled) {
 
 TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
   HubFixture f;
-  rollout::GroupRollout honest = f.Valid();
+  contract::GroupRollout honest = f.Valid();
   ASSERT_TRUE(f.hub.Submit(honest).accepted);
-  rollout::GroupRollout liar = f.Valid();
+  contract::GroupRollout liar = f.Valid();
   // Wrong answer tokens, but the actor claims reward 1 and a matching text.
   liar.episodes[0].turns[0].tokens = {f.tok.Encode("7").value()[0], model::CharTokenizer::kEos};
   liar.episodes[0].turns[0].logprobs = {-0.1f, -0.1f};
   ASSERT_TRUE(f.hub.Submit(liar).accepted);
-  std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
+  std::vector<contract::GroupRollout> got = f.hub.Drain(0.0);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].episodes[0].reward, 1.0);
   EXPECT_EQ(got[0].prompt.text, f.task->TrainPrompt(got[0].group_id).text);
@@ -207,17 +207,17 @@ TEST(TrajectoryIntakeTest, AcceptsValidGroupsAndRecomputesRewardsFromTokens) {
 // hand in the answer it was told. The learner scores such groups, so the answer stays here.
 TEST(TrajectoryIntakeTest, SingleTurnWorkIsHandedOutWithoutItsAnswer) {
   HubFixture f;
-  rollout::Assignment a = f.hub.Acquire("a#1").value();
+  contract::Assignment a = f.hub.Acquire("a#1").value();
   const data::Prompt full = f.task->TrainPrompt(a.work.group_id);
   ASSERT_FALSE(full.reference.empty());
   EXPECT_EQ(a.prompt.text, full.text);
   EXPECT_EQ(a.prompt.reference, "");
   EXPECT_TRUE(a.scored_by_learner);
   // The group the worker hands in (rewards 0: it did not score) is scored by the learner.
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   for (data::Episode& e : g.episodes) e.reward = 0;
   ASSERT_TRUE(f.hub.Submit(g).accepted);
-  std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
+  std::vector<contract::GroupRollout> got = f.hub.Drain(0.0);
   ASSERT_EQ(got.size(), 1u);
   for (const data::Episode& e : got[0].episodes) EXPECT_EQ(e.reward, 1.0);
   EXPECT_EQ(got[0].prompt.reference, f.task->TrainPrompt(got[0].group_id).reference);
@@ -226,7 +226,7 @@ TEST(TrajectoryIntakeTest, SingleTurnWorkIsHandedOutWithoutItsAnswer) {
 // A multi-turn worker plays against its environment, which needs the whole prompt.
 TEST(TrajectoryIntakeTest, MultiTurnWorkKeepsItsPrompt) {
   HubFixture f(/*max_turns=*/3);
-  rollout::Assignment a = f.hub.Acquire("a#1").value();
+  contract::Assignment a = f.hub.Acquire("a#1").value();
   EXPECT_EQ(a.prompt.reference, f.task->TrainPrompt(a.work.group_id).reference);
   EXPECT_FALSE(a.scored_by_learner);
 }
@@ -235,17 +235,17 @@ TEST(TrajectoryIntakeTest, MultiTurnWorkKeepsItsPrompt) {
 // queue); the learner keeps its own decoding of the tokens.
 TEST(TrajectoryIntakeTest, TheLearnerKeepsItsOwnDecodingNotTheWorkersText) {
   HubFixture f;
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   g.episodes[0].turns[0].text.assign(1 << 20, 'x');
   ASSERT_TRUE(f.hub.Submit(g).accepted);
-  std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
+  std::vector<contract::GroupRollout> got = f.hub.Drain(0.0);
   ASSERT_EQ(got.size(), 1u);
   for (const data::Episode& e : got[0].episodes) EXPECT_EQ(e.turns[0].text, got[0].prompt.reference);
 }
 
 TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
   HubFixture f(/*max_turns=*/3);
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   // Episode 0: three turns (right, wrong, right) claiming reward 5; episode 1: two wrong turns,
   // claiming 1. The replay gives 0.5 and 0.
   data::Turn wrong = g.episodes[0].turns[0];
@@ -255,7 +255,7 @@ TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
   g.episodes[0].reward = 5.0;
   g.episodes[1].turns = {wrong, wrong};
   ASSERT_TRUE(f.hub.Submit(g).accepted);
-  std::vector<rollout::GroupRollout> got = f.hub.Drain(0.0);
+  std::vector<contract::GroupRollout> got = f.hub.Drain(0.0);
   ASSERT_EQ(got.size(), 1u);
   const std::string answer = got[0].prompt.reference;
   ASSERT_EQ(f.task->replayed.size(), 2u);
@@ -268,17 +268,17 @@ TEST(TrajectoryIntakeTest, MultiTurnEpisodesTakeTheAdaptersReplayedReward) {
 
 TEST(TrajectoryIntakeTest, MultiTurnActionsAfterTheEpisodeEndedAreForged) {
   HubFixture f(/*max_turns=*/3);
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   // Two right answers end the episode: a third action was never asked for.
   g.episodes[0].turns = {g.episodes[0].turns[0], g.episodes[0].turns[0], g.episodes[0].turns[0]};
-  rollout::SubmitOutcome out = f.hub.Submit(g);
+  contract::SubmitOutcome out = f.hub.Submit(g);
   EXPECT_EQ(out.reason, "actions_after_done");
   EXPECT_TRUE(out.forged);
 }
 
 TEST(TrajectoryIntakeTest, MultiTurnPromptIdsMustBeTheReplayedObservations) {
   HubFixture f(/*max_turns=*/3);
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   data::Turn swapped = g.episodes[1].turns[0];
   swapped.prompt_ids = f.vocab.EncodePrompt("1+1=").value();
   g.episodes[1].turns = {g.episodes[1].turns[0], swapped};
@@ -293,15 +293,15 @@ TEST(TrajectoryIntakeTest, MultiTurnPromptIdsMustBeTheReplayedObservations) {
 TEST(TrajectoryIntakeTest, UnpublishedVersionsAreForgedAndVersionsBeforeARestartAreRefused) {
   HubFixture f;
   f.hub.Publish({2, std::make_shared<const std::string>()});  // v1 was never published
-  rollout::GroupRollout g = f.Valid();
+  contract::GroupRollout g = f.Valid();
   g.behavior_version = 1;
-  rollout::SubmitOutcome out = f.hub.Submit(g);
+  contract::SubmitOutcome out = f.hub.Submit(g);
   EXPECT_EQ(out.reason, "unpublished_version");
   EXPECT_TRUE(out.forged);
   f.clock.Advance(11);
   f.dispatcher.ExpireLeases();
   for (int64_t v : {0, 2}) {
-    rollout::GroupRollout ok = f.Valid();
+    contract::GroupRollout ok = f.Valid();
     ok.behavior_version = v;
     EXPECT_TRUE(f.hub.Submit(ok).accepted) << v;
   }
@@ -311,7 +311,7 @@ TEST(TrajectoryIntakeTest, UnpublishedVersionsAreForgedAndVersionsBeforeARestart
   TrajectoryIntake fresh(&resumed.dispatcher, resumed.task.get(), &resumed.vocab,
                          {resumed.vocab.id_end(), /*group_size=*/2, kMaxNewTokens});
   fresh.Publish({5, std::make_shared<const std::string>()});
-  rollout::GroupRollout old = resumed.Valid();
+  contract::GroupRollout old = resumed.Valid();
   old.behavior_version = 3;
   out = fresh.Submit(old);
   EXPECT_EQ(out.reason, "predates_restart");
@@ -325,22 +325,22 @@ TEST(TrajectoryIntakeTest, UnpublishedVersionsAreForgedAndVersionsBeforeARestart
 TEST(TrajectoryIntakeTest, ARewardThatFailsOnAWorkersTextRefusesTheGroupAndTheRunGoesOn) {
   HubFixture f;
   const auto breaking = [&f] {
-    rollout::GroupRollout g = f.Valid();
+    contract::GroupRollout g = f.Valid();
     data::Turn& t = g.episodes[1].turns[0];
     t.tokens = f.tok.Encode(ReplayingMath::kBreaksTheReward).value();
     t.tokens.push_back(model::CharTokenizer::kEos);
     t.logprobs.assign(t.tokens.size(), -0.1f);
     return g;
   };
-  const auto submit = [&f](const rollout::GroupRollout& g) {
-    rollout::SubmitOutcome out = f.hub.Submit(g);
+  const auto submit = [&f](const contract::GroupRollout& g) {
+    contract::SubmitOutcome out = f.hub.Submit(g);
     f.clock.Advance(11);  // the refused group's hand-out ends; the window stays open
     f.dispatcher.ExpireLeases();
     return out;
   };
   for (int round = 0; round < 3; ++round) {
     for (int64_t i = 0; i + 1 < kRewardFailuresToStop; ++i) {
-      rollout::SubmitOutcome out = submit(breaking());
+      contract::SubmitOutcome out = submit(breaking());
       EXPECT_EQ(out.reason, "reward_error");
       EXPECT_FALSE(out.forged);
     }

@@ -2,7 +2,7 @@
 
 namespace echelon::net {
 
-void EncodeRollout(const rollout::GroupRollout& in, const std::string& actor_id, v1::SubmitRequest* out) {
+void EncodeRollout(const contract::GroupRollout& in, const std::string& actor_id, v1::SubmitRequest* out) {
   out->set_actor_id(actor_id);
   out->set_group_id(in.group_id);
   out->set_lease_id(in.lease_id);
@@ -32,8 +32,8 @@ data::Turn DecodeTurn(const v1::Turn& in) {
   return t;
 }
 
-rollout::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor) {
-  rollout::GroupRollout g;
+contract::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor) {
+  contract::GroupRollout g;
   g.group_id = in.group_id();
   g.lease_id = in.lease_id();
   g.behavior_version = in.behavior_version();

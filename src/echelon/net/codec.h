@@ -5,14 +5,14 @@
 // Thread contract: free functions over values.
 #pragma once
 
-#include "echelon/rollout/transport.h"
+#include "echelon/contract/transport.h"
 #include "echelon/v1/learner.pb.h"
 
 namespace echelon::net {
 
-void EncodeRollout(const rollout::GroupRollout& in, const std::string& actor_id, v1::SubmitRequest* out);
+void EncodeRollout(const contract::GroupRollout& in, const std::string& actor_id, v1::SubmitRequest* out);
 // The prompt is left empty for the caller to fill; `actor` becomes the rollout's actor.
-rollout::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor);
+contract::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor);
 void EncodeTurn(const data::Turn& in, v1::Turn* out);
 data::Turn DecodeTurn(const v1::Turn& in);
 

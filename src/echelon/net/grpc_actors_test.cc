@@ -108,16 +108,16 @@ TEST(GrpcActorsTest, TheLearnerPlaysMultiTurnGroupsAndTheDealStaysThere) {
   RemoteLearner learner(Worker(port, "tok-0123456789abcdef", "a"));
   std::atomic<bool> stop{false};
   ASSERT_TRUE(learner.Connect(stop).ok());
-  std::optional<rollout::Assignment> a = learner.Acquire("a");
+  std::optional<contract::Assignment> a = learner.Acquire("a");
   ASSERT_TRUE(a.has_value());
   EXPECT_TRUE(a->played_by_learner);
   EXPECT_EQ(a->prompt.text, "");
   EXPECT_EQ(a->prompt.reference, "") << "the deal left the learner";
   std::vector<data::Turn> turns;
   int rounds = 0;
-  std::optional<rollout::SubmitOutcome> outcome;
+  std::optional<contract::SubmitOutcome> outcome;
   while (!outcome && rounds < 64) {
-    Result<rollout::PlayStep> step = learner.Play("a", a->work, 0, std::move(turns), 0.01);
+    Result<contract::PlayStep> step = learner.Play("a", a->work, 0, std::move(turns), 0.01);
     ASSERT_TRUE(step.ok()) << step.status().message();
     outcome = step->outcome;
     turns.clear();

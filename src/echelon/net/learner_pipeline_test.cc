@@ -22,11 +22,11 @@ namespace {
 
 const std::string kToken = "pipeline-token-0123456789";
 
-class Hub : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
+class Hub : public contract::WorkSource, public contract::TrajectorySink, public contract::SnapshotSource {
  public:
-  std::optional<rollout::Assignment> Acquire(const std::string& actor) override {
+  std::optional<contract::Assignment> Acquire(const std::string& actor) override {
     std::lock_guard<std::mutex> lock(mu);
-    rollout::Assignment a;
+    contract::Assignment a;
     a.work.group_id = next++;
     a.work.lease_id = 100 + a.work.group_id;
     a.prompt.id = a.work.group_id;
@@ -36,15 +36,15 @@ class Hub : public rollout::WorkSource, public rollout::TrajectorySink, public r
     holders.push_back(actor);
     return a;
   }
-  rollout::SubmitOutcome Submit(rollout::GroupRollout) override { return {true, ""}; }
-  rollout::Snapshot Latest() override {
+  contract::SubmitOutcome Submit(contract::GroupRollout) override { return {true, ""}; }
+  contract::Snapshot Latest() override {
     std::lock_guard<std::mutex> lock(mu);
     return snapshot;
   }
   std::mutex mu;
   uint64_t next = 0;
   std::vector<std::string> holders;
-  rollout::Snapshot snapshot;
+  contract::Snapshot snapshot;
 };
 
 struct Learner {

@@ -19,11 +19,11 @@ namespace echelon::net {
 namespace {
 
 // A hub that hands out numbered groups and records submissions.
-class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, public rollout::SnapshotSource {
+class ScriptedHub : public contract::WorkSource, public contract::TrajectorySink, public contract::SnapshotSource {
  public:
-  std::optional<rollout::Assignment> Acquire(const std::string& actor) override {
+  std::optional<contract::Assignment> Acquire(const std::string& actor) override {
     std::lock_guard<std::mutex> lock(mu);
-    rollout::Assignment a;
+    contract::Assignment a;
     a.work.group_id = next++;
     a.work.lease_id = 100 + a.work.group_id;
     a.prompt.id = a.work.group_id;
@@ -36,21 +36,21 @@ class ScriptedHub : public rollout::WorkSource, public rollout::TrajectorySink, 
     return a;
   }
   // Lease 999 stands for a forged group (a swapped prompt, say).
-  rollout::SubmitOutcome Submit(rollout::GroupRollout g) override {
+  contract::SubmitOutcome Submit(contract::GroupRollout g) override {
     std::lock_guard<std::mutex> lock(mu);
     submitted.push_back(g);
     if (g.lease_id == 999) return {false, "prompt_mismatch", true};
     return {g.lease_id == 100 + g.group_id, g.lease_id == 100 + g.group_id ? "" : "not_lease_holder"};
   }
-  rollout::Snapshot Latest() override {
+  contract::Snapshot Latest() override {
     std::lock_guard<std::mutex> lock(mu);
     return snapshot;
   }
   std::mutex mu;
   uint64_t next = 0;
   std::vector<std::string> holders;
-  std::vector<rollout::GroupRollout> submitted;
-  rollout::Snapshot snapshot;
+  std::vector<contract::GroupRollout> submitted;
+  contract::Snapshot snapshot;
 };
 
 struct Fixture {
@@ -256,7 +256,7 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   // 2.5 pieces, so the stream reassembles several messages.
   std::string blob(kSnapshotPieceBytes * 5 / 2, '\0');
   for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7 + 3);
-  f.hub.snapshot = rollout::Snapshot{4, std::make_shared<const std::string>(blob)};
+  f.hub.snapshot = contract::Snapshot{4, std::make_shared<const std::string>(blob)};
 
   RemoteLearnerOptions o;
   o.address = f.address;
@@ -268,14 +268,14 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec.value(), "{\"spec\": 1}");
 
-  std::optional<rollout::Assignment> a = learner.Acquire("ignored");
+  std::optional<contract::Assignment> a = learner.Acquire("ignored");
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->prompt.text, "1+2=");
   EXPECT_EQ(a->prompt.system, "Answer with a number.");  // a chat prompt's system message travels
   EXPECT_EQ(a->group_size, 2);
   EXPECT_TRUE(a->scored_by_learner);  // the actor samples only; the learner scores
 
-  rollout::GroupRollout g;
+  contract::GroupRollout g;
   g.group_id = a->work.group_id;
   g.lease_id = a->work.lease_id;
   g.behavior_version = 4;
@@ -285,14 +285,14 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   g.episodes = {e, e};
   EXPECT_TRUE(learner.Submit(g).accepted);
   g.lease_id += 1;
-  rollout::SubmitOutcome refused = learner.Submit(g);
+  contract::SubmitOutcome refused = learner.Submit(g);
   EXPECT_FALSE(refused.accepted);
   EXPECT_EQ(refused.reason, "not_lease_holder");
   ASSERT_EQ(f.hub.submitted.size(), 2u);
   EXPECT_EQ(f.hub.submitted[0].episodes[1].turns[0].logprobs, (std::vector<float>{-0.5f, -0.25f}));
   EXPECT_EQ(f.hub.submitted[0].actor.rfind("rl#", 0), 0u);
 
-  rollout::Snapshot s = learner.Latest();
+  contract::Snapshot s = learner.Latest();
   EXPECT_EQ(s.version, 4);
   ASSERT_TRUE(s.weights);
   EXPECT_TRUE(*s.weights == blob);
@@ -358,7 +358,7 @@ TEST(RemoteLearnerTest, ASnapshotPullEndsOnAStallNotOnItsLength) {
     std::atomic<bool> stop{false};
     ASSERT_TRUE(learner.Connect(stop).ok());
     const auto t0 = std::chrono::steady_clock::now();
-    const rollout::Snapshot snap = learner.Latest();
+    const contract::Snapshot snap = learner.Latest();
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (stalls) {
       EXPECT_EQ(snap.version, -1);

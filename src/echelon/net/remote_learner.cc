@@ -98,7 +98,7 @@ Status RemoteLearner::Register() {
     // from before may not exist in its history. Fetch its newest instead.
     spdlog::warn("learner restarted (now at version {}); dropping snapshot v{}", reply.snapshot_version(),
                  cached_.version);
-    cached_ = rollout::Snapshot{};
+    cached_ = contract::Snapshot{};
   }
   incarnation_ = reply.learner_incarnation();
   known_version_ = reply.snapshot_version();
@@ -185,7 +185,7 @@ void RemoteLearner::Recover(int code, const std::string& what) {
   backoff_ = std::min(kMaxBackoffSeconds, backoff_ * 2);
 }
 
-std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*actor*/) {
+std::optional<contract::Assignment> RemoteLearner::Acquire(const std::string& /*actor*/) {
   grpc::ClientContext ctx;
   AttachToken(ctx, options_.token);
   SetDeadline(ctx, kAcquireDeadlineSeconds);
@@ -201,7 +201,7 @@ std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*a
   known_version_ = std::max<int64_t>(known_version_.load(), reply.snapshot_version());
   if (reply.done()) done_ = true;
   if (!reply.has_work()) return std::nullopt;
-  rollout::Assignment a;
+  contract::Assignment a;
   a.work.group_id = reply.group_id();
   a.work.lease_id = reply.lease_id();
   a.work.dispatch_version = reply.dispatch_version();
@@ -215,7 +215,7 @@ std::optional<rollout::Assignment> RemoteLearner::Acquire(const std::string& /*a
   return a;
 }
 
-Result<rollout::PlayStep> RemoteLearner::Play(const std::string& /*actor*/, const sched::WorkItem& work,
+Result<contract::PlayStep> RemoteLearner::Play(const std::string& /*actor*/, const sched::WorkItem& work,
                                               int64_t behavior_version, std::vector<data::Turn> turns,
                                               double generate_seconds) {
   grpc::ClientContext ctx;
@@ -235,9 +235,9 @@ Result<rollout::PlayStep> RemoteLearner::Play(const std::string& /*actor*/, cons
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) Recover(st.error_code(), what);
     return Unavailable(what + ": " + st.error_message());
   }
-  rollout::PlayStep step;
+  contract::PlayStep step;
   if (reply.finished()) {
-    step.outcome = rollout::SubmitOutcome{reply.accepted(), reply.reason()};
+    step.outcome = contract::SubmitOutcome{reply.accepted(), reply.reason()};
     return step;
   }
   for (const v1::PlayPrompt& p : reply.prompts()) step.prompts.emplace_back(p.system(), p.user());
@@ -245,7 +245,7 @@ Result<rollout::PlayStep> RemoteLearner::Play(const std::string& /*actor*/, cons
   return step;
 }
 
-rollout::SubmitOutcome RemoteLearner::Submit(rollout::GroupRollout rollout) {
+contract::SubmitOutcome RemoteLearner::Submit(contract::GroupRollout rollout) {
   v1::SubmitRequest req;
   EncodeRollout(rollout, actor_id(), &req);
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -306,7 +306,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
   peer_ = std::move(peer);
 }
 
-std::optional<rollout::Snapshot> RemoteLearner::FromBroadcast(int64_t version) {
+std::optional<contract::Snapshot> RemoteLearner::FromBroadcast(int64_t version) {
   if (peer_ && peer_->origin_gone() && !invite_.used) {
     invite_.used = true;  // its link broke after this registration: once more, with its token
     JoinBroadcast(invite_.port, invite_.key_pem, invite_.token);
@@ -321,7 +321,7 @@ std::optional<rollout::Snapshot> RemoteLearner::FromBroadcast(int64_t version) {
   }
   Result<std::string> bytes = peer_->store().Assemble(*got);
   if (!bytes.ok()) return std::nullopt;  // garbage-collected meanwhile: the next call gets a newer one
-  return rollout::Snapshot{static_cast<int64_t>(*got), std::make_shared<const std::string>(std::move(bytes).value())};
+  return contract::Snapshot{static_cast<int64_t>(*got), std::make_shared<const std::string>(std::move(bytes).value())};
 }
 
 PipelineRoute RemoteLearner::route() const {
@@ -339,17 +339,17 @@ void RemoteLearner::KeepRegistered() {
   if (lost_.load()) Recover(grpc::StatusCode::NOT_FOUND, "heartbeat");
 }
 
-rollout::Snapshot RemoteLearner::Latest() {
+contract::Snapshot RemoteLearner::Latest() {
   const bool staged = options_.role.stage >= 0;
   model::LayerRange range{-1, -1};
   if (staged) {
     const PipelineRoute r = route();
-    if (!r.complete) return rollout::Snapshot{};
+    if (!r.complete) return contract::Snapshot{};
     range = r.layers[static_cast<size_t>(options_.role.stage)];
-    if (range.first != cached_range_.first || range.last != cached_range_.last) cached_ = rollout::Snapshot{};
+    if (range.first != cached_range_.first || range.last != cached_range_.last) cached_ = contract::Snapshot{};
   }
   if (cached_.version >= known_version_.load() && cached_.version >= 0) return cached_;
-  if (std::optional<rollout::Snapshot> snap = staged ? std::nullopt : FromBroadcast(known_version_.load())) {
+  if (std::optional<contract::Snapshot> snap = staged ? std::nullopt : FromBroadcast(known_version_.load())) {
     cached_ = std::move(*snap);
     known_version_ = std::max<int64_t>(known_version_.load(), cached_.version);
     return cached_;
@@ -409,7 +409,7 @@ rollout::Snapshot RemoteLearner::Latest() {
     if (!st.ok()) Recover(st.error_code(), "snapshot fetch");
     return cached_;
   }
-  cached_ = rollout::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
+  cached_ = contract::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
   cached_range_ = range;
   known_version_ = std::max<int64_t>(known_version_.load(), version);
   return cached_;

@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "echelon/common/status.h"
+#include "echelon/contract/transport.h"
 #include "echelon/model/qwen3.h"
 #include "echelon/net/broadcast_peer.h"
 #include "echelon/net/learner_server.h"
 #include "echelon/net/protocol.h"
-#include "echelon/rollout/transport.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
 namespace echelon::net {
@@ -62,10 +62,10 @@ struct RemoteLearnerOptions {
   StageRole role;
 };
 
-class RemoteLearner : public rollout::WorkSource,
-                      public rollout::TrajectorySink,
-                      public rollout::SnapshotSource,
-                      public rollout::EpisodeHost {
+class RemoteLearner : public contract::WorkSource,
+                      public contract::TrajectorySink,
+                      public contract::SnapshotSource,
+                      public contract::EpisodeHost {
  public:
   explicit RemoteLearner(RemoteLearnerOptions options);
   ~RemoteLearner() override;
@@ -87,12 +87,12 @@ class RemoteLearner : public rollout::WorkSource,
   // Stops the heartbeat thread (the destructor does too).
   void Close();
 
-  std::optional<rollout::Assignment> Acquire(const std::string& actor) override;
-  rollout::SubmitOutcome Submit(rollout::GroupRollout rollout) override;
-  rollout::Snapshot Latest() override;
+  std::optional<contract::Assignment> Acquire(const std::string& actor) override;
+  contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
+  contract::Snapshot Latest() override;
   // A turn of a group the learner plays (no retry: an error gives the group up, and its lease
   // expires).
-  Result<rollout::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
+  Result<contract::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
                                  std::vector<data::Turn> turns, double generate_seconds) override;
 
  private:
@@ -102,7 +102,7 @@ class RemoteLearner : public rollout::WorkSource,
   // goes to other workers).
   void JoinBroadcast(uint32_t port, const std::string& key_pem, const std::string& token);
   // The snapshot of at least `version` by broadcast, or nullopt (none, or it timed out).
-  std::optional<rollout::Snapshot> FromBroadcast(int64_t version);
+  std::optional<contract::Snapshot> FromBroadcast(int64_t version);
   void HeartbeatLoop();
   // Handles a failed call: re-registers on NOT_FOUND, sleeps with backoff on UNAVAILABLE.
   void Recover(int code, const std::string& what);
@@ -122,7 +122,7 @@ class RemoteLearner : public rollout::WorkSource,
   std::atomic<bool> closing_{false};
   const std::atomic<bool>* stop_ = nullptr;
   double backoff_ = 0.1;
-  rollout::Snapshot cached_;
+  contract::Snapshot cached_;
   std::string cached_run_spec_;
   std::string incarnation_;  // of the learner process last registered with
   std::unique_ptr<BroadcastPeer> peer_;  // joined to the learner's broadcast (actor thread only)

@@ -4,24 +4,18 @@
 
 #include <algorithm>
 
+#include "echelon/contract/group_seed.h"
 #include "echelon/data/adapter_kit.h"
 
 namespace echelon::rollout {
-
-uint64_t GroupSeed(uint64_t run_seed, uint64_t group_id) {
-  // splitmix64 of the pair: well-spread seeds for adjacent group ids.
-  uint64_t z = run_seed * 0x9E3779B97F4A7C15ULL + group_id + 0x632BE59BD9B4E019ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 namespace {
 const RealClock kRealClock;
 }  // namespace
 
-Actor::Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
-             const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy, const Clock* clock)
+Actor::Actor(ActorOptions options, contract::WorkSource* work, contract::TrajectorySink* sink,
+             contract::SnapshotSource* snapshots, const data::TaskAdapter* task,
+             std::unique_ptr<SnapshotPolicy> policy, const Clock* clock)
     : options_(std::move(options)),
       work_(work),
       sink_(sink),
@@ -31,7 +25,7 @@ Actor::Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, Snaps
       clock_(clock != nullptr ? clock : &kRealClock) {}
 
 bool Actor::RefreshSnapshot() {
-  Snapshot snap = snapshots_->Latest();
+  contract::Snapshot snap = snapshots_->Latest();
   // Any other version replaces ours, older ones too: a learner resumed from a checkpoint
   // publishes versions again from there.
   if (snap.version < 0 || !snap.weights) return false;
@@ -45,13 +39,14 @@ bool Actor::RefreshSnapshot() {
   return true;
 }
 
-Result<SubmitOutcome> Actor::PlayHosted(const Assignment& a, int64_t* tokens) {
+Result<contract::SubmitOutcome> Actor::PlayHosted(const contract::Assignment& a, int64_t* tokens) {
   if (episodes_ == nullptr) return FailedPrecondition("the learner plays this group, and this actor has no link to it");
   const int64_t version = policy_->version();
   std::vector<data::Turn> turns;
   double seconds = 0;
   while (true) {
-    ECHELON_ASSIGN_OR_RETURN(PlayStep step, episodes_->Play(options_.name, a.work, version, std::move(turns), seconds));
+    ECHELON_ASSIGN_OR_RETURN(contract::PlayStep step,
+                             episodes_->Play(options_.name, a.work, version, std::move(turns), seconds));
     if (step.outcome) return *step.outcome;
     const double t0 = clock_->Now();
     ECHELON_ASSIGN_OR_RETURN(turns, policy_->Sample(step.prompts, step.seed));
@@ -71,7 +66,7 @@ void Actor::Run(const std::atomic<bool>& stop) {
       wait();
       continue;
     }
-    std::optional<Assignment> a = work_->Acquire(options_.name);
+    std::optional<contract::Assignment> a = work_->Acquire(options_.name);
     if (!a) {
       wait();
       continue;
@@ -80,7 +75,8 @@ void Actor::Run(const std::atomic<bool>& stop) {
     // The gate may have advanced while we waited: take the newest snapshot for this group.
     RefreshSnapshot();
     int64_t tokens = 0;
-    Result<SubmitOutcome> outcome = a->played_by_learner ? PlayHosted(*a, &tokens) : PlayHere(*a, stop, &tokens);
+    Result<contract::SubmitOutcome> outcome =
+        a->played_by_learner ? PlayHosted(*a, &tokens) : PlayHere(*a, stop, &tokens);
     if (!outcome.ok()) {
       // The lease will expire and the group is re-issued to another actor.
       spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, outcome.status().message());
@@ -95,8 +91,9 @@ void Actor::Run(const std::atomic<bool>& stop) {
   }
 }
 
-Result<SubmitOutcome> Actor::PlayHere(const Assignment& a, const std::atomic<bool>& stop, int64_t* tokens) {
-  GroupRollout out;
+Result<contract::SubmitOutcome> Actor::PlayHere(const contract::Assignment& a, const std::atomic<bool>& stop,
+                                                int64_t* tokens) {
+  contract::GroupRollout out;
   out.group_id = a.work.group_id;
   out.lease_id = a.work.lease_id;
   out.actor = options_.name;
@@ -105,7 +102,7 @@ Result<SubmitOutcome> Actor::PlayHere(const Assignment& a, const std::atomic<boo
   Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
   for (int attempt = 0;; ++attempt) {
     out.behavior_version = policy_->version();
-    const uint64_t seed = GroupSeed(options_.seed, a.work.group_id);
+    const uint64_t seed = contract::GroupSeed(options_.seed, a.work.group_id);
     episodes = a.scored_by_learner ? data::SampleSingleTurnGroup(a.prompt, a.group_size, *policy_, seed)
                                    : task_->RunGroup(a.prompt, a.group_size, *policy_, seed);
     // Aborted: the policy's snapshot went out of date under it (a pipeline's stages moved

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "echelon/common/clock.h"
+#include "echelon/contract/transport.h"
 #include "echelon/data/adapter.h"
 #include "echelon/rollout/snapshot_policy.h"
-#include "echelon/rollout/transport.h"
 #include "echelon/sched/tunables.h"
 
 namespace echelon::rollout {
@@ -44,12 +44,13 @@ class Actor {
   static constexpr int kGroupAttempts = 5;
 
   // `clock` outlives the actor; null: the real clock.
-  Actor(ActorOptions options, WorkSource* work, TrajectorySink* sink, SnapshotSource* snapshots,
-        const data::TaskAdapter* task, std::unique_ptr<SnapshotPolicy> policy, const Clock* clock = nullptr);
+  Actor(ActorOptions options, contract::WorkSource* work, contract::TrajectorySink* sink,
+        contract::SnapshotSource* snapshots, const data::TaskAdapter* task,
+        std::unique_ptr<SnapshotPolicy> policy, const Clock* clock = nullptr);
 
   // Where work the learner plays itself (Assignment::played_by_learner) is played: each turn's
   // prompts come from `host` and the completions go back to it. Without one such work fails.
-  void set_episode_host(EpisodeHost* host) { episodes_ = host; }
+  void set_episode_host(contract::EpisodeHost* host) { episodes_ = host; }
 
   // Loops until `stop` becomes true.
   void Run(const std::atomic<bool>& stop);
@@ -58,23 +59,20 @@ class Actor {
  private:
   bool RefreshSnapshot();
   // Runs the task's episodes (or samples a single-turn group) here and submits the group.
-  Result<SubmitOutcome> PlayHere(const Assignment& a, const std::atomic<bool>& stop, int64_t* tokens);
+  Result<contract::SubmitOutcome> PlayHere(const contract::Assignment& a, const std::atomic<bool>& stop,
+                                           int64_t* tokens);
   // Samples each turn the learner asks for until it says how it took the group.
-  Result<SubmitOutcome> PlayHosted(const Assignment& a, int64_t* tokens);
+  Result<contract::SubmitOutcome> PlayHosted(const contract::Assignment& a, int64_t* tokens);
 
   ActorOptions options_;
-  WorkSource* work_;
-  TrajectorySink* sink_;
-  SnapshotSource* snapshots_;
-  EpisodeHost* episodes_ = nullptr;
+  contract::WorkSource* work_;
+  contract::TrajectorySink* sink_;
+  contract::SnapshotSource* snapshots_;
+  contract::EpisodeHost* episodes_ = nullptr;
   const data::TaskAdapter* task_;
   std::unique_ptr<SnapshotPolicy> policy_;
   const Clock* clock_;
   ActorStats stats_;
 };
-
-// Seed of a group's sampling: a function of the run seed and the group (not of timing), so a
-// run with one actor and S = 0 is reproducible.
-uint64_t GroupSeed(uint64_t run_seed, uint64_t group_id);
 
 }  // namespace echelon::rollout

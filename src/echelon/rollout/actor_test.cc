@@ -9,13 +9,13 @@ namespace echelon::rollout {
 namespace {
 
 // One group to do, then none; the newest snapshot is `version`.
-class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
+class Plane : public contract::WorkSource, public contract::TrajectorySink, public contract::SnapshotSource {
  public:
-  std::optional<Assignment> Acquire(const std::string&) override {
+  std::optional<contract::Assignment> Acquire(const std::string&) override {
     std::lock_guard<std::mutex> lock(mu);
     if (handed) return std::nullopt;
     handed = true;
-    Assignment a;
+    contract::Assignment a;
     a.work.group_id = 7;
     a.work.lease_id = 70;
     a.prompt = data::Prompt{7, "1+2=", scored_by_learner ? "" : "3"};
@@ -25,12 +25,12 @@ class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
     if (played_by_learner) a.prompt = data::Prompt{};
     return a;
   }
-  SubmitOutcome Submit(GroupRollout r) override {
+  contract::SubmitOutcome Submit(contract::GroupRollout r) override {
     std::lock_guard<std::mutex> lock(mu);
     submitted.push_back(std::move(r));
     return {true, ""};
   }
-  Snapshot Latest() override {
+  contract::Snapshot Latest() override {
     std::lock_guard<std::mutex> lock(mu);
     return {version, std::make_shared<const std::string>("weights")};
   }
@@ -39,7 +39,7 @@ class Plane : public WorkSource, public TrajectorySink, public SnapshotSource {
   bool scored_by_learner = false;
   bool played_by_learner = false;
   int64_t version = 3;
-  std::vector<GroupRollout> submitted;
+  std::vector<contract::GroupRollout> submitted;
 };
 
 // Fails its first `failures` samples with `code` (moving the plane's newest version on, as a
@@ -170,18 +170,18 @@ TEST(ActorTest, WorkTheLearnerScoresIsSampledWithoutScoring) {
 }
 
 // The learner's side of a played group: two turns of two prompts, then it takes the group.
-class TwoTurnHost : public EpisodeHost {
+class TwoTurnHost : public contract::EpisodeHost {
  public:
   explicit TwoTurnHost(Plane* plane) : plane_(plane) {}
-  Result<PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t version,
-                        std::vector<data::Turn> turns, double) override {
+  Result<contract::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t version,
+                                  std::vector<data::Turn> turns, double) override {
     calls.push_back({actor, work.lease_id, version, turns.size()});
-    PlayStep step;
+    contract::PlayStep step;
     if (calls.size() == 3) {
       std::lock_guard<std::mutex> lock(plane_->mu);
       plane_->handed = true;
-      plane_->submitted.push_back(GroupRollout{});  // RunFor stops at a submission
-      step.outcome = SubmitOutcome{true, ""};
+      plane_->submitted.push_back(contract::GroupRollout{});  // RunFor stops at a submission
+      step.outcome = contract::SubmitOutcome{true, ""};
       return step;
     }
     step.prompts = {data::PolicyPrompt("your move"), data::PolicyPrompt("your move")};

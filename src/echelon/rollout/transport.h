@@ -1,100 +1,19 @@
-// What an actor needs from the learning plane, as three small interfaces (and a fourth,
-// EpisodeHost, for multi-turn work the learner plays itself). In one process
-// they are implemented by LocalHub (cli/runtime.h); a network transport implements the same
-// interfaces over RPC, and the actor loop does not change.
-//
-// Thread contract: implementations must be safe for concurrent calls from many actors.
+// The transport contract lives in contract/transport.h. These names remain only for code not
+// yet moved to it (net/learner_server.*); new code uses contract:: directly.
 #pragma once
 
-#include <cstdint>
-#include <memory>
-#include <optional>
-#include <string>
-#include <vector>
-
-#include "echelon/data/adapter.h"
-#include "echelon/sched/work_item.h"
+#include "echelon/contract/transport.h"
 
 namespace echelon::rollout {
 
-// A prompt group to generate, under a lease.
-struct Assignment {
-  sched::WorkItem work;
-  data::Prompt prompt;
-  int group_size = 1;
-  // The learner scores the group itself (a single-turn task): the prompt comes without its
-  // reference and the actor only samples (data::SampleSingleTurnGroup), its rewards left 0.
-  bool scored_by_learner = false;
-  // The learner plays this multi-turn group's environment (EpisodeHost): the prompt stays
-  // there (a poker deal, an environment's seed), and the actor only samples each turn.
-  bool played_by_learner = false;
-};
-
-// What an actor hands back for one group.
-struct GroupRollout {
-  uint64_t group_id = 0;
-  uint64_t lease_id = 0;
-  int64_t behavior_version = 0;  // the (oldest) policy version that generated it
-  std::string actor;
-  data::Prompt prompt;
-  std::vector<data::Episode> episodes;
-  double generate_seconds = 0;
-};
-
-// A published policy: version + safetensors bytes of its weights.
-struct Snapshot {
-  int64_t version = -1;
-  std::shared_ptr<const std::string> weights;
-};
-
-class WorkSource {
- public:
-  virtual ~WorkSource() = default;
-  // Work to do, or nullopt when the staleness gate allows none right now.
-  virtual std::optional<Assignment> Acquire(const std::string& actor) = 0;
-};
-
-// The learner's answer to a submission: accepted, or refused with a reason that the learner
-// counts under that name ("not_lease_holder", "token_out_of_vocab", ...).
-// `forged`: the refusal is one an honest actor can never earn (a malformed group, a foreign
-// lease, a prompt or an episode that is not the task's); late or repeated submissions are not.
-struct SubmitOutcome {
-  bool accepted = false;
-  std::string reason;
-  bool forged = false;
-};
-
-class TrajectorySink {
- public:
-  virtual ~TrajectorySink() = default;
-  virtual SubmitOutcome Submit(GroupRollout rollout) = 0;
-};
-
-// One step of a group the learner plays: the prompts to sample now (one completion each, with
-// `seed`), or, once the episodes are over, how the learner took the group.
-struct PlayStep {
-  std::vector<data::PolicyPrompt> prompts;
-  uint64_t seed = 0;
-  std::optional<SubmitOutcome> outcome;  // set when finished
-};
-
-// The learner's side of a played group: it runs the task's environment and asks the actor for
-// each turn's completions.
-class EpisodeHost {
- public:
-  virtual ~EpisodeHost() = default;
-  // Hands in `turns`, the completions of the previous step's prompts in order (none on the
-  // first call), sampled by `behavior_version`; the next step, or an error (the group is not
-  // this actor's to play, the turns do not answer the prompts, the learner went away).
-  virtual Result<PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
-                                std::vector<data::Turn> turns, double generate_seconds) = 0;
-};
-
-class SnapshotSource {
- public:
-  virtual ~SnapshotSource() = default;
-  // The newest published snapshot (version -1 when none yet).
-  virtual Snapshot Latest() = 0;
-};
+using contract::Assignment;
+using contract::EpisodeHost;
+using contract::GroupRollout;
+using contract::PlayStep;
+using contract::Snapshot;
+using contract::SnapshotSource;
+using contract::SubmitOutcome;
+using contract::TrajectorySink;
+using contract::WorkSource;
 
 }  // namespace echelon::rollout

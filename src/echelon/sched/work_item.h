@@ -1,5 +1,5 @@
 // WorkItem: one hand-out of a prompt group under a lease (sched/dispatcher.h makes them; an
-// actor carries one through rollout/transport.h). Kept apart so the transport contract does
+// actor carries one through contract/transport.h). Kept apart so the transport contract does
 // not include the dispatcher.
 //
 // Thread contract: a plain value.

@@ -1,8 +1,8 @@
-#include "echelon/rollout/run_spec.h"
+#include "echelon/contract/run_spec.h"
 
 #include <gtest/gtest.h>
 
-namespace echelon::rollout {
+namespace echelon::contract {
 namespace {
 
 RunSpec Spec() {
@@ -50,4 +50,4 @@ TEST(RunSpecTest, AMissingFieldIsNamed) {
 }
 
 }  // namespace
-}  // namespace echelon::rollout
+}  // namespace echelon::contract

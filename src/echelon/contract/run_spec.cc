@@ -1,6 +1,6 @@
-#include "echelon/rollout/run_spec.h"
+#include "echelon/contract/run_spec.h"
 
-namespace echelon::rollout {
+namespace echelon::contract {
 
 nlohmann::json RunSpecToJson(const RunSpec& spec) {
   return {{"task", {{"name", spec.task_name}, {"options", spec.task_options}}},
@@ -49,4 +49,4 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
   }
 }
 
-}  // namespace echelon::rollout
+}  // namespace echelon::contract

@@ -20,7 +20,7 @@
 #include "echelon/model/model_config.h"
 #include "echelon/model/vocabulary.h"
 
-namespace echelon::rollout {
+namespace echelon::contract {
 
 struct RunSpec {
   std::string task_name;
@@ -44,4 +44,4 @@ nlohmann::json RunSpecToJson(const RunSpec& spec);
 // Errors name the field that is missing or wrong.
 Result<ActorSetup> ParseRunSpec(const std::string& json_text);
 
-}  // namespace echelon::rollout
+}  // namespace echelon::contract
