@@ -25,6 +25,7 @@
 #include "echelon/learn/thread_actors.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/grpc_actors.h"
+#include "echelon/plan/pipeline_split.h"
 
 namespace echelon::cli {
 namespace {
@@ -167,6 +168,7 @@ Result<net::GrpcActorsOptions> NetworkOptions(const LaunchArgs& args, LaunchMode
   net.tls_key_file = args.tls_key;
   net.broadcast = options.snapshot_broadcast;
   net.play_turn_timeout_seconds = options.lease_seconds;
+  net.split_layers = plan::SplitPipelineLayers;  // pipelined actors' layers (plan/pipeline_split.h)
   if (mode == LaunchMode::kLearnerOnly) {
     net.listen = args.listen;
     net.broadcast_listen = args.broadcast_listen;

@@ -28,6 +28,7 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
   so.heartbeat_seconds = options_.heartbeat_seconds;
   so.evict_after_seconds = options_.evict_after_seconds;
   so.run_spec_json = run_spec_json;
+  so.split_layers = options_.split_layers;
   if (options_.broadcast) {
     ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
     BroadcastOriginOptions bo;

@@ -25,6 +25,7 @@
 #include "echelon/common/clock.h"
 #include "echelon/learn/actor_transport.h"
 #include "echelon/net/auth.h"
+#include "echelon/sched/pipeline_formation.h"
 #include "echelon/sched/tunables.h"
 
 namespace echelon::learn {
@@ -54,6 +55,8 @@ struct GrpcActorsOptions {
   double play_turn_timeout_seconds = sched::kDefaultLeaseSeconds;
   // Called once the server listens, with its port (e.g. to start actor processes).
   std::function<void(int port)> on_listening;
+  // Splits a pipelined worker's layers over its stages (LearnerServerOptions::split_layers).
+  sched::LayerSplitter split_layers;
 };
 
 class GrpcActors : public learn::ActorTransport {

@@ -15,6 +15,7 @@
 #include "echelon/net/auth.h"
 #include "echelon/net/learner_server.h"
 #include "echelon/net/protocol.h"
+#include "echelon/plan/pipeline_split.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
 namespace echelon::net {
@@ -54,6 +55,7 @@ struct Learner {
     o.tokens = std::move(tokens);
     o.run_spec_json = nlohmann::json{{"model", whole->config().ToJson()}}.dump();
     o.evict_after_seconds = 3.0;
+    o.split_layers = plan::SplitPipelineLayers;  // as cli/launch.cc wires it
     hub.snapshot = {7, std::make_shared<const std::string>(model::SerializeSafetensors(whole->StateDict()).value())};
     server = std::make_unique<LearnerServer>(o, &hub, &hub, &hub, &clock);
     EXPECT_TRUE(server->Start().ok());

@@ -19,7 +19,6 @@
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
-#include "echelon/plan/layer_split.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
 namespace echelon::net {
@@ -449,42 +448,21 @@ void LearnerServer::ReformLocked(const std::string& name) {
   auto found = pipelines_.find(name);
   if (found == pipelines_.end()) return;
   PipelineState& p = found->second;
-  // Candidates per stage, earliest registration first.
-  std::vector<const ActorInfo*> first(static_cast<size_t>(p.stages), nullptr);
-  bool any = false;
-  for (const auto& [id, a] : actors_) {
-    if (a.role.stage < 0 || a.role.pipeline != name) continue;
-    any = true;
-    const ActorInfo*& f = first[static_cast<size_t>(a.role.stage)];
-    if (f == nullptr || a.registered_at < f->registered_at || (a.registered_at == f->registered_at && a.id < f->id))
-      f = &a;
-  }
-  if (!any) {
+  std::vector<sched::StageCandidate> candidates;
+  for (const auto& [id, a] : actors_)
+    if (a.role.stage >= 0 && a.role.pipeline == name) candidates.push_back({id, a.role.stage, a.registered_at});
+  if (candidates.empty()) {
     pipelines_.erase(found);
     return;
   }
-  std::vector<std::string> active(static_cast<size_t>(p.stages));
-  for (size_t i = 0; i < active.size(); ++i) {
-    // A live member keeps its place: a spare does not displace it.
-    const bool alive = !p.active.empty() && !p.active[i].empty() && actors_.count(p.active[i]) != 0;
-    active[i] = alive ? p.active[i] : (first[i] != nullptr ? first[i]->id : "");
-  }
-  if (active == p.active) return;
-  // A later stage's member left (or was replaced) while the head stays: the head's groups were
-  // in flight through it and cannot finish; re-issue them now rather than at lease expiry.
-  if (!p.active.empty() && !p.active[0].empty() && active[0] == p.active[0]) {
-    for (size_t i = 1; i < active.size(); ++i)
-      if (!p.active[i].empty() && active[i] != p.active[i]) {
-        reissue_.push_back(p.active[0]);
-        break;
-      }
-  }
-  p.active = std::move(active);
+  sched::StageMembers members = sched::ChooseStageMembers(p.stages, p.active, candidates);
+  if (!members.changed) return;
+  if (!members.reissue_head.empty()) reissue_.push_back(members.reissue_head);
+  p.active = std::move(members.active);
   ++p.epoch;
   p.complete = false;
   p.layers.clear();
-  const bool full = std::none_of(p.active.begin(), p.active.end(), [](const std::string& id) { return id.empty(); });
-  if (!full) {
+  if (!members.complete) {
     spdlog::info("pipeline {} (epoch {}): waiting for {} of {} stages", name, p.epoch,
                  std::count(p.active.begin(), p.active.end(), std::string()), p.stages);
     return;
@@ -493,28 +471,31 @@ void LearnerServer::ReformLocked(const std::string& name) {
     spdlog::error("pipeline {}: this learner's run spec names no model; pipelines cannot be formed", name);
     return;
   }
-  // The split: each stage's layers by its declared memory and speed (none declared: even).
+  if (!options_.split_layers) {
+    spdlog::error("pipeline {}: this learner was given no layer split; pipelines cannot be formed", name);
+    return;
+  }
   const model::ModelConfig& m = *model_;
-  const double bytes = m.torch_dtype == "float32" ? 4.0 : 2.0;
-  const double embed = static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size);
-  const double outer = embed * (m.tie_word_embeddings ? 1 : 2) + static_cast<double>(m.hidden_size);
-  plan::LayerSplitInput in;
-  in.layers = m.num_hidden_layers;
-  in.layer_bytes = (static_cast<double>(m.NumParameters()) - outer) / static_cast<double>(m.num_hidden_layers) * bytes;
-  in.first_bytes = outer * bytes;
+  sched::PipelineModelShape shape;
+  shape.layers = m.num_hidden_layers;
+  shape.parameters = static_cast<double>(m.NumParameters());
+  shape.vocab_size = m.vocab_size;
+  shape.hidden_size = m.hidden_size;
+  shape.tied_embeddings = m.tie_word_embeddings;
+  shape.dtype = m.torch_dtype;
+  std::vector<sched::StageOffer> offers;
   for (int i = 0; i < p.stages; ++i) {
     const StageRole& r = actors_.at(p.active[static_cast<size_t>(i)]).role;
-    in.stages.push_back({r.pipeline + "/" + std::to_string(i), r.memory_bytes > 0 ? r.memory_bytes : 1e300,
-                         r.seconds_per_layer > 0 ? r.seconds_per_layer : 1.0});
+    offers.push_back({r.pipeline + "/" + std::to_string(i), r.memory_bytes, r.seconds_per_layer});
   }
-  Result<plan::LayerSplit> split = plan::SplitLayers(in, plan::SplitObjective::kThroughput);
+  Result<std::vector<int64_t>> split = options_.split_layers(shape, offers);
   if (!split.ok()) {
     spdlog::error("pipeline {}: {}", name, split.status().message());
     return;
   }
   int64_t at = 0;
   std::string text;
-  for (int64_t n : split->layers) {
+  for (int64_t n : split.value()) {
     p.layers.emplace_back(at, at + n);
     text += (text.empty() ? "" : ", ") + std::to_string(at) + "-" + std::to_string(at + n - 1);
     at += n;

@@ -15,11 +15,11 @@
 //   for (const std::string& id : server.EvictSilent()) dispatcher.Evict(id);
 //
 // Pipelines: a worker may be several stage processes (PipelineRole), each holding a range of
-// the layers. The learner groups them by pipeline name (all under one token), splits the layers
-// over the live members by their declared memory and speed, and tells each where the next is;
-// only the head of a complete pipeline gets work, and a member that is evicted takes the head's
-// in-flight groups with it (re-issued at once). Stages fetch only their layers' tensors
-// (SnapshotRequest.ranged).
+// the layers. The server groups them by pipeline name (all under one token), asks the rules of
+// sched/pipeline_formation.h which process serves each stage and whose groups to re-issue, asks
+// the injected options.split_layers for the layers over the members' declared memory and speed,
+// and tells each member where the next is; only the head of a complete pipeline gets work.
+// Stages fetch only their layers' tensors (SnapshotRequest.ranged).
 //
 // Thread contract: gRPC calls arrive on gRPC's threads; every method is safe for concurrent
 // use (one mutex guards the actor table and counters).
@@ -41,6 +41,7 @@
 #include "echelon/model/model_config.h"
 #include "echelon/net/auth.h"
 #include "echelon/rollout/transport.h"
+#include "echelon/sched/pipeline_formation.h"
 #include "echelon/sched/tunables.h"
 
 namespace grpc {
@@ -71,6 +72,9 @@ struct LearnerServerOptions {
   // Plays multi-turn groups for the actors (their work goes out without its prompt, and the
   // actors answer Play); null: actors play the whole episode and submit it.
   learn::HostedEpisodes* episodes = nullptr;
+  // Splits a complete pipeline's layers over its members (plan::SplitPipelineLayers in a run);
+  // null: pipelines are never complete, so their heads get no work.
+  sched::LayerSplitter split_layers;
 };
 
 // A pipeline stage's registration (proto PipelineRole).
@@ -150,10 +154,9 @@ class LearnerServer {
   friend class Service;
   // Unregisters the actors `which` selects; EvictSilent returns them next.
   void RemoveActorsLocked(const std::function<bool(const ActorInfo&)>& which);
-  // Re-forms pipeline `name` after a member came or went: one live member per stage (the one
-  // registered first), a new split of the layers when the members changed (plan/layer_split.h),
-  // and, when a stage's member is gone while the head stays, the head's groups re-issued (they
-  // were in flight through that stage): EvictSilent returns the head's id.
+  // Re-forms pipeline `name` after a member came or went (sched::ChooseStageMembers): a new
+  // epoch and split of the layers (options.split_layers) when the members changed, and the
+  // head's groups re-issued when the rules say so: EvictSilent returns the head's id.
   void ReformLocked(const std::string& name);
   // The tensors a stage of layers [first, last) holds, of the newest snapshot (cached per
   // version and range).
