@@ -10,10 +10,10 @@
 
 #include "echelon/cli/commands.h"
 #include "echelon/data/adapter.h"
+#include "echelon/data/evaluate.h"
 #include "echelon/data/poker/duplicate_eval.h"
 #include "echelon/data/poker/poker_adapter.h"
 #include "echelon/model/checkpoint.h"
-#include "echelon/rollout/evaluate.h"
 #include "echelon/rollout/model_policy.h"
 
 namespace echelon::cli {
@@ -105,7 +105,7 @@ int RunEval(const EvalArgs& args) {
   sp.max_new_tokens = args.max_new_tokens;
   rollout::ModelPolicy policy(ck->model, vocab, sp);
   if (poker) return RunPokerEval(args, policy);
-  Result<rollout::EvalResult> r = rollout::EvaluateGreedy(*task.value(), task.value()->HeldOut(), policy, args.batch);
+  Result<data::EvalResult> r = data::EvaluateGreedy(*task.value(), task.value()->HeldOut(), policy, args.batch);
   if (!r.ok()) {
     spdlog::error("{}: {}", args.data, r.status().message());
     return 2;

@@ -26,6 +26,7 @@
 #include "echelon/net/auth.h"
 #include "echelon/net/grpc_actors.h"
 #include "echelon/plan/pipeline_split.h"
+#include "echelon/rollout/model_policy.h"
 
 namespace echelon::cli {
 namespace {
@@ -331,7 +332,8 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
     spdlog::error("{}", st.message());
     return 2;
   }
-  Result<learn::RunSummary> s = learn::RunLearner(options.value(), run_args, *transport, &g_interrupted, log.progress());
+  Result<learn::RunSummary> s = learn::RunLearner(options.value(), run_args, *transport, rollout::EvaluateModel,
+                                                  &g_interrupted, log.progress());
   actors.StopAll(5.0);
   ranks.StopAll(5.0);
   if (!s.ok()) {

@@ -51,10 +51,12 @@ void WarnAboutUnclippedCorrection(const RunOptions& options) {
 class LearnerRun {
  public:
   LearnerRun(const RunOptions& options, const LearnerRunArgs& args, ActorTransport& transport,
-             const std::atomic<bool>* interrupt, std::ostream& progress, const Clock& clock)
+             const ModelEvaluator& evaluate, const std::atomic<bool>* interrupt, std::ostream& progress,
+             const Clock& clock)
       : options_(options),
         args_(args),
         transport_(transport),
+        evaluate_(evaluate),
         interrupt_(interrupt),
         progress_(progress),
         clock_(clock),
@@ -79,7 +81,7 @@ class LearnerRun {
     ECHELON_RETURN_IF_ERROR(task_->ReadyToTrain());
     ECHELON_ASSIGN_OR_RETURN(start_, args_.resume ? StartFromCheckpoint(options_, *task_, args_.run_dir, metrics_, progress_)
                                                   : StartFresh(options_, *task_, args_.run_dir, args_.resolved_yaml,
-                                                               metrics_, progress_, clock_, t_start_));
+                                                               evaluate_, metrics_, progress_, clock_, t_start_));
     const RunState& rs = start_.state;
     summary_.warmstart_accuracy = rs.warmstart_accuracy;
     summary_.heldout_n = rs.heldout_n;
@@ -253,8 +255,8 @@ class LearnerRun {
     obs::StepRecord r = MakeRecord(t, batch, stats, step_start);
     const bool eval_now = options_.eval_every > 0 && *r.version % options_.eval_every == 0 && *r.version != options_.steps;
     if (eval_now) {
-      ECHELON_ASSIGN_OR_RETURN(const rollout::EvalResult ev,
-                               EvaluateModel(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
+      ECHELON_ASSIGN_OR_RETURN(const data::EvalResult ev,
+                               evaluate_(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
       r.heldout_accuracy = ev.accuracy;
     }
     const nlohmann::json line = r.ToJson();
@@ -404,8 +406,8 @@ class LearnerRun {
     summary_.interrupted = learner_->version() < options_.steps;
     if (!summary_.interrupted)
       ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir_ / "final").string(), learner_->model(), start_.vocab));
-    ECHELON_ASSIGN_OR_RETURN(const rollout::EvalResult after,
-                             EvaluateModel(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
+    ECHELON_ASSIGN_OR_RETURN(const data::EvalResult after,
+                             evaluate_(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
     summary_.final_accuracy = after.accuracy;
     summary_.wall_seconds = WallNow();
     const sched::DispatchCounts c = dispatcher_->counts();
@@ -452,6 +454,7 @@ class LearnerRun {
   const RunOptions& options_;
   const LearnerRunArgs& args_;
   ActorTransport& transport_;
+  const ModelEvaluator& evaluate_;
   const std::atomic<bool>* interrupt_;
   std::ostream& progress_;
   const Clock& clock_;
@@ -482,9 +485,10 @@ class LearnerRun {
 }  // namespace
 
 Result<RunSummary> RunLearner(const RunOptions& options, const LearnerRunArgs& args, ActorTransport& transport,
-                              const std::atomic<bool>* interrupt, std::ostream& progress, const Clock* clock) {
+                              const ModelEvaluator& evaluate, const std::atomic<bool>* interrupt,
+                              std::ostream& progress, const Clock* clock) {
   static const RealClock kRealClock;
-  LearnerRun run(options, args, transport, interrupt, progress, clock != nullptr ? *clock : kRealClock);
+  LearnerRun run(options, args, transport, evaluate, interrupt, progress, clock != nullptr ? *clock : kRealClock);
   return run.Run();
 }
 

@@ -1,7 +1,8 @@
 // RunLearner: a whole training run of the learning plane, from set-up to the final
 // checkpoint. The actors reach it through an ActorTransport (threads of this process, or
-// remote processes over gRPC: learn/actor_transport.h) and the TrajectoryIntake; cli/ only
-// parses flags and calls this.
+// remote processes over gRPC: learn/actor_transport.h) and the TrajectoryIntake, and the
+// held-out evaluations go through a ModelEvaluator (learn/model_evaluator.h); cli/ only
+// parses flags, picks both and calls this.
 //
 // Set-up: a fresh run (run directory, warm-start) or a resumed one (newest whole checkpoint:
 // weights, optimizer, version, dispatcher with its in-flight groups queued for re-issue,
@@ -18,7 +19,8 @@
 // failure or an interrupt, so the run can continue), the final checkpoint and evaluation.
 //
 //   learn::ThreadActors actors(options.actors, options.actor_slowdowns);
-//   ECHELON_ASSIGN_OR_RETURN(RunSummary s, RunLearner(options, {run_dir, yaml}, actors, &stop, std::cout));
+//   ECHELON_ASSIGN_OR_RETURN(RunSummary s, RunLearner(options, {run_dir, yaml}, actors, rollout::EvaluateModel,
+//                                                     &stop, std::cout));
 //
 // Time and waiting go through `clock` (RealClock when null). `interrupt` (set by a signal
 // handler) ends the run early and cleanly, with a resumable checkpoint of the last version.
@@ -35,6 +37,7 @@
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
 #include "echelon/learn/actor_transport.h"
+#include "echelon/learn/model_evaluator.h"
 #include "echelon/learn/rank_group.h"
 #include "echelon/learn/run_options.h"
 
@@ -61,7 +64,7 @@ struct RunSummary {
 };
 
 Result<RunSummary> RunLearner(const RunOptions& options, const LearnerRunArgs& args, ActorTransport& transport,
-                              const std::atomic<bool>* interrupt, std::ostream& progress,
-                              const Clock* clock = nullptr);
+                              const ModelEvaluator& evaluate, const std::atomic<bool>* interrupt,
+                              std::ostream& progress, const Clock* clock = nullptr);
 
 }  // namespace echelon::learn

@@ -13,6 +13,7 @@
 
 #include "echelon/cli/train_config.h"
 #include "echelon/learn/thread_actors.h"
+#include "echelon/rollout/model_policy.h"
 
 namespace echelon::learn {
 namespace {
@@ -41,7 +42,7 @@ std::string FreshDir(const std::string& name) {
 Result<RunSummary> RunWithThreads(const RunOptions& o, const std::string& dir, const std::string& yaml) {
   ThreadActors actors(o.actors, o.actor_slowdowns);
   std::stringstream progress;
-  return RunLearner(o, {dir, yaml}, actors, nullptr, progress);
+  return RunLearner(o, {dir, yaml}, actors, rollout::EvaluateModel, nullptr, progress);
 }
 
 std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {

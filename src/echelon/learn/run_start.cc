@@ -10,7 +10,6 @@
 #include "echelon/model/checkpoint.h"
 #include "echelon/model/hf_model.h"
 #include "echelon/model/tokenizer.h"
-#include "echelon/rollout/model_policy.h"
 
 namespace echelon::learn {
 namespace fs = std::filesystem;
@@ -72,17 +71,6 @@ Result<InitialModel> LoadInitialModel(const RunOptions& options, const data::Tas
 
 }  // namespace
 
-Result<rollout::EvalResult> EvaluateModel(const model::Qwen3Model& source, const model::Vocabulary& vocab,
-                                          const data::TaskAdapter& task, int64_t max_new_tokens) {
-  model::Qwen3Model copy(source->config());
-  ECHELON_RETURN_IF_ERROR(copy->LoadStateDict(source->StateDict(), "evaluation copy"));
-  model::SamplingParams sp;
-  sp.temperature = 0.0;
-  sp.max_new_tokens = max_new_tokens;
-  rollout::ModelPolicy policy(copy, vocab, sp);
-  return rollout::EvaluateGreedy(task, task.HeldOut(), policy);
-}
-
 bool IsFreshRunDir(const std::string& run_dir) {
   std::error_code ec;
   if (!fs::exists(run_dir, ec)) return true;
@@ -92,8 +80,8 @@ bool IsFreshRunDir(const std::string& run_dir) {
 }
 
 Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
-                            const std::string& resolved_yaml, obs::MetricsLog& metrics, std::ostream& progress,
-                            const Clock& clock, double t_start) {
+                            const std::string& resolved_yaml, const ModelEvaluator& evaluate,
+                            obs::MetricsLog& metrics, std::ostream& progress, const Clock& clock, double t_start) {
   ECHELON_ASSIGN_OR_RETURN(InitialModel init, LoadInitialModel(options, task));
   ECHELON_RETURN_IF_ERROR(PrepareRunDir(run_dir));
   ECHELON_RETURN_IF_ERROR(WriteFileAtomic((fs::path(run_dir) / "config.yaml").string(), resolved_yaml));
@@ -126,7 +114,7 @@ Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& 
   }
   ECHELON_RETURN_IF_ERROR(
       model::SaveCheckpoint((fs::path(run_dir) / "checkpoints" / "warmstart").string(), start.model, vocab));
-  ECHELON_ASSIGN_OR_RETURN(const rollout::EvalResult before, EvaluateModel(start.model, vocab, task, options.max_new_tokens));
+  ECHELON_ASSIGN_OR_RETURN(const data::EvalResult before, evaluate(start.model, vocab, task, options.max_new_tokens));
   start.state.warmstart_accuracy = before.accuracy;
   start.state.heldout_n = before.n;
   progress << "warm-start held-out accuracy " << std::fixed << std::setprecision(3) << before.accuracy << " (n="

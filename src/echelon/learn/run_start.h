@@ -19,12 +19,12 @@
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
 #include "echelon/data/adapter.h"
+#include "echelon/learn/model_evaluator.h"
 #include "echelon/learn/run_checkpoint.h"
 #include "echelon/learn/run_options.h"
 #include "echelon/model/qwen3.h"
 #include "echelon/model/vocabulary.h"
 #include "echelon/obs/metrics_log.h"
-#include "echelon/rollout/evaluate.h"
 
 namespace echelon::learn {
 
@@ -39,25 +39,20 @@ struct RunStart {
 };
 
 // Fresh run: creates `run_dir` (which must not exist or be empty) with config.yaml, the
-// held-out set and metrics.jsonl (opened into `metrics`), warm-starts and evaluates.
-// `t_start` is when the run started on `clock`.
+// held-out set and metrics.jsonl (opened into `metrics`), warm-starts and evaluates with
+// `evaluate`. `t_start` is when the run started on `clock`.
 // Whether a fresh run may start in `run_dir`: it does not exist, or holds nothing but
 // learner.log (which the CLI opens before the run starts, and a failed start leaves behind).
 bool IsFreshRunDir(const std::string& run_dir);
 
 Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
-                            const std::string& resolved_yaml, obs::MetricsLog& metrics, std::ostream& progress,
-                            const Clock& clock, double t_start);
+                            const std::string& resolved_yaml, const ModelEvaluator& evaluate,
+                            obs::MetricsLog& metrics, std::ostream& progress, const Clock& clock, double t_start);
 
 // Resumed run: the newest step-N whose checksums verify; metrics.jsonl is rolled back to the
 // checkpoint and opened into `metrics`.
 Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::TaskAdapter& task,
                                      const std::string& run_dir, obs::MetricsLog& metrics, std::ostream& progress);
-
-// Greedy held-out accuracy of `source`'s weights (evaluated on a copy, so the caller's model
-// keeps its training state).
-Result<rollout::EvalResult> EvaluateModel(const model::Qwen3Model& source, const model::Vocabulary& vocab,
-                                          const data::TaskAdapter& task, int64_t max_new_tokens);
 
 // A lease id base above every lease an earlier process of this run can have handed out.
 uint64_t FreshLeaseBase(uint64_t saved_next_lease);

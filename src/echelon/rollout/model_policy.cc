@@ -56,4 +56,15 @@ Status ModelPolicy::LoadSnapshot(const std::string& safetensors_bytes, int64_t v
   return Status::Ok();
 }
 
+Result<data::EvalResult> EvaluateModel(const model::Qwen3Model& source, const model::Vocabulary& vocab,
+                                       const data::TaskAdapter& task, int64_t max_new_tokens) {
+  model::Qwen3Model copy(source->config());
+  ECHELON_RETURN_IF_ERROR(copy->LoadStateDict(source->StateDict(), "evaluation copy"));
+  model::SamplingParams sp;
+  sp.temperature = 0.0;
+  sp.max_new_tokens = max_new_tokens;
+  ModelPolicy policy(copy, vocab, sp);
+  return data::EvaluateGreedy(task, task.HeldOut(), policy);
+}
+
 }  // namespace echelon::rollout

@@ -10,6 +10,7 @@
 
 #include "echelon/common/status.h"
 #include "echelon/data/adapter.h"
+#include "echelon/data/evaluate.h"
 #include "echelon/model/generate.h"
 #include "echelon/model/qwen3.h"
 #include "echelon/model/vocabulary.h"
@@ -42,5 +43,11 @@ class ModelPolicy : public SnapshotPolicy {
   model::SamplingParams params_;
   int64_t version_ = -1;
 };
+
+// Greedy held-out accuracy of `source`'s weights through a ModelPolicy (temperature 0, at most
+// `max_new_tokens` a completion). It runs on a copy, so the caller's model keeps its training
+// state: the learner passes this as its learn::ModelEvaluator.
+Result<data::EvalResult> EvaluateModel(const model::Qwen3Model& source, const model::Vocabulary& vocab,
+                                       const data::TaskAdapter& task, int64_t max_new_tokens);
 
 }  // namespace echelon::rollout

@@ -1,4 +1,6 @@
-// Greedy evaluation: one episode per prompt at temperature 0, success rate over the set.
+// Greedy evaluation: one episode per prompt at temperature 0, success rate over the set. A
+// function of the task and a Policy only: `echelon eval` runs it on a checkpoint, the learner on
+// its model (rollout::EvaluateModel).
 //
 // Thread contract: uses the policy from the calling thread only.
 #pragma once
@@ -7,7 +9,7 @@
 
 #include "echelon/data/adapter.h"
 
-namespace echelon::rollout {
+namespace echelon::data {
 
 struct EvalResult {
   double accuracy = 0;
@@ -18,7 +20,7 @@ struct EvalResult {
 // `policy` must sample greedily (temperature 0). Prompts are run in batches of `batch`, or one
 // whole episode each when the task plays episodes (TaskAdapter::EvalPlaysEpisodes). The
 // policy's error fails the evaluation.
-Result<EvalResult> EvaluateGreedy(const data::TaskAdapter& task, const std::vector<data::Prompt>& prompts,
-                          data::Policy& policy, size_t batch = 256);
+Result<EvalResult> EvaluateGreedy(const TaskAdapter& task, const std::vector<Prompt>& prompts, Policy& policy,
+                                  size_t batch = 256);
 
-}  // namespace echelon::rollout
+}  // namespace echelon::data
