@@ -5,7 +5,8 @@
 # at S = 2: rollout-bound; two actors at S = 0: lock-step). For each, the capacity model
 # fitted to the run must predict its measured learner utilisation within 10% (relative).
 # Then the CONFIG form (the plan takes the run's measured numbers) and one clear error per
-# kind of bad run directory.
+# kind of bad run directory. First, the config key table: `plan --help` and `simulate --help`
+# list each key of `plan --config-keys markdown` once.
 # Usage: tests/plan_from_run_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -14,6 +15,14 @@ source "$(dirname "$0")/lib.sh"
 enter_workdir
 contains() { grep -q -- "$2" "$1"; }
 jqok() { jq -e "$@" > /dev/null; }
+
+"$ECHELON" plan --config-keys markdown | sed -n 's/^| `\([^`]*\)` |.*/\1/p' > keys.txt
+check "the key table has the plan config's keys" test "$(wc -l < keys.txt)" -gt 40
+"$ECHELON" plan --help > plan.help
+"$ECHELON" simulate --help > simulate.help
+once() { local k; while read -r k; do [ "$(grep -cF -- "  $k (" "$1")" -eq 1 ] || { echo "$1: $k"; return 1; }; done < keys.txt; }
+check "plan --help lists every config key once" once plan.help
+check "simulate --help lists every config key once" once simulate.help
 
 SHORT=(--set warmstart.steps=5 --set rl.steps=50 --set task.eval_size=20 --set eval.every=0)
 declare -A RUNS=(

@@ -5,11 +5,14 @@
 // its predicted against its measured learner utilisation are printed (JSON: "from_run"), and
 // the plan uses the run's step time, overhead, rollout shape and actor throughput instead of
 // the config's. `echelon plan --from-run RUN_DIR` without CONFIG prints only the fit.
+// `echelon plan --config-keys markdown` prints the config's key table (docs/CAPACITY.md,
+// "Config keys"); --help ends with it as text.
 #include <iostream>
 
 #include <spdlog/spdlog.h>
 
 #include "echelon/cli/commands.h"
+#include "echelon/plan/plan_config.h"
 #include "echelon/plan/planner.h"
 #include "echelon/plan/run_fit.h"
 
@@ -19,10 +22,16 @@ namespace {
 struct PlanArgs {
   std::string config;
   std::string from_run;
+  std::string config_keys;
   bool json = false;
 };
 
 int RunPlan(const PlanArgs& args) {
+  if (!args.config_keys.empty()) {
+    const plan::KeyTable& keys = plan::PlanConfigKeys();
+    std::cout << (args.config_keys == "markdown" ? keys.Markdown() : keys.Describe());
+    return 0;
+  }
   if (args.config.empty() && args.from_run.empty()) {
     spdlog::error("plan needs a CONFIG (configs/plan*.yaml), or --from-run RUN_DIR");
     return 2;
@@ -80,6 +89,9 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "fit the model to a run directory (echelon train/learner --out): measured step time and actor "
                   "throughput; prints its predicted vs measured learner utilisation");
   cmd->add_flag("--json", args->json, "also print the plan as one JSON object on the last line");
+  cmd->add_option("--config-keys", args->config_keys, "print the config's keys as text or markdown, and exit")
+      ->check(CLI::IsMember({"text", "markdown"}));
+  cmd->footer("Config keys:\n" + plan::PlanConfigKeys().Describe());
   cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
 }
 

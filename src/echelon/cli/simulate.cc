@@ -10,6 +10,7 @@
 
 #include "echelon/cli/commands.h"
 #include "echelon/common/fs.h"
+#include "echelon/plan/plan_config.h"
 #include "echelon/plan/simulator.h"
 
 namespace echelon::cli {
@@ -98,6 +99,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", args->steps, "learner steps (default: rl.steps)")->check(CLI::PositiveNumber);
   cmd->add_option("--out", args->out, "write the per-step timeline here (JSONL)");
+  cmd->footer("Config keys:\n" + plan::PlanConfigKeys().Describe());
   cmd->callback([args, exit_code] { *exit_code = RunSimulate(*args); });
 }
 

@@ -7,6 +7,9 @@
 //
 //   ECHELON_ASSIGN_OR_RETURN(PlanConfig cfg, LoadPlanConfig("configs/plan-qwen3-8b.yaml"));
 //
+// The reader is also the key table: PlanConfigKeys() runs it in describe mode over the
+// default structs (yaml_reader.h), for `echelon plan --help` and docs/CAPACITY.md.
+//
 // Thread contract: a value.
 #pragma once
 
@@ -18,6 +21,7 @@
 #include "echelon/plan/link_model.h"
 #include "echelon/plan/price_catalog.h"
 #include "echelon/plan/throughput_model.h"
+#include "echelon/plan/yaml_reader.h"
 
 namespace echelon::plan {
 
@@ -95,5 +99,11 @@ struct PlanConfig {
 };
 
 Result<PlanConfig> LoadPlanConfig(const std::string& path);
+
+// Every key LoadPlanConfig reads, with its type, default, range, help and readers: the
+// reader run in describe mode. An error means a default fails a check of the reader.
+Status DescribePlanConfig(KeyTable* table);
+// DescribePlanConfig's table, built once.
+const KeyTable& PlanConfigKeys();
 
 }  // namespace echelon::plan
