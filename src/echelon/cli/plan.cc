@@ -12,12 +12,36 @@
 #include <spdlog/spdlog.h>
 
 #include "echelon/cli/commands.h"
+#include "echelon/cli/train_config.h"
+#include "echelon/common/config.h"
 #include "echelon/plan/plan_config.h"
 #include "echelon/plan/planner.h"
 #include "echelon/plan/run_fit.h"
 
 namespace echelon::cli {
 namespace {
+
+// The run's B, G, S and kappa, from its config.yaml read with the training schema (the keys,
+// ranges and resolution `echelon train` used). learner.device and learner.ranks are
+// checked against this machine by RunOptionsFromConfig; the fit needs neither, so a run
+// made elsewhere (on GPUs, on more cores) is read as if it ran here on one CPU rank.
+Result<plan::RunShape> ReadRunShape(const std::string& run_dir) {
+  ECHELON_ASSIGN_OR_RETURN(const std::string path, plan::RunConfigPath(run_dir));
+  ECHELON_ASSIGN_OR_RETURN(const Config cfg, Config::Load(TrainSchema(), path, {"learner.device=cpu", "learner.ranks=1"}));
+  ECHELON_ASSIGN_OR_RETURN(const RunOptions o, RunOptionsFromConfig(cfg));
+  plan::RunShape shape;
+  shape.groups_per_step = o.groups_per_step;
+  shape.group_size = o.group_size;
+  shape.staleness = o.staleness;
+  shape.staleness_auto = o.staleness_control.has_value();
+  shape.publish_period = o.publish_period;
+  return shape;
+}
+
+Result<plan::RunFit> FitRunDir(const std::string& run_dir) {
+  ECHELON_ASSIGN_OR_RETURN(const plan::RunShape shape, ReadRunShape(run_dir));
+  return plan::FitRun(run_dir, shape);
+}
 
 struct PlanArgs {
   std::string config;
@@ -38,7 +62,7 @@ int RunPlan(const PlanArgs& args) {
   }
   std::optional<plan::RunFit> fit;
   if (!args.from_run.empty()) {
-    Result<plan::RunFit> f = plan::FitRun(args.from_run);
+    Result<plan::RunFit> f = FitRunDir(args.from_run);
     if (!f.ok()) {
       spdlog::error("--from-run {}", f.status().message());
       return 2;

@@ -11,8 +11,6 @@
 
 #include "echelon/obs/metrics_log.h"
 #include "echelon/obs/step_record.h"
-#include "echelon/plan/yaml_reader.h"
-#include "echelon/sched/staleness_gate.h"
 
 namespace echelon::plan {
 namespace {
@@ -114,40 +112,25 @@ Result<ParsedMetrics> ParseMetricsFile(const std::string& path) {
   return m;
 }
 
-struct RunConfig {
-  int64_t groups_per_step = 0, group_size = 0, staleness = 0, publish_period = 0;
-  bool staleness_auto = false;  // rl.staleness: auto (S from the metrics)
-};
-
-Result<RunConfig> ReadRunConfig(const std::string& path) {
-  ECHELON_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
-  YamlMap top(root, path, "");
-  ECHELON_ASSIGN_OR_RETURN(YAML::Node rl_node, top.Map("rl"));
-  if (!rl_node || rl_node.IsNull())
-    return InvalidArgument(path + ": no 'rl' section; expected the resolved config `echelon train` writes");
-  YamlMap rl(rl_node, path, "rl.");
-  RunConfig c;
-  ECHELON_RETURN_IF_ERROR(rl.Int("groups_per_step", &c.groups_per_step, 1, 1000000, true));
-  ECHELON_RETURN_IF_ERROR(rl.Int("group_size", &c.group_size, 1, 100000, true));
-  std::string staleness;
-  ECHELON_RETURN_IF_ERROR(rl.String("staleness", &staleness, true));
-  c.staleness_auto = staleness == "auto";
-  if (!c.staleness_auto) ECHELON_RETURN_IF_ERROR(rl.Int("staleness", &c.staleness, 0, 1000, true));
-  ECHELON_RETURN_IF_ERROR(rl.Int("publish_period", &c.publish_period, 0, 1001));
-  if (c.publish_period == 0) c.publish_period = c.staleness_auto ? 1 : sched::DefaultPublishPeriod(c.staleness);
-  return c;
-}
-
 }  // namespace
 
-Result<RunFit> FitRun(const std::string& dir) {
+Result<std::string> RunConfigPath(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return NotFound(dir + ": no such run directory (expected one written by `echelon train` or `echelon learner`)");
   const std::string config_path = (fs::path(dir) / "config.yaml").string();
   if (!fs::exists(config_path, ec))
     return NotFound(config_path + ": missing (a run directory written by `echelon train` has config.yaml)");
-  ECHELON_ASSIGN_OR_RETURN(RunConfig cfg, ReadRunConfig(config_path));
+  return config_path;
+}
+
+Result<RunFit> FitRun(const std::string& dir, const RunShape& cfg) {
+  ECHELON_RETURN_IF_ERROR(RunConfigPath(dir).status());
+  if (cfg.groups_per_step < 1 || cfg.group_size < 1 || cfg.staleness < 0 || cfg.publish_period < 1)
+    return InvalidArgument(dir + ": a run shape needs B >= 1, G >= 1, S >= 0 and kappa >= 1 (got B = " +
+                           std::to_string(cfg.groups_per_step) + ", G = " + std::to_string(cfg.group_size) +
+                           ", S = " + std::to_string(cfg.staleness) + ", kappa = " + std::to_string(cfg.publish_period) +
+                           ")");
   const std::string metrics_path = (fs::path(dir) / "metrics.jsonl").string();
   ECHELON_ASSIGN_OR_RETURN(ParsedMetrics m, ParseMetricsFile(metrics_path));
 

@@ -1,8 +1,9 @@
 // RunFit: the capacity model fitted to a real run directory (`echelon plan [CONFIG]
 // --from-run RUN_DIR`), and its prediction of that run's learner utilisation.
 //
-// Reads RUN_DIR/config.yaml (the resolved training config: B = rl.groups_per_step,
-// G = rl.group_size, S = rl.staleness, kappa = rl.publish_period or max(1, S - 1)) and
+// The run's shape (B = rl.groups_per_step, G = rl.group_size, S = rl.staleness, kappa =
+// rl.publish_period resolved) comes from the caller, who reads RUN_DIR/config.yaml (the
+// resolved training config) with the training schema (cli/plan.cc); FitRun reads
 // RUN_DIR/metrics.jsonl (one line per learner update, written by `echelon train` /
 // `echelon learner`; event lines mark warm-start, resumes and the end). Derived, per update
 // line k (docs/CAPACITY.md, "Fitting a real run"):
@@ -29,7 +30,9 @@
 // the actors outpaced the learner, and their measured rates are the learner's consumption
 // rate: a lower bound of what they can generate (`learner_bound`).
 //
-//   ECHELON_ASSIGN_OR_RETURN(RunFit fit, FitRun("runs/r1"));
+//   ECHELON_ASSIGN_OR_RETURN(std::string config_yaml, RunConfigPath("runs/r1"));
+//   RunShape shape = ...;   // from config_yaml, read with the training schema
+//   ECHELON_ASSIGN_OR_RETURN(RunFit fit, FitRun("runs/r1", shape));
 //   fit.predicted_utilization, fit.measured_utilization, fit.actors[0].groups_per_s ...
 //
 // Errors name the directory, or the file and line, and what is wrong.
@@ -47,6 +50,17 @@
 #include "echelon/plan/plan_config.h"
 
 namespace echelon::plan {
+
+// How the run was configured: B, G, S, kappa.
+struct RunShape {
+  int64_t groups_per_step = 0;  // B
+  int64_t group_size = 0;       // G
+  int64_t staleness = 0;        // S (rl.staleness: auto: the starting S)
+  // rl.staleness: auto: the run moved S, and is fitted at the staleness_bound of its last
+  // update line.
+  bool staleness_auto = false;
+  int64_t publish_period = 1;   // kappa, resolved (rl.publish_period 0 already replaced)
+};
 
 struct ActorFit {
   std::string name;
@@ -87,7 +101,9 @@ struct RunFit {
   double relative_error() const { return predicted_utilization / measured_utilization - 1; }
 };
 
-Result<RunFit> FitRun(const std::string& dir);
+// RUN_DIR/config.yaml; an error names a missing directory or file.
+Result<std::string> RunConfigPath(const std::string& dir);
+Result<RunFit> FitRun(const std::string& dir, const RunShape& shape);
 nlohmann::json RunFitJson(const RunFit& fit);
 std::string RunFitTable(const RunFit& fit);
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,11 +24,13 @@ class RunWriter {
   }
   const std::string& dir() const { return dir_; }
 
-  void Config(int64_t b, int64_t g, int64_t s, int64_t kappa = 0) {
-    std::ofstream(dir_ + "/config.yaml") << "rl:\n  groups_per_step: " << b << "\n  group_size: " << g
-                                         << "\n  staleness: " << s << "\n  publish_period: " << kappa
-                                         << "\n  steps: 1000\nrollout:\n  actors: 2\n";
+  // The run's shape (kappa 0: max(1, S - 1), as rl.publish_period: 0 resolves), and a
+  // config.yaml for FitRun to find; the caller reads it (cli/plan.cc), not FitRun.
+  void Config(int64_t b, int64_t g, int64_t s, int64_t kappa = 0, bool staleness_auto = false) {
+    shape_ = {b, g, s, staleness_auto, kappa > 0 ? kappa : std::max<int64_t>(1, s - 1)};
+    std::ofstream(dir_ + "/config.yaml") << "rl:\n  groups_per_step: " << b << "\n";
   }
+  const RunShape& shape() const { return shape_; }
   void Event(const std::string& json) { lines_ += json + "\n"; }
   // A new process start (the first, or a resume): its RL clock starts `boot` seconds later.
   void Start(double boot) {
@@ -68,6 +71,7 @@ class RunWriter {
 
  private:
   std::string dir_, lines_;
+  RunShape shape_;
   double wall_ = 5, wall0_ = 5, t_ = 0, rl_ = 0, rl_base_ = 0, busy_ = 0, tokens_ = 0, post_ = 0;
   bool first_ = true;
   int64_t step_ = 0;
@@ -90,7 +94,7 @@ TEST(RunFit, AsyncRunRecoversTimesRatesAndPredictsUtilisation) {
   w.Final();
   w.Write();
 
-  Result<RunFit> r = FitRun(w.dir());
+  Result<RunFit> r = FitRun(w.dir(), w.shape());
   ASSERT_TRUE(r.ok()) << r.status().message();
   const RunFit& f = r.value();
   EXPECT_EQ(f.updates, 62);
@@ -131,7 +135,7 @@ TEST(RunFit, LearnerBoundRunIsFlaggedAndPredictedBusy) {
   w.Update(1.0, 0.5, 0.01, {{"a", 24}}, 16, 8);
   for (int k = 0; k < 30; ++k) w.Update(0.0, 0.5, 0.01, {{"a", 8}}, 16, 8);
   w.Write();
-  Result<RunFit> r = FitRun(w.dir());
+  Result<RunFit> r = FitRun(w.dir(), w.shape());
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_TRUE(r->learner_bound);
   EXPECT_DOUBLE_EQ(r->window_full_fraction, 1.0);
@@ -150,7 +154,7 @@ TEST(RunFit, LockStepRunMeasuresActorsOnlyWhileWorkIsAdmitted) {
   w.Update(1.6, 0.4, 0.0, {{"a", 24}, {"b", 8}}, 0, 6);
   for (int k = 0; k < 30; ++k) w.Update(0.8, 0.4, 0.0, {{"a", 24}, {"b", 8}}, 0, 6);
   w.Write();
-  Result<RunFit> r = FitRun(w.dir());
+  Result<RunFit> r = FitRun(w.dir(), w.shape());
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_NEAR(r->actors[0].groups_per_s, 30, 1e-9);
   EXPECT_NEAR(r->actors[1].groups_per_s, 10, 1e-9);
@@ -168,7 +172,7 @@ TEST(RunFit, ApplyRunFitSetsTheMeasuredNumbersOnThePlanConfig) {
   w.Update(1.0, 0.5, 0.05, {{"a", 8}, {"b", 3}}, 5, 12);
   for (int k = 0; k < 10; ++k) w.Update(0.25, 0.5, 0.05, {{"a", 6}, {"b", 2}}, 4, 12);
   w.Write();
-  Result<RunFit> r = FitRun(w.dir());
+  Result<RunFit> r = FitRun(w.dir(), w.shape());
   ASSERT_TRUE(r.ok()) << r.status().message();
 
   PlanConfig one;
@@ -201,8 +205,8 @@ TEST(RunFit, ApplyRunFitSetsTheMeasuredNumbersOnThePlanConfig) {
 
 class RunFitErrors : public ::testing::Test {
  protected:
-  std::string Message(const std::string& dir) {
-    Result<RunFit> r = FitRun(dir);
+  std::string Message(const std::string& dir, const RunShape& shape = {8, 4, 2, false, 1}) {
+    Result<RunFit> r = FitRun(dir, shape);
     EXPECT_FALSE(r.ok());
     return r.ok() ? "" : r.status().message();
   }
@@ -251,15 +255,19 @@ TEST_F(RunFitErrors, CorruptLinesNameFileAndLine) {
   EXPECT_TRUE(Has(Message(w.dir()), path + ":4: actor_groups[\"a\"] is -4")) << Message(w.dir());
 }
 
-TEST_F(RunFitErrors, BadConfigAndTooShortRuns) {
-  RunWriter w("bad_config");
-  std::ofstream(w.dir() + "/config.yaml") << "rl:\n  groups_per_step: 8\n  staleness: 2\n";
+TEST_F(RunFitErrors, BadShapeAutoStalenessWithoutBoundAndTooShortRuns) {
+  RunWriter w("bad_shape");
+  w.Config(8, 4, 2);
   w.Start(0.5);
   for (int k = 0; k < 3; ++k) w.Update(0.2, 0.5, 0.0, {{"a", 8}}, 4, 8);
   w.Write();
-  EXPECT_TRUE(Has(Message(w.dir()), "config.yaml:2: missing required key 'rl.group_size'")) << Message(w.dir());
-  std::ofstream(w.dir() + "/config.yaml") << "seed: 1\n";
-  EXPECT_TRUE(Has(Message(w.dir()), "config.yaml: no 'rl' section")) << Message(w.dir());
+  EXPECT_TRUE(Has(Message(w.dir(), {0, 4, 2, false, 1}), w.dir() + ": a run shape needs B >= 1"))
+      << Message(w.dir(), {0, 4, 2, false, 1});
+  EXPECT_TRUE(Has(Message(w.dir(), {8, 4, 2, false, 0}), "kappa = 0")) << Message(w.dir(), {8, 4, 2, false, 0});
+  // rl.staleness: auto fits the run at the S of its last line, which these lines do not carry.
+  EXPECT_TRUE(Has(Message(w.dir(), {8, 4, 2, true, 1}), "metrics.jsonl:3: rl.staleness is auto, and the last update "
+                                                       "line has no staleness_bound"))
+      << Message(w.dir(), {8, 4, 2, true, 1});
 
   RunWriter one("one_update");
   one.Config(8, 4, 2);
