@@ -18,11 +18,11 @@
 
 #include "echelon/cli/commands.h"
 #include "echelon/cli/processes.h"
+#include "echelon/cli/thread_actors.h"
 #include "echelon/cli/train_config.h"
 #include "echelon/common/fs.h"
 #include "echelon/learn/learner_run.h"
 #include "echelon/learn/run_start.h"
-#include "echelon/learn/thread_actors.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/grpc_actors.h"
 #include "echelon/plan/pipeline_split.h"
@@ -318,7 +318,7 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   ProcessGroup actors;
   std::unique_ptr<learn::ActorTransport> transport;
   if (threads) {
-    transport = std::make_unique<learn::ThreadActors>(options->actors, options->actor_slowdowns);
+    transport = std::make_unique<ThreadActors>(options->actors, options->actor_slowdowns);
   } else {
     Result<net::GrpcActorsOptions> net = NetworkOptions(args, mode, options.value(), run_dir, &actors);
     if (!net.ok()) {

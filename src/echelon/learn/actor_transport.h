@@ -1,7 +1,7 @@
 // ActorTransport: how the actors of a run reach the learning plane. The learner run
 // (learn/learner_run.h) talks to its actors only through this interface and the
 // TrajectoryIntake, so the same loop drives actors that are threads of this process
-// (learn/thread_actors.h) and actors that are processes anywhere behind gRPC, with snapshots
+// (cli/thread_actors.h) and actors that are processes anywhere behind gRPC, with snapshots
 // going out by peer-assisted broadcast (net/grpc_actors.h).
 //
 // Lifecycle: Start once (the intake is ready, the run spec known), then the loop calls

@@ -18,7 +18,7 @@
 // Shutdown: no more work is handed out, a checkpoint of where the loop stopped (also on a
 // failure or an interrupt, so the run can continue), the final checkpoint and evaluation.
 //
-//   learn::ThreadActors actors(options.actors, options.actor_slowdowns);
+//   cli::ThreadActors actors(options.actors, options.actor_slowdowns);
 //   ECHELON_ASSIGN_OR_RETURN(RunSummary s, RunLearner(options, {run_dir, yaml}, actors, rollout::EvaluateModel,
 //                                                     &stop, std::cout));
 //

@@ -1,5 +1,6 @@
 // System tests of the learning plane with actors as threads: real learner, real actors, tiny model.
-#include "echelon/learn/learner_run.h"
+// Here rather than in learn/ because the run needs both planes (ThreadActors, EvaluateModel).
+#include "echelon/cli/thread_actors.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,14 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "echelon/cli/train_config.h"
-#include "echelon/learn/thread_actors.h"
+#include "echelon/learn/learner_run.h"
 #include "echelon/rollout/model_policy.h"
 
-namespace echelon::learn {
+namespace echelon::cli {
 namespace {
 
-RunOptions TinyOptions(int64_t staleness, int64_t actors, uint64_t seed) {
-  Result<Config> cfg = Config::Load(cli::TrainSchema(), "",
+learn::RunOptions TinyOptions(int64_t staleness, int64_t actors, uint64_t seed) {
+  Result<Config> cfg = Config::Load(TrainSchema(), "",
                                     {"model.hidden_size=32", "model.num_hidden_layers=1", "model.num_attention_heads=2",
                                      "model.num_key_value_heads=1", "model.head_dim=16", "model.intermediate_size=64",
                                      "warmstart.steps=3", "warmstart.batch_size=16", "rl.steps=8",
@@ -27,7 +28,7 @@ RunOptions TinyOptions(int64_t staleness, int64_t actors, uint64_t seed) {
                                      "eval.every=4", "rollout.actors=" + std::to_string(actors),
                                      "rl.staleness=" + std::to_string(staleness), "seed=" + std::to_string(seed)});
   EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-  Result<RunOptions> o = cli::RunOptionsFromConfig(cfg.value());
+  Result<learn::RunOptions> o = RunOptionsFromConfig(cfg.value());
   EXPECT_TRUE(o.ok()) << o.status().message();
   return o.value();
 }
@@ -39,10 +40,10 @@ std::string FreshDir(const std::string& name) {
 }
 
 // A run with its actors as threads of this process.
-Result<RunSummary> RunWithThreads(const RunOptions& o, const std::string& dir, const std::string& yaml) {
+Result<learn::RunSummary> RunWithThreads(const learn::RunOptions& o, const std::string& dir, const std::string& yaml) {
   ThreadActors actors(o.actors, o.actor_slowdowns);
   std::stringstream progress;
-  return RunLearner(o, {dir, yaml}, actors, rollout::EvaluateModel, nullptr, progress);
+  return learn::RunLearner(o, {dir, yaml}, actors, rollout::EvaluateModel, nullptr, progress);
 }
 
 std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {
@@ -56,11 +57,11 @@ std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {
 TEST(LearnerRunTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
   std::mt19937 rng(11);
   for (int64_t s : {0, 1, 3}) {
-    RunOptions o = TinyOptions(s, 3, 5);
+    learn::RunOptions o = TinyOptions(s, 3, 5);
     std::uniform_real_distribution<double> speed(1.0, 6.0);
     for (double& d : o.actor_slowdowns) d = speed(rng);
     const std::string dir = FreshDir("stale" + std::to_string(s));
-    Result<RunSummary> r = RunWithThreads(o, dir, "seed: 5\n");
+    Result<learn::RunSummary> r = RunWithThreads(o, dir, "seed: 5\n");
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->steps_done, o.steps);
     std::vector<nlohmann::json> lines = ReadMetrics(dir);
@@ -99,9 +100,9 @@ TEST(LearnerRunTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
 
 TEST(LearnerRunTest, SynchronousRunWithOneActorIsReproducible) {
   auto run = [](const std::string& name) {
-    RunOptions o = TinyOptions(0, 1, 9);
+    learn::RunOptions o = TinyOptions(0, 1, 9);
     const std::string dir = FreshDir(name);
-    Result<RunSummary> r = RunWithThreads(o, dir, "seed: 9\n");
+    Result<learn::RunSummary> r = RunWithThreads(o, dir, "seed: 9\n");
     EXPECT_TRUE(r.ok()) << r.status().message();
     std::vector<nlohmann::json> lines = ReadMetrics(dir);
     for (auto& l : lines) {
@@ -133,7 +134,7 @@ TEST(LearnerRunTest, RefusesNonEmptyRunDirectory) {
   const std::string dir = FreshDir("nonempty");
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/keep.txt") << "user data";
-  Result<RunSummary> r = RunWithThreads(TinyOptions(1, 1, 1), dir, "");
+  Result<learn::RunSummary> r = RunWithThreads(TinyOptions(1, 1, 1), dir, "");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not empty"), std::string::npos);
   std::ifstream in(dir + "/keep.txt");
@@ -144,4 +145,4 @@ TEST(LearnerRunTest, RefusesNonEmptyRunDirectory) {
 }
 
 }  // namespace
-}  // namespace echelon::learn
+}  // namespace echelon::cli

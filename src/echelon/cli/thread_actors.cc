@@ -1,16 +1,16 @@
-#include "echelon/learn/thread_actors.h"
+#include "echelon/cli/thread_actors.h"
 
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/rollout/model_policy.h"
 
-namespace echelon::learn {
+namespace echelon::cli {
 
 ThreadActors::ThreadActors(int64_t count, std::vector<double> slowdowns, const Clock* clock)
     : count_(count), slowdowns_(std::move(slowdowns)), clock_(clock) {}
 
 ThreadActors::~ThreadActors() { StopWork(); }
 
-Status ThreadActors::Start(TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) {
+Status ThreadActors::Start(learn::TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) {
   ECHELON_ASSIGN_OR_RETURN(contract::ActorSetup setup, contract::ParseRunSpec(run_spec_json));
   setup_ = std::make_unique<contract::ActorSetup>(std::move(setup));
   for (int64_t i = 0; i < count_; ++i) {
@@ -34,4 +34,4 @@ void ThreadActors::StopWork() {
   threads_.clear();
 }
 
-}  // namespace echelon::learn
+}  // namespace echelon::cli

@@ -3,9 +3,11 @@
 // exactly as a remote actor is, and reach the learner only through the intake (the
 // contract/transport.h interfaces), so the learner loop cannot tell them from remote ones.
 // Nothing is evicted (a thread does not vanish) and nothing is refused before the intake.
+// It lives in cli/, where the two planes are composed: the learning plane's ActorTransport
+// made of the rollout plane's Actor, so that neither plane includes the other.
 //
 //   ThreadActors actors(/*count=*/2, /*slowdowns=*/{1.0, 3.0});
-//   RunLearner(options, args, actors, ...);
+//   learn::RunLearner(options, args, actors, rollout::EvaluateModel, ...);
 //
 // Thread contract: as ActorTransport; Start starts one thread per actor, StopWork joins them.
 #pragma once
@@ -21,20 +23,20 @@
 #include "echelon/learn/actor_transport.h"
 #include "echelon/rollout/actor.h"
 
-namespace echelon::learn {
+namespace echelon::cli {
 
-class ThreadActors : public ActorTransport {
+class ThreadActors : public learn::ActorTransport {
  public:
   // `slowdowns[i]` > 1 slows actor i down (heterogeneity experiments); may be empty.
   ThreadActors(int64_t count, std::vector<double> slowdowns, const Clock* clock = nullptr);
   ~ThreadActors() override;
 
-  Status Start(TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) override;
+  Status Start(learn::TrajectoryIntake* intake, const std::string& run_spec_json, std::ostream& progress) override;
   int64_t live_actors() const override { return static_cast<int64_t>(actors_.size()); }
   std::vector<std::string> EvictSilent() override { return {}; }
   std::map<std::string, int64_t> Refusals() const override { return {}; }
   Status Broadcast(int64_t, const std::string&) override { return Status::Ok(); }
-  std::optional<BroadcastCompletion> TakeCompletedBroadcast() override { return std::nullopt; }
+  std::optional<learn::BroadcastCompletion> TakeCompletedBroadcast() override { return std::nullopt; }
   void StopWork() override;
   void Finish() override {}
 
@@ -48,4 +50,4 @@ class ThreadActors : public ActorTransport {
   std::atomic<bool> stop_{false};
 };
 
-}  // namespace echelon::learn
+}  // namespace echelon::cli
