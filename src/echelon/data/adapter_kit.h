@@ -21,7 +21,7 @@ namespace echelon::data {
 Result<std::vector<Episode>> RunSingleTurnGroup(const TaskAdapter& task, const Prompt& prompt, int group_size,
                                                 Policy& policy, uint64_t seed);
 // The sampling half alone, rewards left 0: what an actor does when the learner scores the
-// group (rollout::Assignment::scored_by_learner, the reference withheld).
+// group (contract::Assignment::scored_by_learner, the reference withheld).
 Result<std::vector<Episode>> SampleSingleTurnGroup(const Prompt& prompt, int group_size, Policy& policy, uint64_t seed);
 
 // A fixed mixing function rather than <random> distributions, whose outputs differ between

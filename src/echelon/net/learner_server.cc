@@ -138,7 +138,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
         if (!p.complete || p.active[0] != req->actor_id()) return grpc::Status::OK;  // no work until formed
       }
     }
-    std::optional<rollout::Assignment> a = s_->work_->Acquire(req->actor_id());
+    std::optional<contract::Assignment> a = s_->work_->Acquire(req->actor_id());
     if (!a) return grpc::Status::OK;
     reply->set_has_work(true);
     reply->set_group_id(a->work.group_id);
@@ -159,7 +159,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
 
   grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req, v1::SubmitReply* reply) override {
     if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
-    rollout::SubmitOutcome out = s_->sink_->Submit(DecodeRollout(*req, req->actor_id()));
+    contract::SubmitOutcome out = s_->sink_->Submit(DecodeRollout(*req, req->actor_id()));
     CountOutcome(req->actor_id(), out);
     reply->set_accepted(out.accepted);
     reply->set_reason(out.reason);
@@ -176,7 +176,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     sched::WorkItem work;
     work.group_id = req->group_id();
     work.lease_id = req->lease_id();
-    Result<rollout::PlayStep> step = s_->options_.episodes->Play(req->actor_id(), work, req->behavior_version(),
+    Result<contract::PlayStep> step = s_->options_.episodes->Play(req->actor_id(), work, req->behavior_version(),
                                                                 std::move(turns), req->generate_seconds());
     if (!step.ok()) {
       // Completions that do not answer the prompts, or another actor's group: forged.
@@ -189,7 +189,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
                           step.status().message());
     }
     if (step->outcome) {
-      const rollout::SubmitOutcome& out = *step->outcome;
+      const contract::SubmitOutcome& out = *step->outcome;
       CountOutcome(req->actor_id(), out);
       reply->set_finished(true);
       reply->set_accepted(out.accepted);
@@ -208,7 +208,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
   grpc::Status GetSnapshot(grpc::ServerContext* ctx, const v1::SnapshotRequest* req,
                            grpc::ServerWriter<v1::SnapshotPiece>* writer) override {
     if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
-    rollout::Snapshot snap = s_->snapshots_->Latest();
+    contract::Snapshot snap = s_->snapshots_->Latest();
     if (snap.version < 0 || snap.version < req->min_version() || !snap.weights)
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no snapshot at or above version " +
                                                              std::to_string(req->min_version()) + " yet");
@@ -318,7 +318,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
   }
 
   // Counts how the actor's group was taken (a submission, or a group the learner played).
-  void CountOutcome(const std::string& actor_id, const rollout::SubmitOutcome& out) {
+  void CountOutcome(const std::string& actor_id, const contract::SubmitOutcome& out) {
     std::lock_guard<std::mutex> lock(s_->mu_);
     auto it = s_->actors_.find(actor_id);
     if (it == s_->actors_.end()) return;
@@ -359,8 +359,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
   LearnerServer* s_;
 };
 
-LearnerServer::LearnerServer(LearnerServerOptions options, rollout::WorkSource* work, rollout::TrajectorySink* sink,
-                             rollout::SnapshotSource* snapshots, const Clock* clock)
+LearnerServer::LearnerServer(LearnerServerOptions options, contract::WorkSource* work, contract::TrajectorySink* sink,
+                             contract::SnapshotSource* snapshots, const Clock* clock)
     : options_(std::move(options)),
       work_(work),
       sink_(sink),
@@ -504,7 +504,7 @@ void LearnerServer::ReformLocked(const std::string& name) {
   spdlog::info("pipeline {} formed (epoch {}): layers {}", name, p.epoch, text);
 }
 
-Result<std::shared_ptr<const std::string>> LearnerServer::RangedSnapshot(const rollout::Snapshot& snap, int64_t first,
+Result<std::shared_ptr<const std::string>> LearnerServer::RangedSnapshot(const contract::Snapshot& snap, int64_t first,
                                                                          int64_t last) {
   const int64_t layers = model_ ? model_->num_hidden_layers : 0;
   if (first < 0 || first >= last || last > layers)

@@ -1,6 +1,6 @@
 // LearnerServer: the learner's gRPC endpoint. It authenticates every call, registers actors
 // (checking the protocol version), tracks their liveness, and forwards work, submissions and
-// snapshots to the learner's in-process hub through the rollout/transport.h interfaces, so the
+// snapshots to the learner's in-process hub through the contract/transport.h interfaces, so the
 // learner loop is the same whether actors are threads or remote processes.
 //
 // Identities: an actor id is its name, '#', and 128 random bits, so no caller can guess
@@ -40,7 +40,7 @@
 #include "echelon/common/status.h"
 #include "echelon/model/model_config.h"
 #include "echelon/net/auth.h"
-#include "echelon/rollout/transport.h"
+#include "echelon/contract/transport.h"
 #include "echelon/sched/pipeline_formation.h"
 #include "echelon/sched/tunables.h"
 
@@ -117,8 +117,8 @@ struct ActorInfo {
 
 class LearnerServer {
  public:
-  LearnerServer(LearnerServerOptions options, rollout::WorkSource* work, rollout::TrajectorySink* sink,
-                rollout::SnapshotSource* snapshots, const Clock* clock);
+  LearnerServer(LearnerServerOptions options, contract::WorkSource* work, contract::TrajectorySink* sink,
+                contract::SnapshotSource* snapshots, const Clock* clock);
   ~LearnerServer();
   LearnerServer(const LearnerServer&) = delete;
   LearnerServer& operator=(const LearnerServer&) = delete;
@@ -160,12 +160,12 @@ class LearnerServer {
   void ReformLocked(const std::string& name);
   // The tensors a stage of layers [first, last) holds, of the newest snapshot (cached per
   // version and range).
-  Result<std::shared_ptr<const std::string>> RangedSnapshot(const rollout::Snapshot& snap, int64_t first, int64_t last);
+  Result<std::shared_ptr<const std::string>> RangedSnapshot(const contract::Snapshot& snap, int64_t first, int64_t last);
 
   LearnerServerOptions options_;
-  rollout::WorkSource* work_;
-  rollout::TrajectorySink* sink_;
-  rollout::SnapshotSource* snapshots_;
+  contract::WorkSource* work_;
+  contract::TrajectorySink* sink_;
+  contract::SnapshotSource* snapshots_;
   const Clock* clock_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
