@@ -154,4 +154,18 @@ using AdapterOptions = std::map<std::string, std::string>;
 Result<std::unique_ptr<TaskAdapter>> CreateAdapter(const std::string& name, const AdapterOptions& options);
 std::vector<std::string> AdapterNames();
 
+// One option an adapter takes: its name, its default as text ("": none) and what it does.
+// An adapter names its options once, in its table: the name check, the defaults and
+// `echelon train --help` read it (data/adapter_options.h).
+struct OptionSpec {
+  std::string name;
+  std::string default_value;
+  std::string help;
+};
+using OptionTable = std::vector<OptionSpec>;
+
+// A registered adapter's options (name, default, help: data/adapter_options.h), or nullptr
+// for an unknown name.
+const OptionTable* AdapterOptionTable(const std::string& name);
+
 }  // namespace echelon::data

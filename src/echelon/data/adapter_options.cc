@@ -1,10 +1,17 @@
 #include "echelon/data/adapter_options.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace echelon::data {
 
-std::string OptionOr(const AdapterOptions& options, const std::string& key, const std::string& dflt) {
-  auto it = options.find(key);
-  return it == options.end() ? dflt : it->second;
+std::string OptionOr(const AdapterOptions& options, const OptionTable& table, const std::string& key) {
+  for (const OptionSpec& o : table) {
+    if (o.name != key) continue;
+    auto it = options.find(key);
+    return it == options.end() ? o.default_value : it->second;
+  }
+  throw std::logic_error("task option \"" + key + "\" is not in its adapter's option table");
 }
 
 Result<uint64_t> ParseUnsignedOption(const std::string& task, const std::string& key, const std::string& value,
@@ -23,14 +30,26 @@ Result<uint64_t> ParseUnsignedOption(const std::string& task, const std::string&
   return v;
 }
 
-Status CheckOptionNames(const std::string& task, const AdapterOptions& options, const std::set<std::string>& known) {
+Status CheckOptionNames(const std::string& task, const AdapterOptions& options, const OptionTable& table) {
   for (const auto& [key, value] : options) {
-    if (known.count(key)) continue;
+    bool known = false;
+    for (const OptionSpec& o : table) known = known || o.name == key;
+    if (known) continue;
+    std::vector<std::string> names;
+    for (const OptionSpec& o : table) names.push_back(o.name);
+    std::sort(names.begin(), names.end());
     std::string list;
-    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
     return InvalidArgument(task + " task: unknown option \"" + key + "\"; known options: " + list);
   }
   return Status::Ok();
+}
+
+std::string DescribeOptions(const OptionTable& table, const std::string& indent) {
+  std::string out;
+  for (const OptionSpec& o : table)
+    out += indent + o.name + " (default " + (o.default_value.empty() ? "none" : o.default_value) + "): " + o.help + "\n";
+  return out;
 }
 
 }  // namespace echelon::data

@@ -13,7 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-const std::set<std::string> kKnownOptions = {"eval_file", "eval_size", "max_turns", "seed", "server", "timeout"};
 constexpr uint64_t kEvalSeedBase = uint64_t{1} << 50;
 constexpr uint64_t kMaxSeed = (uint64_t{1} << 53) - 1;
 
@@ -224,16 +223,28 @@ Result<std::vector<Prompt>> ReadSeeds(const std::string& path) {
 
 }  // namespace
 
+const OptionTable& HttpEnvOptionTable() {
+  static const OptionTable table = {
+      {"server", "", "the environment service, http://HOST:PORT (every actor and the learner reach it)"},
+      {"max_turns", "8", "turns of one episode before it is cut off"},
+      {"eval_size", "32", "held-out episodes (seeds the service is asked for); exclusive with eval_file"},
+      {"eval_file", "", "JSONL held-out episodes"},
+      {"seed", "0", "episode seeds (`echelon train` sets the run's seed)"},
+      {"timeout", "30", "seconds per request to the service"},
+  };
+  return table;
+}
+
 Result<std::unique_ptr<TaskAdapter>> CreateHttpEnvAdapter(const AdapterOptions& options) {
-  ECHELON_RETURN_IF_ERROR(CheckOptionNames("http-env", options, kKnownOptions));
+  ECHELON_RETURN_IF_ERROR(CheckOptionNames("http-env", options, HttpEnvOptionTable()));
   EnvOptions o;
-  o.server = OptionOr(options, "server", "");
-  o.eval_file = OptionOr(options, "eval_file", "");
-  ECHELON_ASSIGN_OR_RETURN(o.max_turns, ParseUnsignedOption("http-env", "max_turns", OptionOr(options, "max_turns", "8"), 1, 1000));
-  ECHELON_ASSIGN_OR_RETURN(o.eval_size, ParseUnsignedOption("http-env", "eval_size", OptionOr(options, "eval_size", "32"), 1, 1000000));
-  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsignedOption("http-env", "seed", OptionOr(options, "seed", "0"), 0, uint64_t{1} << 40));
+  o.server = OptionOr(options, HttpEnvOptionTable(), "server");
+  o.eval_file = OptionOr(options, HttpEnvOptionTable(), "eval_file");
+  ECHELON_ASSIGN_OR_RETURN(o.max_turns, ParseUnsignedOption("http-env", "max_turns", OptionOr(options, HttpEnvOptionTable(), "max_turns"), 1, 1000));
+  ECHELON_ASSIGN_OR_RETURN(o.eval_size, ParseUnsignedOption("http-env", "eval_size", OptionOr(options, HttpEnvOptionTable(), "eval_size"), 1, 1000000));
+  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsignedOption("http-env", "seed", OptionOr(options, HttpEnvOptionTable(), "seed"), 0, uint64_t{1} << 40));
   ECHELON_ASSIGN_OR_RETURN(const uint64_t timeout,
-                           ParseUnsignedOption("http-env", "timeout", OptionOr(options, "timeout", "30"), 1, 86400));
+                           ParseUnsignedOption("http-env", "timeout", OptionOr(options, HttpEnvOptionTable(), "timeout"), 1, 86400));
   o.timeout_seconds = static_cast<double>(timeout);
   if (!o.eval_file.empty() && options.count("eval_size"))
     return InvalidArgument("http-env task options eval_size and eval_file are exclusive");

@@ -31,8 +31,8 @@
 
 namespace echelon::data {
 
-// Options: server (required to play or replay), max_turns (8), eval_size (32), eval_file,
-// seed (0), timeout (30 s per request), replay (true | false).
+// Options: HttpEnvOptionTable() (name, default, help; unknown names are an error).
 Result<std::unique_ptr<TaskAdapter>> CreateHttpEnvAdapter(const AdapterOptions& options);
+const OptionTable& HttpEnvOptionTable();
 
 }  // namespace echelon::data

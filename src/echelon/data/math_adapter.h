@@ -30,5 +30,7 @@ namespace echelon::data {
 inline constexpr char kMathAlphabet[] = "0123456789+-=";
 
 Result<std::unique_ptr<TaskAdapter>> CreateMathAdapter(const AdapterOptions& options);
+// Its options: name, default, help.
+const OptionTable& MathOptionTable();
 
 }  // namespace echelon::data

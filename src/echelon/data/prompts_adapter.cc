@@ -18,10 +18,6 @@
 namespace echelon::data {
 namespace {
 
-const std::set<std::string> kKnownOptions = {"eval_file",       "eval_fraction",   "format",         "python_file",
-                                             "python_function", "regex",           "reward",         "reward_on_error",
-                                             "reward_timeout",  "reward_url",      "seed",           "train_file"};
-constexpr char kDefaultEvalFraction[] = "0.1";  // verl's and OpenRLHF's usual split
 constexpr char kExample[] =
     R"(a row is {"prompt": [{"role": "user", "content": "..."}], "reward_model": {"ground_truth": "..."}})";
 
@@ -286,16 +282,16 @@ struct External {
 };
 
 Result<External> StartExternal(const AdapterOptions& options, const RewardSpec& reward, PromptsOptions* o) {
-  const std::string on_error = OptionOr(options, "reward_on_error", "fail");
+  const std::string on_error = OptionOr(options, PromptsOptionTable(), "reward_on_error");
   if (on_error != "fail" && on_error != "zero")
     return InvalidArgument("prompts task option reward_on_error: expected fail or zero, got \"" + on_error + "\"");
   o->external_errors_score_zero = on_error == "zero";
   ECHELON_ASSIGN_OR_RETURN(const uint64_t timeout,
-                           ParseUnsignedOption("prompts", "reward_timeout", OptionOr(options, "reward_timeout", "30"), 1, 86400));
+                           ParseUnsignedOption("prompts", "reward_timeout", OptionOr(options, PromptsOptionTable(), "reward_timeout"), 1, 86400));
   External e;
   PythonRewardOptions py;
-  py.file = OptionOr(options, "python_file", "");
-  py.function = OptionOr(options, "python_function", py.function);
+  py.file = OptionOr(options, PromptsOptionTable(), "python_file");
+  py.function = OptionOr(options, PromptsOptionTable(), "python_function");
   py.timeout_seconds = static_cast<double>(timeout);
   py.load_timeout_seconds = std::max(py.load_timeout_seconds, py.timeout_seconds);
   if (!py.file.empty()) {
@@ -304,7 +300,7 @@ Result<External> StartExternal(const AdapterOptions& options, const RewardSpec& 
                              "or a sum with python)");
     ECHELON_ASSIGN_OR_RETURN(e.python, PythonReward::Start(py));
   }
-  const std::string url = OptionOr(options, "reward_url", "");
+  const std::string url = OptionOr(options, PromptsOptionTable(), "reward_url");
   if (!url.empty()) {
     if (!reward.uses_http())
       return InvalidArgument("prompts task: task.reward_url is set but task.reward does not use it (reward: http, or "
@@ -316,13 +312,36 @@ Result<External> StartExternal(const AdapterOptions& options, const RewardSpec& 
 
 }  // namespace
 
+// eval_fraction 0.1 is verl's and OpenRLHF's usual split.
+const OptionTable& PromptsOptionTable() {
+  static const OptionTable table = {
+      {"train_file", "", "JSONL training rows, cycled in a seeded shuffled order (needed to train; actors get each "
+                         "prompt with its work and need no files)"},
+      {"eval_file", "", "JSONL held-out rows; without it, eval_fraction of train_file is held out"},
+      {"eval_fraction", "0.1", "share of train_file rows held out (0 < f <= 0.5), chosen by the seed"},
+      {"seed", "0", "shuffle order and held-out choice (`echelon train` sets the run's seed)"},
+      {"reward", "math", "verifier or weighted sum: math, exact, choice, regex, format, python, http, "
+                         "e.g. 0.9*math + 0.1*format (data/reward_spec.h)"},
+      {"regex", "", "the regex verifier's expression (ECMAScript)"},
+      {"format", "think", "the format verifier's form: think (<think>...</think> then an answer) or a regular "
+                          "expression the whole completion matches"},
+      {"python_file", "", "a .py file with the reward function, called as verl calls it (learner only)"},
+      {"python_function", "compute_score", "the reward function's name in python_file"},
+      {"reward_url", "", "a scoring service, http://HOST:PORT/PATH (learner only)"},
+      {"reward_timeout", "30", "seconds per Python call or HTTP attempt"},
+      {"reward_on_error", "fail", "fail: a failed Python call or service request stops the run; zero: it scores 0 "
+                                  "and reward_metrics.<python|http>_errors counts it"},
+  };
+  return table;
+}
+
 Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& options) {
-  ECHELON_RETURN_IF_ERROR(CheckOptionNames("prompts", options, kKnownOptions));
+  ECHELON_RETURN_IF_ERROR(CheckOptionNames("prompts", options, PromptsOptionTable()));
   PromptsOptions o;
-  o.train_file = OptionOr(options, "train_file", "");
-  o.eval_file = OptionOr(options, "eval_file", "");
-  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsignedOption("prompts", "seed", OptionOr(options, "seed", "0"), 0, UINT64_MAX));
-  const std::string fraction = OptionOr(options, "eval_fraction", kDefaultEvalFraction);
+  o.train_file = OptionOr(options, PromptsOptionTable(), "train_file");
+  o.eval_file = OptionOr(options, PromptsOptionTable(), "eval_file");
+  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsignedOption("prompts", "seed", OptionOr(options, PromptsOptionTable(), "seed"), 0, UINT64_MAX));
+  const std::string fraction = OptionOr(options, PromptsOptionTable(), "eval_fraction");
   size_t used = 0;
   try {
     o.eval_fraction = std::stod(fraction, &used);
@@ -333,9 +352,9 @@ Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& 
     return InvalidArgument("prompts task option eval_fraction: expected a number in (0, 0.5], got \"" + fraction + "\"");
   if (!o.eval_file.empty() && options.count("eval_fraction"))
     return InvalidArgument("prompts task options eval_fraction and eval_file are exclusive");
-  ECHELON_ASSIGN_OR_RETURN(RewardSpec reward, RewardSpec::Parse(OptionOr(options, "reward", "math"),
-                                                                OptionOr(options, "regex", ""),
-                                                                OptionOr(options, "format", "think")));
+  ECHELON_ASSIGN_OR_RETURN(RewardSpec reward, RewardSpec::Parse(OptionOr(options, PromptsOptionTable(), "reward"),
+                                                                OptionOr(options, PromptsOptionTable(), "regex"),
+                                                                OptionOr(options, PromptsOptionTable(), "format")));
   ECHELON_ASSIGN_OR_RETURN(External external, StartExternal(options, reward, &o));
   auto adapter = std::make_unique<PromptsAdapter>(std::move(o), std::move(reward), std::move(external.python),
                                                   std::move(external.http));

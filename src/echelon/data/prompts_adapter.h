@@ -8,22 +8,7 @@
 // model's chat template, as verl renders it. Every malformed row is refused at load with
 // FILE:LINE and the field. Parquet files are refused with the command that converts them.
 //
-// Options (strings; unknown names are an error):
-//   train_file     ""       JSONL training rows, cycled in a seeded shuffled order (needed to
-//                           train; actors get each prompt with its work and need no files)
-//   eval_file      ""       JSONL held-out rows; without it, eval_fraction of train_file is held out
-//   eval_fraction  "0.1"    share of train_file rows held out (0 < f <= 0.5), chosen by the seed
-//   seed           "0"      shuffle order and held-out choice
-//   reward         "math"   verifier or weighted sum (data/reward_spec.h); "python" is the
-//                           user's function below
-//   regex          ""       the "regex" verifier's expression
-//   format         "think"  the "format" verifier's form
-//   python_file    ""       a .py file with the reward function (data/python_reward.h)
-//   python_function "compute_score"
-//   reward_url     ""       a scoring service, http://HOST:PORT/PATH (data/http_reward.h)
-//   reward_timeout "30"     seconds per Python call or HTTP attempt
-//   reward_on_error "fail"  fail: a failed Python call or service request stops the run;
-//                           zero: it scores 0 and reward_metrics.<python|http>_errors counts it
+// Options: PromptsOptionTable() (name, default, help; unknown names are an error).
 // Only the learner runs the Python function and calls the service: an actor's adapter has no
 // `*_file` / `*_url` options and scores those terms 0, and the learner re-scores every group
 // it accepts (ActorsCanScore).
@@ -41,6 +26,7 @@
 namespace echelon::data {
 
 Result<std::unique_ptr<TaskAdapter>> CreatePromptsAdapter(const AdapterOptions& options);
+const OptionTable& PromptsOptionTable();
 
 // One dataset row: the prompt (text: the user message or string; reference: the ground truth)
 // and the row's JSON line as written.

@@ -16,13 +16,14 @@ using Factory = Result<std::unique_ptr<TaskAdapter>> (*)(const AdapterOptions&);
 struct Registration {
   const char* name;
   Factory create;
+  const OptionTable& (*options)();
 };
 
 const Registration kAdapters[] = {
-    {"http-env", &CreateHttpEnvAdapter},
-    {"math", &CreateMathAdapter},
-    {"poker", &CreatePokerAdapter},
-    {"prompts", &CreatePromptsAdapter},
+    {"http-env", &CreateHttpEnvAdapter, &HttpEnvOptionTable},
+    {"math", &CreateMathAdapter, &MathOptionTable},
+    {"poker", &CreatePokerAdapter, &poker::PokerOptionTable},
+    {"prompts", &CreatePromptsAdapter, &PromptsOptionTable},
 };
 
 }  // namespace
@@ -35,6 +36,12 @@ Result<std::unique_ptr<TaskAdapter>> CreateAdapter(const std::string& name,
   std::string known;
   for (const std::string& n : AdapterNames()) known += (known.empty() ? "" : ", ") + n;
   return InvalidArgument("unknown task adapter \"" + name + "\"; known adapters: " + known);
+}
+
+const OptionTable* AdapterOptionTable(const std::string& name) {
+  for (const Registration& r : kAdapters)
+    if (name == r.name) return &r.options();
+  return nullptr;
 }
 
 std::vector<std::string> AdapterNames() {

@@ -13,9 +13,6 @@ namespace echelon::data {
 namespace poker {
 namespace {
 
-const std::set<std::string> kKnownOptions = {"eval_hands", "illegal_action", "opponent", "seed"};
-constexpr char kDefaultOpponents[] = "calling-station,tag";
-constexpr int64_t kDefaultEvalHands = 200;  // ~1 s of greedy generation at each evaluation
 constexpr int64_t kMaxEvalHands = 100000;
 constexpr uint64_t kTrainStream = 2;
 constexpr uint64_t kEvalStream = 1;
@@ -28,7 +25,7 @@ struct PokerOptions {
   uint64_t seed = 0;
   std::vector<OpponentKind> opponents;
   IllegalAction illegal = IllegalAction::kFold;
-  int64_t eval_hands = kDefaultEvalHands;
+  int64_t eval_hands = 0;  // defaults: PokerOptionTable()
 };
 
 Result<uint64_t> ParseUnsigned(const std::string& key, const std::string& value, uint64_t lo, uint64_t hi) {
@@ -48,16 +45,34 @@ Result<std::vector<OpponentKind>> ParseOpponentList(const std::string& list) {
   return out;
 }
 
+}  // namespace
+
+// Defaults, with why: two opponents, as training against one overfits it; 200 held-out
+// hands are about 1 s of greedy generation at each evaluation.
+const OptionTable& PokerOptionTable() {
+  static const OptionTable table = {
+      {"seed", "0", "deals, seats and opponent draws (`echelon train` sets the run's seed)"},
+      {"opponent", "calling-station,tag", "one name or a comma list (random, calling-station, tag); each group's "
+                                          "opponent is drawn from the list"},
+      {"illegal_action", "fold", "consequence of an answer that is not f/c/r or not legal (f when a check is free, r "
+                                 "at the cap): fold forfeits the hand, call checks or calls"},
+      {"eval_hands", "200", "held-out first decisions (1..100000)"},
+  };
+  return table;
+}
+
+namespace {
+
 Result<PokerOptions> ParseOptions(const AdapterOptions& options) {
-  ECHELON_RETURN_IF_ERROR(CheckOptionNames("poker", options, kKnownOptions));
+  ECHELON_RETURN_IF_ERROR(CheckOptionNames("poker", options, PokerOptionTable()));
   PokerOptions o;
-  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsigned("seed", OptionOr(options, "seed", "0"), 0, UINT64_MAX));
-  ECHELON_ASSIGN_OR_RETURN(o.opponents, ParseOpponentList(OptionOr(options, "opponent", kDefaultOpponents)));
-  Result<IllegalAction> illegal = ParseIllegalAction(OptionOr(options, "illegal_action", "fold"));
+  ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsigned("seed", OptionOr(options, PokerOptionTable(), "seed"), 0, UINT64_MAX));
+  ECHELON_ASSIGN_OR_RETURN(o.opponents, ParseOpponentList(OptionOr(options, PokerOptionTable(), "opponent")));
+  Result<IllegalAction> illegal = ParseIllegalAction(OptionOr(options, PokerOptionTable(), "illegal_action"));
   if (!illegal.ok()) return InvalidArgument("poker task option illegal_action: " + illegal.status().message());
   o.illegal = illegal.value();
   ECHELON_ASSIGN_OR_RETURN(uint64_t eval_hands,
-                           ParseUnsigned("eval_hands", OptionOr(options, "eval_hands", std::to_string(kDefaultEvalHands)),
+                           ParseUnsigned("eval_hands", OptionOr(options, PokerOptionTable(), "eval_hands"),
                                          1, kMaxEvalHands));
   o.eval_hands = static_cast<int64_t>(eval_hands);
   return o;

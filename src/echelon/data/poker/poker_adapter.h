@@ -31,15 +31,7 @@
 //   first action, then check/call): a cheap in-training signal. The real measure is
 //   `echelon eval --task poker` (duplicate_eval.h).
 //
-// Options (strings; unknown names are an error):
-//   seed            "0"                    deals, seats and opponent draws
-//   opponent        "calling-station,tag"  one name or a comma list (random, calling-station,
-//                                          tag); each group's opponent is drawn from the list
-//                                          (training against one opponent overfits it)
-//   illegal_action  "fold"                 consequence of an answer that is not "f"/"c"/"r" or
-//                                          not legal ("f" when a check is free, "r" at the
-//                                          cap): "fold" forfeits the hand, "call" checks/calls
-//   eval_hands      "200"                  held-out first decisions (1..100000)
+// Options: PokerOptionTable() (name, default, help; unknown names are an error).
 //
 //   auto task = CreatePokerAdapter({{"opponent", "tag"}, {"seed", "3"}});
 //
@@ -58,6 +50,8 @@ Result<std::unique_ptr<TaskAdapter>> CreatePokerAdapter(const AdapterOptions& op
 
 namespace poker {
 
+// The adapter's options: name, default, help.
+const OptionTable& PokerOptionTable();
 // The table a prompt stands for, from its reference; InvalidArgument when malformed.
 Result<TableSpec> TableOfPrompt(const Prompt& prompt);
 // "fold" / "call"; errors name the choices.
