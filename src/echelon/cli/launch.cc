@@ -266,6 +266,9 @@ void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
                   "serve Prometheus metrics at http://0.0.0.0:PORT/metrics (0 picks a port; default off)");
   cmd->add_option("--set", args->overrides, "override a config key, e.g. --set rl.steps=50 (repeatable)")
       ->allow_extra_args(false);
+  cmd->add_option("--config-keys", args->config_keys,
+                  "print the config's keys as text or markdown (docs/CONFIG.md), and exit")
+      ->check(CLI::IsMember({"text", "markdown"}));
   cmd->parse_complete_callback([cmd, args, resume, positionals] {
     if (!cmd->remaining().empty()) return;  // CLI11 names the unexpected arguments next
     args->resume = resume->count() > 0;
@@ -282,13 +285,17 @@ void AddRunOptions(CLI::App* cmd, LaunchArgs* args) {
                                                  "); an override is written KEY=VALUE");
       }
     }
-    if (args->config.empty() && !args->resume) throw CLI::RequiredError("config (or --resume RUN_DIR)");
+    if (args->config.empty() && !args->resume && args->config_keys.empty()) throw CLI::RequiredError("config (or --resume RUN_DIR)");
     if (args->resume && args->resume_dir.empty() && args->out.empty())
       throw CLI::ValidationError("--resume", "name the run directory: --resume RUN_DIR (or --out RUN_DIR)");
   });
 }
 
 int Launch(const LaunchArgs& args, LaunchMode mode) {
+  if (!args.config_keys.empty()) {
+    std::cout << (args.config_keys == "markdown" ? TrainSchema().Markdown() : TrainSchema().Describe());
+    return 0;
+  }
   const std::string run_dir = args.resume ? (args.resume_dir.empty() ? args.out : args.resume_dir)
                                           : (args.out.empty() ? DefaultRunDir(args.config) : args.out);
   Result<Config> cfg = args.resume ? ResumeConfig(args, run_dir) : Config::Load(TrainSchema(), args.config, args.overrides);
@@ -304,7 +311,7 @@ int Launch(const LaunchArgs& args, LaunchMode mode) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
-  const bool threads = mode == LaunchMode::kLocalCluster && cfg->String("rollout.transport") == "threads";
+  const bool threads = mode == LaunchMode::kLocalCluster && options->thread_actors;
   learn::LearnerRunArgs run_args{run_dir, "# " + VersionLine() + "\n" + cfg->ToYaml(), args.resume, args.metrics_port,
                                  std::nullopt};
   ProcessGroup ranks(/*max_restarts=*/0);  // a rank cannot rejoin its group: the run stops instead

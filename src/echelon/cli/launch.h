@@ -25,6 +25,7 @@ struct LaunchArgs {
   std::string tls_cert;
   std::string tls_key;
   int metrics_port = -1;
+  std::string config_keys;  // text or markdown: print the config's keys and exit
 };
 
 enum class LaunchMode {

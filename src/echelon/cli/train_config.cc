@@ -4,139 +4,159 @@
 #include <sstream>
 #include <thread>
 
+#include "echelon/data/adapter_options.h"
 #include "echelon/sched/staleness_gate.h"
 #include "echelon/sched/tunables.h"
 
 namespace echelon::cli {
+namespace {
+
+// Which processes read a key: the learner (rank 0, and the other ranks the update's keys),
+// the actors (through the run spec the learner hands them), `echelon train` alone (how it
+// starts its actors), and `echelon plan --from-run` (the run's shape).
+constexpr char kLearner[] = "learner";
+constexpr char kLearnerActors[] = "learner, actors (run spec)";
+constexpr char kLearnerPlan[] = "learner, plan --from-run";
+constexpr char kTrain[] = "train (starts the actors)";
+
+// task.*: every registered adapter's own option table.
+std::string AdapterOptionsHelp() {
+  std::string help = "options of the selected adapter (read by the learner; actors get them in the run spec):";
+  for (const std::string& name : data::AdapterNames()) {
+    help += "\n      " + name + ":\n";
+    help += data::DescribeOptions(*data::AdapterOptionTable(name), "        ");
+    help.pop_back();
+  }
+  return help;
+}
+
+}  // namespace
 
 const ConfigSchema& TrainSchema() {
   static const ConfigSchema schema = [] {
     ConfigSchema s;
-    s.Int("seed", 1, 0, 1LL << 40, "seeds model init, data order and sampling");
-    s.String("task.name", "math", "data-plane adapter, by registered name");
-    s.OpenSection("task.", "options of the selected adapter (math: seed, max_operand, eval_size, train_file, eval_file, answer; "
-                            "prompts: train_file, eval_file, eval_fraction, seed, reward, regex, format, python_file, python_function, "
-                            "reward_url, reward_timeout, reward_on_error; poker: seed, opponent, eval_hands, illegal_action; "
-                            "http-env: server, max_turns, eval_size, eval_file, seed, timeout)");
+    s.Int("seed", 1, 0, 1LL << 40, "seeds model init, data order and sampling").ReadBy(kLearnerActors);
+    s.String("task.name", "math", "data-plane adapter, by registered name").ReadBy(kLearnerActors);
+    s.OpenSection("task.", AdapterOptionsHelp());
     s.String("model.init", "",
              "start from this model directory (Hugging Face Qwen3/Qwen2/Llama with its tokenizer, or an echelon "
-             "checkpoint) instead of a new character model; the other model.* keys are then unused");
+             "checkpoint) instead of a new character model; the other model.* keys are then unused").ReadBy(kLearnerActors);
     // A 0.6M-parameter character model learns 2-digit arithmetic on 2 CPU cores in minutes.
-    s.Int("model.hidden_size", 128, 8, 65536, "width of the residual stream");
-    s.Int("model.num_hidden_layers", 3, 1, 256, "decoder layers");
-    s.Int("model.num_attention_heads", 4, 1, 256, "query heads");
-    s.Int("model.num_key_value_heads", 2, 1, 256, "key/value heads (GQA); divides the query heads");
-    s.Int("model.head_dim", 32, 4, 1024, "width of one attention head");
-    s.Int("model.intermediate_size", 384, 8, 262144, "SwiGLU hidden width");
-    s.Bool("model.tie_word_embeddings", true, "share the embedding and output matrices (fewer parameters)");
-    s.Float("model.rope_theta", 10000.0, 1.0, 1e9, "rotary base; short sequences need no large base");
-    s.Float("model.rms_norm_eps", 1e-6, 1e-12, 1e-2, "RMSNorm epsilon");
-    s.Int("model.max_position_embeddings", 128, 8, 1 << 20, "longest prompt + completion");
+    s.Int("model.hidden_size", 128, 8, 65536, "width of the residual stream").ReadBy(kLearnerActors);
+    s.Int("model.num_hidden_layers", 3, 1, 256, "decoder layers").ReadBy(kLearnerActors);
+    s.Int("model.num_attention_heads", 4, 1, 256, "query heads").ReadBy(kLearnerActors);
+    s.Int("model.num_key_value_heads", 2, 1, 256, "key/value heads (GQA); divides the query heads").ReadBy(kLearnerActors);
+    s.Int("model.head_dim", 32, 4, 1024, "width of one attention head").ReadBy(kLearnerActors);
+    s.Int("model.intermediate_size", 384, 8, 262144, "SwiGLU hidden width").ReadBy(kLearnerActors);
+    s.Bool("model.tie_word_embeddings", true, "share the embedding and output matrices (fewer parameters)").ReadBy(kLearnerActors);
+    s.Float("model.rope_theta", 10000.0, 1.0, 1e9, "rotary base; short sequences need no large base").ReadBy(kLearnerActors);
+    s.Float("model.rms_norm_eps", 1e-6, 1e-12, 1e-2, "RMSNorm epsilon").ReadBy(kLearnerActors);
+    s.Int("model.max_position_embeddings", 128, 8, 1 << 20, "longest prompt + completion").ReadBy(kLearnerActors);
     // The warm-start must leave room: RL plateaus when it starts from a strong policy.
-    s.Int("warmstart.steps", 450, 0, 1000000, "supervised steps before RL (0 skips)");
-    s.Int("warmstart.batch_size", 64, 1, 65536, "demonstrations per supervised step");
-    s.Float("warmstart.lr", 1e-3, 0.0, 1.0, "AdamW learning rate of the warm-start");
-    s.Int("rl.steps", 1500, 1, 100000000, "learner updates (policy versions) to run");
-    s.Int("rl.groups_per_step", 32, 1, 1 << 20, "B: prompt groups per update");
-    s.Int("rl.group_size", 8, 2, 4096, "G: samples per prompt (GRPO group)");
+    s.Int("warmstart.steps", 450, 0, 1000000, "supervised steps before RL (0 skips)").ReadBy(kLearner);
+    s.Int("warmstart.batch_size", 64, 1, 65536, "demonstrations per supervised step").ReadBy(kLearner);
+    s.Float("warmstart.lr", 1e-3, 0.0, 1.0, "AdamW learning rate of the warm-start").ReadBy(kLearner);
+    s.Int("rl.steps", 1500, 1, 100000000, "learner updates (policy versions) to run").ReadBy(kLearner);
+    s.Int("rl.groups_per_step", 32, 1, 1 << 20, "B: prompt groups per update").ReadBy(kLearnerPlan);
+    s.Int("rl.group_size", 8, 2, 4096, "G: samples per prompt (GRPO group)").ReadBy(kLearnerPlan);
     // 3e-4 learns steadily on the tiny model; 1e-3 collapsed in the prototype.
-    s.Float("rl.lr", 3e-4, 0.0, 1.0, "AdamW learning rate of RL");
-    s.Float("rl.weight_decay", 0.0, 0.0, 1.0, "AdamW decoupled weight decay");
-    s.Float("rl.max_grad_norm", 1.0, 0.0, 1e6, "gradient clipping (global L2 norm)");
-    s.Float("rl.clip_low", 0.2, 0.0, 1.0, "PPO clip: ratio floor 1 - clip_low");
-    s.Float("rl.clip_high", 0.28, 0.0, 10.0, "PPO clip: ratio ceiling 1 + clip_high (DAPO clip-higher)");
+    s.Float("rl.lr", 3e-4, 0.0, 1.0, "AdamW learning rate of RL").ReadBy(kLearner);
+    s.Float("rl.weight_decay", 0.0, 0.0, 1.0, "AdamW decoupled weight decay").ReadBy(kLearner);
+    s.Float("rl.max_grad_norm", 1.0, 0.0, 1e6, "gradient clipping (global L2 norm)").ReadBy(kLearner);
+    s.Float("rl.clip_low", 0.2, 0.0, 1.0, "PPO clip: ratio floor 1 - clip_low").ReadBy(kLearner);
+    s.Float("rl.clip_high", 0.28, 0.0, 10.0, "PPO clip: ratio ceiling 1 + clip_high (DAPO clip-higher)").ReadBy(kLearner);
     s.Float("rl.clip_ratio_c", 3.0, 1.0, 1000.0,
             "dual clip: where the advantage A < 0 the token objective is at least c A, which bounds the "
-            "gradient of a token whatever behaviour log-prob a worker claims");
-    s.Float("rl.kl_coef", 0.0, 0.0, 100.0, "KL-to-reference (the warm-start policy) coefficient; 0 = off");
-    s.String("rl.correction", "none", "off-policy correction for stale rollouts", {"none", "tis", "decoupled", "icepop", "m2po"});
-    s.Float("rl.tis_cap", 2.0, 1.0, 1000.0, "C: cap of the truncated importance weight");
+            "gradient of a token whatever behaviour log-prob a worker claims").ReadBy(kLearner);
+    s.Float("rl.kl_coef", 0.0, 0.0, 100.0, "KL-to-reference (the warm-start policy) coefficient; 0 = off").ReadBy(kLearner);
+    s.String("rl.correction", "none", "off-policy correction for stale rollouts", {"none", "tis", "decoupled", "icepop", "m2po"}).ReadBy(kLearner);
+    s.Float("rl.tis_cap", 2.0, 1.0, 1000.0, "C: cap of the truncated importance weight").ReadBy(kLearner);
     s.Float("rl.decoupled_cap", 5.0, 1.0, 1000.0,
-            "decoupled: tokens whose behaviour weight pi_prox / pi_behav exceeds this are dropped");
+            "decoupled: tokens whose behaviour weight pi_prox / pi_behav exceeds this are dropped").ReadBy(kLearner);
     s.Float("rl.icepop_beta", 2.0, 1.0, 1000.0,
-            "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped");
+            "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped").ReadBy(kLearner);
     s.Float("rl.m2po_tau", 0.04, 1e-6, 100.0,
-            "m2po: the largest (log pi_prox / pi_behav)^2 tokens are masked until the rest's mean is at most this");
+            "m2po: the largest (log pi_prox / pi_behav)^2 tokens are masked until the rest's mean is at most this").ReadBy(kLearner);
     s.Float("rl.router_aux_coef", 0.0, 0.0, 10.0,
             "mixture-of-experts models: weight of the router's load-balancing loss (transformers' Qwen3-MoE uses "
-            "0.001); 0: off");
+            "0.001); 0: off").ReadBy(kLearner);
     s.Int("rl.minibatches", 1, 1, 1024,
           "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
-          "region around the update's starting policy (pi_prox of the tis / decoupled corrections)");
-    s.Bool("rl.scale_by_std", true, "divide group advantages by the group's reward std (GRPO)");
+          "region around the update's starting policy (pi_prox of the tis / decoupled corrections)").ReadBy(kLearner);
+    s.Bool("rl.scale_by_std", true, "divide group advantages by the group's reward std (GRPO)").ReadBy(kLearner);
     // Where and how the update runs. fp32 on a CPU: bf16 is ~28x slower than fp32 there.
-    s.String("learner.device", "cpu", "where the update runs: cpu, cuda or cuda:N (a CUDA LibTorch is needed)");
+    s.String("learner.device", "cpu", "where the update runs: cpu, cuda or cuda:N (a CUDA LibTorch is needed)").ReadBy(kLearner);
     s.String("learner.precision", "fp32",
              "fp32, or bf16: bf16 parameters and activations with fp32 master weights and AdamW state",
-             {"fp32", "bf16"});
+             {"fp32", "bf16"}).ReadBy(kLearner);
     s.Int("learner.micro_batch_tokens", 0, 0, int64_t{1} << 40,
           "token budget of one forward/backward, padding included (gradients accumulated; rows sorted by "
-          "length, packed or padded per micro-batch); 0: the whole minibatch at once");
+          "length, packed or padded per micro-batch); 0: the whole minibatch at once").ReadBy(kLearner);
     s.Bool("learner.pack_sequences", true,
            "padding-free update: sequences packed back to back (attention kept inside each) where that removes "
-           "at least an eighth of the rows; false pads every row to the longest");
+           "at least an eighth of the rows; false pads every row to the longest").ReadBy(kLearner);
     s.Int("learner.ranks", 1, 1, 1024,
           "data-parallel learner ranks on this host (c10d Gloo); across hosts set torchrun's RANK, WORLD_SIZE, "
-          "MASTER_ADDR, MASTER_PORT instead");
+          "MASTER_ADDR, MASTER_PORT instead").ReadBy(kLearner);
     s.Bool("learner.shard_optimizer", false,
-           "with several learner ranks, each keeps 1/ranks of the AdamW state (ZeRO stage 1)");
+           "with several learner ranks, each keeps 1/ranks of the AdamW state (ZeRO stage 1)").ReadBy(kLearner);
     // Long enough for rank 0's evaluation and checkpoint between updates, while the others
     // wait; a rank that dies is noticed at once by its closed connection, not by this.
     s.Float("learner.rank_timeout_seconds", 1800.0, 1.0, 86400.0,
-            "the learner ranks give up on a collective operation after this long");
+            "the learner ranks give up on a collective operation after this long").ReadBy(kLearner);
     s.String("rl.staleness", "2",
              "S: a rollout from version x is used at step t only if t - x <= S (an integer in [0, 1000]), or auto: "
-             "the run moves S itself (rl.staleness_* below)");
+             "the run moves S itself (rl.staleness_* below)").ReadBy(kLearnerPlan);
     // rl.staleness: auto (sched/staleness_control.h has the rules and the reasons for the defaults).
-    s.Int("rl.staleness_start", 4, 0, 1000, "auto: S at the first update");
-    s.Int("rl.staleness_min", 0, 0, 1000, "auto: the smallest S");
-    s.Int("rl.staleness_max", 64, 0, 1000, "auto: the largest S");
+    s.Int("rl.staleness_start", 4, 0, 1000, "auto: S at the first update").ReadBy(kLearner);
+    s.Int("rl.staleness_min", 0, 0, 1000, "auto: the smallest S").ReadBy(kLearner);
+    s.Int("rl.staleness_max", 64, 0, 1000, "auto: the largest S").ReadBy(kLearner);
     s.Float("rl.staleness_ess_min", 0.9, 0.0, 1.0,
-            "auto: S halves when the importance weights' mean ESS fraction over a window is below this");
+            "auto: S halves when the importance weights' mean ESS fraction over a window is below this").ReadBy(kLearner);
     s.Float("rl.staleness_busy_target", 0.95, 0.0, 1.0,
-            "auto: S grows by one when the learner's busy share over a window is below this (and the data is healthy)");
-    s.Int("rl.staleness_window", 4, 1, 10000, "auto: updates per decision");
-    s.Bool("rl.staleness_couple_lr", true, "auto: scale the learning rate by start / S above the starting S");
+            "auto: S grows by one when the learner's busy share over a window is below this (and the data is healthy)").ReadBy(kLearner);
+    s.Int("rl.staleness_window", 4, 1, 10000, "auto: updates per decision").ReadBy(kLearner);
+    s.Bool("rl.staleness_couple_lr", true, "auto: scale the learning rate by start / S above the starting S").ReadBy(kLearner);
     s.Int("rl.publish_period", 0, 0, 1000,
-          "kappa: publish a snapshot every kappa steps (0: max(1, S - 1); 1 with rl.staleness: auto)");
-    s.Int("rollout.actors", 1, 0, 256, "rollout workers that `echelon train` starts (remote actors may join too)");
+          "kappa: publish a snapshot every kappa steps (0: max(1, S - 1); 1 with rl.staleness: auto)").ReadBy(kLearnerPlan);
+    s.Int("rollout.actors", 1, 0, 256, "rollout workers that `echelon train` starts (remote actors may join too)").ReadBy(kTrain);
     // Processes over loopback gRPC are what a multi-host run does, so `train` exercises it;
     // threads skip the network and are what the unit tests use.
-    s.String("rollout.transport", "processes", "how `echelon train` runs its actors", {"processes", "threads"});
+    s.String("rollout.transport", "processes", "how `echelon train` runs its actors", {"processes", "threads"}).ReadBy(kTrain);
     s.Int("rollout.wait_for_actors", 0, 0, 1000000,
-          "with remote actors: hold the first update until this many actors have registered (0: start at once)");
+          "with remote actors: hold the first update until this many actors have registered (0: start at once)").ReadBy(kLearner);
     s.String("rollout.snapshot_transport", "broadcast",
              "how remote actors get snapshots: peer-assisted broadcast (falls back to direct) or direct pulls",
-             {"broadcast", "direct"});
-    s.Float("rollout.temperature", 1.0, 0.0, 10.0, "sampling temperature (the learner uses the same)");
-    s.Float("rollout.top_p", 1.0, 0.0, 1.0, "nucleus sampling mass");
-    s.Int("rollout.top_k", 0, 0, 1 << 30, "sample among the k most likely tokens (0: off)");
-    s.Float("rollout.min_p", 0.0, 0.0, 1.0, "drop tokens below min_p x the most likely one's probability (0: off)");
-    s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit");
+             {"broadcast", "direct"}).ReadBy(kLearner);
+    s.Float("rollout.temperature", 1.0, 0.0, 10.0, "sampling temperature (the learner uses the same)").ReadBy(kLearnerActors);
+    s.Float("rollout.top_p", 1.0, 0.0, 1.0, "nucleus sampling mass").ReadBy(kLearnerActors);
+    s.Int("rollout.top_k", 0, 0, 1 << 30, "sample among the k most likely tokens (0: off)").ReadBy(kLearnerActors);
+    s.Float("rollout.min_p", 0.0, 0.0, 1.0, "drop tokens below min_p x the most likely one's probability (0: off)").ReadBy(kLearnerActors);
+    s.Int("rollout.max_new_tokens", 6, 1, 1 << 20, "completion length limit").ReadBy(kLearnerActors);
     s.Int("rollout.slots", 0, 0, 1 << 20,
           "sequences the builtin engine decodes at once, a finished one's slot refilled at once (continuous "
-          "batching); bounds its KV cache (0: every row of a work item)");
+          "batching); bounds its KV cache (0: every row of a work item)").ReadBy(kLearnerActors);
     s.Bool("rollout.chat", false,
-           "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)");
+           "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)").ReadBy(kLearnerActors);
     // Reasons for both defaults: sched/tunables.h.
     s.Float("rollout.lease_seconds", sched::kDefaultLeaseSeconds, 0.1, 86400.0,
-            "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction)");
+            "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction)").ReadBy(kLearner);
     s.Int("rollout.max_leases_per_worker", sched::kMaxLeasesPerWorker, 0, 1 << 20,
           "groups one worker's actors may hold at once (0: no cap); a worker that takes work and never "
-          "returns it holds at most this much of the admission window");
+          "returns it holds at most this much of the admission window").ReadBy(kLearner);
     s.Float("rollout.stall_timeout_seconds", sched::kDefaultStallTimeoutSeconds, 1.0, 86400.0,
-            "abort when no rollout arrives for this long");
+            "abort when no rollout arrives for this long").ReadBy(kLearner);
     s.Float("rollout.verify_fraction", 0.05, 0.0, 1.0,
             "fraction of groups whose behaviour log-probs the learner recomputes under the claimed version "
-            "(every group of an actor caught forging); a mismatch refuses the group");
+            "(every group of an actor caught forging); a mismatch refuses the group").ReadBy(kLearner);
     s.Float("rollout.verify_tolerance", 0.02, 0.0, 100.0,
-            "largest mean |recomputed - claimed| log-prob of a verified group (honest actors' gap: verify_gap_max)");
-    s.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)");
-    s.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group");
-    s.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)");
+            "largest mean |recomputed - claimed| log-prob of a verified group (honest actors' gap: verify_gap_max)").ReadBy(kLearner);
+    s.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)").ReadBy(kTrain);
+    s.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group").ReadBy(kTrain);
+    s.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)").ReadBy(kLearner);
     s.Int("checkpoint.every", 50, 0, 100000000,
-          "save a resumable checkpoints/step-N every N steps, and on SIGINT/SIGTERM (0: only then and at the end)");
-    s.Int("checkpoint.keep", 3, 1, 1000000, "resumable step-N checkpoints kept (older ones are deleted)");
+          "save a resumable checkpoints/step-N every N steps, and on SIGINT/SIGTERM (0: only then and at the end)").ReadBy(kLearner);
+    s.Int("checkpoint.keep", 3, 1, 1000000, "resumable step-N checkpoints kept (older ones are deleted)").ReadBy(kLearner);
     return s;
   }();
   return schema;
@@ -241,6 +261,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
                            " + 1 (" + std::to_string(smallest_s + 1) +
                            "): a snapshot older than S versions makes its rollouts unusable");
   o.actors = cfg.Int("rollout.actors");
+  o.thread_actors = cfg.String("rollout.transport") == "threads";
   o.temperature = l.temperature;
   o.top_p = cfg.Float("rollout.top_p");
   o.top_k = cfg.Int("rollout.top_k");

@@ -64,24 +64,24 @@ std::string Where(const std::string& file, const YAML::Mark& mark) {
 
 ConfigSchema& ConfigSchema::Int(const std::string& key, int64_t def, int64_t min, int64_t max,
                                 const std::string& help) {
-  fields_.push_back({key, FieldType::kInt, std::to_string(def), double(min), double(max), {}, help});
+  fields_.push_back({key, FieldType::kInt, std::to_string(def), double(min), double(max), {}, help, {}});
   return *this;
 }
 
 ConfigSchema& ConfigSchema::Float(const std::string& key, double def, double min, double max,
                                   const std::string& help) {
-  fields_.push_back({key, FieldType::kFloat, FormatDouble(def), min, max, {}, help});
+  fields_.push_back({key, FieldType::kFloat, FormatDouble(def), min, max, {}, help, {}});
   return *this;
 }
 
 ConfigSchema& ConfigSchema::Bool(const std::string& key, bool def, const std::string& help) {
-  fields_.push_back({key, FieldType::kBool, def ? "true" : "false", 0, 0, {}, help});
+  fields_.push_back({key, FieldType::kBool, def ? "true" : "false", 0, 0, {}, help, {}});
   return *this;
 }
 
 ConfigSchema& ConfigSchema::String(const std::string& key, const std::string& def, const std::string& help,
                                    std::vector<std::string> choices) {
-  fields_.push_back({key, FieldType::kString, def, 0, 0, std::move(choices), help});
+  fields_.push_back({key, FieldType::kString, def, 0, 0, std::move(choices), help, {}});
   return *this;
 }
 
@@ -96,26 +96,63 @@ const FieldSpec* ConfigSchema::Find(const std::string& key) const {
   return nullptr;
 }
 
+ConfigSchema& ConfigSchema::ReadBy(const std::string& readers) {
+  if (!fields_.empty()) fields_.back().readers = readers;
+  return *this;
+}
+
 bool ConfigSchema::InOpenSection(const std::string& key) const {
   for (const auto& [prefix, help] : open_sections_)
     if (key.rfind(prefix, 0) == 0 && key.size() > prefix.size()) return true;
   return false;
 }
 
+namespace {
+
+// "an integer, default 3, range [0, 10]": a key's type, default and allowed values.
+std::string Constraint(const FieldSpec& f) {
+  std::ostringstream ss;
+  ss << TypeName(f.type) << ", default " << (f.default_value.empty() ? "\"\"" : f.default_value);
+  if (f.type == FieldType::kInt)
+    ss << ", range [" << static_cast<int64_t>(f.min) << ", " << static_cast<int64_t>(f.max) << "]";
+  if (f.type == FieldType::kFloat) ss << ", range [" << f.min << ", " << f.max << "]";
+  if (!f.choices.empty()) {
+    ss << ", one of";
+    for (const auto& c : f.choices) ss << " " << c;
+  }
+  return ss.str();
+}
+
+// Markdown table cells may not hold '|' or line breaks.
+std::string Cell(std::string text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += "<br>";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string ConfigSchema::Describe() const {
   std::ostringstream ss;
   for (const FieldSpec& f : fields_) {
-    ss << "  " << f.key << " (" << TypeName(f.type) << ", default " << (f.default_value.empty() ? "\"\"" : f.default_value);
-    if (f.type == FieldType::kInt)
-      ss << ", range [" << static_cast<int64_t>(f.min) << ", " << static_cast<int64_t>(f.max) << "]";
-    if (f.type == FieldType::kFloat) ss << ", range [" << f.min << ", " << f.max << "]";
-    if (!f.choices.empty()) {
-      ss << ", one of";
-      for (const auto& c : f.choices) ss << " " << c;
-    }
+    ss << "  " << f.key << " (" << Constraint(f);
+    if (!f.readers.empty()) ss << "; read by " << f.readers;
     ss << ")\n      " << f.help << "\n";
   }
   for (const auto& [prefix, help] : open_sections_) ss << "  " << prefix << "*\n      " << help << "\n";
+  return ss.str();
+}
+
+std::string ConfigSchema::Markdown() const {
+  std::ostringstream ss;
+  ss << "| key | type, default, range | read by | meaning |\n|---|---|---|---|\n";
+  for (const FieldSpec& f : fields_)
+    ss << "| `" << f.key << "` | " << Cell(Constraint(f)) << " | " << Cell(f.readers) << " | " << Cell(f.help) << " |\n";
+  for (const auto& [prefix, help] : open_sections_) ss << "| `" << prefix << "*` | | | " << Cell(help) << " |\n";
   return ss.str();
 }
 

@@ -33,6 +33,7 @@ struct FieldSpec {
   double min = 0, max = 0;    // numeric range (inclusive) for kInt / kFloat
   std::vector<std::string> choices;  // allowed values for kString (empty: any)
   std::string help;
+  std::string readers;  // which processes read the key ("learner, actors"); empty: not stated
 };
 
 class ConfigSchema {
@@ -43,12 +44,16 @@ class ConfigSchema {
   ConfigSchema& String(const std::string& key, const std::string& def, const std::string& help,
                        std::vector<std::string> choices = {});
   ConfigSchema& OpenSection(const std::string& prefix, const std::string& help);
+  // States which processes read the key declared last ("learner, actors").
+  ConfigSchema& ReadBy(const std::string& readers);
 
   const FieldSpec* Find(const std::string& key) const;
   bool InOpenSection(const std::string& key) const;
   const std::vector<FieldSpec>& fields() const { return fields_; }
   // Human-readable table of every key, for --help.
   std::string Describe() const;
+  // The same table in Markdown, for the docs.
+  std::string Markdown() const;
 
  private:
   std::vector<FieldSpec> fields_;

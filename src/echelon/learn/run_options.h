@@ -35,6 +35,7 @@ struct RunOptions {
   std::optional<sched::StalenessControlOptions> staleness_control;  // rl.staleness: auto
   int64_t publish_period = 1;   // kappa
   int64_t actors = 1;
+  bool thread_actors = false;  // `echelon train` runs its actors as threads, not processes
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t top_k = 0;     // 0: off
