@@ -1,0 +1,158 @@
+// The training schema walked against its reader, --help and docs/CONFIG.md: every declared key
+// changes the RunOptions it is read into (or is refused naming itself), --help lists every key
+// and every adapter option once, and the docs table is the generated one.
+#include "echelon/cli/train_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "echelon/data/adapter.h"
+
+namespace echelon::cli {
+namespace {
+
+// Every RunOptions member, as text: two options differ iff their prints differ.
+std::string Print(const RunOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << o.seed << '|' << o.task_name << '|';
+  for (const auto& [k, v] : o.task_options) s << k << '=' << v << ',';
+  const model::ModelConfig& m = o.model;
+  s << '|' << o.model_init << '|' << m.hidden_size << ',' << m.num_hidden_layers << ',' << m.num_attention_heads << ','
+    << m.num_key_value_heads << ',' << m.head_dim << ',' << m.intermediate_size << ',' << m.tie_word_embeddings << ','
+    << m.rope_theta << ',' << m.rms_norm_eps << ',' << m.max_position_embeddings;
+  s << '|' << o.warmstart.steps << ',' << o.warmstart.batch_size << ',' << o.warmstart.lr << ',' << o.warmstart.seed;
+  const learn::LearnerOptions& l = o.learner;
+  s << '|' << l.lr << ',' << l.weight_decay << ',' << l.max_grad_norm << ',' << l.temperature << ',' << l.scale_by_std
+    << ',' << l.minibatches << ',' << l.device << ',' << static_cast<int>(l.precision) << ',' << l.micro_batch_tokens
+    << ',' << l.pack_sequences << ',' << l.shard_optimizer << ',' << l.router_aux_coef;
+  s << '|' << l.loss.clip_low << ',' << l.loss.clip_high << ',' << l.loss.clip_ratio_c << ',' << l.loss.kl_coef << ','
+    << static_cast<int>(l.loss.correction) << ',' << l.loss.tis_cap << ',' << l.loss.decoupled_cap << ','
+    << l.loss.icepop_beta << ',' << l.loss.m2po_tau;
+  s << '|' << o.steps << ',' << o.groups_per_step << ',' << o.group_size << ',' << o.staleness << ',' << o.publish_period;
+  if (o.staleness_control) {
+    const sched::StalenessControlOptions& c = *o.staleness_control;
+    s << "|auto " << c.start << ',' << c.min << ',' << c.max << ',' << c.ess_min << ',' << c.busy_target << ','
+      << c.window << ',' << c.couple_lr;
+  }
+  s << '|' << o.actors << ',' << o.thread_actors << ',' << o.temperature << ',' << o.top_p << ',' << o.top_k << ',' << o.min_p << ','
+    << o.max_new_tokens << ',' << o.slots << ',' << o.chat << ',' << o.lease_seconds << ',' << o.max_leases_per_worker
+    << ',' << o.stall_timeout_seconds << ',' << o.verify_fraction << ',' << o.verify_tolerance << '|';
+  for (double d : o.actor_slowdowns) s << d << ',';
+  s << '|' << o.eval_every << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ',' << o.snapshot_broadcast << ','
+    << o.wait_for_actors << ',' << o.learner_ranks << ',' << o.rank_timeout_seconds;
+  return s.str();
+}
+
+// A value of `f` other than its default, inside its range.
+std::string OtherValue(const FieldSpec& f) {
+  std::ostringstream s;
+  s.precision(17);
+  switch (f.type) {
+    case FieldType::kBool: return f.default_value == "true" ? "false" : "true";
+    case FieldType::kInt: {
+      const int64_t def = std::stoll(f.default_value), max = static_cast<int64_t>(f.max);
+      s << (def < max ? def + 1 + (max - def) / 2 : def - 1);
+      return s.str();
+    }
+    case FieldType::kFloat: {
+      const double def = std::stod(f.default_value);
+      s << (def < f.max ? (def + f.max) / 2 : (def + f.min) / 2);
+      return s.str();
+    }
+    case FieldType::kString:
+      for (const std::string& c : f.choices)
+        if (c != f.default_value) return c;
+      if (f.key == "task.name") return "poker";
+      if (f.key == "rl.staleness") return "3";
+      if (f.key == "learner.device") return "cuda";  // refused naming the key without a CUDA LibTorch
+      return f.default_value + "/other";
+  }
+  return "";
+}
+
+// Keys that only take effect beside another key's value.
+std::vector<std::string> Companions(const std::string& key) {
+  if (key.rfind("rl.staleness_", 0) == 0) return {"rl.staleness=auto"};
+  if (key == "rollout.slowdown") return {"rollout.slow_actors=1"};
+  return {};
+}
+
+TEST(TrainSchema, EveryKeyIsReadIntoTheRunOptions) {
+  const ConfigSchema& schema = TrainSchema();
+  ASSERT_GE(schema.fields().size(), 60u);
+  for (const FieldSpec& f : schema.fields()) {
+    std::vector<std::string> overrides = Companions(f.key);
+    Result<Config> base_cfg = Config::Load(schema, "", overrides);
+    ASSERT_TRUE(base_cfg.ok()) << f.key << ": " << base_cfg.status().message();
+    Result<RunOptions> base = RunOptionsFromConfig(base_cfg.value());
+    ASSERT_TRUE(base.ok()) << f.key << ": " << base.status().message();
+    overrides.push_back(f.key + "=" + OtherValue(f));
+    Result<Config> cfg = Config::Load(schema, "", overrides);
+    ASSERT_TRUE(cfg.ok()) << f.key << ": " << cfg.status().message();
+    Result<RunOptions> changed = RunOptionsFromConfig(cfg.value());
+    if (!changed.ok()) {  // a joint check refused it: the message must name the key
+      EXPECT_NE(changed.status().message().find(f.key), std::string::npos) << changed.status().message();
+      continue;
+    }
+    EXPECT_NE(Print(changed.value()), Print(base.value())) << f.key << " = " << OtherValue(f) << " changed nothing";
+  }
+}
+
+TEST(TrainSchema, EveryKeyStatesItsReaders) {
+  for (const FieldSpec& f : TrainSchema().fields()) EXPECT_FALSE(f.readers.empty()) << f.key;
+}
+
+TEST(TrainSchema, HelpListsEveryKeyAndEveryAdapterOptionOnce) {
+  const std::string help = TrainSchema().Describe();
+  for (const FieldSpec& f : TrainSchema().fields()) {
+    const std::string line = "\n  " + f.key + " (";
+    const size_t at = ("\n" + help).find(line);
+    EXPECT_NE(at, std::string::npos) << f.key;
+    EXPECT_EQ(("\n" + help).find(line, at + 1), std::string::npos) << f.key << " listed twice";
+  }
+  const size_t task = help.find("  task.*\n");
+  ASSERT_NE(task, std::string::npos);
+  for (const std::string& name : data::AdapterNames()) {
+    const size_t at = help.find("      " + name + ":\n", task);
+    ASSERT_NE(at, std::string::npos) << name;
+    const size_t next = help.find(":\n", at + name.size() + 8);
+    const std::string block = help.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    for (const data::OptionSpec& o : *data::AdapterOptionTable(name))
+      EXPECT_NE(block.find("        " + o.name + " (default "), std::string::npos) << name << "." << o.name;
+  }
+}
+
+TEST(TrainSchema, AnAdapterRefusesNoOptionItsTableNames) {
+  // The table and the adapter's own name check are one list: every named option is accepted
+  // by name (its value may still be refused, naming it).
+  for (const std::string& name : data::AdapterNames()) {
+    for (const data::OptionSpec& o : *data::AdapterOptionTable(name)) {
+      Result<std::unique_ptr<data::TaskAdapter>> a = data::CreateAdapter(name, {{o.name, o.default_value}});
+      if (!a.ok()) EXPECT_EQ(a.status().message().find("unknown option"), std::string::npos) << a.status().message();
+    }
+  }
+}
+
+// docs/CONFIG.md's table is the generated one (`echelon train --config-keys markdown`).
+TEST(TrainSchema, ConfigDocTableIsTheGeneratedOne) {
+  const std::string path = std::string(ECHELON_TEST_DATA) + "/../../docs/CONFIG.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::string line, table;
+  bool in_section = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("## ", 0) == 0) in_section = line == "## Keys";
+    if (in_section && line.rfind("|", 0) == 0) table += line + "\n";
+  }
+  EXPECT_EQ(table, TrainSchema().Markdown())
+      << "regenerate the table in docs/CONFIG.md with `echelon train --config-keys markdown`";
+}
+
+}  // namespace
+}  // namespace echelon::cli
