@@ -101,7 +101,7 @@ std::vector<Completion> Generate(Qwen3Model& model, const std::vector<std::vecto
                                  const SamplingParams& params, const StepCallback& on_step = {},
                                  GenerateStats* stats = nullptr);
 
-// A pipeline stage after the first (rollout/pipeline.h) runs the same engine over its layers
+// A pipeline stage after the first (model/pipeline.h) runs the same engine over its layers
 // and replays the first stage's draws instead of sampling, so both make the same decisions
 // (which rows are admitted, prefilled, retired) and call Forward in the same order.
 class DrawSource {

@@ -72,7 +72,7 @@ bool StageHolds(const std::string& name, LayerRange range);
 // among them. Fails when they hold no layer.
 Result<LayerRange> RangeOfTensors(const std::map<std::string, at::Tensor>& tensors);
 
-// How a pipeline stage's model meets its neighbours (rollout/pipeline.h). A model with a
+// How a pipeline stage's model meets its neighbours (model/pipeline.h). A model with a
 // StageIo calls Input at the start of every Forward of a stage after the first (its layers'
 // input instead of the embedding), and Output with its last layer's output (`need`: the caller
 // wants logits): the first stage gets back the last stage's output, which its head turns into

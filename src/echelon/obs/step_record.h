@@ -1,5 +1,5 @@
 // StepRecord: one learner update, as one line of metrics.jsonl. The one record that the
-// learner (learn/learner_loop.h) and the simulator (plan/simulator.h, its --out timeline)
+// learner (learn/learner_run.h) and the simulator (plan/simulator.h, its --out timeline)
 // write, and that the report (obs/report_data.h) and `plan --from-run` (plan/run_fit.h) read:
 // one set of key names, one parser.
 //

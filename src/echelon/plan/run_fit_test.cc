@@ -14,7 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Writes a run directory the way the learner loop (cli/runtime.cc) does, from per-update
+// Writes a run directory the way the learner loop (learn/learner_run.cc) does, from per-update
 // timings chosen by the test, so every fitted number has a known value.
 class RunWriter {
  public:

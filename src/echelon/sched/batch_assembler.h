@@ -1,5 +1,5 @@
 // BatchAssembler: the learner's consume rule, written once for the learner loop
-// (learn/learner_loop.h) and the simulator (plan/simulator.h), so both take the same
+// (learn/learner_run.h) and the simulator (plan/simulator.h), so both take the same
 // decisions from the same arrivals.
 //
 // Submitted groups wait here. Building update t -> t+1 (Assemble(t)):
