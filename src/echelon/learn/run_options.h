@@ -1,6 +1,8 @@
 // RunOptions: everything a training run is configured with, typed. cli/train_config.h reads
 // them from YAML (the schema with every key, its default and why); the learning plane
-// (learn/learner_run.h) and the run spec handed to actors consume them.
+// (learn/learner_run.h) and the run spec handed to actors consume them. A run's defaults are
+// the schema's alone (docs/CONFIG.md): the members here start at zero, and the nested
+// option structs keep their own library defaults until the reader sets every member.
 //
 // Thread contract: plain values.
 #pragma once
@@ -16,7 +18,6 @@
 #include "echelon/model/generate.h"
 #include "echelon/model/model_config.h"
 #include "echelon/sched/staleness_control.h"
-#include "echelon/sched/tunables.h"
 
 namespace echelon::learn {
 
@@ -33,29 +34,29 @@ struct RunOptions {
   int64_t group_size = 0;       // G
   int64_t staleness = 0;        // S (with staleness_control: its starting S)
   std::optional<sched::StalenessControlOptions> staleness_control;  // rl.staleness: auto
-  int64_t publish_period = 1;   // kappa
-  int64_t actors = 1;
+  int64_t publish_period = 0;   // kappa
+  int64_t actors = 0;
   bool thread_actors = false;  // `echelon train` runs its actors as threads, not processes
-  double temperature = 1.0;
-  double top_p = 1.0;
+  double temperature = 0;
+  double top_p = 0;
   int64_t top_k = 0;     // 0: off
-  double min_p = 0.0;    // 0: off
-  int64_t max_new_tokens = 8;
+  double min_p = 0;    // 0: off
+  int64_t max_new_tokens = 0;
   int64_t slots = 0;  // the builtin engine's sequence slots (model::SamplingParams::slots; 0: every row)
   bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
-  double lease_seconds = sched::kDefaultLeaseSeconds;
-  int64_t max_leases_per_worker = sched::kMaxLeasesPerWorker;
-  double stall_timeout_seconds = sched::kDefaultStallTimeoutSeconds;
-  double verify_fraction = 0.0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
-  double verify_tolerance = 0.02;  // largest mean log-prob difference a checked group may have
+  double lease_seconds = 0;
+  int64_t max_leases_per_worker = 0;
+  double stall_timeout_seconds = 0;
+  double verify_fraction = 0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
+  double verify_tolerance = 0;  // largest mean log-prob difference a checked group may have
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
-  int64_t checkpoint_every = 50;
-  int64_t checkpoint_keep = 3;
-  bool snapshot_broadcast = true;  // remote actors get snapshots by peer-assisted broadcast
+  int64_t checkpoint_every = 0;
+  int64_t checkpoint_keep = 0;
+  bool snapshot_broadcast = false;  // remote actors get snapshots by peer-assisted broadcast
   int64_t wait_for_actors = 0;     // remote actors registered before the first update
-  int64_t learner_ranks = 1;       // data-parallel learner ranks started on this host (rank 0 is this process)
-  double rank_timeout_seconds = 1800;  // one collective of the ranks (learn/rank_group.h)
+  int64_t learner_ranks = 0;       // data-parallel learner ranks started on this host (rank 0 is this process)
+  double rank_timeout_seconds = 0;  // one collective of the ranks (learn/rank_group.h)
 };
 
 // The sampling parameters of the run's actors (stop ids come from the vocabulary).
