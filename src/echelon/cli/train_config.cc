@@ -118,7 +118,7 @@ struct TrainKeys {
   ConfigSchema schema;
   std::vector<std::pair<std::string, Apply>> apply;
 
-  // `apply` nullptr: the key is read by another key's Apply (named in its help's reason).
+  // `to` nullptr: another key's Apply reads this one (a comment at the declaration says which).
   TrainKeys& Int(const char* key, int64_t def, int64_t min, int64_t max, const char* help, const char* readers,
                  Apply to) {
     schema.Int(key, def, min, max, help).ReadBy(readers);
@@ -269,6 +269,7 @@ const TrainKeys& Keys() {
     k.Float("rollout.verify_tolerance", 0.02, 0.0, 100.0,
             "largest mean |recomputed - claimed| log-prob of a verified group (honest actors' gap: verify_gap_max)", kLearner, AT(verify_tolerance));
     k.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)", kTrain, ReadSlowActors);
+    // rollout.slowdown: read by ReadSlowActors.
     k.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group", kTrain, nullptr);
     k.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)", kLearner, AT(eval_every));
     k.Int("checkpoint.every", 50, 0, 100000000,
