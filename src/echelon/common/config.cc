@@ -123,8 +123,9 @@ std::string Constraint(const FieldSpec& f) {
   return ss.str();
 }
 
-// Markdown table cells may not hold '|' or line breaks.
-std::string Cell(std::string text) {
+}  // namespace
+
+std::string MarkdownCell(const std::string& text) {
   std::string out;
   for (char c : text) {
     if (c == '|') out += "\\|";
@@ -133,8 +134,6 @@ std::string Cell(std::string text) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string ConfigSchema::Describe() const {
   std::ostringstream ss;
@@ -151,8 +150,8 @@ std::string ConfigSchema::Markdown() const {
   std::ostringstream ss;
   ss << "| key | type, default, range | read by | meaning |\n|---|---|---|---|\n";
   for (const FieldSpec& f : fields_)
-    ss << "| `" << f.key << "` | " << Cell(Constraint(f)) << " | " << Cell(f.readers) << " | " << Cell(f.help) << " |\n";
-  for (const auto& [prefix, help] : open_sections_) ss << "| `" << prefix << "*` | | | " << Cell(help) << " |\n";
+    ss << "| `" << f.key << "` | " << MarkdownCell(Constraint(f)) << " | " << MarkdownCell(f.readers) << " | " << MarkdownCell(f.help) << " |\n";
+  for (const auto& [prefix, help] : open_sections_) ss << "| `" << prefix << "*` | | | " << MarkdownCell(help) << " |\n";
   return ss.str();
 }
 

@@ -60,6 +60,9 @@ class ConfigSchema {
   std::vector<std::pair<std::string, std::string>> open_sections_;
 };
 
+// `text` as one Markdown table cell: '|' escaped, line breaks as <br>.
+std::string MarkdownCell(const std::string& text);
+
 class Config {
  public:
   // Loads `path` (may be empty: defaults only), then applies "key=value" overrides in order.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "echelon/common/config.h"
 #include "echelon/common/fs.h"
 
 namespace echelon::plan {
@@ -48,17 +49,6 @@ std::string Constraint(const KeyDoc& k) {
   return ss.str();
 }
 
-// Markdown table cells may not hold '|' or line breaks.
-std::string Cell(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += "<br>";
-    else out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 const KeyDoc* KeyTable::Find(const std::string& key) const {
@@ -81,7 +71,7 @@ std::string KeyTable::Markdown() const {
   std::ostringstream ss;
   ss << "| key | type, default, range | read by | meaning |\n|---|---|---|---|\n";
   for (const KeyDoc& k : keys_)
-    ss << "| `" << k.key << "` | " << Cell(Constraint(k)) << " | " << Cell(k.readers) << " | " << Cell(k.help) << " |\n";
+    ss << "| `" << k.key << "` | " << MarkdownCell(Constraint(k)) << " | " << MarkdownCell(k.readers) << " | " << MarkdownCell(k.help) << " |\n";
   return ss.str();
 }
 
