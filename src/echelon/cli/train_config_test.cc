@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "echelon/data/adapter.h"
@@ -152,6 +153,24 @@ TEST(TrainSchema, ConfigDocTableIsTheGeneratedOne) {
   }
   EXPECT_EQ(table, TrainSchema().Markdown())
       << "regenerate the table in docs/CONFIG.md with `echelon train --config-keys markdown`";
+}
+
+}  // namespace
+}  // namespace echelon::cli
+
+namespace echelon::cli {
+namespace {
+
+// rollout.transport was declared in the schema but read beside the reader (launch.cc), so
+// RunOptions did not carry it; it is now RunOptions::thread_actors.
+TEST(TrainSchema, RolloutTransportIsReadIntoTheRunOptions) {
+  for (const auto& [value, threads] : std::vector<std::pair<std::string, bool>>{{"threads", true}, {"processes", false}}) {
+    Result<Config> cfg = Config::Load(TrainSchema(), "", {"rollout.transport=" + value});
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    EXPECT_EQ(o->thread_actors, threads) << value;
+  }
 }
 
 }  // namespace
