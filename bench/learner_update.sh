@@ -40,7 +40,7 @@ one fp32_micro 2 --micro 1024
 one bf16_micro 2 --precision bf16 --micro 1024
 one fp32_micro_1thread 1 --micro 1024
 two ranks2_micro --micro 1024
-two ranks2_micro_shard --micro 1024 --shard
+two ranks2_micro_shard --micro 1024 --shard optimizer
 two ranks2_bf16_micro --precision bf16 --micro 1024
 
 /usr/bin/python3 - "$TMP" <<'PY'

@@ -2,9 +2,9 @@
 // (8 layers, hidden 512, ~27M parameters): fp32 against bf16, one forward/backward against
 // micro-batches, one rank against data-parallel ranks (run as processes with torchrun's
 // variables by bench/learner_update.sh). Prints one JSON line per rank:
-//   {"rank", "ranks", "precision", "micro_batch_tokens", "shard_optimizer", "threads",
+//   {"rank", "ranks", "precision", "micro_batch_tokens", "shard", "activation_checkpointing", "threads",
 //    "pack_sequences", "update_s" (median), "updates", "peak_rss_mb", "optimizer_mb"}
-// Usage: learner_update_bench [--precision fp32|bf16] [--micro N] [--shard] [--no-pack] [--updates N]
+// Usage: learner_update_bench [--precision fp32|bf16] [--micro N] [--shard none|optimizer|params] [--checkpoint] [--no-pack] [--updates N]
 //        [--device D]
 //        (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT for ranks)
 #include <ATen/ATen.h>
@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--precision" && i + 1 < argc) o.precision = learn::ParsePrecision(argv[++i]).value();
     if (a == "--micro" && i + 1 < argc) o.micro_batch_tokens = std::atoll(argv[++i]);
-    if (a == "--shard") o.shard_optimizer = true;
+    if (a == "--shard" && i + 1 < argc) o.shard = learn::ParseShard(argv[++i]).value();
+    if (a == "--checkpoint") o.activation_checkpointing = true;
     if (a == "--no-pack") o.pack_sequences = false;
     if (a == "--updates" && i + 1 < argc) updates = std::atoi(argv[++i]);
     if (a == "--device" && i + 1 < argc) o.device = argv[++i];
@@ -107,7 +108,8 @@ int main(int argc, char** argv) {
                          {"ranks", group ? group->world() : 1},
                          {"precision", o.precision == learn::Precision::kBf16 ? "bf16" : "fp32"},
                          {"micro_batch_tokens", o.micro_batch_tokens},
-                         {"shard_optimizer", o.shard_optimizer},
+                         {"shard", static_cast<int>(o.shard)},
+                         {"activation_checkpointing", o.activation_checkpointing},
                          {"pack_sequences", o.pack_sequences},
                          {"threads", threads},
                          {"parameters", m->config().NumParameters()},

@@ -17,10 +17,10 @@ ranks_per_line() {  # FILE: the learner_ranks of every update line, one per line
   python3 -c "import json,sys; [print(json.loads(l).get('learner_ranks')) for l in open(sys.argv[1]) if '\"step\"' in l]" "$1"
 }
 
-for shard in false true; do
+for shard in none optimizer params; do
   timeout 300 "$ECHELON" train "$CONFIG" --out "two-$shard" --set rl.steps=6 --set learner.ranks=2 \
-    --set learner.shard_optimizer=$shard --set learner.micro_batch_tokens=64 "${TINY[@]}" > "two-$shard.out" 2>&1
-  check "two ranks (shard_optimizer=$shard) exit 0" test $? -eq 0
+    --set learner.shard=$shard --set learner.micro_batch_tokens=64 "${TINY[@]}" > "two-$shard.out" 2>&1
+  check "two ranks (shard=$shard) exit 0" test $? -eq 0
   check "every update line has learner_ranks 2 ($shard)" test "$(ranks_per_line two-$shard/metrics.jsonl | sort -u)" = 2
   check "6 update lines ($shard)" test "$(ranks_per_line two-$shard/metrics.jsonl | wc -l)" -eq 6
   check "rank 1 ran to the end ($shard)" contains "two-$shard/ranks/rank-1.log" "learner rank 1 done"

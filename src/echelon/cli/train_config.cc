@@ -70,6 +70,11 @@ Status ReadPrecision(const Config& cfg, const std::string& key, RunOptions& o) {
   return Status::Ok();
 }
 
+Status ReadShard(const Config& cfg, const std::string& key, RunOptions& o) {
+  ECHELON_ASSIGN_OR_RETURN(o.learner.shard, learn::ParseShard(cfg.String(key)));
+  return Status::Ok();
+}
+
 Status ReadDevice(const Config& cfg, const std::string& key, RunOptions& o) {
   o.learner.device = cfg.String(key);
   if (Status st = model::CheckDevice(o.learner.device); !st.ok()) return st.WithContext(cfg.source() + ": " + key);
@@ -215,8 +220,15 @@ const TrainKeys& Keys() {
     k.Int("learner.ranks", 1, 1, 1024,
           "data-parallel learner ranks on this host (c10d Gloo); across hosts set torchrun's RANK, WORLD_SIZE, "
           "MASTER_ADDR, MASTER_PORT instead", kLearner, AT(learner_ranks));
-    k.Bool("learner.shard_optimizer", false,
-           "with several learner ranks, each keeps 1/ranks of the AdamW state (ZeRO stage 1)", kLearner, AT(learner.shard_optimizer));
+    k.String("learner.shard", "none",
+             "what several learner ranks divide: none; optimizer: 1/ranks of the AdamW state each (ZeRO stage 1); "
+             "params: 1/ranks of every weight, gradient and AdamW state, each layer gathered while it runs and "
+             "recomputed in the backward pass (ZeRO stage 3); rank 0 keeps the whole fp32 weights in host memory",
+             {"none", "optimizer", "params"}, kLearner, ReadShard);
+    k.Bool("learner.activation_checkpointing", false,
+           "keep only each layer's input for the backward pass, which runs the layer again (about a third more "
+           "compute, activations of one layer); always on with learner.shard: params",
+           kLearner, AT(learner.activation_checkpointing));
     // Long enough for rank 0's evaluation and checkpoint between updates, while the others
     // wait; a rank that dies is noticed at once by its closed connection, not by this.
     k.Float("learner.rank_timeout_seconds", 1800.0, 1.0, 86400.0,

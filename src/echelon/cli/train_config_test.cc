@@ -31,7 +31,7 @@ std::string Print(const RunOptions& o) {
   const learn::LearnerOptions& l = o.learner;
   s << '|' << l.lr << ',' << l.weight_decay << ',' << l.max_grad_norm << ',' << l.temperature << ',' << l.scale_by_std
     << ',' << l.minibatches << ',' << l.device << ',' << static_cast<int>(l.precision) << ',' << l.micro_batch_tokens
-    << ',' << l.pack_sequences << ',' << l.shard_optimizer << ',' << l.router_aux_coef;
+    << ',' << l.pack_sequences << ',' << static_cast<int>(l.shard) << ',' << l.activation_checkpointing << ',' << l.router_aux_coef;
   s << '|' << l.loss.clip_low << ',' << l.loss.clip_high << ',' << l.loss.clip_ratio_c << ',' << l.loss.kl_coef << ','
     << static_cast<int>(l.loss.correction) << ',' << l.loss.tis_cap << ',' << l.loss.decoupled_cap << ','
     << l.loss.icepop_beta << ',' << l.loss.m2po_tau;

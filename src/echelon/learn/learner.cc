@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "echelon/learn/layer_units.h"
 #include "echelon/learn/packing.h"
 
 namespace echelon::learn {
@@ -71,6 +72,13 @@ TrainingBatch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vec
 
 }  // namespace
 
+Result<Shard> ParseShard(const std::string& name) {
+  if (name == "none") return Shard::kNone;
+  if (name == "optimizer") return Shard::kOptimizer;
+  if (name == "params") return Shard::kParams;
+  return InvalidArgument("unknown shard mode \"" + name + "\" (none, optimizer or params)");
+}
+
 Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
@@ -94,28 +102,50 @@ model::Qwen3Model FrozenCopy(const model::Qwen3Model& source, at::Device device,
   return copy;
 }
 
+// AdamW's state of `param`, or nullptr before its first step.
+const torch::optim::AdamWParamState* StateOf(const torch::optim::AdamW& optimizer, const at::Tensor& param) {
+  auto it = optimizer.state().find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+  return it == optimizer.state().end() ? nullptr : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
+}
+
 }  // namespace
 
 Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, GradientReducer* reducer)
     : model_(std::move(model)), compute_(nullptr), options_(options), reducer_(reducer), device_(options.device) {
-  model_->to(device_, at::kFloat);
+  const bool several = reducer_ != nullptr && reducer_->world() > 1;
   const at::ScalarType compute_dtype = options.precision == Precision::kBf16 ? at::kBFloat16 : at::kFloat;
-  if (compute_dtype == at::kFloat) {
-    compute_ = model_;
+  for (const auto& item : model_->named_parameters(/*recurse=*/true))
+    shapes_.emplace_back(item.key(), item.value().sizes().vec());
+  sharded_ = options.shard == Shard::kOptimizer && several;
+  units_sharded_ = options.shard == Shard::kParams && several;
+  std::vector<at::Tensor> stepped;
+  if (units_sharded_) {
+    // The whole fp32 weights stay in host memory, on rank 0 only; the device holds shards.
+    model_->to(at::kCPU, at::kFloat);
+    if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
+    compute_ = model::Qwen3Model(model_->config());
+    units_ = std::make_unique<LayerUnits>(compute_, model_, reducer_, compute_dtype, device_);
+    if (reducer_->rank() != 0)
+      for (at::Tensor& p : model_->parameters()) p.set_data(at::empty({0}, at::kFloat));
+    stepped = units_->Shards();
   } else {
-    compute_ = FrozenCopy(model_, device_, compute_dtype);
-    for (auto& p : compute_->parameters()) p.requires_grad_(true);
+    model_->to(device_, at::kFloat);
+    if (compute_dtype == at::kFloat) {
+      compute_ = model_;
+    } else {
+      compute_ = FrozenCopy(model_, device_, compute_dtype);
+      for (auto& p : compute_->parameters()) p.requires_grad_(true);
+    }
+    if (options.activation_checkpointing) units_ = std::make_unique<LayerUnits>(compute_);
+    if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
+    const std::vector<at::Tensor> params = model_->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      if (Owns(i)) stepped.push_back(params[i]);
   }
-  sharded_ = options.shard_optimizer && reducer_ != nullptr && reducer_->world() > 1;
-  std::vector<at::Tensor> owned;
-  const std::vector<at::Tensor> params = model_->parameters();
-  for (size_t i = 0; i < params.size(); ++i)
-    if (Owns(i)) owned.push_back(params[i]);
   torch::optim::AdamWOptions o(options.lr);
   o.betas({options.beta1, options.beta2});
   o.weight_decay(options.weight_decay);
-  optimizer_ = std::make_unique<torch::optim::AdamW>(owned, o);
-  if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
+  optimizer_ = std::make_unique<torch::optim::AdamW>(stepped, o);
 }
 
 void Learner::SetLearningRate(double lr) {
@@ -148,6 +178,24 @@ Status Learner::ShareStepped() {
 }
 
 Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
+  if (units_sharded_) {
+    // Every rank steps every unit together, so the step counts agree without asking.
+    std::map<std::string, at::Tensor> all;
+    const std::vector<at::Tensor> shards = units_->Shards();
+    for (size_t u = 0; u < shards.size(); ++u) {
+      const torch::optim::AdamWParamState* s = StateOf(*optimizer_, shards[u]);
+      if (s == nullptr) continue;
+      ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> m, units_->Join(u, s->exp_avg()));
+      ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> v, units_->Join(u, s->exp_avg_sq()));
+      for (size_t k = 0; k < m.size(); ++k) {
+        const std::string& name = units_->UnitNames(u)[k];
+        all[name + ".exp_avg"] = m[k].clone();
+        all[name + ".exp_avg_sq"] = v[k].clone();
+        all[name + ".step"] = at::full({1}, s->step(), at::kLong);
+      }
+    }
+    return all;
+  }
   if (!sharded_) return OptimizerState();
   const std::map<std::string, at::Tensor> mine = OptimizerState();
   const auto named = model_->named_parameters(/*recurse=*/true);
@@ -175,8 +223,31 @@ Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
 
 int64_t Learner::OptimizerStateBytes() const {
   int64_t bytes = 0;
-  for (const auto& [name, t] : OptimizerState()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const auto& [name, t] : OptimizerState()) bytes += t.nbytes();
+  if (units_sharded_)
+    for (const at::Tensor& shard : units_->Shards())
+      if (const torch::optim::AdamWParamState* s = StateOf(*optimizer_, shard))
+        bytes += s->exp_avg().nbytes() + s->exp_avg_sq().nbytes() + static_cast<int64_t>(sizeof(int64_t));
   return bytes;
+}
+
+int64_t Learner::TrainingStateBytes() const {
+  int64_t bytes = OptimizerStateBytes();
+  const auto add = [&](const std::vector<at::Tensor>& tensors) {
+    for (const at::Tensor& t : tensors) bytes += t.nbytes() + (t.grad().defined() ? t.grad().nbytes() : 0);
+  };
+  if (units_sharded_) {
+    add(units_->Shards());
+    add(compute_->parameters());  // empty between updates
+    return bytes;
+  }
+  add(model_->parameters());
+  if (compute_.get() != model_.get()) add(compute_->parameters());
+  return bytes;
+}
+
+int64_t Learner::PeakTrainingStateBytes() const {
+  return TrainingStateBytes() + (units_sharded_ ? units_->peak_transient_bytes() : 0);
 }
 
 Learner::~Learner() = default;
@@ -187,14 +258,13 @@ std::map<std::string, at::Tensor> Learner::ReferenceState() const {
 
 std::map<std::string, at::Tensor> Learner::OptimizerState() const {
   std::map<std::string, at::Tensor> out;
-  const auto& state = optimizer_->state();
+  if (units_sharded_) return out;  // shards, not parameters: GatherOptimizerState
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
-    auto it = state.find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
-    if (it == state.end()) continue;
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    out[item.key() + ".exp_avg"] = s.exp_avg().detach();
-    out[item.key() + ".exp_avg_sq"] = s.exp_avg_sq().detach();
-    out[item.key() + ".step"] = at::full({1}, s.step(), at::kLong);
+    const torch::optim::AdamWParamState* s = StateOf(*optimizer_, item.value());
+    if (s == nullptr) continue;
+    out[item.key() + ".exp_avg"] = s->exp_avg().detach();
+    out[item.key() + ".exp_avg_sq"] = s->exp_avg_sq().detach();
+    out[item.key() + ".step"] = at::full({1}, s->step(), at::kLong);
   }
   return out;
 }
@@ -203,37 +273,59 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
                         const std::map<std::string, at::Tensor>& reference_weights) {
   if (version < 0) return InvalidArgument("restoring a negative policy version " + std::to_string(version));
   // Check everything before changing anything.
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < shapes_.size(); ++i) index_of[shapes_[i].first] = i;
   std::vector<std::pair<at::Tensor, std::unique_ptr<torch::optim::AdamWParamState>>> restored;
   size_t used = 0, covered = 0;
-  const auto named = model_->named_parameters(/*recurse=*/true);
-  for (size_t i = 0; i < named.size(); ++i) {
-    const auto& item = named[i];
-    const std::string& name = item.key();
+  const std::vector<at::Tensor> params = model_->parameters();
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    const auto& [name, shape] = shapes_[i];
     auto step = optimizer_state.find(name + ".step");
     if (step == optimizer_state.end()) continue;
     auto m = optimizer_state.find(name + ".exp_avg");
     auto v = optimizer_state.find(name + ".exp_avg_sq");
     if (m == optimizer_state.end() || v == optimizer_state.end())
       return DataLoss("optimizer state of " + name + " is incomplete (exp_avg and exp_avg_sq are both needed)");
-    if (!m->second.sizes().equals(item.value().sizes()) || !v->second.sizes().equals(item.value().sizes()))
+    if (m->second.sizes().vec() != shape || v->second.sizes().vec() != shape)
       return DataLoss("optimizer state of " + name + " has the wrong shape");
     if (step->second.numel() != 1 || step->second.scalar_type() != at::kLong)
       return DataLoss("optimizer step count of " + name + " must be one int64");
     used += 3;
     ++covered;
-    if (!Owns(i)) continue;  // another rank's share
+    if (units_sharded_ || !Owns(i)) continue;  // shards below; another rank's share
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     s->step(step->second.item<int64_t>());
     s->exp_avg(m->second.to(device_, at::kFloat).clone());
     s->exp_avg_sq(v->second.to(device_, at::kFloat).clone());
-    restored.emplace_back(item.value(), std::move(s));
+    restored.emplace_back(params[i], std::move(s));
   }
   if (used != optimizer_state.size())
     return DataLoss("optimizer state holds " + std::to_string(optimizer_state.size() - used) +
                     " tensors that name no parameter of this model");
-  if (covered > 0 && covered != named.size())
-    return DataLoss("optimizer state covers " + std::to_string(covered) + " of " + std::to_string(named.size()) +
+  if (covered > 0 && covered != shapes_.size())
+    return DataLoss("optimizer state covers " + std::to_string(covered) + " of " + std::to_string(shapes_.size()) +
                     " parameters");
+  if (units_sharded_ && covered > 0) {
+    // This rank's part of each unit's state, cut as its weights are; one step count per unit.
+    const std::vector<at::Tensor> shards = units_->Shards();
+    for (size_t u = 0; u < shards.size(); ++u) {
+      const std::vector<std::string>& names = units_->UnitNames(u);
+      std::vector<at::Tensor> m, v;
+      const int64_t step = optimizer_state.at(names.front() + ".step").item<int64_t>();
+      for (const std::string& name : names) {
+        if (optimizer_state.at(name + ".step").item<int64_t>() != step)
+          return DataLoss("optimizer step counts differ within the unit of " + name + " (" + names.front() +
+                          " has " + std::to_string(step) + "): sharded parameters step a unit together");
+        m.push_back(optimizer_state.at(name + ".exp_avg"));
+        v.push_back(optimizer_state.at(name + ".exp_avg_sq"));
+      }
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(step);
+      s->exp_avg(units_->Cut(u, m));
+      s->exp_avg_sq(units_->Cut(u, v));
+      restored.emplace_back(shards[u], std::move(s));
+    }
+  }
   if (reference_) ECHELON_RETURN_IF_ERROR(reference_->LoadStateDict(reference_weights, "reference policy"));
   auto& state = optimizer_->state();
   state.clear();
@@ -404,21 +496,32 @@ at::Tensor Rows(const at::Tensor& t, const at::Tensor& rows, int64_t len, at::De
   return t.index_select(0, rows).narrow(1, 0, len).to(device);
 }
 
-bool Mine(size_t index, const GradientReducer* reducer) {
-  return reducer == nullptr || static_cast<int>(index % static_cast<size_t>(reducer->world())) == reducer->rank();
-}
-
 }  // namespace
 
-void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
-                                  const at::Tensor& keep, Minibatch* mb) {
+Status Learner::ForEachMine(size_t n, bool backward, const std::function<Status(size_t)>& round) {
+  const size_t world = reducer_ != nullptr ? static_cast<size_t>(reducer_->world()) : 1;
+  const size_t rank = reducer_ != nullptr ? static_cast<size_t>(reducer_->rank()) : 0;
+  for (size_t first = 0; first < n; first += world) {
+    if (first + rank < n) {
+      ECHELON_RETURN_IF_ERROR(round(first + rank));
+    } else if (units_sharded_) {
+      ECHELON_RETURN_IF_ERROR(units_->IdleRound(backward));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
+                                    const at::Tensor& keep, Minibatch* mb) {
   const double tokens = b.mask.index_select(0, rows).sum().item<double>();
   if (!prox.defined()) mb->start_logp = at::zeros_like(b.mask);
   compute_->zero_grad();
+  if (units_sharded_)
+    for (at::Tensor shard : units_->Shards()) shard.mutable_grad() = at::Tensor();
   const std::vector<at::Tensor> micro = MicroBatches(b, rows);
-  for (size_t i = 0; i < micro.size(); ++i) {
-    if (!Mine(i, reducer_)) continue;
+  return ForEachMine(micro.size(), /*backward=*/true, [&](size_t i) -> Status {
     const at::Tensor& u = micro[i];
+    if (units_) ECHELON_RETURN_IF_ERROR(units_->BeginMicroBatch());
     const int64_t len = Width(b, u);
     PolicyLossInputs in;
     const bool aux = options_.router_aux_coef > 0 && compute_->config().moe();
@@ -446,6 +549,7 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
       mb->router_aux_loss += w * balance.item<double>();
     }
     (loss * w).backward();
+    if (units_) ECHELON_RETURN_IF_ERROR(units_->EndMicroBatch(/*backward=*/true));
     mb->loss += w * out.loss.item<double>();
     mb->clip_frac += w * out.clip_frac;
     mb->kl += w * out.kl;
@@ -454,16 +558,21 @@ void Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows
     mb->health.Add(out.health, w);
     if (mb->start_logp.defined())
       mb->start_logp.index_put_({u, at::indexing::Slice(0, len)}, in.logp.detach().to(at::kCPU));
-  }
+    return Status::Ok();
+  });
 }
 
 Result<double> Learner::ApplyGradients(Minibatch* mb) {
   std::vector<at::Tensor> master = model_->parameters(), compute = compute_->parameters();
   if (reducer_ != nullptr && reducer_->world() > 1) {
     // One flat fp32 vector: every gradient, the statistics, the start log-probs.
+    // (Sharded parameters: the gradients were reduce-scattered layer by layer already.)
     std::vector<at::Tensor> parts;
-    for (const at::Tensor& p : compute)
-      parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, master[0].options()));
+    const at::TensorOptions floats = at::TensorOptions().dtype(at::kFloat).device(device_);
+    for (const at::Tensor& p : compute) {
+      if (units_sharded_) break;
+      parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, floats));
+    }
     const ImportanceHealth& h = mb->health;
     parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean, h.weight_mean, h.weight_m2,
                                 h.logratio_m2, h.masked_frac, mb->router_aux_loss},
@@ -474,6 +583,7 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
     ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
     int64_t offset = 0;
     for (at::Tensor& p : master) {
+      if (units_sharded_) break;
       p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p).clone();
       offset += p.numel();
     }
@@ -491,6 +601,7 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
     for (size_t i = 0; i < master.size(); ++i)
       if (compute[i].grad().defined()) master[i].mutable_grad() = compute[i].grad().to(at::kFloat);
   }
+  if (units_sharded_) return StepShards(mb->loss);
   const double norm = torch::nn::utils::clip_grad_norm_(master, options_.max_grad_norm);
   // A non-finite loss or gradient (a ratio overflowing on hostile behaviour log-probs, a
   // numerical blow-up) would write NaN weights that every actor then receives: no step. Every
@@ -505,16 +616,34 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
   return norm;
 }
 
+Result<double> Learner::StepShards(double loss) {
+  // clip_grad_norm_'s arithmetic over the shards: the squared norms summed over the ranks.
+  const std::vector<at::Tensor> shards = units_->Shards();
+  at::Tensor squares = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  for (const at::Tensor& shard : shards) squares += shard.grad().pow(2).sum();
+  ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(squares));
+  const at::Tensor norm = squares.sqrt();
+  const double value = norm.item<double>();
+  if (!std::isfinite(value) || !std::isfinite(loss)) return std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor coef = at::clamp(options_.max_grad_norm / (norm + 1e-6), c10::nullopt, 1.0);
+  for (const at::Tensor& shard : shards) shard.grad().mul_(coef);
+  optimizer_->step();
+  ECHELON_RETURN_IF_ERROR(units_->GatherMasters(reducer_->rank() == 0 ? &model_ : nullptr));
+  return value;
+}
+
 Result<at::Tensor> Learner::ProxLogProbs(const TrainingBatch& b) {
   at::NoGradGuard no_grad;
   at::Tensor prox = at::zeros_like(b.mask);
   const at::Tensor all = at::arange(b.mask.size(0), at::kLong);
   const std::vector<at::Tensor> micro = MicroBatches(b, all);
-  for (size_t i = 0; i < micro.size(); ++i) {
-    if (!Mine(i, reducer_)) continue;
+  ECHELON_RETURN_IF_ERROR(ForEachMine(micro.size(), /*backward=*/false, [&](size_t i) -> Status {
     const int64_t len = Width(b, micro[i]);
+    if (units_) ECHELON_RETURN_IF_ERROR(units_->BeginMicroBatch());
     prox.index_put_({micro[i], at::indexing::Slice(0, len)}, LogProbs(compute_, b, micro[i], len).to(at::kCPU));
-  }
+    if (units_) return units_->EndMicroBatch(/*backward=*/false);
+    return Status::Ok();
+  }));
   if (reducer_ != nullptr && reducer_->world() > 1) {
     at::Tensor flat = prox.flatten().to(device_);
     ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
@@ -559,7 +688,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     if (prox.defined()) StartOfUpdateStats(prox, keep, options_.loss, b, groups.size(), &stats);
     for (const at::Tensor& rows : minibatches) {
       Minibatch mb;
-      AccumulateGradients(b, rows, prox, keep, &mb);
+      ECHELON_RETURN_IF_ERROR(AccumulateGradients(b, rows, prox, keep, &mb));
       stats.computed_positions += mb.computed_positions;
       stats.sequence_positions += mb.sequence_positions;
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,14 @@ namespace echelon::learn {
 // and AdamW state; log-probs, the loss and its reductions in fp32 either way.
 enum class Precision { kFp32, kBf16 };
 Result<Precision> ParsePrecision(const std::string& name);  // "fp32", "bf16"
+
+// What several learner ranks divide between them (one rank: nothing). kOptimizer (ZeRO stage 1):
+// each keeps the AdamW state of every world-th parameter, steps those and sends them to the
+// others. kParams (ZeRO stage 3): each keeps 1/world of every weight, gradient and AdamW state
+// (learn/layer_units.h); rank 0 also keeps the whole fp32 weights in host memory, which
+// snapshots, evaluation and checkpoints read.
+enum class Shard { kNone, kOptimizer, kParams };
+Result<Shard> ParseShard(const std::string& name);  // "none", "optimizer", "params"
 
 struct LearnerOptions {
   PolicyLossOptions loss;
@@ -58,9 +67,10 @@ struct LearnerOptions {
   // its longest (first-fit decreasing, attention kept inside each sequence), so the update
   // computes about the real tokens only. false: each row padded to the longest.
   bool pack_sequences = true;
-  // With several ranks, each keeps the AdamW state of every world-th parameter only (ZeRO
-  // stage 1), steps those parameters, and sends them to the others.
-  bool shard_optimizer = false;
+  Shard shard = Shard::kNone;
+  // Each decoder layer keeps only its input for the backward pass, which runs the layer again
+  // (learn/layer_units.h); always so with Shard::kParams.
+  bool activation_checkpointing = false;
   // Mixture-of-experts models: weight of the router's load-balancing loss added to the policy
   // loss (model/qwen3.h TakeRouterAuxLoss); 0: off.
   double router_aux_coef = 0;
@@ -78,6 +88,12 @@ class GradientReducer {
   virtual Status AllReduceSum(at::Tensor& flat) = 0;
   // Every rank's `tensors` (same shapes everywhere) become rank `root`'s.
   virtual Status Broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
+  // Every rank's `shard` ([n], the same n everywhere) side by side, in rank order, in `full`
+  // ([world * n], same dtype and device).
+  virtual Status AllGather(const at::Tensor& shard, at::Tensor& full) = 0;
+  // `full` ([world * n], fp32) summed over the ranks; this rank's n-long part of the sum into
+  // `shard`. `full` may be overwritten.
+  virtual Status ReduceScatterSum(at::Tensor& full, at::Tensor& shard) = 0;
 };
 
 // One prompt group as it reaches the learner.
@@ -114,6 +130,7 @@ struct StepStats {
 };
 
 struct TrainingBatch;  // learner.cc: the padded rows of one update
+class LayerUnits;      // learn/layer_units.h
 
 class Learner {
  public:
@@ -144,6 +161,14 @@ class Learner {
   Result<std::map<std::string, at::Tensor>> GatherOptimizerState();
   // Bytes of AdamW state this rank holds.
   int64_t OptimizerStateBytes() const;
+  // Whether the AdamW state is spread over the ranks (GatherOptimizerState then needs them all).
+  bool optimizer_state_sharded() const { return sharded_ || units_sharded_; }
+  // Bytes of fp32 master weights, gradients and AdamW state this rank keeps between updates
+  // (rank 0's whole host copy under Shard::kParams not counted).
+  int64_t TrainingStateBytes() const;
+  // The most of those bytes alive at once during the updates so far: with Shard::kParams, plus
+  // the largest set of gathered weights and unreduced gradients held together.
+  int64_t PeakTrainingStateBytes() const;
   // Continues from a checkpoint: the model's weights are already loaded; this sets the
   // version, the optimizer state (as OptimizerState() gave it, whole; a sharded optimizer keeps
   // its share) and, when the KL term is on,
@@ -156,8 +181,8 @@ class Learner {
   // Forward/backward of one minibatch's rows, micro-batch by micro-batch (this rank's share);
   // gradients accumulate in the compute model, statistics into `mb`.
   // `keep`: m2po's token mask over the whole batch (undefined for the other corrections).
-  void AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
-                           const at::Tensor& keep, Minibatch* mb);
+  Status AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
+                             const at::Tensor& keep, Minibatch* mb);
   // The compute model's gradients (and the minibatch's statistics) summed over ranks into the
   // master's gradients; then clipping and the optimizer step, and the compute copy refreshed.
   // Returns the gradient norm, or NaN with no step taken when the loss or gradient is not finite.
@@ -182,8 +207,19 @@ class Learner {
   // After a sharded step: every rank's parameters become their owners'.
   Status ShareStepped();
 
+  // Shard::kParams: the clipping and the step on this rank's shards, then rank 0's whole copy
+  // gathered.
+  Result<double> StepShards(double loss);
+  // Runs `round(i)` for each of this rank's micro-batch indices below `n` (i = k * world + rank);
+  // a rank short of a round (sharded units) takes an idle one, so collectives line up.
+  Status ForEachMine(size_t n, bool backward, const std::function<Status(size_t)>& round);
+
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  bool sharded_ = false;
+  bool sharded_ = false;  // Shard::kOptimizer over several ranks
+  std::unique_ptr<LayerUnits> units_;  // checkpointing or Shard::kParams
+  bool units_sharded_ = false;
+  // Every parameter's name and shape, in named order (the model's own tensors may be emptied).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes_;
   int64_t version_ = 0;
 };
 

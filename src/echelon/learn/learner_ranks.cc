@@ -30,13 +30,14 @@ void VisitOptions(Options& o, Field&& field) {
   field("scale_by_std", o.scale_by_std);
   field("minibatches", o.minibatches);
   field("micro_batch_tokens", o.micro_batch_tokens);
-  field("shard_optimizer", o.shard_optimizer);
+  field("activation_checkpointing", o.activation_checkpointing);
   field("router_aux_coef", o.router_aux_coef);
 }
 
 json OptionsToJson(const LearnerOptions& o) {
   json j = {{"correction", static_cast<int>(o.loss.correction)},
             {"precision", static_cast<int>(o.precision)},
+            {"shard", static_cast<int>(o.shard)},
             {"cuda", at::Device(o.device).is_cuda()}};
   VisitOptions(o, [&](const char* key, const auto& value) { j[key] = value; });
   return j;
@@ -48,6 +49,7 @@ LearnerOptions OptionsFromJson(const json& j, int local_rank) {
   VisitOptions(o, [&](const char* key, auto& value) { value = j.at(key).get<std::decay_t<decltype(value)>>(); });
   o.loss.correction = static_cast<Correction>(j.at("correction").get<int>());
   o.precision = static_cast<Precision>(j.at("precision").get<int>());
+  o.shard = static_cast<Shard>(j.at("shard").get<int>());
   o.device = j.at("cuda").get<bool>() ? "cuda:" + std::to_string(local_rank) : "cpu";
   return o;
 }
@@ -144,7 +146,7 @@ Status LearnerRanks::SendStep(const std::vector<LearnerGroup>& groups, double lr
 }
 
 Result<std::map<std::string, at::Tensor>> LearnerRanks::GatherOptimizerState(Learner& learner) {
-  if (!learner.options().shard_optimizer) return learner.OptimizerState();
+  if (!learner.optimizer_state_sharded()) return learner.OptimizerState();
   ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_optimizer"}}));
   return learner.GatherOptimizerState();
 }
@@ -185,7 +187,6 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
     for (auto& [name, t] : reference) t = r[i++];
   }
   if (options.loss.kl_coef > 0 && reference.empty()) reference = model->StateDict();
-  Learner learner(model, options, &group);
   std::map<std::string, at::Tensor> optimizer;
   const json names = setup.value("optimizer", json::array());
   if (!names.empty()) {
@@ -205,9 +206,15 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
     i = 0;
     for (auto& [name, t] : optimizer) t = o[i++];
   }
+  // Only now: a learner with sharded parameters empties this rank's whole copy of the weights.
+  Learner learner(model, options, &group);
   ECHELON_RETURN_IF_ERROR(learner.Restore(version, optimizer, reference));
   progress << "learner rank " << group.rank() << " of " << group.world() << " ready at version " << version
-           << " (" << options.device << (options.shard_optimizer ? ", sharded optimizer" : "") << ")" << std::endl;
+           << " (" << options.device
+           << (options.shard == Shard::kOptimizer ? ", sharded optimizer"
+               : options.shard == Shard::kParams  ? ", sharded parameters"
+                                                  : "")
+           << ")" << std::endl;
   while (true) {
     ECHELON_ASSIGN_OR_RETURN(json message, ReceiveMessage(group));
     if (message["op"] == "stop") return Status::Ok();

@@ -116,7 +116,7 @@ TEST(LearnerRanks, ShardedOptimizerGivesTheWeightsOfOneRankWithHalfTheState) {
   o.lr = 1e-3;
   o.micro_batch_tokens = 20;
   Learner one(Copy(init), o);
-  o.shard_optimizer = true;
+  o.shard = Shard::kOptimizer;
   TwoRanks two;
   Learner rank0(Copy(init), o, two.ranks->group());
   ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());

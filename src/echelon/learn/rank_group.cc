@@ -164,6 +164,35 @@ Status RankGroup::Broadcast(std::vector<at::Tensor>& tensors, int root) {
   });
 }
 
+Status RankGroup::AllGather(const at::Tensor& shard, at::Tensor& full) {
+  const int64_t n = shard.numel();
+  if (full.numel() != n * world()) return InvalidArgument("all-gather: the output is not world x the shard");
+  return Run("all-gather", [&] {
+    const bool host = !impl_->OnDevice(shard);
+    std::vector<at::Tensor> in = {host ? shard.to(at::kCPU).contiguous() : shard.contiguous()};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < world(); ++r) out[0].push_back(at::empty({n}, in[0].options()));
+#ifdef ECHELON_WITH_NCCL
+    if (!host) {
+      impl_->nccl->allgather(out, in)->wait();
+    } else {
+      impl_->group->allgather(out, in)->wait();
+    }
+#else
+    impl_->group->allgather(out, in)->wait();
+#endif
+    full.copy_(at::cat(out[0]));
+  });
+}
+
+Status RankGroup::ReduceScatterSum(at::Tensor& full, at::Tensor& shard) {
+  const int64_t n = shard.numel();
+  if (full.numel() != n * world()) return InvalidArgument("reduce-scatter: the input is not world x the shard");
+  ECHELON_RETURN_IF_ERROR(AllReduceSum(full));
+  shard.copy_(full.narrow(0, rank() * n, n));
+  return Status::Ok();
+}
+
 Status RankGroup::BroadcastBytes(std::string* bytes, int root) {
   std::vector<at::Tensor> size = {at::full({1}, static_cast<int64_t>(bytes->size()), at::kLong)};
   ECHELON_RETURN_IF_ERROR(Broadcast(size, root));

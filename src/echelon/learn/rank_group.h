@@ -59,6 +59,10 @@ class RankGroup : public GradientReducer {
   Status AllReduceSum(at::Tensor& flat) override;
   // Every rank's `tensors` (same shapes everywhere) become root's.
   Status Broadcast(std::vector<at::Tensor>& tensors, int root) override;
+  Status AllGather(const at::Tensor& shard, at::Tensor& full) override;
+  // Gloo has no reduce-scatter in LibTorch 1.x: an all-reduce, then this rank's part (twice a
+  // reduce-scatter's traffic; the same result).
+  Status ReduceScatterSum(at::Tensor& full, at::Tensor& shard) override;
   // Root's `bytes` reach every rank (the others' are replaced).
   Status BroadcastBytes(std::string* bytes, int root);
 

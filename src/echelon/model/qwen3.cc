@@ -270,9 +270,18 @@ at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& posit
               "Qwen3Model: stage input of shape ", x.sizes(), " for ids ", ids.sizes());
   x = x.to(ref_.device(), ref_.scalar_type());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
-    x = x + Attention(l, RmsNorm(x, l.input_norm, cfg_.rms_norm_eps), cos, sin, mask, cache, write, i);
-    x = x + Mlp(l, RmsNorm(x, l.post_norm, cfg_.rms_norm_eps));
+    std::vector<at::Tensor> out;
+    if (hook_ != nullptr && cache == nullptr) {
+      // By value: the hook may call the layer again in the backward pass, after this Forward.
+      out = hook_->Run(i, x, [this, i, cos, sin, mask, write, record = record_routing_](const at::Tensor& in,
+                                                                                        bool replay) {
+        return DecoderLayer(i, in, cos, sin, mask, nullptr, write, record, replay);
+      });
+    } else {
+      out = DecoderLayer(i, x, cos, sin, mask, cache, write, record_routing_, false);
+    }
+    x = out[0];
+    if (out.size() > 1) routed_prob_sums_.push_back(out[1]);
   }
   if (cache != nullptr) {
     if (cache->row_lengths.empty()) cache->length += t;
@@ -339,21 +348,33 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   return at::linear(out, l.o_proj, l.o_bias);
 }
 
-at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h) {
-  if (l.router.defined()) return Experts(l, h);
+std::vector<at::Tensor> Qwen3ModelImpl::DecoderLayer(size_t index, const at::Tensor& x, const at::Tensor& cos,
+                                                     const at::Tensor& sin, const at::Tensor& mask, KVCache* cache,
+                                                     const CacheWrite& write, bool record, bool replay) {
+  const Layer& l = layers_[index];
+  const double eps = cfg_.rms_norm_eps;
+  at::Tensor h = x + Attention(l, RmsNorm(x, l.input_norm, eps), cos, sin, mask, cache, write, index);
+  at::Tensor prob_sum;
+  h = h + Mlp(l, RmsNorm(h, l.post_norm, eps), replay, record ? &prob_sum : nullptr);
+  if (prob_sum.defined()) return {h, prob_sum};
+  return {h};
+}
+
+at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum) {
+  if (l.router.defined()) return Experts(l, h, replay, prob_sum);
   return at::linear(at::silu(at::linear(h, l.gate_proj, l.gate_bias)) * at::linear(h, l.up_proj, l.up_bias),
                    l.down_proj, l.down_bias);
 }
 
-at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h) {
+at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum) {
   const int64_t experts = cfg_.num_experts, k = cfg_.num_experts_per_tok;
   const at::Tensor x = h.reshape({-1, h.size(-1)});  // [N, E]
   // As transformers: router logits in the weights' dtype, softmax and top-k in fp32.
   const at::Tensor probs = at::softmax(at::linear(x, l.router).to(at::kFloat), -1);  // [N, X]
   auto [weights, chosen] = probs.topk(k, -1);                                       // [N, k]
-  if (record_routing_) {
-    routed_probs_.push_back(probs);
-    routed_choices_.push_back(chosen);
+  if (prob_sum != nullptr) {
+    *prob_sum = probs.sum(0);
+    if (!replay) routed_choices_.push_back(chosen);
   }
   if (cfg_.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(x.scalar_type());
@@ -367,7 +388,7 @@ at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h) {
   at::Tensor out = at::zeros_like(x);
   int64_t start = 0;
   for (int64_t j = 0; j < experts; ++j) {
-    router_load_[static_cast<size_t>(l.sparse_index * experts + j)] += count[j];
+    if (!replay) router_load_[static_cast<size_t>(l.sparse_index * experts + j)] += count[j];
     if (count[j] == 0) continue;
     const at::Tensor tokens = token_of.narrow(0, start, count[j]);
     const at::Tensor xe = x.index_select(0, tokens);
@@ -380,13 +401,12 @@ at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h) {
 }
 
 at::Tensor Qwen3ModelImpl::TakeRouterAuxLoss() {
-  if (routed_probs_.empty()) return at::Tensor();
-  const at::Tensor probs = at::cat(routed_probs_, 0);  // [L * N, X]
+  if (routed_prob_sums_.empty()) return at::Tensor();
   const at::Tensor chosen = at::one_hot(at::cat(routed_choices_, 0), cfg_.num_experts).to(at::kFloat);  // [L*N, k, X]
-  routed_probs_.clear();
+  const at::Tensor share = chosen.mean(0);  // [k, X]: f, per top-k slot as transformers
+  const at::Tensor mean_prob = at::stack(routed_prob_sums_).sum(0) / static_cast<double>(chosen.size(0));  // [X]: P
+  routed_prob_sums_.clear();
   routed_choices_.clear();
-  const at::Tensor share = chosen.mean(0);        // [k, X]: f, per top-k slot as transformers
-  const at::Tensor mean_prob = probs.mean(0);     // [X]: P
   return (share * mean_prob.unsqueeze(0)).sum() * static_cast<double>(cfg_.num_experts);
 }
 

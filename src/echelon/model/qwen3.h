@@ -20,6 +20,7 @@
 // another thread writes its weights is a data race); copy weights with LoadStateDict.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -84,6 +85,20 @@ class StageIo {
   virtual at::Tensor Output(const at::Tensor& x, bool need) = 0;
 };
 
+// How a Forward runs its decoder layers (none installed: one after the other, directly). A
+// learner that shards parameters across ranks or recomputes activations in the backward pass
+// installs one (learn/layer_units.h). `layer(x, replay)` is held layer `index`'s function: its
+// outputs are the layer's output and, for a sparse layer while routing is recorded, the router
+// probabilities summed over its positions ([num_experts] fp32, with their graph); `replay`
+// recomputes it (a backward pass) without counting the router load or recording the choices
+// again. Run returns what `layer` returned. Forwards with a cache never call the hook.
+class LayerHook {
+ public:
+  using LayerFn = std::function<std::vector<at::Tensor>(const at::Tensor& x, bool replay)>;
+  virtual ~LayerHook() = default;
+  virtual std::vector<at::Tensor> Run(size_t index, const at::Tensor& x, const LayerFn& layer) = 0;
+};
+
 class Qwen3ModelImpl : public torch::nn::Module {
  public:
   // cfg must pass Validate() (c10::Error otherwise), and range lie in it; weights start as
@@ -118,6 +133,9 @@ class Qwen3ModelImpl : public torch::nn::Module {
   bool whole() const { return range_.first == 0 && range_.last == cfg_.num_hidden_layers; }
   // Pipeline stages (nullptr: none); not owned, must outlive every Forward.
   void SetStageIo(StageIo* io) { io_ = io; }
+  // How the layers run (nullptr: directly); not owned, must outlive every Forward and backward.
+  void SetLayerHook(LayerHook* hook) { hook_ = hook; }
+  size_t num_layers() const { return layers_.size(); }
   // Of `weights` (a whole model's), the tensors this model holds.
   std::map<std::string, at::Tensor> Own(const std::map<std::string, at::Tensor>& weights) const;
 
@@ -180,14 +198,21 @@ class Qwen3ModelImpl : public torch::nn::Module {
                     const CacheWrite& write, bool compute_logits);
   at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& mask, KVCache* cache, const CacheWrite& write, size_t index) const;
-  at::Tensor Mlp(const Layer& layer, const at::Tensor& h);
-  at::Tensor Experts(const Layer& layer, const at::Tensor& h);
+  // One decoder layer: its output and, for a sparse layer when `record`, the router
+  // probabilities summed over positions (LayerHook's contract).
+  std::vector<at::Tensor> DecoderLayer(size_t index, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                       const at::Tensor& mask, KVCache* cache, const CacheWrite& write, bool record,
+                                       bool replay);
+  // `prob_sum` (when given) receives the router probabilities summed over positions.
+  at::Tensor Mlp(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum);
+  at::Tensor Experts(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum);
 
   Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Qwen3ModelImpl* shared);
 
   ModelConfig cfg_;
   LayerRange range_;
   StageIo* io_ = nullptr;
+  LayerHook* hook_ = nullptr;
   at::Tensor ref_;  // a parameter every range holds: device and dtype
   at::Tensor embed_;  // undefined, as the head's, in a stage after the first
   std::vector<Layer> layers_;
@@ -196,7 +221,9 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor inv_freq_;  // [head_dim / 2] rotary frequencies, not a parameter
   std::vector<int64_t> router_load_;  // [sparse layers * num_experts], see TakeRouterLoad
   bool record_routing_ = false;
-  std::vector<at::Tensor> routed_probs_, routed_choices_;  // per recorded layer: [N, X] fp32, [N, k]
+  // Per recorded layer: router probabilities summed over its N positions ([X] fp32, with their
+  // graph) and its choices [N, k].
+  std::vector<at::Tensor> routed_prob_sums_, routed_choices_;
 };
 TORCH_MODULE(Qwen3Model);
 

@@ -1,0 +1,199 @@
+// Activation checkpointing and sharded parameters (learn/layer_units.h) against the plain
+// learner: the same updates give the same losses and weights; sharded ranks hold about 1/N of
+// one rank's weights, gradients and AdamW state. Ranks are threads of this test, on loopback.
+#include "echelon/learn/layer_units.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <sstream>
+
+#include "echelon/learn/learner_ranks.h"
+#include "echelon/learn/testing.h"
+
+namespace echelon::learn {
+namespace {
+
+// Rank 0 here, ranks 1..world-1 as worker threads running RunRankWorker.
+struct LocalRanks {
+  explicit LocalRanks(int world) {
+    RankGroupOptions r0;
+    r0.world = world;
+    r0.timeout_seconds = 60;
+    r0.on_listening = [this, world](int port) {
+      for (int r = 1; r < world; ++r)
+        workers.push_back(std::async(std::launch::async, [port, r, world] {
+          RankGroupOptions o;
+          o.rank = r;
+          o.world = world;
+          o.master_port = port;
+          o.timeout_seconds = 60;
+          Result<std::unique_ptr<RankGroup>> g = RankGroup::Connect(o);
+          if (!g.ok()) return g.status();
+          std::stringstream log;
+          return RunRankWorker(*g.value(), log);
+        }));
+      return Status::Ok();
+    };
+    Result<std::unique_ptr<RankGroup>> g = RankGroup::Connect(r0);
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    ranks = std::make_unique<LearnerRanks>(std::move(g).value());
+  }
+  Status Finish() {
+    ranks->Stop();
+    for (auto& w : workers) ECHELON_RETURN_IF_ERROR(w.get());
+    return Status::Ok();
+  }
+  std::unique_ptr<LearnerRanks> ranks;
+  std::vector<std::future<Status>> workers;
+};
+
+LearnerOptions Options(const model::ModelConfig& c) {
+  LearnerOptions o;
+  o.lr = 1e-3;
+  o.micro_batch_tokens = 20;  // several micro-batches: more than some ranks get
+  if (c.moe()) o.router_aux_coef = 0.01;  // the router's aux loss through recomputed layers
+  return o;
+}
+
+// Activation checkpointing changes where the backward's activations come from, not the update:
+// ten updates give the plain learner's losses and weights, dense and mixture-of-experts, with
+// one and with two minibatches (pi_prox through the hook without gradients).
+TEST(LayerUnits, CheckpointingGivesThePlainUpdates) {
+  for (const model::ModelConfig& c : {TinyConfig(), TinyMoeConfig()}) {
+    for (int64_t minibatches : {1, 2}) {
+      model::Qwen3Model init(c);
+      init->InitWeights(5);
+      const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+      LearnerOptions o = Options(c);
+      o.minibatches = minibatches;
+      Learner plain(Copy(init), o);
+      o.activation_checkpointing = true;
+      Learner checkpointed(Copy(init), o);
+      for (int step = 0; step < 10; ++step) {
+        Result<StepStats> a = plain.Step(groups), b = checkpointed.Step(groups);
+        ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+        EXPECT_NEAR(a->loss, b->loss, 1e-6) << "step " << step;
+        EXPECT_NEAR(a->grad_norm, b->grad_norm, 1e-5) << "step " << step;
+        EXPECT_NEAR(a->router_aux_loss, b->router_aux_loss, 1e-6) << "step " << step;
+        EXPECT_EQ(a->router_load, b->router_load) << "recomputing counts no token twice";
+      }
+      EXPECT_LT(MaxWeightDiff(plain.model(), checkpointed.model()), 1e-5) << c.moe() << " " << minibatches;
+      EXPECT_GT(MaxWeightDiff(plain.model(), init), 1e-3);
+    }
+  }
+}
+
+// ZeRO stage 3 on two and four ranks: ten updates give one rank's losses and weights within
+// 1e-5 (the gradient summed in another order), dense and mixture-of-experts; the AdamW state
+// gathered for a checkpoint is one rank's whole state.
+TEST(LayerUnits, ShardedParametersGiveTheWeightsOfOneRank) {
+  for (const model::ModelConfig& c : {TinyConfig(), TinyMoeConfig()}) {
+    model::Qwen3Model init(c);
+    init->InitWeights(7);
+    const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+    LearnerOptions o = Options(c);
+    Learner one(Copy(init), o);
+    std::vector<StepStats> expected;
+    for (int step = 0; step < 10; ++step) {
+      Result<StepStats> a = one.Step(groups);
+      ASSERT_TRUE(a.ok()) << a.status().message();
+      expected.push_back(a.value());
+    }
+    o.shard = Shard::kParams;
+    for (int world : {2, 4}) {
+      LocalRanks ranks(world);
+      Learner rank0(Copy(init), o, ranks.ranks->group());
+      ASSERT_TRUE(ranks.ranks->Setup(rank0, {}).ok());
+      for (int step = 0; step < 10; ++step) {
+        ASSERT_TRUE(ranks.ranks->SendStep(groups, o.lr).ok());
+        Result<StepStats> b = rank0.Step(groups);
+        ASSERT_TRUE(b.ok()) << b.status().message();
+        EXPECT_NEAR(expected[step].loss, b->loss, 1e-5) << "step " << step << " of " << world << " ranks";
+        EXPECT_NEAR(expected[step].grad_norm, b->grad_norm, 1e-4) << "step " << step;
+      }
+      EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5) << world << " ranks, moe " << c.moe();
+      Result<std::map<std::string, at::Tensor>> gathered = ranks.ranks->GatherOptimizerState(rank0);
+      ASSERT_TRUE(gathered.ok()) << gathered.status().message();
+      const std::map<std::string, at::Tensor> whole = one.OptimizerState();
+      ASSERT_EQ(gathered->size(), whole.size());
+      for (const auto& [name, t] : whole)
+        EXPECT_LT((t.to(at::kFloat) - gathered->at(name).to(at::kFloat)).abs().max().item<double>(), 1e-4) << name;
+      ASSERT_TRUE(ranks.Finish().ok());
+    }
+  }
+}
+
+// A run checkpointed under two sharded ranks resumes under four (and one): the whole state
+// gathered, restored into each rank's shards; the next update is the uninterrupted run's.
+TEST(LayerUnits, ShardedStateResumesWithAnotherRankCount) {
+  const model::ModelConfig c = TinyMoeConfig();
+  model::Qwen3Model init(c);
+  init->InitWeights(9);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o = Options(c);
+  Learner one(Copy(init), o);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(one.Step(groups).ok());
+  o.shard = Shard::kParams;
+  std::map<std::string, at::Tensor> state;
+  model::Qwen3Model saved(nullptr);
+  {
+    LocalRanks two(2);
+    Learner rank0(Copy(init), o, two.ranks->group());
+    ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+      ASSERT_TRUE(rank0.Step(groups).ok());
+    }
+    Result<std::map<std::string, at::Tensor>> gathered = two.ranks->GatherOptimizerState(rank0);
+    ASSERT_TRUE(gathered.ok());
+    state = gathered.value();
+    saved = Copy(rank0.model());
+    ASSERT_TRUE(two.Finish().ok());
+  }
+  LocalRanks four(4);
+  Learner rank0(Copy(saved), o, four.ranks->group());
+  ASSERT_TRUE(rank0.Restore(3, state, {}).ok());
+  ASSERT_TRUE(four.ranks->Setup(rank0, state).ok());
+  ASSERT_TRUE(four.ranks->SendStep(groups, o.lr).ok());
+  ASSERT_TRUE(rank0.Step(groups).ok());
+  ASSERT_TRUE(four.Finish().ok());
+  EXPECT_EQ(rank0.version(), 4);
+  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+}
+
+// Per-rank bytes of weights, gradients and AdamW state: the peak of a sharded rank (its shards
+// plus the most gathered weights and unreduced gradients alive at once) within 1.2 x 1/N of one
+// rank's. A model of 24 layers, so that one gathered layer is a small part of it.
+TEST(LayerUnits, ShardedRankHoldsAboutOneNthOfTheState) {
+  model::ModelConfig c = TinyConfig();
+  c.num_hidden_layers = 24;
+  model::Qwen3Model init(c);
+  init->InitWeights(3);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 4);
+  LearnerOptions o;
+  o.micro_batch_tokens = 20;
+  Learner one(Copy(init), o);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(one.Step(groups).ok());
+  const double whole = static_cast<double>(one.PeakTrainingStateBytes());
+  o.shard = Shard::kParams;
+  for (int world : {2, 4}) {
+    LocalRanks ranks(world);
+    Learner rank0(Copy(init), o, ranks.ranks->group());
+    ASSERT_TRUE(ranks.ranks->Setup(rank0, {}).ok());
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(ranks.ranks->SendStep(groups, o.lr).ok());
+      ASSERT_TRUE(rank0.Step(groups).ok());
+    }
+    const double share = rank0.PeakTrainingStateBytes() / whole;
+    std::printf("%d ranks: peak %.0f of one rank's %.0f bytes = %.3f x 1/N\n", world,
+                static_cast<double>(rank0.PeakTrainingStateBytes()), whole, share * world);
+    EXPECT_LT(share, 1.2 / world) << world << " ranks";
+    EXPECT_GT(share, 1.0 / world) << "the shards alone are 1/N";
+    ASSERT_TRUE(ranks.Finish().ok());
+  }
+}
+
+}  // namespace
+}  // namespace echelon::learn
