@@ -6,7 +6,10 @@
 // the plan uses the run's step time, overhead, rollout shape and actor throughput instead of
 // the config's. `echelon plan --from-run RUN_DIR` without CONFIG prints only the fit.
 // `echelon plan --config-keys markdown` prints the config's key table (docs/CAPACITY.md,
-// "Config keys"); --help ends with it as text.
+// "Config keys"); --help ends with it as text. `echelon plan --learner-memory MODEL` prints the
+// learner's memory per rank by set-up and which GPUs it fits (learn/learner_memory.h).
+#include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -14,6 +17,10 @@
 #include "echelon/cli/commands.h"
 #include "echelon/cli/train_config.h"
 #include "echelon/common/config.h"
+#include "echelon/common/fs.h"
+#include "echelon/learn/learner_memory.h"
+#include "echelon/model/model_config.h"
+#include "echelon/plan/price_catalog.h"
 #include "echelon/plan/plan_config.h"
 #include "echelon/plan/planner.h"
 #include "echelon/plan/run_fit.h"
@@ -48,16 +55,67 @@ struct PlanArgs {
   std::string from_run;
   std::string config_keys;
   bool json = false;
+  std::string learner_memory;  // a model's config.json, or its directory
+  std::string prices = "data/prices.yaml";
+  int64_t micro_batch_tokens = 4096;
 };
 
+// `--learner-memory MODEL`: the learner's bytes per rank for set-ups of ranks, shard mode and
+// checkpointing, and which GPUs of the catalogue they fit (learn/learner_memory.h).
+int RunLearnerMemory(const PlanArgs& args) {
+  std::string path = args.learner_memory;
+  if (std::filesystem::is_directory(path)) path += "/config.json";
+  Result<nlohmann::json> j = ReadJsonFile(path);
+  Result<model::ModelConfig> config =
+      j.ok() ? model::ModelConfig::FromJson(j.value(), path) : Result<model::ModelConfig>(j.status());
+  if (!config.ok()) {
+    spdlog::error("plan --learner-memory: {}", config.status().message());
+    return 2;
+  }
+  Result<plan::PriceCatalog> prices = plan::LoadPriceCatalog(args.prices);
+  if (!prices.ok()) {
+    spdlog::error("plan --learner-memory: {} (--prices names the GPU catalogue)", prices.status().message());
+    return 2;
+  }
+  std::vector<std::pair<std::string, double>> gpus;
+  for (const plan::GpuSpec& g : prices->gpus())
+    if (g.name.find("community") == std::string::npos) gpus.emplace_back(g.name, g.memory_gb);
+  std::vector<learn::LearnerSetup> setups;
+  const auto add = [&](int64_t ranks, learn::Shard shard, bool checkpointing) {
+    learn::LearnerSetup s;
+    s.ranks = ranks;
+    s.shard = shard;
+    s.activation_checkpointing = checkpointing;
+    s.micro_batch_tokens = args.micro_batch_tokens;
+    s.sequence_tokens = args.micro_batch_tokens;
+    setups.push_back(s);
+  };
+  add(1, learn::Shard::kNone, false);
+  add(1, learn::Shard::kNone, true);
+  for (int64_t ranks : {2, 4, 8}) {
+    add(ranks, learn::Shard::kOptimizer, true);
+    add(ranks, learn::Shard::kParams, true);
+  }
+  const model::ModelConfig& c = config.value();
+  std::printf("%s: %.2fB parameters (%lld layers), bf16 compute, fp32 master weights, gradients and AdamW; "
+              "micro-batch %lld tokens; GiB per rank; a GPU fits when the total is within 90%% of its memory\n",
+              path.c_str(), c.NumParameters() / 1e9, static_cast<long long>(c.num_hidden_layers),
+              static_cast<long long>(args.micro_batch_tokens));
+  std::cout << learn::LearnerMemoryTable(c, setups, gpus);
+  std::cout << "weights, grads, adamw: held between updates (as Learner keeps them); gathered: the most one rank "
+               "holds gathered at once under shard params; activ.: an estimate of one micro-batch's\n";
+  return 0;
+}
+
 int RunPlan(const PlanArgs& args) {
+  if (!args.learner_memory.empty()) return RunLearnerMemory(args);
   if (!args.config_keys.empty()) {
     const plan::KeyTable& keys = plan::PlanConfigKeys();
     std::cout << (args.config_keys == "markdown" ? keys.Markdown() : keys.Describe());
     return 0;
   }
   if (args.config.empty() && args.from_run.empty()) {
-    spdlog::error("plan needs a CONFIG (configs/plan*.yaml), or --from-run RUN_DIR");
+    spdlog::error("plan needs a CONFIG (configs/plan*.yaml), --from-run RUN_DIR or --learner-memory MODEL");
     return 2;
   }
   std::optional<plan::RunFit> fit;
@@ -113,6 +171,13 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "fit the model to a run directory (echelon train/learner --out): measured step time and actor "
                   "throughput; prints its predicted vs measured learner utilisation");
   cmd->add_flag("--json", args->json, "also print the plan as one JSON object on the last line");
+  cmd->add_option("--learner-memory", args->learner_memory,
+                  "print the learner's memory per rank for a model (its config.json or directory; "
+                  "data/models/ has Qwen3-30B-A3B, 8B, 4B) by ranks and shard mode, and which GPUs it fits");
+  cmd->add_option("--prices", args->prices, "with --learner-memory: the GPU catalogue (default data/prices.yaml)");
+  cmd->add_option("--micro-batch-tokens", args->micro_batch_tokens,
+                  "with --learner-memory: tokens of one forward/backward (default 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--config-keys", args->config_keys, "print the config's keys as text or markdown, and exit")
       ->check(CLI::IsMember({"text", "markdown"}));
   cmd->footer("Config keys:\n" + plan::PlanConfigKeys().Describe());

@@ -170,6 +170,9 @@ Status RankGroup::AllGather(const at::Tensor& shard, at::Tensor& full) {
   return Run("all-gather", [&] {
     const bool host = !impl_->OnDevice(shard);
     std::vector<at::Tensor> in = {host ? shard.to(at::kCPU).contiguous() : shard.contiguous()};
+    // Gloo has no bf16: its bits travel as fp16 (copied, never added, so exactly).
+    const bool bits = host && in[0].scalar_type() == at::kBFloat16;
+    if (bits) in[0] = in[0].view(at::kHalf);
     std::vector<std::vector<at::Tensor>> out(1);
     for (int r = 0; r < world(); ++r) out[0].push_back(at::empty({n}, in[0].options()));
 #ifdef ECHELON_WITH_NCCL
@@ -181,7 +184,8 @@ Status RankGroup::AllGather(const at::Tensor& shard, at::Tensor& full) {
 #else
     impl_->group->allgather(out, in)->wait();
 #endif
-    full.copy_(at::cat(out[0]));
+    const at::Tensor gathered = at::cat(out[0]);
+    full.copy_(bits ? gathered.view(full.scalar_type()) : gathered);
   });
 }
 

@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
-
+#include <future>
+#include <memory>
+#include <sstream>
 #include <vector>
 
 #include "echelon/learn/learner.h"
+#include "echelon/learn/learner_ranks.h"
 #include "echelon/model/generate.h"
 #include "echelon/model/testing.h"
 
@@ -87,5 +90,39 @@ inline double RelativeUpdateDiff(const model::Qwen3Model& a, const model::Qwen3M
   }
   return update > 0 ? std::sqrt(diff / update) : std::sqrt(diff);
 }
+
+// Rank 0 here, ranks 1..world-1 as worker threads running RunRankWorker.
+struct LocalRanks {
+  explicit LocalRanks(int world) {
+    RankGroupOptions r0;
+    r0.world = world;
+    r0.timeout_seconds = 60;
+    r0.on_listening = [this, world](int port) {
+      for (int r = 1; r < world; ++r)
+        workers.push_back(std::async(std::launch::async, [port, r, world] {
+          RankGroupOptions o;
+          o.rank = r;
+          o.world = world;
+          o.master_port = port;
+          o.timeout_seconds = 60;
+          Result<std::unique_ptr<RankGroup>> g = RankGroup::Connect(o);
+          if (!g.ok()) return g.status();
+          std::stringstream log;
+          return RunRankWorker(*g.value(), log);
+        }));
+      return Status::Ok();
+    };
+    Result<std::unique_ptr<RankGroup>> g = RankGroup::Connect(r0);
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    ranks = std::make_unique<LearnerRanks>(std::move(g).value());
+  }
+  Status Finish() {
+    ranks->Stop();
+    for (auto& w : workers) ECHELON_RETURN_IF_ERROR(w.get());
+    return Status::Ok();
+  }
+  std::unique_ptr<LearnerRanks> ranks;
+  std::vector<std::future<Status>> workers;
+};
 
 }  // namespace echelon::learn

@@ -242,23 +242,31 @@ nlohmann::json ModelConfig::ToJson() const {
 
 namespace {
 
-// Parameters of the model, counting `experts` of each sparse layer's experts.
-int64_t CountParameters(const ModelConfig& c, bool active_only) {
+// Parameters of decoder layer `i`, counting `experts` of a sparse layer's experts.
+int64_t CountLayer(const ModelConfig& c, int64_t i, int64_t experts) {
   const int64_t e = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const int64_t attn = e * q + 2 * e * kv + q * e + (c.qk_norm() ? 2 * c.head_dim : 0) +
                        (c.qkv_bias() ? q + 2 * kv : 0) + (c.o_bias() ? e : 0);
   const int64_t dense = 3 * e * c.intermediate_size + (c.mlp_biased() ? 2 * c.intermediate_size + e : 0);
-  const int64_t experts = active_only ? c.num_experts_per_tok : c.num_experts;
   const int64_t sparse = c.num_experts * e + experts * 3 * e * c.moe_intermediate_size;
+  return attn + 2 * e + (c.is_sparse(i) ? sparse : dense);
+}
+
+int64_t CountParameters(const ModelConfig& c, bool active_only) {
   int64_t layers = 0;
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers += attn + 2 * e + (c.is_sparse(i) ? sparse : dense);
-  const int64_t embed = c.vocab_size * e;
-  return embed + layers + e + (c.tie_word_embeddings ? 0 : embed);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers += CountLayer(c, i, active_only ? c.num_experts_per_tok : c.num_experts);
+  return c.OuterParameters() + layers;
 }
 
 }  // namespace
 
 int64_t ModelConfig::NumParameters() const { return CountParameters(*this, false); }
+int64_t ModelConfig::LayerParameters(int64_t layer) const { return CountLayer(*this, layer, num_experts); }
+int64_t ModelConfig::OuterParameters() const {
+  const int64_t embed = vocab_size * hidden_size;
+  return embed + hidden_size + (tie_word_embeddings ? 0 : embed);
+}
 int64_t ModelConfig::NumActiveParameters() const { return CountParameters(*this, true); }
 
 }  // namespace echelon::model

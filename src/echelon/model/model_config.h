@@ -74,6 +74,10 @@ struct ModelConfig {
   int64_t NumParameters() const;
   // Parameters one token computes with: NumParameters less the experts it is not routed to.
   int64_t NumActiveParameters() const;
+  // Parameters of decoder layer `layer` (every expert), and of the rest: embedding, final norm
+  // and lm_head when untied. NumParameters is their sum.
+  int64_t LayerParameters(int64_t layer) const;
+  int64_t OuterParameters() const;
 };
 
 }  // namespace echelon::model

@@ -1,0 +1,110 @@
+#include "echelon/learn/learner_memory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace echelon::learn {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// `n` rounded up to a multiple of `ranks` (a unit's flat length, padded).
+double Padded(int64_t n, int64_t ranks) { return static_cast<double>((n + ranks - 1) / ranks * ranks); }
+
+// Bytes one decoder layer's forward keeps for its backward over `t` tokens in rows of `s`.
+double LayerActivations(const model::ModelConfig& c, int64_t layer, double t, double s, double d) {
+  const double e = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  double bytes = 2 * t * e * (3 * 4);                 // two RMSNorms, computed in fp32
+  bytes += t * (q + 2 * kv) * d * 3;                  // projections, norms, rotary
+  bytes += c.num_attention_heads * t * s * (4 + 4 + d);  // scores and softmax in fp32, probabilities cast
+  bytes += t * (q + 3 * e) * d;                       // attention output, o_proj, residuals
+  if (c.is_sparse(layer)) {
+    const double k = c.num_experts_per_tok;
+    bytes += t * c.num_experts * 4 * 2;                       // router logits and probabilities, fp32
+    bytes += t * k * (4 * c.moe_intermediate_size + 2 * e) * d;  // expert inputs, gate, up, product, outputs
+  } else {
+    bytes += t * 4 * c.intermediate_size * d;  // gate, up, silu, product
+  }
+  return bytes;
+}
+
+std::string Gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", bytes / kGiB);
+  return buf;
+}
+
+}  // namespace
+
+LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSetup& setup) {
+  LearnerMemory m;
+  const double p = static_cast<double>(c.NumParameters());
+  const int64_t n = std::max<int64_t>(1, setup.ranks);
+  const bool bf16 = setup.precision == Precision::kBf16;
+  const double d = bf16 ? 2 : 4;
+  const bool params = setup.shard == Shard::kParams && n > 1;
+  if (params) {
+    double shard = 0, gathered = 0;
+    const int64_t outer = c.OuterParameters();
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const int64_t layer = c.LayerParameters(l);
+      shard += Padded(layer, n) / n;
+      // The backward of this layer: the outer unit and the layer gathered, the layer's gradients
+      // from autograd and in one fp32 buffer.
+      gathered = std::max(gathered, d * Padded(outer, n) + d * Padded(layer, n) + d * layer + 4 * Padded(layer, n));
+    }
+    shard += Padded(outer, n) / n;
+    // The end of a micro-batch: the outer unit's gradients, as the layer's above.
+    gathered = std::max(gathered, d * Padded(outer, n) + d * outer + 4 * Padded(outer, n));
+    m.weights = 4 * shard;
+    m.gradients = 4 * shard;
+    m.optimizer = 8 * shard;
+    m.gathered = gathered;
+  } else {
+    m.weights = 4 * p + (bf16 ? 2 * p : 0);
+    m.gradients = 4 * p + (bf16 ? 2 * p : 0);
+    m.optimizer = setup.shard == Shard::kOptimizer && n > 1 ? 8 * p / n : 8 * p;
+  }
+  if (setup.kl_reference) m.reference = d * p;
+  // Activations of one micro-batch on one rank.
+  const double t = static_cast<double>(setup.micro_batch_tokens);
+  const double s = std::min(t, static_cast<double>(setup.sequence_tokens));
+  double all = 0, largest = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const double a = LayerActivations(c, l, t, s, d);
+    all += a;
+    largest = std::max(largest, a);
+  }
+  const bool checkpointing = setup.activation_checkpointing || params;
+  m.activations = checkpointing ? c.num_hidden_layers * t * c.hidden_size * d + 2 * largest : all;
+  m.activations += t * c.vocab_size * (4 + 4 + d);  // log-softmax kept; its gradient and the logits'
+  return m;
+}
+
+std::string LearnerMemoryTable(const model::ModelConfig& c, const std::vector<LearnerSetup>& setups,
+                               const std::vector<std::pair<std::string, double>>& gpus, double headroom) {
+  std::ostringstream out;
+  out << "ranks precision shard     ckpt | weights grads  adamw gathered activ. | total GiB/rank";
+  for (const auto& [name, gib] : gpus) out << " | " << name << " (" << gib << " GB)";
+  out << "\n";
+  for (const LearnerSetup& s : setups) {
+    const LearnerMemory m = EstimateLearnerMemory(c, s);
+    const char* shard = s.shard == Shard::kParams ? "params" : s.shard == Shard::kOptimizer ? "optimizer" : "none";
+    char line[256];
+    std::snprintf(line, sizeof line, "%5lld %-9s %-9s %-4s | %7s %6s %6s %8s %6s | %14s",
+                  static_cast<long long>(s.ranks), s.precision == Precision::kBf16 ? "bf16" : "fp32", shard,
+                  s.activation_checkpointing || (s.shard == Shard::kParams && s.ranks > 1) ? "yes" : "no",
+                  Gib(m.weights).c_str(), Gib(m.gradients).c_str(), Gib(m.optimizer).c_str(),
+                  Gib(m.gathered).c_str(), Gib(m.activations).c_str(), Gib(m.total() ).c_str());
+    out << line;
+    for (const auto& [name, gb] : gpus) {
+      const double usable = gb * 1e9 * (1 - headroom);
+      out << " | " << (m.total() <= usable ? "fits" : "no");
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace echelon::learn

@@ -1,0 +1,60 @@
+// The learner's memory per rank, from the model's shapes alone: what Learner holds for a model,
+// precision, shard mode, rank count and micro-batch, so a user can tell before renting which
+// learner set-ups fit a GPU (`echelon plan --learner-memory`).
+//
+// Weights, gradients and AdamW state follow the code as built (learn/learner.cc,
+// learn/layer_units.cc), tensor for tensor:
+// - shard none / optimizer: fp32 master weights and their fp32 gradients (4 + 4 bytes per
+//   parameter); bf16 adds the compute copy and its gradients (2 + 2); AdamW keeps two fp32
+//   moments (8), on every rank or, with `optimizer`, about 1/N of them each.
+// - shard params (N > 1): every unit's fp32 shard, its gradient and moments (16 bytes per
+//   parameter / N, each unit padded to a multiple of N), plus the most that is gathered at once:
+//   in a layer's backward the outer unit's and the layer's weights (compute dtype), the
+//   layer's gradients as autograd gives them (compute dtype) and as one fp32 buffer.
+// `Learner::PeakTrainingStateBytes` measures the same quantity at run time; learner_memory_test
+// checks the two agree within 15% (they agree exactly on the configurations tested).
+//
+// Activations are an estimate, not a measurement: the tensors one micro-batch's forward keeps
+// for its backward (every layer's, or with checkpointing each layer's input plus one layer's),
+// attention scores materialised in fp32 as model/qwen3.cc computes them, and the logits with
+// their fp32 log-softmax.
+//
+// Thread contract: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "echelon/learn/learner.h"
+#include "echelon/model/model_config.h"
+
+namespace echelon::learn {
+
+struct LearnerSetup {
+  int64_t ranks = 1;
+  Precision precision = Precision::kBf16;
+  Shard shard = Shard::kNone;
+  bool activation_checkpointing = false;  // implied by Shard::kParams over several ranks
+  int64_t micro_batch_tokens = 4096;      // tokens of one forward/backward
+  int64_t sequence_tokens = 4096;         // the longest sequence (attention is quadratic in it)
+  bool kl_reference = false;              // a frozen reference copy (rl kl_coef > 0)
+};
+
+struct LearnerMemory {
+  double weights = 0, gradients = 0, optimizer = 0;  // held between updates, bytes per rank
+  double gathered = 0;     // Shard::kParams: the most gathered weights and unreduced gradients at once
+  double reference = 0;    // the KL reference copy
+  double activations = 0;  // estimate (see above)
+  double state() const { return weights + gradients + optimizer + gathered; }
+  double total() const { return state() + reference + activations; }
+};
+
+LearnerMemory EstimateLearnerMemory(const model::ModelConfig& model, const LearnerSetup& setup);
+
+// One line per set-up: ranks, precision, shard, checkpointing, the terms in GiB and whether the
+// total fits `gpu_gib` with `headroom` (fraction kept free for the allocator and CUDA context).
+std::string LearnerMemoryTable(const model::ModelConfig& model, const std::vector<LearnerSetup>& setups,
+                               const std::vector<std::pair<std::string, double>>& gpus, double headroom = 0.1);
+
+}  // namespace echelon::learn
