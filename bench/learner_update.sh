@@ -3,7 +3,8 @@
 # ~27M parameters; 8 groups x 8 samples, 32-token prompts, 16..96-token completions):
 # rows padded to the longest vs packed without padding (the default), fp32 vs bf16, one
 # forward/backward vs micro-batches of 1,024 tokens, one rank vs two
-# data-parallel ranks (c10d Gloo over loopback) with and without a sharded optimizer. All on
+# data-parallel ranks (c10d Gloo over loopback) with a sharded optimizer or sharded parameters,
+# and activation checkpointing. All on
 # the same cores: one rank runs 2 intra-op threads, two ranks 1 each. Median of 5 updates after
 # one warm-up. Last lines: one JSON object per configuration (rank 0's line, with the peak
 # memory of every rank).
@@ -39,15 +40,17 @@ one fp32_micro_padded 2 --micro 1024 --no-pack
 one fp32_micro 2 --micro 1024
 one bf16_micro 2 --precision bf16 --micro 1024
 one fp32_micro_1thread 1 --micro 1024
+one fp32_micro_ckpt 2 --micro 1024 --checkpoint
 two ranks2_micro --micro 1024
 two ranks2_micro_shard --micro 1024 --shard optimizer
+two ranks2_micro_params --micro 1024 --shard params
 two ranks2_bf16_micro --precision bf16 --micro 1024
 
 /usr/bin/python3 - "$TMP" <<'PY'
 import json, sys, os
 tmp = sys.argv[1]
 names = ["fp32_padded", "fp32", "bf16", "fp32_micro_padded", "fp32_micro", "bf16_micro", "fp32_micro_1thread",
-         "ranks2_micro", "ranks2_micro_shard", "ranks2_bf16_micro"]
+         "fp32_micro_ckpt", "ranks2_micro", "ranks2_micro_shard", "ranks2_micro_params", "ranks2_bf16_micro"]
 rows = {}
 for n in names:
     r0 = json.loads(open(os.path.join(tmp, n + ".0")).read())
@@ -58,12 +61,13 @@ for n in names:
         r0["peak_rss_mb_per_rank"].append(json.loads(open(p1).read())["peak_rss_mb"])
     rows[n] = r0
 base = rows["fp32_padded"]["update_s"]
-print("%-22s %6s %5s %7s %9s %8s %12s %10s" % ("config", "ranks", "thr", "update s", "vs padded", "micro", "peak MB/rank",
-                                              "adam MB"))
+print("%-22s %6s %5s %7s %9s %8s %12s %10s %9s" % ("config", "ranks", "thr", "update s", "vs padded", "micro",
+                                                    "peak MB/rank", "adam MB", "state MB"))
 for n in names:
     r = rows[n]
-    print("%-22s %6d %5d %8.3f %8.2fx %8d %12s %10.1f" % (n, r["ranks"], r["threads"], r["update_s"], base / r["update_s"],
-          r["micro_batch_tokens"], "/".join("%.0f" % m for m in r["peak_rss_mb_per_rank"]), r["optimizer_mb"]))
+    print("%-22s %6d %5d %8.3f %8.2fx %8d %12s %10.1f %9.1f" % (n, r["ranks"], r["threads"], r["update_s"],
+          base / r["update_s"], r["micro_batch_tokens"], "/".join("%.0f" % m for m in r["peak_rss_mb_per_rank"]),
+          r["optimizer_mb"], r["state_mb"]))
 for n in names:
     rows[n]["speedup_vs_fp32_padded"] = base / rows[n]["update_s"]
     print(json.dumps(rows[n]))

@@ -3,7 +3,8 @@
 // micro-batches, one rank against data-parallel ranks (run as processes with torchrun's
 // variables by bench/learner_update.sh). Prints one JSON line per rank:
 //   {"rank", "ranks", "precision", "micro_batch_tokens", "shard", "activation_checkpointing", "threads",
-//    "pack_sequences", "update_s" (median), "updates", "peak_rss_mb", "optimizer_mb"}
+//    "pack_sequences", "update_s" (median), "updates", "peak_rss_mb", "optimizer_mb", "state_mb"
+//    (the peak of weights, gradients and AdamW state the learner held, Learner::PeakTrainingStateBytes)}
 // Usage: learner_update_bench [--precision fp32|bf16] [--micro N] [--shard none|optimizer|params] [--checkpoint] [--no-pack] [--updates N]
 //        [--device D]
 //        (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT for ranks)
@@ -116,7 +117,8 @@ int main(int argc, char** argv) {
                          {"update_s", seconds[seconds.size() / 2]},
                          {"updates", updates},
                          {"peak_rss_mb", PeakResidentSetMb()},
-                         {"optimizer_mb", learner.OptimizerStateBytes() / 1048576.0}};
+                         {"optimizer_mb", learner.OptimizerStateBytes() / 1048576.0},
+                         {"state_mb", learner.PeakTrainingStateBytes() / 1048576.0}};
   std::cout << line.dump() << std::endl;
   return 0;
 }

@@ -6,7 +6,7 @@
 # fitted to the run must predict its measured learner utilisation within 10% (relative).
 # Then the CONFIG form (the plan takes the run's measured numbers) and one clear error per
 # kind of bad run directory. First, the config key table: `plan --help` and `simulate --help`
-# list each key of `plan --config-keys markdown` once.
+# list each key of `plan --config-keys markdown` once; and `plan --learner-memory`.
 # Usage: tests/plan_from_run_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -23,6 +23,20 @@ check "the key table has the plan config's keys" test "$(wc -l < keys.txt)" -gt 
 once() { local k; while read -r k; do [ "$(grep -cF -- "  $k (" "$1")" -eq 1 ] || { echo "$1: $k"; return 1; }; done < keys.txt; }
 check "plan --help lists every config key once" once plan.help
 check "simulate --help lists every config key once" once simulate.help
+
+# The learner memory table: Qwen3-30B-A3B fits 8 sharded H200s, not 4, and one error per bad input.
+DATA=$(realpath "$(dirname "$0")/../data")
+"$ECHELON" plan --learner-memory "$DATA/models/qwen3-30b-a3b.json" --prices "$DATA/prices.yaml" > memory.out 2>&1
+check "plan --learner-memory exits 0" test $? -eq 0
+check "30.53B parameters named" contains memory.out "30.53B parameters (48 layers)"
+check "8 ranks, shard params: fits an H200" grep -Eq '^ +8 bf16 +params +yes .*\| +80\.9 \| fits' memory.out
+check "4 ranks, shard params: does not" grep -Eq '^ +4 bf16 +params +yes .*\| +137\.7 \| no' memory.out
+"$ECHELON" plan --learner-memory "$DATA/models/missing.json" --prices "$DATA/prices.yaml" > missing.out 2>&1
+check "a missing model file: exit 2" test $? -eq 2
+check "... naming it" contains missing.out "missing.json"
+echo '{"model_type": "qwen3", "hidden_size": 64}' > partial.json
+"$ECHELON" plan --learner-memory partial.json --prices "$DATA/prices.yaml" > partial.out 2>&1
+check "a config.json without vocab_size: exit 2 naming the field" contains partial.out "vocab_size"
 
 SHORT=(--set warmstart.steps=5 --set rl.steps=50 --set task.eval_size=20 --set eval.every=0)
 declare -A RUNS=(

@@ -24,6 +24,7 @@ for shard in none optimizer params; do
   check "every update line has learner_ranks 2 ($shard)" test "$(ranks_per_line two-$shard/metrics.jsonl | sort -u)" = 2
   check "6 update lines ($shard)" test "$(ranks_per_line two-$shard/metrics.jsonl | wc -l)" -eq 6
   check "rank 1 ran to the end ($shard)" contains "two-$shard/ranks/rank-1.log" "learner rank 1 done"
+  [ "$shard" = params ] && check "rank 1 holds sharded parameters" contains "two-$shard/ranks/rank-1.log" "sharded parameters"
 done
 
 # A rank killed mid-run: the run stops, names what happened, and leaves a checkpoint.

@@ -100,6 +100,7 @@ LayerUnits::LayerUnits(model::Qwen3Model compute, const model::Qwen3Model& maste
   }
   compute_->SetLayerHook(this);
 }
+
 LayerUnits::~LayerUnits() { compute_->SetLayerHook(nullptr); }
 
 std::vector<at::Tensor> LayerUnits::Shards() const {
@@ -121,12 +122,9 @@ at::Tensor LayerUnits::Cut(size_t u, const std::vector<at::Tensor>& whole) const
 
 Result<std::vector<at::Tensor>> LayerUnits::Join(size_t u, const at::Tensor& mine) {
   const Unit& unit = units_[u];
+  if (!shard_) return FailedPrecondition("joining shards of units that are not sharded");
   at::Tensor full = at::empty({unit.padded}, mine.options());
-  if (shard_) {
-    ECHELON_RETURN_IF_ERROR(reducer_->AllGather(mine, full));
-  } else {
-    full.copy_(mine);
-  }
+  ECHELON_RETURN_IF_ERROR(reducer_->AllGather(mine, full));
   std::vector<at::Tensor> out;
   int64_t offset = 0;
   for (const std::vector<int64_t>& shape : unit.shapes) {

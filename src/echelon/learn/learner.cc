@@ -273,8 +273,6 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
                         const std::map<std::string, at::Tensor>& reference_weights) {
   if (version < 0) return InvalidArgument("restoring a negative policy version " + std::to_string(version));
   // Check everything before changing anything.
-  std::map<std::string, size_t> index_of;
-  for (size_t i = 0; i < shapes_.size(); ++i) index_of[shapes_[i].first] = i;
   std::vector<std::pair<at::Tensor, std::unique_ptr<torch::optim::AdamWParamState>>> restored;
   size_t used = 0, covered = 0;
   const std::vector<at::Tensor> params = model_->parameters();
@@ -569,10 +567,9 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
     // (Sharded parameters: the gradients were reduce-scattered layer by layer already.)
     std::vector<at::Tensor> parts;
     const at::TensorOptions floats = at::TensorOptions().dtype(at::kFloat).device(device_);
-    for (const at::Tensor& p : compute) {
-      if (units_sharded_) break;
-      parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, floats));
-    }
+    if (!units_sharded_)
+      for (const at::Tensor& p : compute)
+        parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, floats));
     const ImportanceHealth& h = mb->health;
     parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean, h.weight_mean, h.weight_m2,
                                 h.logratio_m2, h.masked_frac, mb->router_aux_loss},
@@ -582,10 +579,11 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
     at::Tensor flat = at::cat(parts);
     ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
     int64_t offset = 0;
-    for (at::Tensor& p : master) {
-      if (units_sharded_) break;
-      p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p).clone();
-      offset += p.numel();
+    if (!units_sharded_) {
+      for (at::Tensor& p : master) {
+        p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p).clone();
+        offset += p.numel();
+      }
     }
     const at::Tensor stats = flat.narrow(0, offset, 9).to(at::kCPU, at::kDouble);
     offset += 9;
