@@ -18,7 +18,14 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["index"] = index;
     ctx->saved_data["call"] = call;
     self->Gather(static_cast<size_t>(index));
-    std::vector<at::Tensor> out = self->Saved(call)(x, /*replay=*/false);
+    std::vector<at::Tensor> out;
+    {
+      // With gradients on, as the replay runs, so both take the same kernels (the fused CPU
+      // inference ops apply only without); the graph is dropped with the detached outputs.
+      at::AutoGradMode grad(true);
+      out = self->Saved(call)(x.detach(), /*replay=*/false);
+    }
+    for (at::Tensor& t : out) t = t.detach();
     self->Release(static_cast<size_t>(index));
     return out;
   }
@@ -198,6 +205,9 @@ void LayerUnits::TakeGradients(size_t u, const std::vector<at::Tensor>& grads) {
     }
     offset += n;
   }
+  // The head's gradients, computed first, wait for EndMicroBatch meanwhile.
+  for (const at::Tensor& p : units_.back().params)
+    if (p.grad().defined()) held += p.grad().nbytes();
   ScatterGradients(u, flat, held);
 }
 

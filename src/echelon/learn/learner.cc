@@ -187,10 +187,11 @@ Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
       if (s == nullptr) continue;
       ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> m, units_->Join(u, s->exp_avg()));
       ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> v, units_->Join(u, s->exp_avg_sq()));
-      for (size_t k = 0; k < m.size(); ++k) {
+      if (reducer_->rank() != 0) continue;  // only rank 0 writes checkpoints
+      for (size_t k = 0; k < m.size(); ++k) {  // in host memory: the whole state would not fit the device
         const std::string& name = units_->UnitNames(u)[k];
-        all[name + ".exp_avg"] = m[k].clone();
-        all[name + ".exp_avg_sq"] = v[k].clone();
+        all[name + ".exp_avg"] = m[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+        all[name + ".exp_avg_sq"] = v[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
         all[name + ".step"] = at::full({1}, s->step(), at::kLong);
       }
     }

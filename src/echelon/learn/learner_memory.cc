@@ -47,12 +47,18 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
   if (params) {
     double shard = 0, gathered = 0;
     const int64_t outer = c.OuterParameters();
+    // The head's gradients (the final norm's, and lm_head's unless tied: a tied embedding's
+    // gradient waits for its second use), computed first in the backward pass, wait beside
+    // every layer's.
+    const double head =
+        d * static_cast<double>((c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size) + c.hidden_size);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const int64_t layer = c.LayerParameters(l);
       shard += Padded(layer, n) / n;
       // The backward of this layer: the outer unit and the layer gathered, the layer's gradients
-      // from autograd and in one fp32 buffer.
-      gathered = std::max(gathered, d * Padded(outer, n) + d * Padded(layer, n) + d * layer + 4 * Padded(layer, n));
+      // from autograd and in one fp32 buffer, and the head's.
+      gathered = std::max(gathered,
+                          d * Padded(outer, n) + d * Padded(layer, n) + d * layer + 4 * Padded(layer, n) + head);
     }
     shard += Padded(outer, n) / n;
     // The end of a micro-batch: the outer unit's gradients, as the layer's above.

@@ -10,7 +10,9 @@
 // - shard params (N > 1): every unit's fp32 shard, its gradient and moments (16 bytes per
 //   parameter / N, each unit padded to a multiple of N), plus the most that is gathered at once:
 //   in a layer's backward the outer unit's and the layer's weights (compute dtype), the
-//   layer's gradients as autograd gives them (compute dtype) and as one fp32 buffer.
+//   layer's gradients as autograd gives them (compute dtype) and as one fp32 buffer, and the
+//   head's gradients (final norm, and lm_head unless tied; computed first, reduce-scattered at
+//   the end of the micro-batch).
 // `Learner::PeakTrainingStateBytes` measures the same quantity at run time; learner_memory_test
 // checks the two agree within 15% (they agree exactly on the configurations tested).
 //

@@ -180,7 +180,8 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
   ECHELON_RETURN_IF_ERROR(model->LoadStateDict(weights, "rank 0's weights"));
   std::map<std::string, at::Tensor> reference;
   if (setup.value("reference", false)) {
-    reference = model->StateDict();
+    // Fresh tensors: StateDict's share the model's memory, and the reference would overwrite it.
+    for (const auto& [name, t] : model->StateDict()) reference[name] = at::empty_like(t);
     std::vector<at::Tensor> r = Ordered(reference);
     ECHELON_RETURN_IF_ERROR(group.Broadcast(r, 0));
     i = 0;

@@ -105,6 +105,31 @@ TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
   EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
 }
 
+// A resumed run with the KL term: the worker received the reference into tensors that shared
+// its model's memory, so its weights became the reference's and its gradients were of the wrong
+// policy. Its next update is again the one-rank update from the same checkpoint.
+TEST(LearnerRanks, TheReferenceDoesNotOverwriteAWorkersWeights) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(10);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o;
+  o.lr = 1e-2;
+  o.loss.kl_coef = 0.1;
+  Learner one(Copy(init), o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(one.Step(groups).ok());
+  ASSERT_GT(MaxWeightDiff(one.model(), init), 1e-3) << "the reference (init) differs from the weights";
+  TwoRanks two;
+  Learner rank0(Copy(one.model()), o, two.ranks->group());
+  ASSERT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), one.ReferenceState()).ok());
+  ASSERT_TRUE(two.ranks->Setup(rank0, one.OptimizerState()).ok());
+  ASSERT_TRUE(one.Step(groups).ok());
+  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+  ASSERT_TRUE(rank0.Step(groups).ok());
+  two.ranks->Stop();
+  ASSERT_TRUE(two.worker.get().ok());
+  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+}
+
 // ZeRO stage 1: each of two ranks keeps half the AdamW state, steps its parameters and sends
 // them to the other. The weights are those of one rank (within float rounding, as above), the
 // state gathered for a checkpoint is the whole state, and each rank holds about half of it.
