@@ -223,11 +223,12 @@ const TrainKeys& Keys() {
     k.String("learner.shard", "none",
              "what several learner ranks divide: none; optimizer: 1/ranks of the AdamW state each (ZeRO stage 1); "
              "params: 1/ranks of every weight, gradient and AdamW state, each layer gathered while it runs and "
-             "recomputed in the backward pass (ZeRO stage 3); rank 0 keeps the whole fp32 weights in host memory",
+             "recomputed in the backward pass (ZeRO stage 3); rank 0 keeps the whole fp32 weights in host memory. "
+             "One rank: nothing is divided",
              {"none", "optimizer", "params"}, kLearner, ReadShard);
     k.Bool("learner.activation_checkpointing", false,
            "keep only each layer's input for the backward pass, which runs the layer again (about a third more "
-           "compute, activations of one layer); always on with learner.shard: params",
+           "compute, activations of one layer); always on with learner.shard: params over several ranks",
            kLearner, AT(learner.activation_checkpointing));
     // Long enough for rank 0's evaluation and checkpoint between updates, while the others
     // wait; a rank that dies is noticed at once by its closed connection, not by this.
