@@ -132,6 +132,7 @@ Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Ten
   ECHELON_RETURN_IF_ERROR(group_->Broadcast(weights, 0));
   if (!reference.empty()) {
     std::vector<at::Tensor> r = Ordered(reference);
+    for (at::Tensor& t : r) t = t.to(at::kFloat);  // Gloo carries no bf16; the workers receive fp32
     ECHELON_RETURN_IF_ERROR(group_->Broadcast(r, 0));
   }
   if (!optimizer.empty()) {

@@ -130,6 +130,32 @@ TEST(LearnerRanks, TheReferenceDoesNotOverwriteAWorkersWeights) {
   EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
 }
 
+// A bf16 learner keeps its KL reference in bf16, which Gloo cannot carry: the set-up failed
+// with "Invalid scalar type" before the reference went over as fp32. Two ranks now give one
+// rank's bf16 update.
+TEST(LearnerRanks, ABf16ReferenceReachesTheWorkers) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(12);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o;
+  o.lr = 1e-2;
+  o.loss.kl_coef = 0.1;
+  o.precision = Precision::kBf16;
+  Learner one(Copy(init), o);
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  const Status setup = two.ranks->Setup(rank0, {});
+  ASSERT_TRUE(setup.ok()) << setup.message();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(one.Step(groups).ok());
+    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    ASSERT_TRUE(rank0.Step(groups).ok());
+  }
+  two.ranks->Stop();
+  ASSERT_TRUE(two.worker.get().ok());
+  EXPECT_LT(RelativeUpdateDiff(one.model(), rank0.model(), init), 0.05);
+}
+
 // ZeRO stage 1: each of two ranks keeps half the AdamW state, steps its parameters and sends
 // them to the other. The weights are those of one rank (within float rounding, as above), the
 // state gathered for a checkpoint is the whole state, and each rank holds about half of it.
