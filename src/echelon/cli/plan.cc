@@ -96,14 +96,24 @@ int RunLearnerMemory(const PlanArgs& args) {
     add(ranks, learn::Shard::kOptimizer, true);
     add(ranks, learn::Shard::kParams, true);
   }
+  // LoRA (learner.lora) of rank 16 on every projection that takes one (a model whose every
+  // layer is sparse: attention only), the base frozen in bf16, one rank.
   const model::ModelConfig& c = config.value();
+  model::ModelConfig adapted = c;
+  adapted.lora = {16, 32, model::kLoraTargets};
+  if (!adapted.Validate().ok()) adapted.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  for (bool checkpointing : {false, true}) {
+    add(1, learn::Shard::kNone, checkpointing);
+    setups.back().lora = adapted.lora;
+  }
   std::printf("%s: %.2fB parameters (%lld layers), bf16 compute, fp32 master weights, gradients and AdamW; "
               "micro-batch %lld tokens; GiB per rank; a GPU fits when the total is within 90%% of its memory\n",
               path.c_str(), c.NumParameters() / 1e9, static_cast<long long>(c.num_hidden_layers),
               static_cast<long long>(args.micro_batch_tokens));
   std::cout << learn::LearnerMemoryTable(c, setups, gpus);
   std::cout << "weights, grads, adamw: held between updates (as Learner keeps them); gathered: the most one rank "
-               "holds gathered at once under shard params; activ.: an estimate of one micro-batch's\n";
+               "holds gathered at once under shard params; activ.: an estimate of one micro-batch's; lora: the "
+               "rank of adapters (learner.lora) on every projection that takes one, the base frozen\n";
   return 0;
 }
 

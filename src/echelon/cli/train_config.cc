@@ -75,6 +75,20 @@ Status ReadShard(const Config& cfg, const std::string& key, RunOptions& o) {
   return Status::Ok();
 }
 
+// learner.lora.rank with .alpha and .targets (declared after it, read here).
+Status ReadLora(const Config& cfg, const std::string& key, RunOptions& o) {
+  o.lora.rank = cfg.Int(key);
+  if (!o.lora.on()) return Status::Ok();
+  if (o.learner.shard == learn::Shard::kParams)
+    return InvalidArgument(cfg.source() + ": " + key + ": LoRA does not take learner.shard: params (the adapters' "
+                           "state is small: shard none or optimizer)");
+  o.lora.alpha = cfg.Float("learner.lora.alpha");
+  Result<std::vector<std::string>> targets = model::ParseLoraTargets(cfg.String("learner.lora.targets"));
+  if (!targets.ok()) return targets.status().WithContext(cfg.source() + ": learner.lora.targets");
+  o.lora.targets = std::move(targets).value();
+  return Status::Ok();
+}
+
 Status ReadDevice(const Config& cfg, const std::string& key, RunOptions& o) {
   o.learner.device = cfg.String(key);
   if (Status st = model::CheckDevice(o.learner.device); !st.ok()) return st.WithContext(cfg.source() + ": " + key);
@@ -230,6 +244,17 @@ const TrainKeys& Keys() {
            "keep only each layer's input for the backward pass, which runs the layer again (about a third more "
            "compute, activations of one layer); always on with learner.shard: params over several ranks",
            kLearner, AT(learner.activation_checkpointing));
+    // LoRA: learner.lora.rank declared after learner.shard, whose params it refuses.
+    k.Float("learner.lora.alpha", 16.0, 1e-6, 1e6, "LoRA: the adapters' output is scaled by alpha / rank", kLearner,
+            nullptr);  // read by learner.lora.rank's ReadLora, below
+    k.String("learner.lora.targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+             "LoRA: the projections adapted, comma-separated (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+             "down_proj; an MLP target skips a mixture-of-experts layer's experts)", kLearner,
+             nullptr);  // read by learner.lora.rank's ReadLora, below
+    k.Int("learner.lora.rank", 0, 0, 65536,
+          "LoRA: train rank-r adapters on the projections of learner.lora.targets over the frozen model RL starts "
+          "from (after the warm-start); snapshots then carry the adapters alone. 0: train every weight",
+          kLearnerActors, ReadLora);
     // Long enough for rank 0's evaluation and checkpoint between updates, while the others
     // wait; a rank that dies is noticed at once by its closed connection, not by this.
     k.Float("learner.rank_timeout_seconds", 1800.0, 1.0, 86400.0,

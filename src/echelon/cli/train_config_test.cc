@@ -32,6 +32,8 @@ std::string Print(const RunOptions& o) {
   s << '|' << l.lr << ',' << l.weight_decay << ',' << l.max_grad_norm << ',' << l.temperature << ',' << l.scale_by_std
     << ',' << l.minibatches << ',' << l.device << ',' << static_cast<int>(l.precision) << ',' << l.micro_batch_tokens
     << ',' << l.pack_sequences << ',' << static_cast<int>(l.shard) << ',' << l.activation_checkpointing << ',' << l.router_aux_coef;
+  s << '|' << o.lora.rank << ',' << o.lora.alpha;
+  for (const std::string& t : o.lora.targets) s << ',' << t;
   s << '|' << l.loss.clip_low << ',' << l.loss.clip_high << ',' << l.loss.clip_ratio_c << ',' << l.loss.kl_coef << ','
     << static_cast<int>(l.loss.correction) << ',' << l.loss.tis_cap << ',' << l.loss.decoupled_cap << ','
     << l.loss.icepop_beta << ',' << l.loss.m2po_tau;
@@ -81,6 +83,7 @@ std::string OtherValue(const FieldSpec& f) {
 std::vector<std::string> Companions(const std::string& key) {
   if (key.rfind("rl.staleness_", 0) == 0) return {"rl.staleness=auto"};
   if (key == "rollout.slowdown") return {"rollout.slow_actors=1"};
+  if (key == "learner.lora.alpha" || key == "learner.lora.targets") return {"learner.lora.rank=8"};
   return {};
 }
 

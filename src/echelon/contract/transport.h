@@ -44,10 +44,14 @@ struct GroupRollout {
   double generate_seconds = 0;
 };
 
-// A published policy: version + safetensors bytes of its weights.
+// A policy version's weights: the safetensors bytes of the whole model or, in a LoRA run
+// (model/model_config.h LoraConfig), of the adapter tensors alone, then with `base`: the whole
+// model they adapt (the same bytes for every version of the run; its SHA-256 is the adapter
+// file's metadata "echelon.lora_base", model/snapshot_weights.h).
 struct Snapshot {
   int64_t version = -1;
   std::shared_ptr<const std::string> weights;
+  std::shared_ptr<const std::string> base;  // null: weights are whole
 };
 
 class WorkSource {

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "echelon/learn/learner.h"
-#include "echelon/model/safetensors.h"
+#include "echelon/model/snapshot_weights.h"
 
 namespace echelon::learn {
 namespace {
@@ -35,7 +35,7 @@ BehaviourVerifier::BehaviourVerifier(const model::ModelConfig& config, const Ver
 void BehaviourVerifier::Remember(const contract::Snapshot& snapshot) {
   if (!snapshot.weights) return;
   std::lock_guard<std::mutex> lock(mu_);
-  snapshots_[snapshot.version] = snapshot.weights;
+  snapshots_[snapshot.version] = snapshot;
   const int64_t oldest = snapshots_.rbegin()->first - std::max<int64_t>(options_.window, 0);
   while (snapshots_.begin()->first < oldest) snapshots_.erase(snapshots_.begin());
 }
@@ -55,10 +55,14 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
     ++stats_.unverifiable;
     return std::string();
   }
-  if (loaded_ != g.behavior_version) {
+  if (loaded_ != g.behavior_version || snap->second.base != loaded_base_) {
     const std::string where = "snapshot v" + std::to_string(g.behavior_version) + " (verifier)";
-    ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ParseSafetensors(*snap->second, where));
-    ECHELON_RETURN_IF_ERROR(model_->LoadStateDict(f.tensors, where));
+    loaded_ = -1;
+    if (snap->second.base && snap->second.base != loaded_base_) {
+      ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap->second.base, &base_sha_, where + " base"));
+      loaded_base_ = snap->second.base;
+    }
+    ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap->second.weights, &base_sha_, where));
     loaded_ = g.behavior_version;
   }
   at::NoGradGuard no_grad;

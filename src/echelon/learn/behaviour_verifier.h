@@ -66,7 +66,9 @@ class BehaviourVerifier {
   mutable std::mutex mu_;  // guards everything below
   model::Qwen3Model model_;
   int64_t loaded_ = -1;  // the version model_ holds
-  std::map<int64_t, std::shared_ptr<const std::string>> snapshots_;
+  std::shared_ptr<const std::string> loaded_base_;  // and its LoRA base (contract::Snapshot::base)
+  std::string base_sha_;
+  std::map<int64_t, contract::Snapshot> snapshots_;
   VerifyStats stats_;
 };
 

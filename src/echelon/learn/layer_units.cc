@@ -7,8 +7,10 @@
 namespace echelon::learn {
 namespace {
 
-// A layer run under LayerUnits: forward without a graph, keeping its input; backward gathers
-// the layer again, runs it with gradients and hands its parameters' gradients to the units.
+// A layer run under LayerUnits: forward with gradients on (the kernels the replay takes) on a
+// detached input, returning detached outputs, so the layer's graph is dropped and only its
+// input kept; backward gathers the layer again, runs it with gradients and hands its
+// parameters' gradients to the units.
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                                                 int64_t units, int64_t index, int64_t call) {
@@ -41,11 +43,20 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       at::AutoGradMode grad(true);
       out = self->Saved(ctx->saved_data["call"].toInt())(x, /*replay=*/true);
     }
+    // The parameters that train (with LoRA, the adapters alone); the frozen ones get none.
+    const std::vector<at::Tensor>& params = self->UnitParameters(index);
     std::vector<at::Tensor> inputs = {x};
-    for (const at::Tensor& p : self->UnitParameters(index)) inputs.push_back(p);
+    std::vector<size_t> trained;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].requires_grad()) continue;
+      inputs.push_back(params[i]);
+      trained.push_back(i);
+    }
     std::vector<at::Tensor> g = torch::autograd::grad(out, inputs, grads, /*retain_graph=*/false,
                                                       /*create_graph=*/false, /*allow_unused=*/true);
-    self->TakeGradients(index, std::vector<at::Tensor>(g.begin() + 1, g.end()));
+    std::vector<at::Tensor> param_grads(params.size());
+    for (size_t k = 0; k < trained.size(); ++k) param_grads[trained[k]] = g[k + 1];
+    self->TakeGradients(index, param_grads);
     self->Release(index);
     return {g[0], at::Tensor(), at::Tensor(), at::Tensor()};
   }

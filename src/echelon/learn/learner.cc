@@ -102,6 +102,22 @@ model::Qwen3Model FrozenCopy(const model::Qwen3Model& source, at::Device device,
   return copy;
 }
 
+// The parameters an update moves, by name in named order: every one, or with LoRA
+// (config().lora) the adapter tensors alone.
+std::vector<std::pair<std::string, at::Tensor>> Trained(const model::Qwen3Model& m) {
+  const bool lora = m->config().lora.on();
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : m->named_parameters(/*recurse=*/true))
+    if (!lora || model::IsLoraTensor(item.key())) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::vector<at::Tensor> TrainedTensors(const model::Qwen3Model& m) {
+  std::vector<at::Tensor> out;
+  for (auto& [name, t] : Trained(m)) out.push_back(t);
+  return out;
+}
+
 // AdamW's state of `param`, or nullptr before its first step.
 const torch::optim::AdamWParamState* StateOf(const torch::optim::AdamW& optimizer, const at::Tensor& param) {
   auto it = optimizer.state().find(c10::guts::to_string(param.unsafeGetTensorImpl()));
@@ -114,8 +130,13 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
     : model_(std::move(model)), compute_(nullptr), options_(options), reducer_(reducer), device_(options.device) {
   const bool several = reducer_ != nullptr && reducer_->world() > 1;
   const at::ScalarType compute_dtype = options.precision == Precision::kBf16 ? at::kBFloat16 : at::kFloat;
-  for (const auto& item : model_->named_parameters(/*recurse=*/true))
-    shapes_.emplace_back(item.key(), item.value().sizes().vec());
+  const bool lora = model_->config().lora.on();
+  TORCH_CHECK(!lora || options.shard != Shard::kParams, "Learner: LoRA adapters do not take learner.shard: params");
+  for (const auto& [name, t] : Trained(model_)) shapes_.emplace_back(name, t.sizes().vec());
+  // With LoRA the base weights stay as they are: no gradient, no optimizer state.
+  if (lora)
+    for (const auto& item : model_->named_parameters(/*recurse=*/true))
+      if (!model::IsLoraTensor(item.key())) item.value().requires_grad_(false);
   sharded_ = options.shard == Shard::kOptimizer && several;
   units_sharded_ = options.shard == Shard::kParams && several;
   std::vector<at::Tensor> stepped;
@@ -132,13 +153,19 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
     model_->to(device_, at::kFloat);
     if (compute_dtype == at::kFloat) {
       compute_ = model_;
+    } else if (lora) {
+      // The frozen base in the compute dtype alone (no fp32 copy of it); the adapters stay fp32
+      // and are their own master weights (the model casts them as it computes).
+      model_->to(device_, compute_dtype);
+      for (at::Tensor& p : TrainedTensors(model_)) p.set_data(p.to(at::kFloat));
+      compute_ = model_;
     } else {
       compute_ = FrozenCopy(model_, device_, compute_dtype);
-      for (auto& p : compute_->parameters()) p.requires_grad_(true);
+      for (at::Tensor& p : TrainedTensors(compute_)) p.requires_grad_(true);
     }
     if (options.activation_checkpointing) units_ = std::make_unique<LayerUnits>(compute_);
     if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
-    const std::vector<at::Tensor> params = model_->parameters();
+    const std::vector<at::Tensor> params = TrainedTensors(model_);
     for (size_t i = 0; i < params.size(); ++i)
       if (Owns(i)) stepped.push_back(params[i]);
   }
@@ -158,7 +185,7 @@ int Learner::Owner(size_t index) const { return sharded_ ? static_cast<int>(inde
 bool Learner::Owns(size_t index) const { return !sharded_ || Owner(index) == reducer_->rank(); }
 
 Status Learner::ShareStepped() {
-  const std::vector<at::Tensor> params = model_->parameters();
+  const std::vector<at::Tensor> params = TrainedTensors(model_);
   for (int owner = 0; owner < reducer_->world(); ++owner) {
     std::vector<at::Tensor> mine;
     for (size_t i = 0; i < params.size(); ++i)
@@ -199,11 +226,11 @@ Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
   }
   if (!sharded_) return OptimizerState();
   const std::map<std::string, at::Tensor> mine = OptimizerState();
-  const auto named = model_->named_parameters(/*recurse=*/true);
+  const auto named = Trained(model_);
   std::map<std::string, at::Tensor> all;
   for (size_t i = 0; i < named.size(); ++i) {
-    const std::string& name = named[i].key();
-    const at::Tensor& p = named[i].value();
+    const std::string& name = named[i].first;
+    const at::Tensor& p = named[i].second;
     // [step, exp_avg..., exp_avg_sq...] from the owner; step 0: no state yet.
     at::Tensor buf = at::zeros({1 + 2 * p.numel()}, p.options().dtype(at::kFloat));
     if (Owns(i) && mine.count(name + ".step")) {
@@ -276,7 +303,7 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
   // Check everything before changing anything.
   std::vector<std::pair<at::Tensor, std::unique_ptr<torch::optim::AdamWParamState>>> restored;
   size_t used = 0, covered = 0;
-  const std::vector<at::Tensor> params = model_->parameters();
+  const std::vector<at::Tensor> params = TrainedTensors(model_);
   for (size_t i = 0; i < shapes_.size(); ++i) {
     const auto& [name, shape] = shapes_[i];
     auto step = optimizer_state.find(name + ".step");
@@ -562,7 +589,7 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
 }
 
 Result<double> Learner::ApplyGradients(Minibatch* mb) {
-  std::vector<at::Tensor> master = model_->parameters(), compute = compute_->parameters();
+  std::vector<at::Tensor> master = TrainedTensors(model_), compute = TrainedTensors(compute_);
   if (reducer_ != nullptr && reducer_->world() > 1) {
     // One flat fp32 vector: every gradient, the statistics, the start log-probs.
     // (Sharded parameters: the gradients were reduce-scattered layer by layer already.)

@@ -145,7 +145,8 @@ class Learner {
   Result<StepStats> Step(const std::vector<LearnerGroup>& groups);
   int64_t version() const { return version_; }
   // The master weights (fp32, on the learner's device): snapshots, checkpoints and evaluation
-  // read them (model/qwen3.h StorageStateDict converts to the storage dtype).
+  // read them (model/qwen3.h StorageStateDict converts to the storage dtype). With LoRA in
+  // bf16 the frozen base is bf16 and only the adapters are fp32.
   model::Qwen3Model& model() { return model_; }
 
   // The frozen reference weights of the KL term (empty when kl_coef is 0).

@@ -37,6 +37,22 @@ std::string Gib(double bytes) {
 
 }  // namespace
 
+int64_t LoraParameters(const model::ModelConfig& c, const model::LoraConfig& lora) {
+  if (!lora.on()) return 0;
+  const int64_t e = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const int64_t inter = c.intermediate_size;
+  int64_t total = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const std::string& t : lora.targets) {
+      const bool mlp = t == "gate_proj" || t == "up_proj" || t == "down_proj";
+      if (mlp && c.is_sparse(l)) continue;  // experts take no adapter
+      const int64_t width = t == "q_proj" || t == "o_proj" ? e + q : t == "k_proj" || t == "v_proj" ? e + kv : e + inter;
+      total += lora.rank * width;
+    }
+  }
+  return total;
+}
+
 LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSetup& setup) {
   LearnerMemory m;
   const double p = static_cast<double>(c.NumParameters());
@@ -67,12 +83,17 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
     m.gradients = 4 * shard;
     m.optimizer = 8 * shard;
     m.gathered = gathered;
+  } else if (setup.lora.on()) {
+    const double a = static_cast<double>(LoraParameters(c, setup.lora));
+    m.weights = d * p + 4 * a;
+    m.gradients = 4 * a;
+    m.optimizer = setup.shard == Shard::kOptimizer && n > 1 ? 8 * a / n : 8 * a;
   } else {
     m.weights = 4 * p + (bf16 ? 2 * p : 0);
     m.gradients = 4 * p + (bf16 ? 2 * p : 0);
     m.optimizer = setup.shard == Shard::kOptimizer && n > 1 ? 8 * p / n : 8 * p;
   }
-  if (setup.kl_reference) m.reference = d * p;
+  if (setup.kl_reference) m.reference = d * (p + static_cast<double>(LoraParameters(c, setup.lora)));
   // Activations of one micro-batch on one rank.
   const double t = static_cast<double>(setup.micro_batch_tokens);
   const double s = std::min(t, static_cast<double>(setup.sequence_tokens));
@@ -91,16 +112,17 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
 std::string LearnerMemoryTable(const model::ModelConfig& c, const std::vector<LearnerSetup>& setups,
                                const std::vector<std::pair<std::string, double>>& gpus, double headroom) {
   std::ostringstream out;
-  out << "ranks precision shard     ckpt | weights grads  adamw gathered activ. | total GiB/rank";
+  out << "ranks precision shard     ckpt lora | weights grads  adamw gathered activ. | total GiB/rank";
   for (const auto& [name, gib] : gpus) out << " | " << name << " (" << gib << " GB)";
   out << "\n";
   for (const LearnerSetup& s : setups) {
     const LearnerMemory m = EstimateLearnerMemory(c, s);
     const char* shard = s.shard == Shard::kParams ? "params" : s.shard == Shard::kOptimizer ? "optimizer" : "none";
     char line[256];
-    std::snprintf(line, sizeof line, "%5lld %-9s %-9s %-4s | %7s %6s %6s %8s %6s | %14s",
+    const std::string lora = s.lora.on() ? std::to_string(s.lora.rank) : "-";
+    std::snprintf(line, sizeof line, "%5lld %-9s %-9s %-4s %4s | %7s %6s %6s %8s %6s | %14s",
                   static_cast<long long>(s.ranks), s.precision == Precision::kBf16 ? "bf16" : "fp32", shard,
-                  s.activation_checkpointing || (s.shard == Shard::kParams && s.ranks > 1) ? "yes" : "no",
+                  s.activation_checkpointing || (s.shard == Shard::kParams && s.ranks > 1) ? "yes" : "no", lora.c_str(),
                   Gib(m.weights).c_str(), Gib(m.gradients).c_str(), Gib(m.optimizer).c_str(),
                   Gib(m.gathered).c_str(), Gib(m.activations).c_str(), Gib(m.total() ).c_str());
     out << line;

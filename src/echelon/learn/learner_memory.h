@@ -7,6 +7,8 @@
 // - shard none / optimizer: fp32 master weights and their fp32 gradients (4 + 4 bytes per
 //   parameter); bf16 adds the compute copy and its gradients (2 + 2); AdamW keeps two fp32
 //   moments (8), on every rank or, with `optimizer`, about 1/N of them each.
+// - LoRA: the frozen base in the compute dtype (2 or 4 bytes per parameter), and for the
+//   adapters alone fp32 weights, gradients and moments (16 bytes per adapter parameter).
 // - shard params (N > 1): every unit's fp32 shard, its gradient and moments (16 bytes per
 //   parameter / N, each unit padded to a multiple of N), plus the most that is gathered at once:
 //   in a layer's backward the outer unit's and the layer's weights (compute dtype), the
@@ -41,6 +43,9 @@ struct LearnerSetup {
   int64_t micro_batch_tokens = 4096;      // tokens of one forward/backward
   int64_t sequence_tokens = 4096;         // the longest sequence (attention is quadratic in it)
   bool kl_reference = false;              // a frozen reference copy (rl kl_coef > 0)
+  // LoRA adapters (learner.lora): the base frozen in the compute dtype, only the adapters
+  // fp32 with gradients and AdamW state (shard none or optimizer).
+  model::LoraConfig lora;
 };
 
 struct LearnerMemory {
@@ -53,6 +58,8 @@ struct LearnerMemory {
 };
 
 LearnerMemory EstimateLearnerMemory(const model::ModelConfig& model, const LearnerSetup& setup);
+// Parameters of `lora`'s adapters on `model` (rank x (in + out) per adapted projection).
+int64_t LoraParameters(const model::ModelConfig& model, const model::LoraConfig& lora);
 
 // One line per set-up: ranks, precision, shard, checkpointing, the terms in GiB and whether the
 // total fits `gpu_gib` with `headroom` (fraction kept free for the allocator and CUDA context).

@@ -60,6 +60,27 @@ TEST(LearnerMemory, StateWithinFifteenPercentOfMeasuredPeaks) {
   }
 }
 
+// LoRA: the frozen base in the compute dtype, the adapters with fp32 gradients and AdamW state.
+TEST(LearnerMemory, LoraStateWithinFifteenPercentOfMeasuredPeaks) {
+  for (model::ModelConfig c : {TinyConfig(), TinyMoeConfig()}) {
+    c.lora = {4, 16, model::kLoraTargets};
+    for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      LearnerOptions o;
+      o.precision = precision;
+      const double measured = Measure(c, o, 1);
+      LearnerSetup s;
+      s.precision = precision;
+      s.lora = c.lora;
+      const double estimated = EstimateLearnerMemory(c, s).state();
+      EXPECT_NEAR(estimated / measured, 1.0, 0.15) << c.moe() << " " << static_cast<int>(precision);
+      int64_t adapters = 0;
+      model::Qwen3Model m(c);
+      for (const auto& [name, t] : m->AdapterStateDict()) adapters += t.numel();
+      EXPECT_EQ(LoraParameters(c, c.lora), adapters);
+    }
+  }
+}
+
 // Qwen3-30B-A3B (data/models/qwen3-30b-a3b.json) on 4 ranks with sharded parameters: 16 bytes per
 // parameter over 4 ranks, 30.53e9 parameters.
 TEST(LearnerMemory, HeadlineModelShardedOverFourRanks) {

@@ -129,6 +129,7 @@ Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Ten
                                                 {"reference", !reference.empty()},
                                                 {"optimizer", Names(optimizer)}}));
   std::vector<at::Tensor> weights = Ordered(learner.model()->StateDict());
+  for (at::Tensor& t : weights) t = t.to(at::kFloat);  // as the workers receive them (a LoRA base may be bf16)
   ECHELON_RETURN_IF_ERROR(group_->Broadcast(weights, 0));
   if (!reference.empty()) {
     std::vector<at::Tensor> r = Ordered(reference);

@@ -29,6 +29,9 @@ struct RunOptions {
   model::ModelConfig model;  // the new character model's shape (vocab_size from the task's alphabet)
   WarmstartOptions warmstart;
   LearnerOptions learner;
+  // learner.lora: adapters trained over the frozen model the run starts RL from (after the
+  // warm-start); snapshots then carry the adapters alone (rank 0: off).
+  model::LoraConfig lora;
   int64_t steps = 0;
   int64_t groups_per_step = 0;  // B
   int64_t group_size = 0;       // G

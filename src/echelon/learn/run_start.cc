@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <random>
+#include <sstream>
 
 #include "echelon/common/fs.h"
 #include "echelon/learn/warmstart.h"
@@ -38,6 +39,7 @@ model::ModelConfig CharacterModelConfig(const RunOptions& options, const model::
   mcfg.bos_token_id = model::CharTokenizer::kBos;
   mcfg.eos_token_id = model::CharTokenizer::kEos;
   mcfg.pad_token_id = model::CharTokenizer::kPad;
+  mcfg.lora = options.lora;  // what the run's checkpoints hold (the warm-start's has none)
   return mcfg;
 }
 
@@ -46,6 +48,7 @@ Result<InitialModel> LoadInitialModel(const RunOptions& options, const data::Tas
   if (options.model_init.empty()) {
     m.vocab = model::Vocabulary::Characters(task.Alphabet());
     m.config = CharacterModelConfig(options, m.vocab);
+    m.config.lora = {};  // added after the warm-start
     ECHELON_RETURN_IF_ERROR(m.config.Validate().WithContext("model config"));
     return m;
   }
@@ -124,6 +127,17 @@ Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& 
                                          {"heldout_accuracy", before.accuracy},
                                          {"heldout_n", before.n},
                                          {"wall_s", clock.Now() - t_start}}));
+  if (options.lora.on()) {
+    ECHELON_ASSIGN_OR_RETURN(start.model, model::WithLora(start.model, options.lora, options.seed));
+    int64_t adapter = 0, all = 0;
+    for (const auto& [name, t] : start.model->StateDict()) (model::IsLoraTensor(name) ? adapter : all) += t.numel();
+    std::string targets;
+    for (const std::string& t : options.lora.targets) targets += (targets.empty() ? "" : ",") + t;
+    std::ostringstream line;  // alpha as written, whatever the progress stream's format
+    line << "LoRA rank " << options.lora.rank << " alpha " << options.lora.alpha << " on " << targets << ": " << adapter
+         << " adapter parameters trained over " << all << " frozen";
+    progress << line.str() << std::endl;
+  }
   start.state.wall_seconds = clock.Now() - t_start;
   return start;
 }
@@ -143,6 +157,9 @@ Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::Task
       point->checkpoint.config.ToJson() !=
           CharacterModelConfig(options, model::Vocabulary::Characters(task.Alphabet())).ToJson())
     return FailedPrecondition(point->dir + "/config.json describes another model than the run's config.yaml");
+  if (!(point->checkpoint.config.lora == options.lora))
+    return FailedPrecondition(point->dir + "/config.json holds other LoRA adapters (echelon_lora) than the run's "
+                              "learner.lora keys");
   start.model = point->checkpoint.model;
   start.vocab = point->checkpoint.vocab;
   if (options.chat) {

@@ -2,7 +2,8 @@
 // bytes of the state dict, tagged with its version) and publishes it two ways at once: to the
 // intake, where actors pull the newest one directly, and to the transport's broadcast
 // (peer-assisted, for remote actors). A failed broadcast is logged and left to the direct
-// pulls: it costs the actors time, not the run.
+// pulls: it costs the actors time, not the run. In a LoRA run only the adapters travel each
+// version; the whole model (the base) is made once and fetched once by each actor.
 //
 //   SnapshotPublisher publisher(&intake, &transport);
 //   ECHELON_RETURN_IF_ERROR(publisher.Publish(learner.model(), learner.version()));
@@ -11,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "echelon/common/status.h"
 #include "echelon/contract/transport.h"
@@ -20,8 +23,13 @@
 
 namespace echelon::learn {
 
-// The weights of `model` as a snapshot of `version`.
-Result<contract::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version);
+// The weights of `model` as a snapshot of `version`. With LoRA adapters (config().lora) the
+// snapshot holds the adapters alone over `base` (made by MakeBase of the same run), which it
+// carries along.
+Result<contract::Snapshot> MakeSnapshot(const model::Qwen3Model& model, int64_t version,
+                                        std::shared_ptr<const std::string> base = nullptr);
+// The whole model's bytes as a LoRA run's base.
+Result<std::shared_ptr<const std::string>> MakeBase(const model::Qwen3Model& model);
 
 class SnapshotPublisher {
  public:
@@ -31,6 +39,8 @@ class SnapshotPublisher {
  private:
   TrajectoryIntake* intake_;
   ActorTransport* transport_;
+  // A LoRA run's base, made at the first publication: only the adapters train afterwards.
+  std::shared_ptr<const std::string> base_;
 };
 
 }  // namespace echelon::learn

@@ -1,6 +1,7 @@
 #include "echelon/model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace echelon::model {
@@ -71,6 +72,33 @@ Status RejectUnsupported(const json& j, const std::string& where) {
 
 }  // namespace
 
+bool IsLoraTensor(const std::string& name) {
+  static const std::string kA = ".lora_A.weight", kB = ".lora_B.weight";
+  const auto ends = [&](const std::string& suffix) {
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(kA) || ends(kB);
+}
+
+Result<std::vector<std::string>> ParseLoraTargets(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') {
+      if (text[i] != ' ') item += text[i];
+      continue;
+    }
+    if (item.empty()) continue;
+    if (std::find(kLoraTargets.begin(), kLoraTargets.end(), item) == kLoraTargets.end())
+      return InvalidArgument("unknown LoRA target \"" + item +
+                             "\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+    item.clear();
+  }
+  if (out.empty()) return InvalidArgument("no LoRA target named (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+  return out;
+}
+
 Status ModelConfig::Validate() const {
   auto positive = [](int64_t v, const char* name) {
     return v > 0 ? Status::Ok() : InvalidArgument(std::string(name) + " must be > 0, got " + std::to_string(v));
@@ -107,6 +135,22 @@ Status ModelConfig::Validate() const {
     return InvalidArgument("head_dim must be even for rotary embedding, got " + std::to_string(head_dim));
   if (!(rms_norm_eps > 0)) return InvalidArgument("rms_norm_eps must be > 0");
   if (!(rope_theta > 0)) return InvalidArgument("rope_theta must be > 0");
+  if (lora.on()) {
+    if (lora.rank > 65536) return InvalidArgument("echelon_lora.rank must be at most 65536, got " + std::to_string(lora.rank));
+    if (!(lora.alpha > 0) || !std::isfinite(lora.alpha)) return InvalidArgument("echelon_lora.alpha must be > 0");
+    if (lora.targets.empty()) return InvalidArgument("echelon_lora.targets must name at least one projection");
+    bool dense = false;
+    for (int64_t i = 0; i < num_hidden_layers; ++i) dense = dense || !is_sparse(i);
+    for (const std::string& t : lora.targets) {
+      if (std::find(kLoraTargets.begin(), kLoraTargets.end(), t) == kLoraTargets.end())
+        return InvalidArgument("echelon_lora.targets holds \"" + t + "\", not a projection");
+      if (!dense && (t == "gate_proj" || t == "up_proj" || t == "down_proj"))
+        return InvalidArgument("echelon_lora.targets holds " + t +
+                               ", but every layer of this model is sparse and its experts take no adapter");
+    }
+  } else if (lora.rank < 0) {
+    return InvalidArgument("echelon_lora.rank must be >= 0, got " + std::to_string(lora.rank));
+  }
   return Status::Ok();
 }
 
@@ -178,6 +222,18 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j, const std::st
       }
     }
   }
+  if (j.contains("echelon_lora") && !j["echelon_lora"].is_null()) {
+    const json& l = j["echelon_lora"];
+    if (!l.is_object()) return FieldError(where, "echelon_lora", "must be an object {rank, alpha, targets}");
+    ECHELON_RETURN_IF_ERROR(GetInt(l, where + ": echelon_lora", "rank", true, &c.lora.rank));
+    ECHELON_RETURN_IF_ERROR(GetDouble(l, where + ": echelon_lora", "alpha", &c.lora.alpha));
+    if (!l.contains("targets") || !l["targets"].is_array())
+      return FieldError(where, "echelon_lora.targets", "must be a list of projection names");
+    for (const json& t : l["targets"]) {
+      if (!t.is_string()) return FieldError(where, "echelon_lora.targets", "must hold strings, got " + t.dump());
+      c.lora.targets.push_back(t.get<std::string>());
+    }
+  }
   ECHELON_RETURN_IF_ERROR(RejectUnsupported(j, where));
   Status valid = c.Validate();
   if (!valid.ok()) return valid.WithContext(where);
@@ -237,6 +293,7 @@ nlohmann::json ModelConfig::ToJson() const {
     j["mlp_only_layers"] = mlp_only_layers;
     j["router_aux_loss_coef"] = router_aux_loss_coef;
   }
+  if (lora.on()) j["echelon_lora"] = {{"rank", lora.rank}, {"alpha", lora.alpha}, {"targets", lora.targets}};
   return j;
 }
 

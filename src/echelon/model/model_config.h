@@ -25,6 +25,29 @@
 
 namespace echelon::model {
 
+// Low-rank adapters (LoRA) on the decoder's projections: each targeted weight W [out, in] gains
+// A [rank, in] and B [out, rank], and the projection computes x W^T + (alpha / rank) x A^T B^T.
+// Training moves A and B only; B starts at zero, so the adapted model starts as its base.
+// Tensors are named as PEFT's modules ("model.layers.0.self_attn.q_proj.lora_A.weight").
+// In config.json as "echelon_lora": {"rank", "alpha", "targets"}; absent when rank is 0.
+struct LoraConfig {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 16;
+  // Of kLoraTargets; an MLP target adapts the dense layers (a sparse layer's experts take none).
+  std::vector<std::string> targets;
+
+  bool on() const { return rank > 0; }
+  double scale() const { return alpha / static_cast<double>(rank); }
+  bool operator==(const LoraConfig& o) const { return rank == o.rank && alpha == o.alpha && targets == o.targets; }
+};
+// The projections adapters can target, in the order a layer runs them.
+inline const std::vector<std::string> kLoraTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"};
+// Whether `name` is an adapter tensor's ("....lora_A.weight" or "....lora_B.weight").
+bool IsLoraTensor(const std::string& name);
+// "q_proj,v_proj" (commas, spaces ignored) as targets; fails naming an unknown one.
+Result<std::vector<std::string>> ParseLoraTargets(const std::string& text);
+
 struct ModelConfig {
   std::string model_type = "qwen3";  // qwen3, qwen2, llama or qwen3_moe
   int64_t vocab_size = 0;
@@ -54,6 +77,7 @@ struct ModelConfig {
   int64_t decoder_sparse_step = 1;  // layer i is sparse iff (i + 1) % step == 0 ...
   std::vector<int64_t> mlp_only_layers;  // ... and i is not listed here
   double router_aux_loss_coef = 0.001;   // carried through config.json; the run's own is rl.router_aux_coef
+  LoraConfig lora;  // echelon's own: adapters on the projections (rank 0: none)
 
   bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
   bool moe() const { return model_type == "qwen3_moe"; }

@@ -142,6 +142,14 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Q
   const int64_t kv = cfg.num_key_value_heads * d, inter = cfg.intermediate_size;
   const bool first = range_.first == 0;
   ParamTree tree(this, shared);
+  // LoRA's A [rank, in] and B [out, rank] beside a targeted projection `w` of prefix `p`.
+  const auto adapt = [&](Layer& l, Projection which, const std::string& path, int64_t out, int64_t in) {
+    const std::string& target = kLoraTargets[which];
+    if (!cfg.lora.on() || std::find(cfg.lora.targets.begin(), cfg.lora.targets.end(), target) == cfg.lora.targets.end())
+      return;
+    l.lora_a[which] = tree.Add(path + target + ".lora_A.weight", {cfg.lora.rank, in});
+    l.lora_b[which] = tree.Add(path + target + ".lora_B.weight", {out, cfg.lora.rank});
+  };
   if (first) embed_ = tree.Add("model.embed_tokens.weight", {cfg.vocab_size, e});
   for (int64_t i = range_.first; i < range_.last; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -157,6 +165,10 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Q
       l.v_bias = tree.Add(p + "self_attn.v_proj.bias", {kv});
     }
     if (cfg.o_bias()) l.o_bias = tree.Add(p + "self_attn.o_proj.bias", {e});
+    adapt(l, kQ, p + "self_attn.", q, e);
+    adapt(l, kK, p + "self_attn.", kv, e);
+    adapt(l, kV, p + "self_attn.", kv, e);
+    adapt(l, kO, p + "self_attn.", e, q);
     if (cfg.qk_norm()) {
       l.q_norm = tree.Add(p + "self_attn.q_norm.weight", {d});
       l.k_norm = tree.Add(p + "self_attn.k_norm.weight", {d});
@@ -184,6 +196,9 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Q
       l.up_bias = tree.Add(p + "mlp.up_proj.bias", {inter});
       l.down_bias = tree.Add(p + "mlp.down_proj.bias", {e});
     }
+    adapt(l, kGate, p + "mlp.", inter, e);
+    adapt(l, kUp, p + "mlp.", inter, e);
+    adapt(l, kDown, p + "mlp.", e, inter);
     layers_.push_back(l);
   }
   if (first) {
@@ -299,9 +314,9 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   const int64_t b = h.size(0), t = h.size(1), d = cfg_.head_dim;
   const int64_t heads = cfg_.num_attention_heads, kv = cfg_.num_key_value_heads, group = heads / kv;
   const double eps = cfg_.rms_norm_eps;
-  at::Tensor q = at::linear(h, l.q_proj, l.q_bias).view({b, t, heads, d});
-  at::Tensor k = at::linear(h, l.k_proj, l.k_bias).view({b, t, kv, d});
-  at::Tensor v = at::linear(h, l.v_proj, l.v_bias).view({b, t, kv, d}).transpose(1, 2);
+  at::Tensor q = Project(l, kQ, h, l.q_proj, l.q_bias).view({b, t, heads, d});
+  at::Tensor k = Project(l, kK, h, l.k_proj, l.k_bias).view({b, t, kv, d});
+  at::Tensor v = Project(l, kV, h, l.v_proj, l.v_bias).view({b, t, kv, d}).transpose(1, 2);
   if (FusedOpsApply(q) && FusedOpsApply(cos)) {  // inference in fp32 on the CPU: norm + rotary in one pass
     const at::Tensor c = cos.view({b * t, d}), s = sin.view({b * t, d});
     q = NormRopeFused(q.view({b * t, heads, d}), l.q_norm, eps, c, s).view({b, t, heads, d}).transpose(1, 2);
@@ -330,7 +345,7 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
       }
       const at::Tensor out = DecodeAttention(q.reshape({b, heads, d}).contiguous(), cache->k[index], cache->v[index],
                                              write.fused_lengths, 1.0 / std::sqrt(double(d)), prefixes);
-      return at::linear(out.view({b, 1, heads * d}), l.o_proj, l.o_bias);
+      return Project(l, kO, out.view({b, 1, heads * d}), l.o_proj, l.o_bias);
     }
     k = cache->k[index].narrow(2, 0, write.end);
     v = cache->v[index].narrow(2, 0, write.end);
@@ -345,7 +360,7 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
   if (mask.defined()) scores = scores + mask;
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type()).view({b, kv, group * t, s});
   at::Tensor out = at::matmul(probs, v).view({b, heads, t, d}).transpose(1, 2).reshape({b, t, heads * d});
-  return at::linear(out, l.o_proj, l.o_bias);
+  return Project(l, kO, out, l.o_proj, l.o_bias);
 }
 
 std::vector<at::Tensor> Qwen3ModelImpl::DecoderLayer(size_t index, const at::Tensor& x, const at::Tensor& cos,
@@ -362,8 +377,18 @@ std::vector<at::Tensor> Qwen3ModelImpl::DecoderLayer(size_t index, const at::Ten
 
 at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum) {
   if (l.router.defined()) return Experts(l, h, replay, prob_sum);
-  return at::linear(at::silu(at::linear(h, l.gate_proj, l.gate_bias)) * at::linear(h, l.up_proj, l.up_bias),
-                   l.down_proj, l.down_bias);
+  return Project(l, kDown,
+                 at::silu(Project(l, kGate, h, l.gate_proj, l.gate_bias)) * Project(l, kUp, h, l.up_proj, l.up_bias),
+                 l.down_proj, l.down_bias);
+}
+
+at::Tensor Qwen3ModelImpl::Project(const Layer& l, Projection which, const at::Tensor& x, const at::Tensor& w,
+                                   const at::Tensor& b) const {
+  at::Tensor y = at::linear(x, w, b);
+  if (!l.lora_a[which].defined()) return y;
+  // In the input's dtype: a bf16 learner keeps its adapters in fp32 (their own master weights).
+  const at::ScalarType dtype = x.scalar_type();
+  return y + at::linear(at::linear(x, l.lora_a[which].to(dtype)), l.lora_b[which].to(dtype)) * cfg_.lora.scale();
 }
 
 at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum) {
@@ -481,6 +506,57 @@ std::map<std::string, at::Tensor> Qwen3ModelImpl::StateDict() const {
   return out;
 }
 
+std::map<std::string, at::Tensor> Qwen3ModelImpl::Select(bool adapters, bool storage) const {
+  const at::ScalarType dtype = StorageDtype(cfg_);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    if (IsLoraTensor(item.key()) != adapters) continue;
+    out[item.key()] = storage ? item.value().detach().to(at::kCPU, dtype).contiguous() : item.value().detach();
+  }
+  return out;
+}
+
+std::map<std::string, at::Tensor> Qwen3ModelImpl::AdapterStateDict() const { return Select(true, false); }
+
+std::map<std::string, at::Tensor> Qwen3ModelImpl::StorageAdapterStateDict() const { return Select(true, true); }
+
+Status Qwen3ModelImpl::LoadAdapter(const std::map<std::string, at::Tensor>& adapter, const std::string& where) {
+  if (!cfg_.lora.on()) return FailedPrecondition(where + ": LoRA adapter tensors for a model without adapters");
+  const std::map<std::string, at::Tensor> mine = AdapterStateDict();
+  for (const auto& [name, t] : mine) {
+    auto it = adapter.find(name);
+    if (it == adapter.end()) return NotFound(where + ": missing adapter tensor " + name);
+    if (!it->second.defined() || !at::isFloatingType(it->second.scalar_type()))
+      return InvalidArgument(where + ": tensor " + name + " is not a floating-point tensor");
+    if (it->second.sizes() != t.sizes())
+      return InvalidArgument(where + ": tensor " + name + " has shape " + ShapeString(it->second.sizes()) +
+                             ", the adapters need " + ShapeString(t.sizes()));
+  }
+  for (const auto& [name, t] : adapter)
+    if (mine.count(name) == 0)
+      return InvalidArgument(where + ": unexpected tensor " + name + " (not an adapter tensor of this model)");
+  try {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, t] : mine) t.copy_(adapter.at(name));
+  } catch (const c10::Error& e) {
+    return Internal(where + ": copying adapter tensors failed: " + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+Result<Qwen3Model> WithLora(const Qwen3Model& base, const LoraConfig& lora, uint64_t seed) {
+  if (base->config().lora.on()) return FailedPrecondition("the model has LoRA adapters already");
+  ModelConfig cfg = base->config();
+  cfg.lora = lora;
+  ECHELON_RETURN_IF_ERROR(cfg.Validate().WithContext("learner.lora"));
+  Qwen3Model out(cfg, base->range());
+  out->InitWeights(seed);
+  std::map<std::string, at::Tensor> weights = base->StateDict();
+  for (auto& [name, t] : out->AdapterStateDict()) weights[name] = t.clone();
+  ECHELON_RETURN_IF_ERROR(out->LoadStateDict(weights, "the base model"));
+  return out;
+}
+
 std::map<std::string, at::Tensor> Qwen3ModelImpl::StorageStateDict() const {
   const at::ScalarType dtype = StorageDtype(cfg_);
   std::map<std::string, at::Tensor> out;
@@ -523,7 +599,12 @@ void Qwen3ModelImpl::InitWeights(uint64_t seed) {
     const std::string& name = item.key();
     const bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (is_norm) {
+    if (IsLoraTensor(name)) {
+      const bool is_a = name.compare(name.size() - 14, 14, ".lora_A.weight") == 0;
+      const double bound = 1.0 / std::sqrt(static_cast<double>(item.value().size(1)));
+      if (is_a) item.value().uniform_(-bound, bound, gen);
+      else item.value().zero_();
+    } else if (is_norm) {
       item.value().fill_(1.0);
     } else if (is_bias) {
       item.value().zero_();

@@ -151,8 +151,17 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // Copies weights in; every parameter must be present with the right shape, and no extra
   // names (lm_head.weight is ignored when tied). Converts dtype and device.
   Status LoadStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where);
-  // Re-initialises weights (normal(0, 0.02), norms to 1) from a seed; deterministic.
+  // Re-initialises weights (normal(0, 0.02), norms to 1; LoRA's A uniform in +-1/sqrt(in), as
+  // PEFT's, and B zero) from a seed; deterministic.
   void InitWeights(uint64_t seed);
+
+  // LoRA (config().lora on): the adapter tensors alone, by name, as StateDict gives them, and
+  // in the storage dtype on the CPU as StorageStateDict does.
+  std::map<std::string, at::Tensor> AdapterStateDict() const;
+  std::map<std::string, at::Tensor> StorageAdapterStateDict() const;
+  // Copies adapter tensors in: exactly every adapter tensor of this model, right shapes; the
+  // base weights are left as they are. Nothing changes on error.
+  Status LoadAdapter(const std::map<std::string, at::Tensor>& adapter, const std::string& where);
 
   // Tokens routed to each expert since the last call, one row per sparse layer in layer order
   // ([sparse layers, num_experts] int64 on the CPU; [0, 0] for a dense model): the router's
@@ -181,7 +190,13 @@ class Qwen3ModelImpl : public torch::nn::Module {
     at::Tensor router;
     std::vector<at::Tensor> expert_gate, expert_up, expert_down;
     int64_t sparse_index = -1;  // row of router_load_
+    // LoRA's A and B of each projection, indexed as kLoraTargets (undefined: not adapted).
+    at::Tensor lora_a[7], lora_b[7];
   };
+  enum Projection { kQ, kK, kV, kO, kGate, kUp, kDown };
+  // x W^T + b, plus the adapter's (alpha / rank) x A^T B^T when the projection has one.
+  at::Tensor Project(const Layer& l, Projection which, const at::Tensor& x, const at::Tensor& w,
+                     const at::Tensor& b = at::Tensor()) const;
 
   // Where a Forward's T new keys go in the cache: columns [start, start + T) of every row, or
   // per row (`scatter`, [B, KV, T, D] column indices) with row lengths; `end` = columns read.
@@ -208,6 +223,8 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor Experts(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum);
 
   Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Qwen3ModelImpl* shared);
+  // Named parameters that are (adapters) or are not (base) LoRA tensors.
+  std::map<std::string, at::Tensor> Select(bool adapters, bool storage) const;
 
   ModelConfig cfg_;
   LayerRange range_;
@@ -226,6 +243,11 @@ class Qwen3ModelImpl : public torch::nn::Module {
   std::vector<at::Tensor> routed_prob_sums_, routed_choices_;
 };
 TORCH_MODULE(Qwen3Model);
+
+// `base`'s weights with LoRA adapters `lora` added (freshly initialised from `seed`: B zero, so
+// the result computes what `base` does); on the CPU in fp32. Fails when `base` has adapters
+// already or `lora` does not fit its config.
+Result<Qwen3Model> WithLora(const Qwen3Model& base, const LoraConfig& lora, uint64_t seed);
 
 // The ATen dtype of config.torch_dtype.
 at::ScalarType StorageDtype(const ModelConfig& config);

@@ -213,7 +213,11 @@ class LearnerServer::Service final : public v1::Learner::Service {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no snapshot at or above version " +
                                                              std::to_string(req->min_version()) + " yet");
     std::shared_ptr<const std::string> weights = snap.weights;
-    if (req->ranged()) {
+    if (req->lora_base()) {
+      if (!snap.base)
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this run's snapshots are whole: it has no LoRA base");
+      weights = snap.base;
+    } else if (req->ranged()) {
       Result<std::shared_ptr<const std::string>> ranged =
           s_->RangedSnapshot(snap, req->first_layer(), req->last_layer());
       if (!ranged.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ranged.status().message());
@@ -507,6 +511,7 @@ void LearnerServer::ReformLocked(const std::string& name) {
 Result<std::shared_ptr<const std::string>> LearnerServer::RangedSnapshot(const contract::Snapshot& snap, int64_t first,
                                                                          int64_t last) {
   const int64_t layers = model_ ? model_->num_hidden_layers : 0;
+  if (snap.base) return FailedPrecondition("pipeline stages take no LoRA adapter snapshots (learner.lora) yet");
   if (first < 0 || first >= last || last > layers)
     return InvalidArgument("layers [" + std::to_string(first) + ", " + std::to_string(last) + ") are not a range of the " +
                            std::to_string(layers) + "-layer model");

@@ -1,6 +1,7 @@
 // LearnerServer and RemoteLearner over real loopback gRPC, against a scripted hub.
 #include "echelon/net/learner_server.h"
 
+#include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,6 +11,9 @@
 #include <set>
 #include <thread>
 
+#include "echelon/common/sha256.h"
+#include "echelon/model/safetensors.h"
+#include "echelon/model/snapshot_weights.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/protocol.h"
 #include "echelon/net/remote_learner.h"
@@ -256,7 +260,7 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   // 2.5 pieces, so the stream reassembles several messages.
   std::string blob(kSnapshotPieceBytes * 5 / 2, '\0');
   for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7 + 3);
-  f.hub.snapshot = contract::Snapshot{4, std::make_shared<const std::string>(blob)};
+  f.hub.snapshot = contract::Snapshot{4, std::make_shared<const std::string>(blob), nullptr};
 
   RemoteLearnerOptions o;
   o.address = f.address;
@@ -296,6 +300,51 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   EXPECT_EQ(s.version, 4);
   ASSERT_TRUE(s.weights);
   EXPECT_TRUE(*s.weights == blob);
+  learner.Close();
+}
+
+// A LoRA run: snapshots hold adapters naming their base's SHA-256. The actor pulls the base
+// once (the same bytes under every later version), checks it, and hands it out with each
+// snapshot; an adapter naming a base the learner does not serve is not taken.
+TEST(RemoteLearnerTest, PullsTheLoraBaseOnceAndChecksIt) {
+  Fixture f("tok");
+  const auto base = std::make_shared<const std::string>(kSnapshotPieceBytes * 3 / 2, 'b');
+  const auto adapter = [&](float value, const std::string& sha) {
+    Result<std::string> bytes = model::SerializeSafetensors({{"model.layers.0.self_attn.q_proj.lora_A.weight",
+                                                              at::full({2, 4}, value)}},
+                                                            {{model::kLoraBaseKey, sha}});
+    EXPECT_TRUE(bytes.ok());
+    return std::make_shared<const std::string>(bytes.value());
+  };
+  {
+    std::lock_guard<std::mutex> lock(f.hub.mu);
+    f.hub.snapshot = contract::Snapshot{5, adapter(1, Sha256Hex(*base)), base};
+  }
+  RemoteLearnerOptions o;
+  o.address = f.address;
+  o.token = "tok";
+  o.name = "rl";
+  RemoteLearner learner(o);
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(learner.Connect(stop).ok());
+  const contract::Snapshot s5 = learner.Latest();
+  EXPECT_EQ(s5.version, 5);
+  ASSERT_TRUE(s5.base);
+  EXPECT_EQ(*s5.base, *base);
+  {
+    std::lock_guard<std::mutex> lock(f.hub.mu);
+    f.hub.snapshot = contract::Snapshot{6, adapter(2, Sha256Hex(*base)), base};
+  }
+  learner.Want(6);
+  const contract::Snapshot s6 = learner.Latest();
+  EXPECT_EQ(s6.version, 6);
+  EXPECT_EQ(s6.base, s5.base) << "the base is pulled once";
+  {
+    std::lock_guard<std::mutex> lock(f.hub.mu);
+    f.hub.snapshot = contract::Snapshot{7, adapter(3, std::string(64, '0')), base};
+  }
+  learner.Want(7);
+  EXPECT_EQ(learner.Latest().version, 6) << "an adapter over a base that does not check out is not taken";
   learner.Close();
 }
 

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "echelon/common/fs.h"
+#include "echelon/common/sha256.h"
+#include "echelon/model/snapshot_weights.h"
 #include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
@@ -321,7 +323,8 @@ std::optional<contract::Snapshot> RemoteLearner::FromBroadcast(int64_t version) 
   }
   Result<std::string> bytes = peer_->store().Assemble(*got);
   if (!bytes.ok()) return std::nullopt;  // garbage-collected meanwhile: the next call gets a newer one
-  return contract::Snapshot{static_cast<int64_t>(*got), std::make_shared<const std::string>(std::move(bytes).value())};
+  return contract::Snapshot{static_cast<int64_t>(*got), std::make_shared<const std::string>(std::move(bytes).value()),
+                            nullptr};
 }
 
 PipelineRoute RemoteLearner::route() const {
@@ -350,12 +353,11 @@ contract::Snapshot RemoteLearner::Latest() {
   }
   if (cached_.version >= known_version_.load() && cached_.version >= 0) return cached_;
   if (std::optional<contract::Snapshot> snap = staged ? std::nullopt : FromBroadcast(known_version_.load())) {
+    if (!AttachBase(*snap)) return cached_;
     cached_ = std::move(*snap);
     known_version_ = std::max<int64_t>(known_version_.load(), cached_.version);
     return cached_;
   }
-  grpc::ClientContext ctx;
-  AttachToken(ctx, options_.token);
   v1::SnapshotRequest req;
   req.set_actor_id(actor_id());
   req.set_min_version(known_version_.load());
@@ -364,6 +366,41 @@ contract::Snapshot RemoteLearner::Latest() {
     req.set_first_layer(range.first);
     req.set_last_layer(range.last);
   }
+  std::optional<contract::Snapshot> snap = Pull(req);
+  if (!snap || !AttachBase(*snap)) return cached_;
+  cached_ = std::move(*snap);
+  cached_range_ = range;
+  known_version_ = std::max<int64_t>(known_version_.load(), cached_.version);
+  return cached_;
+}
+
+bool RemoteLearner::AttachBase(contract::Snapshot& snap) {
+  const std::string want = model::AdapterBaseOf(*snap.weights);
+  if (want.empty()) return true;
+  if (!base_ || base_sha_ != want) {
+    v1::SnapshotRequest req;
+    req.set_actor_id(actor_id());
+    req.set_lora_base(true);
+    std::optional<contract::Snapshot> base = Pull(req);
+    if (!base) return false;
+    const std::string got = Sha256Hex(*base->weights);
+    if (got != want) {  // the learner moved to another base meanwhile (a restart): the next call retries
+      spdlog::warn("the LoRA base pulled has SHA-256 {}, snapshot v{} adapts {}; retrying", got.substr(0, 12),
+                   snap.version, want.substr(0, 12));
+      return false;
+    }
+    spdlog::info("pulled the LoRA base ({:.1f} MB) under snapshot v{}", static_cast<double>(base->weights->size()) / 1e6,
+                 snap.version);
+    base_ = std::move(base->weights);
+    base_sha_ = want;
+  }
+  snap.base = base_;
+  return true;
+}
+
+std::optional<contract::Snapshot> RemoteLearner::Pull(const v1::SnapshotRequest& req) {
+  grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
   // No deadline for the whole pull, which may take many minutes: a stall cancels it.
   std::mutex stall_mu;
   std::condition_variable stall_cv;
@@ -406,13 +443,10 @@ contract::Snapshot RemoteLearner::Latest() {
   stall_cv.notify_all();
   watchdog.join();
   if (!st.ok() || version < 0 || bytes.size() != total) {
-    if (!st.ok()) Recover(st.error_code(), "snapshot fetch");
-    return cached_;
+    if (!st.ok()) Recover(st.error_code(), req.lora_base() ? "LoRA base fetch" : "snapshot fetch");
+    return std::nullopt;
   }
-  cached_ = contract::Snapshot{version, std::make_shared<const std::string>(std::move(bytes))};
-  cached_range_ = range;
-  known_version_ = std::max<int64_t>(known_version_.load(), version);
-  return cached_;
+  return contract::Snapshot{version, std::make_shared<const std::string>(std::move(bytes)), nullptr};
 }
 
 }  // namespace echelon::net

@@ -9,7 +9,9 @@
 // verified chunks from the origin or from other actors and relays what it holds. Latest()
 // waits up to broadcast_wait_seconds for the version the learner last announced, then falls
 // back to pulling the snapshot directly (GetSnapshot), so a blocked broadcast port costs
-// time, never the run. A learner restart (new incarnation) replaces the peer.
+// time, never the run. A learner restart (new incarnation) replaces the peer. In a LoRA run the
+// snapshots hold adapters; the whole model they adapt is pulled once (GetSnapshot with
+// lora_base), checked against the SHA-256 they name, and handed out as Snapshot::base.
 //
 //   RemoteLearner learner({.address = "10.0.0.1:7700", .token = token, .name = "gpu-7"});
 //   ECHELON_ASSIGN_OR_RETURN(std::string spec, learner.Connect(stop));
@@ -103,6 +105,11 @@ class RemoteLearner : public contract::WorkSource,
   void JoinBroadcast(uint32_t port, const std::string& key_pem, const std::string& token);
   // The snapshot of at least `version` by broadcast, or nullopt (none, or it timed out).
   std::optional<contract::Snapshot> FromBroadcast(int64_t version);
+  // Streams GetSnapshot's answer to `req`; nullopt when it failed (Recover has run).
+  std::optional<contract::Snapshot> Pull(const v1::SnapshotRequest& req);
+  // A LoRA run: `snap`'s base (the adapters' metadata names its SHA-256), fetched once and
+  // checked; false when it could not be had.
+  bool AttachBase(contract::Snapshot& snap);
   void HeartbeatLoop();
   // Handles a failed call: re-registers on NOT_FOUND, sleeps with backoff on UNAVAILABLE.
   void Recover(int code, const std::string& what);
@@ -123,6 +130,8 @@ class RemoteLearner : public contract::WorkSource,
   const std::atomic<bool>* stop_ = nullptr;
   double backoff_ = 0.1;
   contract::Snapshot cached_;
+  std::shared_ptr<const std::string> base_;  // a LoRA run's base, and its SHA-256
+  std::string base_sha_;
   std::string cached_run_spec_;
   std::string incarnation_;  // of the learner process last registered with
   std::unique_ptr<BroadcastPeer> peer_;  // joined to the learner's broadcast (actor thread only)

@@ -29,7 +29,15 @@ bool Actor::RefreshSnapshot() {
   // Any other version replaces ours, older ones too: a learner resumed from a checkpoint
   // publishes versions again from there.
   if (snap.version < 0 || !snap.weights) return false;
-  if (snap.version == policy_->version()) return true;
+  if (snap.version == policy_->version() && snap.base == base_) return true;
+  if (snap.base && snap.base != base_) {  // a LoRA run's whole model, under its adapters
+    if (Status st = policy_->LoadBase(*snap.base); !st.ok()) {
+      spdlog::error("{}: cannot load the LoRA base of snapshot v{}: {}", options_.name, snap.version, st.message());
+      ++stats_.errors;
+      return false;
+    }
+    base_ = snap.base;
+  }
   Status st = policy_->LoadSnapshot(*snap.weights, snap.version);
   if (!st.ok()) {
     spdlog::error("{}: cannot load snapshot v{}: {}", options_.name, snap.version, st.message());

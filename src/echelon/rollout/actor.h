@@ -71,6 +71,7 @@ class Actor {
   contract::EpisodeHost* episodes_ = nullptr;
   const data::TaskAdapter* task_;
   std::unique_ptr<SnapshotPolicy> policy_;
+  std::shared_ptr<const std::string> base_;  // the LoRA base the policy holds (contract::Snapshot::base)
   const Clock* clock_;
   ActorStats stats_;
 };

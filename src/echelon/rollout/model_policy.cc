@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "echelon/model/safetensors.h"
+#include "echelon/model/snapshot_weights.h"
 
 namespace echelon::rollout {
 
@@ -50,9 +50,14 @@ Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::Poli
 
 Status ModelPolicy::LoadSnapshot(const std::string& safetensors_bytes, int64_t version) {
   const std::string where = "snapshot v" + std::to_string(version);
-  ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ParseSafetensors(safetensors_bytes, where));
-  ECHELON_RETURN_IF_ERROR(model_->LoadStateDict(f.tensors, where));
+  ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, safetensors_bytes, &base_, where));
   version_ = version;
+  return Status::Ok();
+}
+
+Status ModelPolicy::LoadBase(const std::string& safetensors_bytes) {
+  ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, safetensors_bytes, &base_, "LoRA base"));
+  version_ = -1;
   return Status::Ok();
 }
 

@@ -32,8 +32,10 @@ class ModelPolicy : public SnapshotPolicy {
   // Throws std::invalid_argument when a prompt cannot be encoded (a character outside the
   // character tokenizer's alphabet, ill-formed UTF-8).
   Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) override;
-  // Replaces the weights with a snapshot's safetensors bytes.
+  // Replaces the weights with a snapshot's safetensors bytes (model/snapshot_weights.h: whole,
+  // or LoRA adapters over the base LoadBase gave).
   Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
+  Status LoadBase(const std::string& safetensors_bytes) override;
   int64_t version() const override { return version_; }
   model::Qwen3Model& model() { return model_; }
 
@@ -42,6 +44,7 @@ class ModelPolicy : public SnapshotPolicy {
   model::Vocabulary vocab_;
   model::SamplingParams params_;
   int64_t version_ = -1;
+  std::string base_;  // SHA-256 of the LoRA base held (LoadPolicyWeights)
 };
 
 // Greedy held-out accuracy of `source`'s weights through a ModelPolicy (temperature 0, at most

@@ -18,6 +18,12 @@ class SnapshotPolicy : public data::Policy {
  public:
   // Replaces the weights with a snapshot's safetensors bytes; version() becomes `version`.
   virtual Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) = 0;
+  // A LoRA run (contract::Snapshot::base): loads the whole model its adapter snapshots adapt,
+  // before the first of them; version() becomes -1 until LoadSnapshot.
+  virtual Status LoadBase(const std::string& safetensors_bytes) {
+    (void)safetensors_bytes;
+    return FailedPrecondition("this backend takes no LoRA adapter snapshots (learner.lora); use the builtin one");
+  }
   // The version of the weights in use; -1 before the first snapshot.
   virtual int64_t version() const = 0;
 };
