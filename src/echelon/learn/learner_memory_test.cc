@@ -72,6 +72,8 @@ TEST(LearnerMemory, LoraStateWithinFifteenPercentOfMeasuredPeaks) {
       s.precision = precision;
       s.lora = c.lora;
       const double estimated = EstimateLearnerMemory(c, s).state();
+      std::printf("lora %s %s: measured %.0f, estimated %.0f bytes (%.4f)\n", c.moe() ? "moe" : "dense",
+                  precision == Precision::kBf16 ? "bf16" : "fp32", measured, estimated, estimated / measured);
       EXPECT_NEAR(estimated / measured, 1.0, 0.15) << c.moe() << " " << static_cast<int>(precision);
       int64_t adapters = 0;
       model::Qwen3Model m(c);

@@ -105,55 +105,56 @@ TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
   EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
 }
 
+// One rank takes three updates with the KL term; two ranks resume from its weights, AdamW state
+// and reference, and both take a fourth on the same groups. The learners after it: {one, two}.
+struct Resumed {
+  model::Qwen3Model start{nullptr}, one{nullptr}, two{nullptr};
+};
+Resumed ResumeOnTwoRanks(const LearnerOptions& o, uint64_t seed) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(seed);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  Learner one(Copy(init), o);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(one.Step(groups).ok());
+  EXPECT_GT(MaxWeightDiff(one.model(), init), 1e-3) << "the reference (init) differs from the weights";
+  Resumed out;
+  out.start = Copy(one.model());
+  TwoRanks two;
+  Learner rank0(Copy(one.model()), o, two.ranks->group());
+  EXPECT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), one.ReferenceState()).ok());
+  const Status setup = two.ranks->Setup(rank0, one.OptimizerState());
+  EXPECT_TRUE(setup.ok()) << setup.message();
+  EXPECT_TRUE(one.Step(groups).ok());
+  EXPECT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+  EXPECT_TRUE(rank0.Step(groups).ok());
+  two.ranks->Stop();
+  EXPECT_TRUE(two.worker.get().ok());
+  out.one = one.model();
+  out.two = rank0.model();
+  return out;
+}
+
 // A resumed run with the KL term: the worker received the reference into tensors that shared
 // its model's memory, so its weights became the reference's and its gradients were of the wrong
 // policy. Its next update is again the one-rank update from the same checkpoint.
 TEST(LearnerRanks, TheReferenceDoesNotOverwriteAWorkersWeights) {
-  model::Qwen3Model init(TinyConfig());
-  init->InitWeights(10);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
   LearnerOptions o;
   o.lr = 1e-2;
   o.loss.kl_coef = 0.1;
-  Learner one(Copy(init), o);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(one.Step(groups).ok());
-  ASSERT_GT(MaxWeightDiff(one.model(), init), 1e-3) << "the reference (init) differs from the weights";
-  TwoRanks two;
-  Learner rank0(Copy(one.model()), o, two.ranks->group());
-  ASSERT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), one.ReferenceState()).ok());
-  ASSERT_TRUE(two.ranks->Setup(rank0, one.OptimizerState()).ok());
-  ASSERT_TRUE(one.Step(groups).ok());
-  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-  ASSERT_TRUE(rank0.Step(groups).ok());
-  two.ranks->Stop();
-  ASSERT_TRUE(two.worker.get().ok());
-  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+  const Resumed r = ResumeOnTwoRanks(o, 10);
+  EXPECT_LT(MaxWeightDiff(r.one, r.two), 1e-5);
 }
 
 // A bf16 learner keeps its KL reference in bf16, which Gloo cannot carry: the set-up failed
-// with "Invalid scalar type" before the reference went over as fp32. Two ranks now give one
-// rank's bf16 update.
+// with "Invalid scalar type" (and the rank exited) before the reference went over as fp32. Two
+// ranks now give one rank's bf16 update.
 TEST(LearnerRanks, ABf16ReferenceReachesTheWorkers) {
-  model::Qwen3Model init(TinyConfig());
-  init->InitWeights(12);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
   LearnerOptions o;
   o.lr = 1e-2;
   o.loss.kl_coef = 0.1;
   o.precision = Precision::kBf16;
-  Learner one(Copy(init), o);
-  TwoRanks two;
-  Learner rank0(Copy(init), o, two.ranks->group());
-  const Status setup = two.ranks->Setup(rank0, {});
-  ASSERT_TRUE(setup.ok()) << setup.message();
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(one.Step(groups).ok());
-    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-    ASSERT_TRUE(rank0.Step(groups).ok());
-  }
-  two.ranks->Stop();
-  ASSERT_TRUE(two.worker.get().ok());
-  EXPECT_LT(RelativeUpdateDiff(one.model(), rank0.model(), init), 0.05);
+  const Resumed r = ResumeOnTwoRanks(o, 12);
+  EXPECT_LT(RelativeUpdateDiff(r.one, r.two, r.start), 0.05);
 }
 
 // ZeRO stage 1: each of two ranks keeps half the AdamW state, steps its parameters and sends

@@ -94,6 +94,14 @@ struct Fixture {
     req.set_lease_id(lease);
     return stub->Submit(&ctx, req, reply);
   }
+  // An actor's options for this learner.
+  RemoteLearnerOptions Remote(const std::string& token) const {
+    RemoteLearnerOptions o;
+    o.address = address;
+    o.token = token;
+    o.name = "rl";
+    return o;
+  }
   ScriptedHub hub;
   SimulatedClock clock;
   std::unique_ptr<LearnerServer> server;
@@ -262,11 +270,7 @@ TEST(RemoteLearnerTest, AcquireSubmitAndSnapshotRoundTrip) {
   for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7 + 3);
   f.hub.snapshot = contract::Snapshot{4, std::make_shared<const std::string>(blob), nullptr};
 
-  RemoteLearnerOptions o;
-  o.address = f.address;
-  o.token = "tok";
-  o.name = "rl";
-  RemoteLearner learner(o);
+  RemoteLearner learner(f.Remote("tok"));
   std::atomic<bool> stop{false};
   Result<std::string> spec = learner.Connect(stop);
   ASSERT_TRUE(spec.ok()) << spec.status().message();
@@ -320,11 +324,7 @@ TEST(RemoteLearnerTest, PullsTheLoraBaseOnceAndChecksIt) {
     std::lock_guard<std::mutex> lock(f.hub.mu);
     f.hub.snapshot = contract::Snapshot{5, adapter(1, Sha256Hex(*base)), base};
   }
-  RemoteLearnerOptions o;
-  o.address = f.address;
-  o.token = "tok";
-  o.name = "rl";
-  RemoteLearner learner(o);
+  RemoteLearner learner(f.Remote("tok"));
   std::atomic<bool> stop{false};
   ASSERT_TRUE(learner.Connect(stop).ok());
   const contract::Snapshot s5 = learner.Latest();
@@ -425,10 +425,7 @@ TEST(RemoteLearnerTest, ASnapshotPullEndsOnAStallNotOnItsLength) {
 
 TEST(RemoteLearnerTest, WrongTokenFailsConnectAtOnce) {
   Fixture f("tok");
-  RemoteLearnerOptions o;
-  o.address = f.address;
-  o.token = "nope";
-  RemoteLearner learner(o);
+  RemoteLearner learner(f.Remote("nope"));
   std::atomic<bool> stop{false};
   Result<std::string> spec = learner.Connect(stop);
   ASSERT_FALSE(spec.ok());
