@@ -2,9 +2,10 @@
 # System test of LoRA runs (learner.lora): `echelon train` with its actor processes over
 # loopback gRPC and the snapshot broadcast. Checks: the adapters alone travel (every snapshot
 # a small fraction of the whole model's bytes), the base weights leave the run bit for bit as
-# the warm-start made them (read with plain Python, not echelon), the checkpoints carry the
-# adapters and `echelon eval` reads them, a resume continues the run, and a resume with other
-# adapters is refused naming the key.
+# the warm-start made them (read with plain Python, not echelon), the run checkpoints carry the
+# adapters and `echelon eval` reads them, the final model has them merged (a plain checkpoint,
+# the same accuracy), a resume continues the run, and a resume with other adapters is refused
+# naming the key.
 # Usage: tests/lora_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -32,9 +33,9 @@ sys.exit(0 if sizes and max(sizes) * 10 < base else 1)
 PY
 check "snapshots are adapter sized (count, largest, whole model: $(cat sizes.out))" test $? -eq 0
 
-# The base weights of the final checkpoint are the warm-start's, byte for byte; the
+# The base weights of the last run checkpoint are the warm-start's, byte for byte; the
 # adapters are there besides, and config.json names them.
-python3 - run/checkpoints/warmstart/model.safetensors run/checkpoints/final/model.safetensors > frozen.out <<'PY'
+python3 - run/checkpoints/warmstart/model.safetensors run/checkpoints/step-10/model.safetensors > frozen.out <<'PY'
 import json, struct, sys
 def tensors(path):
     b = open(path, "rb").read()
@@ -49,10 +50,15 @@ print(len(base), len(adapters), changed[:3])
 sys.exit(0 if adapters and not changed and set(final) == set(base) | set(adapters) else 1)
 PY
 check "base frozen, adapters added (base tensors, adapters, changed: $(cat frozen.out))" test $? -eq 0
-check "final config.json names the adapters" grep -q '"echelon_lora"' run/checkpoints/final/config.json
+check "step-10 config.json names the adapters" grep -q '"echelon_lora"' run/checkpoints/step-10/config.json
 check "warm-start config.json has none" sh -c '! grep -q echelon_lora run/checkpoints/warmstart/config.json'
-timeout 120 "$ECHELON" eval --checkpoint run/checkpoints/final --data run/heldout.jsonl > eval.out 2> eval.err
+timeout 120 "$ECHELON" eval --checkpoint run/checkpoints/step-10 --data run/heldout.jsonl > eval.out 2> eval.err
 check "eval reads the adapted checkpoint" sh -c "tail -n1 eval.out | grep -Eq '^\{\"accuracy\":[0-9.e-]+,\"n\":40\}$'"
+# The final model has its adapters merged: a plain Hugging Face checkpoint, the same accuracy.
+check "final config.json is plain" sh -c '! grep -q echelon_lora run/checkpoints/final/config.json'
+check "final holds no adapter tensor" sh -c '! grep -aq lora_A run/checkpoints/final/model.safetensors'
+timeout 120 "$ECHELON" eval --checkpoint run/checkpoints/final --data run/heldout.jsonl > final.out 2> final.err
+check "eval of the merged final gives the adapted accuracy" test "$(tail -n1 final.out)" = "$(tail -n1 eval.out)"
 
 # Resume continues with the adapters; other adapters are refused by name.
 timeout 300 "$ECHELON" train --resume run --set rl.steps=14 > resume.out 2> resume.err

@@ -404,8 +404,15 @@ class LearnerRun {
     if (ranks_) ranks_->Stop();  // the workers' part is done; rank 0 evaluates alone
     ECHELON_RETURN_IF_ERROR(failure);
     summary_.interrupted = learner_->version() < options_.steps;
-    if (!summary_.interrupted)
-      ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir_ / "final").string(), learner_->model(), start_.vocab));
+    if (!summary_.interrupted) {
+      // A LoRA run's final model has its adapters merged, for any Hugging Face tool; its
+      // step-N checkpoints keep them apart.
+      model::Qwen3Model final_model = learner_->model();
+      if (final_model->config().lora.on()) {
+        ECHELON_ASSIGN_OR_RETURN(final_model, model::MergeLora(final_model));
+      }
+      ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir_ / "final").string(), final_model, start_.vocab));
+    }
     ECHELON_ASSIGN_OR_RETURN(const data::EvalResult after,
                              evaluate_(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
     summary_.final_accuracy = after.accuracy;

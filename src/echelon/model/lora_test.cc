@@ -41,7 +41,7 @@ Qwen3Model Merged(const Qwen3Model& adapted, const ModelConfig& base) {
 
 // Every projection adapted, B drawn away from zero: the logits of a full forward and a
 // cached, token-by-token greedy decode equal those of the merged weights (dense, and MoE with
-// its dense layer's MLP adapted and the experts not).
+// its dense layer's MLP adapted and the experts not); MergeLora gives those merged weights.
 TEST(Lora, AdaptersComputeTheMergedWeights) {
   const ModelConfig dense = TinyTestConfig(/*vocab=*/40, /*hidden=*/32);
   for (const ModelConfig& base : {dense, AsTinyMoe(dense, 16, 0)}) {
@@ -53,6 +53,15 @@ TEST(Lora, AdaptersComputeTheMergedWeights) {
         if (name.find("lora_B") != std::string::npos) t.normal_(0.0, 0.05);
     }
     Qwen3Model merged = Merged(adapted, base);
+    const std::map<std::string, at::Tensor> before = Merged(adapted, base)->StateDict();
+    Result<Qwen3Model> library = MergeLora(adapted);
+    ASSERT_TRUE(library.ok()) << library.status().message();
+    EXPECT_FALSE(library.value()->config().lora.on());
+    EXPECT_EQ(library.value()->StateDict().size(), merged->StateDict().size());
+    for (const auto& [name, t] : merged->StateDict())
+      EXPECT_LT((t - library.value()->StateDict().at(name)).abs().max().item<double>(), 1e-6) << name;
+    for (const auto& [name, t] : Merged(adapted, base)->StateDict())
+      EXPECT_TRUE(at::equal(t, before.at(name))) << "merging left the adapted model as it was: " << name;
     const at::Tensor ids = at::randint(3, 40, {2, 9}, at::kLong);
     const at::Tensor pos = at::arange(9, at::kLong).unsqueeze(0).expand({2, 9});
     at::NoGradGuard no_grad;

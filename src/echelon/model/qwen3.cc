@@ -557,6 +557,31 @@ Result<Qwen3Model> WithLora(const Qwen3Model& base, const LoraConfig& lora, uint
   return out;
 }
 
+Result<Qwen3Model> MergeLora(const Qwen3Model& adapted) {
+  if (!adapted->config().lora.on()) return FailedPrecondition("merging LoRA adapters of a model without them");
+  ModelConfig cfg = adapted->config();
+  const double scale = cfg.lora.scale();
+  cfg.lora = LoraConfig{0, cfg.lora.alpha, {}};
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [name, t] : adapted->StateDict())  // copies: the adapted model stays as it is
+    weights[name] = t.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  static const std::string kA = ".lora_A.weight";
+  for (auto it = weights.begin(); it != weights.end();) {
+    if (!IsLoraTensor(it->first)) {
+      ++it;
+      continue;
+    }
+    if (it->first.compare(it->first.size() - kA.size(), kA.size(), kA) == 0) {
+      const std::string stem = it->first.substr(0, it->first.size() - kA.size());
+      weights.at(stem + ".weight") += scale * at::matmul(weights.at(stem + ".lora_B.weight"), it->second);
+    }
+    it = weights.erase(it);
+  }
+  Qwen3Model out(cfg, adapted->range());
+  ECHELON_RETURN_IF_ERROR(out->LoadStateDict(weights, "merged LoRA weights"));
+  return out;
+}
+
 std::map<std::string, at::Tensor> Qwen3ModelImpl::StorageStateDict() const {
   const at::ScalarType dtype = StorageDtype(cfg_);
   std::map<std::string, at::Tensor> out;

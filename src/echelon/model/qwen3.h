@@ -248,6 +248,9 @@ TORCH_MODULE(Qwen3Model);
 // the result computes what `base` does); on the CPU in fp32. Fails when `base` has adapters
 // already or `lora` does not fit its config.
 Result<Qwen3Model> WithLora(const Qwen3Model& base, const LoraConfig& lora, uint64_t seed);
+// `adapted`'s adapters merged into its weights (W + (alpha / rank) B A, in fp32): a plain model
+// of its config without them, which any Hugging Face tool reads; on the CPU in fp32.
+Result<Qwen3Model> MergeLora(const Qwen3Model& adapted);
 
 // The ATen dtype of config.torch_dtype.
 at::ScalarType StorageDtype(const ModelConfig& config);
