@@ -75,7 +75,7 @@ Status ReadShard(const Config& cfg, const std::string& key, RunOptions& o) {
   return Status::Ok();
 }
 
-// learner.lora.rank with .alpha and .targets (declared after it, read here).
+// learner.lora.rank with .alpha and .targets (declared before it, read here).
 Status ReadLora(const Config& cfg, const std::string& key, RunOptions& o) {
   o.lora.rank = cfg.Int(key);
   if (!o.lora.on()) return Status::Ok();

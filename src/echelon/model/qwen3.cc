@@ -142,7 +142,7 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Q
   const int64_t kv = cfg.num_key_value_heads * d, inter = cfg.intermediate_size;
   const bool first = range_.first == 0;
   ParamTree tree(this, shared);
-  // LoRA's A [rank, in] and B [out, rank] beside a targeted projection `w` of prefix `p`.
+  // LoRA's A [rank, in] and B [out, rank] beside projection `which` under `path`, when targeted.
   const auto adapt = [&](Layer& l, Projection which, const std::string& path, int64_t out, int64_t in) {
     const std::string& target = kLoraTargets[which];
     if (!cfg.lora.on() || std::find(cfg.lora.targets.begin(), cfg.lora.targets.end(), target) == cfg.lora.targets.end())
