@@ -93,6 +93,36 @@ std::string ShapeString(at::IntArrayRef shape) {
   return os.str();
 }
 
+// Copies `weights` into `targets` by name (converting dtype and device): every target must be
+// there, floating-point and of its shape, and no other name but `ignored`. Everything is checked
+// before anything is copied, so bad input leaves the model unchanged.
+Status CopyInto(const std::map<std::string, at::Tensor>& targets, const std::map<std::string, at::Tensor>& weights,
+                const std::string& where, const std::string& ignored) {
+  for (const auto& [name, target] : targets) {
+    auto it = weights.find(name);
+    if (it == weights.end()) return NotFound(where + ": missing tensor " + name);
+    if (!it->second.defined() || !at::isFloatingType(it->second.scalar_type()))
+      return InvalidArgument(where + ": tensor " + name + " is not a floating-point tensor");
+    if (it->second.sizes() != target.sizes())
+      return InvalidArgument(where + ": tensor " + name + " has shape " + ShapeString(it->second.sizes()) +
+                             ", config.json needs " + ShapeString(target.sizes()));
+  }
+  for (const auto& [name, tensor] : weights) {
+    if (targets.count(name) > 0 || (!ignored.empty() && name == ignored)) continue;
+    return InvalidArgument(where + ": unexpected tensor " + name + " (not a parameter of this config)");
+  }
+  try {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, target] : targets) {
+      at::Tensor t = target;
+      t.copy_(weights.at(name));
+    }
+  } catch (const c10::Error& e) {
+    return Internal(where + ": copying weights failed: " + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckDevice(const std::string& device) {
@@ -522,26 +552,7 @@ std::map<std::string, at::Tensor> Qwen3ModelImpl::StorageAdapterStateDict() cons
 
 Status Qwen3ModelImpl::LoadAdapter(const std::map<std::string, at::Tensor>& adapter, const std::string& where) {
   if (!cfg_.lora.on()) return FailedPrecondition(where + ": LoRA adapter tensors for a model without adapters");
-  const std::map<std::string, at::Tensor> mine = AdapterStateDict();
-  for (const auto& [name, t] : mine) {
-    auto it = adapter.find(name);
-    if (it == adapter.end()) return NotFound(where + ": missing adapter tensor " + name);
-    if (!it->second.defined() || !at::isFloatingType(it->second.scalar_type()))
-      return InvalidArgument(where + ": tensor " + name + " is not a floating-point tensor");
-    if (it->second.sizes() != t.sizes())
-      return InvalidArgument(where + ": tensor " + name + " has shape " + ShapeString(it->second.sizes()) +
-                             ", the adapters need " + ShapeString(t.sizes()));
-  }
-  for (const auto& [name, t] : adapter)
-    if (mine.count(name) == 0)
-      return InvalidArgument(where + ": unexpected tensor " + name + " (not an adapter tensor of this model)");
-  try {
-    at::NoGradGuard no_grad;
-    for (const auto& [name, t] : mine) t.copy_(adapter.at(name));
-  } catch (const c10::Error& e) {
-    return Internal(where + ": copying adapter tensors failed: " + e.what_without_backtrace());
-  }
-  return Status::Ok();
+  return CopyInto(AdapterStateDict(), adapter, where, "");
 }
 
 Result<Qwen3Model> WithLora(const Qwen3Model& base, const LoraConfig& lora, uint64_t seed) {
@@ -591,30 +602,9 @@ std::map<std::string, at::Tensor> Qwen3ModelImpl::StorageStateDict() const {
 }
 
 Status Qwen3ModelImpl::LoadStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where) {
-  const auto params = named_parameters(/*recurse=*/true);
-  // Check everything before copying anything, so a bad file leaves the model unchanged.
-  for (const auto& item : params) {
-    auto it = weights.find(item.key());
-    if (it == weights.end()) return NotFound(where + ": missing tensor " + item.key());
-    if (!it->second.defined() || !at::isFloatingType(it->second.scalar_type())) {
-      return InvalidArgument(where + ": tensor " + item.key() + " is not a floating-point tensor");
-    }
-    if (it->second.sizes() != item.value().sizes()) {
-      return InvalidArgument(where + ": tensor " + item.key() + " has shape " + ShapeString(it->second.sizes()) +
-                             ", config.json needs " + ShapeString(item.value().sizes()));
-    }
-  }
-  for (const auto& [name, tensor] : weights) {
-    if (params.contains(name) || (cfg_.tie_word_embeddings && name == "lm_head.weight")) continue;
-    return InvalidArgument(where + ": unexpected tensor " + name + " (not a parameter of this config)");
-  }
-  try {
-    at::NoGradGuard no_grad;
-    for (const auto& item : params) item.value().copy_(weights.at(item.key()));  // converts dtype and device
-  } catch (const c10::Error& e) {
-    return Internal(where + ": copying weights failed: " + e.what_without_backtrace());
-  }
-  return Status::Ok();
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : named_parameters(/*recurse=*/true)) params.emplace(item.key(), item.value());
+  return CopyInto(params, weights, where, cfg_.tie_word_embeddings ? "lm_head.weight" : "");
 }
 
 void Qwen3ModelImpl::InitWeights(uint64_t seed) {
