@@ -8,6 +8,7 @@
 
 #include "echelon/learn/learner.h"
 #include "echelon/model/snapshot_weights.h"
+#include "echelon/model/token_logprobs.h"
 
 namespace echelon::learn {
 namespace {
@@ -77,8 +78,8 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
         const at::Tensor all = at::tensor(seq, at::kLong).unsqueeze(0);
         const at::Tensor input = all.slice(1, 0, len), target = all.slice(1, 1, len + 1);
         const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
-        const at::Tensor lp = TokenLogProbs(model_->Forward(input, positions, at::Tensor(), nullptr), target,
-                                            options_.temperature)
+        const at::Tensor lp = model::TokenLogProbs(model_->Hidden(input, positions, at::Tensor()), model_->head(),
+                                                   target, options_.temperature)
                                   .squeeze(0)
                                   .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
         const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat);

@@ -10,6 +10,7 @@
 
 #include "echelon/learn/layer_units.h"
 #include "echelon/learn/packing.h"
+#include "echelon/model/token_logprobs.h"
 
 namespace echelon::learn {
 
@@ -83,12 +84,6 @@ Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
   return InvalidArgument("unknown precision \"" + name + "\" (fp32 or bf16)");
-}
-
-at::Tensor TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
-  const at::Tensor full = logits.to(at::kFloat);  // log-probs in fp32 whatever the model computes in
-  const at::Tensor scaled = temperature == 1.0 ? full : full / temperature;
-  return at::log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
 }
 
 namespace {
@@ -476,7 +471,7 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
     const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
-    return TokenLogProbs(m->Forward(input, positions, at::Tensor(), nullptr), target, options_.temperature);
+    return model::TokenLogProbs(m->Hidden(input, positions, at::Tensor()), m->head(), target, options_.temperature);
   }
   // The rows back to back in packed rows of width `len`; the log-probs come back to the padded
   // layout [rows, len] (zero past a row's length) through one gather.
@@ -503,8 +498,8 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
       offset += lengths[i];
     }
   }
-  const at::Tensor logp = TokenLogProbs(m->ForwardPacked(ids.to(device_), positions.to(device_), segments.to(device_)),
-                                        target.to(device_), options_.temperature);
+  const at::Tensor logp = model::TokenLogProbs(m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_)),
+                                               m->head(), target.to(device_), options_.temperature);
   const at::Tensor gathered = logp.flatten().index_select(0, from.flatten().to(device_)).view({n, len});
   return gathered.masked_fill(real.to(device_).logical_not(), 0.0);
 }

@@ -224,7 +224,4 @@ class Learner {
   int64_t version_ = 0;
 };
 
-// Log-probs of every next token: logits [N, L, V] / temperature -> [N, L] for targets [N, L].
-at::Tensor TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature);
-
 }  // namespace echelon::learn

@@ -67,23 +67,35 @@ bool DecodeAttentionSupports(const at::Tensor& like) {
   return like.device().is_cpu() && like.scalar_type() == at::kFloat;
 }
 
-at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<int64_t>& lengths, double scale,
+at::Tensor DecodeAttention(const at::Tensor& q, const std::vector<at::Tensor>& k_blocks,
+                           const std::vector<at::Tensor>& v_blocks, const std::vector<int64_t>& lengths, double scale,
                            const std::vector<DecodePrefix>& prefixes) {
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 4 && v.sizes() == k.sizes(), "DecodeAttention: q [B, H, D] and k, v "
-              "[B, KV, C, D] expected, got ", q.sizes(), " and ", k.sizes());
-  const int64_t batch = q.size(0), heads = q.size(1), d = q.size(2), kv = k.size(1), capacity = k.size(2);
-  TORCH_CHECK(k.size(0) == batch && k.size(3) == d && heads % kv == 0, "DecodeAttention: shapes do not match: q ",
-              q.sizes(), ", k ", k.sizes());
+  TORCH_CHECK(!k_blocks.empty() && k_blocks.size() == v_blocks.size(), "DecodeAttention: ", k_blocks.size(),
+              " key and ", v_blocks.size(), " value blocks");
+  const at::Tensor& k0 = k_blocks[0];
+  TORCH_CHECK(q.dim() == 3 && k0.dim() == 4, "DecodeAttention: q [B, H, D] and blocks [B, KV, block, D] expected, got ",
+              q.sizes(), " and ", k0.sizes());
+  const int64_t batch = q.size(0), heads = q.size(1), d = q.size(2), kv = k0.size(1), block = k0.size(2);
+  const int64_t capacity = block * static_cast<int64_t>(k_blocks.size());
+  TORCH_CHECK(k0.size(0) == batch && k0.size(3) == d && heads % kv == 0, "DecodeAttention: shapes do not match: q ",
+              q.sizes(), ", blocks ", k0.sizes());
   TORCH_CHECK(static_cast<int64_t>(lengths.size()) == batch, "DecodeAttention: ", lengths.size(), " lengths for ",
               batch, " rows");
   TORCH_CHECK(prefixes.empty() || static_cast<int64_t>(prefixes.size()) == batch, "DecodeAttention: ",
               prefixes.size(), " prefixes for ", batch, " rows");
   for (int64_t len : lengths)
     TORCH_CHECK(len >= 1 && len <= capacity, "DecodeAttention: row length ", len, " outside [1, ", capacity, "]");
-  TORCH_CHECK(DecodeAttentionSupports(q) && DecodeAttentionSupports(k) && DecodeAttentionSupports(v),
-              "DecodeAttention: fp32 CPU tensors only");
-  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "DecodeAttention: contiguous tensors only");
+  TORCH_CHECK(DecodeAttentionSupports(q) && q.is_contiguous(), "DecodeAttention: a contiguous fp32 CPU query");
+  std::vector<const float*> kb, vb;  // each block's data
+  for (size_t j = 0; j < k_blocks.size(); ++j) {
+    const at::Tensor &kj = k_blocks[j], &vj = v_blocks[j];
+    TORCH_CHECK(kj.sizes() == k0.sizes() && vj.sizes() == k0.sizes(), "DecodeAttention: block ", j, " is ",
+                kj.sizes(), ", block 0 ", k0.sizes());
+    TORCH_CHECK(DecodeAttentionSupports(kj) && DecodeAttentionSupports(vj) && kj.is_contiguous() && vj.is_contiguous(),
+                "DecodeAttention: contiguous fp32 CPU blocks only");
+    kb.push_back(kj.data_ptr<float>());
+    vb.push_back(vj.data_ptr<float>());
+  }
   std::vector<int64_t> prefix_len(static_cast<size_t>(batch), 0);
   for (size_t b = 0; b < prefixes.size(); ++b) {
     const DecodePrefix& p = prefixes[b];
@@ -100,12 +112,10 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     longest = std::max(longest, prefix_len[static_cast<size_t>(b)] + lengths[static_cast<size_t>(b)]);
   at::Tensor out = at::empty({batch, heads, d}, q.options());
   const float* qp = q.data_ptr<float>();
-  const float* kp = k.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const float s = static_cast<float>(scale);
-  // Per (row, kv head): the scores of its prefix's keys then its own, into one row of
-  // `longest`; exp over all scores at once (vectorised by ATen); then the weighted values.
+  // Per (row, kv head): the scores of its prefix's keys then its own, block by block, into one
+  // row of `longest`; exp over all scores at once (vectorised by ATen); then the weighted values.
   at::Tensor scores = at::empty({batch, heads, longest}, q.options());
   float* sp = scores.data_ptr<float>();
   struct Run {
@@ -126,39 +136,50 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::T
       return px != py ? px < py : x % kv < y % kv;
     });
   }
+  // fn(runs, total keys, first query head): the prefix's run, then one run per block.
   const auto for_each_pair = [&](const auto& fn) {
     at::parallel_for(0, batch * kv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<Run> runs;
       for (int64_t i = begin; i < end; ++i) {
         const int64_t pair = order[static_cast<size_t>(i)], b = pair / kv, h = pair % kv;
         const size_t row = static_cast<size_t>(b);
-        const int64_t plen = prefix_len[row];
-        const Run prefix = plen == 0 ? Run{nullptr, nullptr, 0}
-                                     : Run{prefixes[row].k.data_ptr<float>() + h * plen * d,
-                                           prefixes[row].v.data_ptr<float>() + h * plen * d, plen};
-        // (b, kv head): its keys in [B, KV, C, D], its first query head in [B, H, D].
-        const Run own{kp + pair * capacity * d, vp + pair * capacity * d, lengths[row]};
-        fn(prefix, own, pair * group);
+        const int64_t plen = prefix_len[row], len = lengths[row];
+        runs.clear();
+        if (plen > 0)
+          runs.push_back({prefixes[row].k.data_ptr<float>() + h * plen * d, prefixes[row].v.data_ptr<float>() + h * plen * d,
+                          plen});
+        // (b, kv head) in a block [B, KV, block, D].
+        for (int64_t j = 0; j * block < len; ++j)
+          runs.push_back({kb[static_cast<size_t>(j)] + pair * block * d, vb[static_cast<size_t>(j)] + pair * block * d,
+                          std::min(block, len - j * block)});
+        fn(runs, plen + len, pair * group);
       }
     });
   };
-  for_each_pair([&](const Run& prefix, const Run& own, int64_t head) {
+  for_each_pair([&](const std::vector<Run>& runs, int64_t total, int64_t head) {
     float* sc = sp + head * longest;
-    ScoreKeys(qp + head * d, prefix.k, sc, group, prefix.n, longest, d, s);
-    ScoreKeys(qp + head * d, own.k, sc + prefix.n, group, own.n, longest, d, s);
-    CenterScores(sc, group, prefix.n + own.n, longest);
+    int64_t at = 0;
+    for (const Run& r : runs) {
+      ScoreKeys(qp + head * d, r.k, sc + at, group, r.n, longest, d, s);
+      at += r.n;
+    }
+    CenterScores(sc, group, total, longest);
   });
   scores.exp_();
-  for_each_pair([&](const Run& prefix, const Run& own, int64_t head) {
+  for_each_pair([&](const std::vector<Run>& runs, int64_t total, int64_t head) {
     const float* w = sp + head * longest;
     float* o = op + head * d;
     std::fill(o, o + group * d, 0.0f);
-    MixValues(w, prefix.v, o, group, prefix.n, longest, d);
-    MixValues(w + prefix.n, own.v, o, group, own.n, longest, d);
+    int64_t at = 0;
+    for (const Run& r : runs) {
+      MixValues(w + at, r.v, o, group, r.n, longest, d);
+      at += r.n;
+    }
     for (int64_t g = 0; g < group; ++g) {
       const float* wg = w + g * longest;
-      float total = 0;
-      for (int64_t i = 0; i < prefix.n + own.n; ++i) total += wg[i];
-      const float inv = 1.0f / total;
+      float total_weight = 0;
+      for (int64_t i = 0; i < total; ++i) total_weight += wg[i];
+      const float inv = 1.0f / total_weight;
       for (int64_t i = 0; i < d; ++i) o[g * d + i] *= inv;
     }
   });

@@ -1,4 +1,4 @@
-// Attention of one new token per row over that row's own cached keys, for decoding with a
+// Attention of one new token per row over that row's own cached keys (a block KV cache), for decoding with a
 // length per row (continuous batching), fused on the CPU in fp32:
 //
 //   out[b, h] = softmax(q[b, h] . K[b, h / G, 0:len_b] * scale) . V[b, h / G, 0:len_b]
@@ -27,11 +27,12 @@ struct DecodePrefix {
   at::Tensor k, v;
 };
 
-// q: [B, heads, D] float, contiguous; k, v: [B, kv_heads, capacity, D] float, contiguous (the
-// whole cache); lengths: each row's own keys to read (1 <= lengths[b] <= capacity); prefixes:
-// empty or one per row, read before the row's own keys. Returns [B, heads, D].
-at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<int64_t>& lengths, double scale,
+// q: [B, heads, D] float, contiguous; k_blocks, v_blocks: the cache's blocks (KVCache), each
+// [B, kv_heads, block, D] float, contiguous, block j holding columns [j * block, (j + 1) * block);
+// lengths: each row's own keys to read (1 <= lengths[b] <= the blocks' columns); prefixes: empty
+// or one per row, read before the row's own keys. Returns [B, heads, D].
+at::Tensor DecodeAttention(const at::Tensor& q, const std::vector<at::Tensor>& k_blocks,
+                           const std::vector<at::Tensor>& v_blocks, const std::vector<int64_t>& lengths, double scale,
                            const std::vector<DecodePrefix>& prefixes = {});
 
 // Whether DecodeAttention serves tensors of this device and dtype.

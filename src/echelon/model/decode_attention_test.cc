@@ -23,6 +23,25 @@ at::Tensor Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return at::stack(rows).to(at::kFloat);
 }
 
+// [B, KV, C, D] cut into contiguous blocks of `block` columns (the last one zero-padded), as a
+// KVCache holds them.
+std::vector<at::Tensor> Blocks(const at::Tensor& t, int64_t block) {
+  std::vector<at::Tensor> out;
+  for (int64_t j = 0; j < t.size(2); j += block) {
+    at::Tensor b = at::zeros({t.size(0), t.size(1), block, t.size(3)}, t.options());
+    const int64_t n = std::min(block, t.size(2) - j);
+    b.narrow(2, 0, n).copy_(t.narrow(2, j, n));
+    out.push_back(b);
+  }
+  return out;
+}
+
+at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::vector<int64_t>& lengths, double scale,
+                           const std::vector<DecodePrefix>& prefixes = {}, int64_t block = 16) {
+  return model::DecodeAttention(q, Blocks(k, block), Blocks(v, block), lengths, scale, prefixes);
+}
+
 TEST(DecodeAttentionTest, EqualsPerRowSoftmaxAttention) {
   at::manual_seed(3);
   for (int64_t d : {32, 12}) {  // 12: a head size that is not a multiple of the 8-wide sums
@@ -34,6 +53,10 @@ TEST(DecodeAttentionTest, EqualsPerRowSoftmaxAttention) {
     const double scale = 1.0 / std::sqrt(double(d));
     const at::Tensor got = DecodeAttention(q, k, v, lengths, scale);
     EXPECT_LT((got - Reference(q, k, v, lengths, scale)).abs().max().item<float>(), 1e-5) << "d=" << d;
+    // One block or blocks of 7 (rows ending mid-block) give the same.
+    for (int64_t block : {int64_t{40}, int64_t{7}})
+      EXPECT_LT((DecodeAttention(q, k, v, lengths, scale, {}, block) - got).abs().max().item<float>(), 1e-6)
+          << "d=" << d << " block " << block;
     // Keys past a row's length are never read.
     const at::Tensor k2 = k.clone(), v2 = v.clone();
     k2[2].narrow(1, 7, capacity - 7).fill_(NAN);
@@ -74,7 +97,7 @@ TEST(DecodeAttentionTest, RefusesBadShapesAndLengths) {
   const at::Tensor q = at::randn({2, 4, 8}), k = at::randn({2, 2, 5, 8});
   EXPECT_THROW(DecodeAttention(q, k, k, {1}, 1.0), c10::Error);
   EXPECT_THROW(DecodeAttention(q, k, k, {0, 3}, 1.0), c10::Error);
-  EXPECT_THROW(DecodeAttention(q, k, k, {6, 3}, 1.0), c10::Error);
+  EXPECT_THROW(DecodeAttention(q, k, k, {6, 3}, 1.0, {}, 5), c10::Error);
   EXPECT_THROW(DecodeAttention(q, at::randn({2, 3, 5, 8}), at::randn({2, 3, 5, 8}), {1, 1}, 1.0), c10::Error);
   EXPECT_THROW(DecodeAttention(q.to(at::kDouble), k, k, {1, 1}, 1.0), c10::Error);
   EXPECT_FALSE(DecodeAttentionSupports(q.to(at::kBFloat16)));

@@ -1,9 +1,10 @@
-// The generation engine: sequence slots over one preallocated KV cache with a length per slot,
-// refilled from the queue of waiting rows as rows finish. The prompts of the rows admitted
-// together, all but their last token, are prefilled in left-padded batches of similar lengths
-// (once per distinct prompt when shared) and copied into the rows' slots; the last prompt token is fed by
-// the next decoding step together with every other slot's latest token, so every step is one
-// forward of one token per live slot.
+// The generation engine: sequence slots over one block KV cache with a length per slot (blocks
+// added as the longest slot grows), refilled from the queue of waiting rows as rows finish. The
+// prompts of the rows admitted together, all but their last token, are prefilled in left-padded
+// batches of similar lengths (once per distinct prompt when shared), in tiles of kPrefillTile
+// positions, and copied into the rows' slots; the last prompt token is fed by the next decoding
+// step together with every other slot's latest token, so every step is one forward of one token
+// per live slot.
 #include "echelon/model/generate.h"
 
 #include <ATen/ATen.h>
@@ -16,9 +17,14 @@
 #include <stdexcept>
 
 #include "echelon/model/decode_attention.h"
+#include "echelon/model/token_logprobs.h"
 
 namespace echelon::model {
 namespace {
+
+// Prompt positions per prefill forward: long prompts are prefilled in tiles, so the activations
+// of one forward (and its attention tiles) stay bounded whatever the prompt's length.
+constexpr int64_t kPrefillTile = 2048;
 
 struct PaddedBatch {
   at::Tensor ids;        // [B, P] prompts, left-padded
@@ -366,17 +372,22 @@ class Engine {
     const PaddedBatch b = LeftPad(prefixes, std::max<int64_t>(model_->config().pad_token_id, 0));
     const int64_t width = b.ids.size(1);
     KVCache batch = model_->NewCache(static_cast<int64_t>(prefixes.size()), width);
-    model_->Forward(b.ids.to(device_), b.positions.to(device_), b.padded ? b.valid.to(device_) : at::Tensor(), &batch,
-                    /*compute_logits=*/false);
+    // In tiles of kPrefillTile positions: a long prompt's activations stay one tile long.
+    const at::Tensor valid = b.padded ? b.valid.to(device_) : at::Tensor();
+    for (int64_t first = 0; first < width; first += kPrefillTile) {
+      const int64_t n = std::min(kPrefillTile, width - first);
+      model_->Forward(b.ids.narrow(1, first, n).to(device_), b.positions.narrow(1, first, n).to(device_), valid, &batch,
+                      /*compute_logits=*/false);
+    }
     int64_t j = 0;
     for (It it = begin; it != end; ++it, ++j) {
       const int64_t len = static_cast<int64_t>(it->second.size());
       stats_.prefill_tokens += len;
-      KVCache& entry = prefills_[it->first];
+      KVPrefix& entry = prefills_[it->first];
       entry.length = len;
-      for (size_t i = 0; i < batch.k.size(); ++i) {  // the batch's valid columns, [KV, len, D]
-        entry.k.push_back(batch.k[i][j].narrow(1, width - len, len).contiguous());
-        entry.v.push_back(batch.v[i][j].narrow(1, width - len, len).contiguous());
+      for (size_t i = 0; i < batch.layers(); ++i) {  // the batch's valid columns, [KV, len, D]
+        entry.k.push_back(batch.Read(i, /*keys=*/true, j, width - len, len));
+        entry.v.push_back(batch.Read(i, /*keys=*/false, j, width - len, len));
       }
     }
   }
@@ -400,11 +411,9 @@ class Engine {
     } else {
       cache_.row_lengths[s] = prefix;
       if (prefix > 0) {
-        const KVCache& source = prefills_.at(key);
-        for (size_t i = 0; i < cache_.k.size(); ++i) {
-          cache_.k[i][slot].narrow(1, 0, prefix).copy_(source.k[i]);
-          cache_.v[i][slot].narrow(1, 0, prefix).copy_(source.v[i]);
-        }
+        const KVPrefix& source = prefills_.at(key);
+        cache_.Reserve(prefix);
+        for (size_t i = 0; i < cache_.layers(); ++i) cache_.WriteRow(i, slot, 0, source.k[i], source.v[i]);
       }
     }
     if (!prompt_of_.empty()) TakeShared(row);
@@ -436,17 +445,6 @@ class Engine {
     prefills_.erase(key);
   }
 
-  // The cache of slots [0, count), sharing storage with the whole cache.
-  KVCache LiveView(int64_t count) const {
-    KVCache view;
-    view.capacity = cache_.capacity;
-    for (size_t i = 0; i < cache_.k.size(); ++i) {
-      view.k.push_back(cache_.k[i].narrow(0, 0, count));
-      view.v.push_back(cache_.v[i].narrow(0, 0, count));
-    }
-    return view;
-  }
-
   // One token per live slot -> logits [live, V].
   at::Tensor Forward() {
     ++stats_.steps;
@@ -466,7 +464,9 @@ class Engine {
                                                 b.padded ? b.valid.to(device_) : at::Tensor(), nullptr);
       return logits.defined() ? logits.select(1, -1) : logits;
     }
-    KVCache view = LiveView(live_);
+    // The live slots' rows of the cache, with the block their next token needs.
+    cache_.Reserve(*std::max_element(cache_.row_lengths.begin(), cache_.row_lengths.begin() + live_) + 1);
+    KVCache view = cache_.Rows(0, live_);
     view.row_lengths.assign(cache_.row_lengths.begin(), cache_.row_lengths.begin() + live_);
     if (by_reference_) view.row_prefix.assign(slot_prefix_.begin(), slot_prefix_.begin() + live_);
     std::vector<int64_t> positions_at(static_cast<size_t>(live_));
@@ -506,10 +506,7 @@ class Engine {
     if (!params_.use_cache) return;
     const int64_t len = cache_.row_lengths[f];
     cache_.row_lengths[t] = len;
-    for (size_t i = 0; i < cache_.k.size(); ++i) {
-      cache_.k[i][to].narrow(1, 0, len).copy_(cache_.k[i][from].narrow(1, 0, len));
-      cache_.v[i][to].narrow(1, 0, len).copy_(cache_.v[i][from].narrow(1, 0, len));
-    }
+    cache_.CopyRow(from, to, len);
   }
 
   Qwen3Model& model_;
@@ -526,14 +523,14 @@ class Engine {
   // (its prefill) and the position of its first own token; otherwise prefixes are copied into
   // the slots and slot_base_ stays 0.
   std::vector<int64_t> slot_base_;
-  std::vector<const KVCache*> slot_prefix_;
+  std::vector<const KVPrefix*> slot_prefix_;
   const bool by_reference_;
-  KVCache cache_;                               // [slots, ...], a length per slot
+  KVCache cache_;                               // [slots, ...], a length per slot, blocks as rows grow
   // Prefix sharing: each row's distinct prompt and the rows of each not yet admitted. The
   // prefills (all but the last token) of the rows being admitted, by PrefillKey.
   std::vector<int64_t> prompt_of_;
   std::vector<int64_t> waiting_of_prompt_;
-  std::map<int64_t, KVCache> prefills_;  // std::map: slot_prefix_ points into it
+  std::map<int64_t, KVPrefix> prefills_;  // std::map: slot_prefix_ points into it
   std::map<int64_t, int64_t> readers_;   // live rows reading each prefill in place
   std::vector<Completion> out_;
   RowStreams streams_;
@@ -570,14 +567,13 @@ std::vector<float> ScoreCompletion(Qwen3Model& model, const std::vector<int64_t>
   all.insert(all.end(), completion.begin(), completion.end());
   const int64_t len = static_cast<int64_t>(all.size()), p = static_cast<int64_t>(prompt.size());
   const int64_t c = static_cast<int64_t>(completion.size());
-  at::Tensor ids = at::tensor(all, at::kLong).unsqueeze(0).to(model->device());
-  at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0).to(model->device());
-  // The logits at position i predict token i + 1.
-  at::Tensor logits =
-      model->Forward(ids, positions, at::Tensor(), nullptr)[0].narrow(0, p - 1, c).to(at::kCPU, at::kFloat);
-  if (temperature > 0) logits = logits / temperature;
-  at::Tensor target = at::tensor(completion, at::kLong).unsqueeze(1);
-  at::Tensor lp = at::log_softmax(logits, -1).gather(-1, target).squeeze(1).contiguous();
+  const at::Tensor ids = at::tensor(all, at::kLong).unsqueeze(0).to(model->device());
+  const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0).to(model->device());
+  // The hidden state at position i predicts token i + 1; log-probs in chunks (no [len, V] logits).
+  const at::Tensor hidden = model->Hidden(ids, positions, at::Tensor())[0].narrow(0, p - 1, c);
+  const at::Tensor target = at::tensor(completion, at::kLong).to(model->device());
+  const at::Tensor lp =
+      TokenLogProbs(hidden, model->head(), target, temperature > 0 ? temperature : 1.0).to(at::kCPU).contiguous();
   return std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + c);
 }
 

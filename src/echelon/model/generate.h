@@ -6,7 +6,7 @@
 // Rows run in a fixed number of sequence slots (`slots`, default one per row). A row stops at
 // EOS or a stop token (kept in its tokens) or at its token limit; its slot then takes the next
 // waiting row at once, or is dropped from the batch when none waits, so no step computes a
-// finished row. Each slot keeps its own cache length in one preallocated cache. Rows with the
+// finished row. Each slot keeps its own cache length in one block KV cache. Rows with the
 // same prompt (a group's G samples) share one prefill, whose keys and values are copied into
 // each row's slot.
 //

@@ -76,7 +76,7 @@ TEST(PipelineTest, StagesHoldOnlyTheirLayersTensors) {
   EXPECT_FALSE(later->StateDict().count("model.norm.weight"));
   EXPECT_TRUE(later->StateDict().count("model.layers.2.mlp.up_proj.weight"));
   EXPECT_FALSE(later->StateDict().count("model.layers.3.mlp.up_proj.weight"));
-  EXPECT_EQ(later->NewCache(2, 8).k.size(), 2u);
+  EXPECT_EQ(later->NewCache(2, 8).layers(), 2u);
   // Strict loading stays strict: the whole model's tensors are not a stage's.
   const Status st = later->LoadStateDict(whole->StateDict(), "whole");
   EXPECT_NE(st.message().find("unexpected tensor model.embed_tokens.weight"), std::string::npos) << st.message();

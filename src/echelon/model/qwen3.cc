@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -63,28 +62,6 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   const int64_t half = x.size(-1) / 2;
   at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
-}
-
-// Additive attention mask [B, 1, 1, T, S] (0 or -inf), or undefined when nothing is masked.
-// Query i of row b sits at cache column starts[b] + i (`start` for every row when `starts` is
-// undefined) and sees the keys up to it. A query with no visible key (a padding slot) sees
-// every key instead, so softmax stays finite; such rows are padding and never read.
-at::Tensor AttentionMask(const at::Tensor& key_valid, int64_t batch, int64_t t, int64_t start, const at::Tensor& starts,
-                         int64_t s, at::Device device) {
-  if (!key_valid.defined() && !starts.defined() && t == 1) return at::Tensor();
-  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(device);
-  at::Tensor query_pos = at::arange(t, longs).unsqueeze(1);  // [T, 1]
-  query_pos = starts.defined() ? query_pos.unsqueeze(0) + starts.view({batch, 1, 1}) : (query_pos + start).unsqueeze(0);
-  at::Tensor allowed = at::arange(s, longs).view({1, 1, s}) <= query_pos;  // [B or 1, T, S]
-  if (key_valid.defined()) {
-    TORCH_CHECK(key_valid.dim() == 2 && key_valid.size(0) == batch && key_valid.size(1) >= s,
-                "key_valid must be [B, >= ", s, "], got ", key_valid.sizes());
-    allowed = allowed & key_valid.narrow(1, 0, s).to(at::kBool).unsqueeze(1);
-  }
-  allowed = allowed | ~allowed.any(-1, /*keepdim=*/true);
-  at::Tensor mask = at::zeros(allowed.sizes(), at::TensorOptions().dtype(at::kFloat).device(device));
-  mask.masked_fill_(~allowed, -std::numeric_limits<float>::infinity());
-  return mask.view({mask.size(0), 1, 1, t, s});
 }
 
 std::string ShapeString(at::IntArrayRef shape) {
@@ -247,23 +224,23 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
   TORCH_CHECK(ids.dim() == 2 && positions.sizes() == ids.sizes(), "Forward: ids and positions must be [B, T], got ",
               ids.sizes(), " and ", positions.sizes());
   const int64_t batch = ids.size(0), t = ids.size(1);
+  AttentionLayout layout;
+  layout.key_valid = key_valid;
   CacheWrite write;
-  at::Tensor starts;  // [B] each row's first new column, with row lengths
+  write.end = t;
   if (cache != nullptr) {
-    TORCH_CHECK(!cache->k.empty() && cache->k[0].size(0) == batch, "KV cache batch does not match ids");
+    TORCH_CHECK(cache->layers() == layers_.size() && cache->batch() == batch, "KV cache of ", cache->layers(),
+                " layers and ", cache->batch(), " rows for a Forward of ", layers_.size(), " layers and ", batch,
+                " rows");
     if (cache->row_lengths.empty()) {
-      write.start = cache->length;
-      write.end = write.start + t;
+      layout.start = cache->length;
+      write.end = layout.start + t;
     } else {
       TORCH_CHECK(batch > 0 && static_cast<int64_t>(cache->row_lengths.size()) == batch,
-                  "KV cache row_lengths must hold ", batch,
-                  " lengths, got ", cache->row_lengths.size());
+                  "KV cache row_lengths must hold ", batch, " lengths, got ", cache->row_lengths.size());
+      layout.row_start = cache->row_lengths;
       write.end = *std::max_element(cache->row_lengths.begin(), cache->row_lengths.end()) + t;
-      starts = at::tensor(cache->row_lengths, at::kLong).to(ids.device());
-      const int64_t kv = cfg_.num_key_value_heads, d = cfg_.head_dim;
-      write.scatter = (starts.view({batch, 1, 1, 1}) + at::arange(t, starts.options()).view({1, 1, t, 1}))
-                          .expand({batch, kv, t, d});
-      if (t == 1 && !key_valid.defined() && DecodeAttentionSupports(ref_) && cache->k[0].is_contiguous()) {
+      if (t == 1 && !key_valid.defined() && DecodeAttentionSupports(ref_)) {
         write.fused_lengths = cache->row_lengths;
         for (int64_t& len : write.fused_lengths) ++len;
       }
@@ -275,14 +252,9 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
         write.prefixes = &cache->row_prefix;
       }
     }
-    TORCH_CHECK(write.end <= cache->capacity, "KV cache capacity ", cache->capacity, " exceeded by ", write.end);
-  } else {
-    write.end = t;
+    cache->Reserve(write.end);  // adds blocks; fails past the cache's limit
   }
-  const at::Tensor mask = write.fused_lengths.empty()
-                             ? AttentionMask(key_valid, batch, t, write.start, starts, write.end, ids.device())
-                             : at::Tensor();
-  return Layers(ids, positions, mask, cache, write, compute_logits);
+  return Layers(ids, positions, layout, cache, write, compute_logits ? Output::kLogits : Output::kNothing);
 }
 
 at::Tensor Qwen3ModelImpl::ForwardPacked(const at::Tensor& ids, const at::Tensor& positions,
@@ -290,19 +262,28 @@ at::Tensor Qwen3ModelImpl::ForwardPacked(const at::Tensor& ids, const at::Tensor
   TORCH_CHECK(ids.dim() == 2 && positions.sizes() == ids.sizes() && segments.sizes() == ids.sizes(),
               "ForwardPacked: ids, positions and segments must be [B, T] alike, got ", ids.sizes(), ", ",
               positions.sizes(), " and ", segments.sizes());
-  const int64_t t = ids.size(1);
-  // Causal within a segment, nothing across: [B, T, T]. Padding (-1) attends to padding only.
-  const at::Tensor causal = at::ones({t, t}, segments.options().dtype(at::kBool)).tril();
-  const at::Tensor allowed = causal.unsqueeze(0) & (segments.unsqueeze(2) == segments.unsqueeze(1));
-  at::Tensor mask = at::zeros(allowed.sizes(), segments.options().dtype(at::kFloat));
-  mask.masked_fill_(~allowed, -std::numeric_limits<float>::infinity());
-  CacheWrite write;
-  write.end = t;
-  return Layers(ids, positions, mask.view({ids.size(0), 1, 1, t, t}), nullptr, write, true);
+  return Uncached(ids, positions, segments, Output::kLogits);
 }
 
-at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& mask,
-                                  KVCache* cache, const CacheWrite& write, bool compute_logits) {
+at::Tensor Qwen3ModelImpl::Hidden(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& segments) {
+  TORCH_CHECK(ids.dim() == 2 && positions.sizes() == ids.sizes() &&
+                  (!segments.defined() || segments.sizes() == ids.sizes()),
+              "Hidden: ids, positions (and segments) must be [B, T] alike, got ", ids.sizes(), " and ",
+              positions.sizes());
+  return Uncached(ids, positions, segments, Output::kHidden);
+}
+
+at::Tensor Qwen3ModelImpl::Uncached(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& segments,
+                                    Output output) {
+  AttentionLayout layout;
+  layout.segments = segments;  // causal within a segment, nothing across; padding (-1) to padding only
+  CacheWrite write;
+  write.end = ids.size(1);
+  return Layers(ids, positions, layout, nullptr, write, output);
+}
+
+at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& positions, const AttentionLayout& layout,
+                                  KVCache* cache, const CacheWrite& write, Output output) {
   const int64_t t = ids.size(1);
   // Rotary tables in fp32, then in the weights' dtype (as HF).
   at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(ids.device());  // [B, T, D/2]
@@ -318,12 +299,12 @@ at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& posit
     std::vector<at::Tensor> out;
     if (hook_ != nullptr && cache == nullptr) {
       // By value: the hook may call the layer again in the backward pass, after this Forward.
-      out = hook_->Run(i, x, [this, i, cos, sin, mask, write, record = record_routing_](const at::Tensor& in,
-                                                                                        bool replay) {
-        return DecoderLayer(i, in, cos, sin, mask, nullptr, write, record, replay);
+      out = hook_->Run(i, x, [this, i, cos, sin, layout, write, record = record_routing_](const at::Tensor& in,
+                                                                                          bool replay) {
+        return DecoderLayer(i, in, cos, sin, layout, nullptr, write, record, replay);
       });
     } else {
-      out = DecoderLayer(i, x, cos, sin, mask, cache, write, record_routing_, false);
+      out = DecoderLayer(i, x, cos, sin, layout, cache, write, record_routing_, false);
     }
     x = out[0];
     if (out.size() > 1) routed_prob_sums_.push_back(out[1]);
@@ -332,17 +313,18 @@ at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& posit
     if (cache->row_lengths.empty()) cache->length += t;
     for (int64_t& len : cache->row_lengths) len += t;
   }
-  if (io_ != nullptr) x = io_->Output(x, compute_logits && embed_.defined());
-  if (!compute_logits || !embed_.defined()) return at::Tensor();
-  x = x.to(ref_.device(), ref_.scalar_type());
-  return at::linear(RmsNorm(x, final_norm_, cfg_.rms_norm_eps), lm_head_);
+  const bool head = output != Output::kNothing;
+  if (io_ != nullptr) x = io_->Output(x, head && embed_.defined());
+  if (!head || !embed_.defined()) return at::Tensor();
+  x = RmsNorm(x.to(ref_.device(), ref_.scalar_type()), final_norm_, cfg_.rms_norm_eps);
+  return output == Output::kHidden ? x : at::linear(x, lm_head_);
 }
 
 at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                                     const at::Tensor& mask, KVCache* cache, const CacheWrite& write,
+                                     const AttentionLayout& layout, KVCache* cache, const CacheWrite& write,
                                      size_t index) const {
   const int64_t b = h.size(0), t = h.size(1), d = cfg_.head_dim;
-  const int64_t heads = cfg_.num_attention_heads, kv = cfg_.num_key_value_heads, group = heads / kv;
+  const int64_t heads = cfg_.num_attention_heads, kv = cfg_.num_key_value_heads;
   const double eps = cfg_.rms_norm_eps;
   at::Tensor q = Project(l, kQ, h, l.q_proj, l.q_bias).view({b, t, heads, d});
   at::Tensor k = Project(l, kK, h, l.k_proj, l.k_bias).view({b, t, kv, d});
@@ -359,46 +341,35 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
     q = ApplyRope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
     k = ApplyRope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
   }
-  if (cache != nullptr) {
-    if (write.scatter.defined()) {
-      cache->k[index].scatter_(2, write.scatter, k);
-      cache->v[index].scatter_(2, write.scatter, v);
-    } else {
-      cache->k[index].narrow(2, write.start, t).copy_(k);
-      cache->v[index].narrow(2, write.start, t).copy_(v);
-    }
+  const double scale = 1.0 / std::sqrt(double(d));
+  at::Tensor out;  // [B, H, T, D]
+  if (cache == nullptr) {
+    out = Attend(q, k, v, layout, scale);
+  } else {
+    if (layout.row_start.empty()) cache->Write(index, k, v, layout.start);
+    else cache->Write(index, k, v, layout.row_start);
     if (!write.fused_lengths.empty()) {
       std::vector<DecodePrefix> prefixes;
       if (write.prefixes != nullptr) {
-        for (const KVCache* p : *write.prefixes)
+        for (const KVPrefix* p : *write.prefixes)
           prefixes.push_back(p == nullptr ? DecodePrefix{} : DecodePrefix{p->k[index], p->v[index]});
       }
-      const at::Tensor out = DecodeAttention(q.reshape({b, heads, d}).contiguous(), cache->k[index], cache->v[index],
-                                             write.fused_lengths, 1.0 / std::sqrt(double(d)), prefixes);
+      out = DecodeAttention(q.reshape({b, heads, d}).contiguous(), cache->k(index), cache->v(index),
+                            write.fused_lengths, scale, prefixes);
       return Project(l, kO, out.view({b, 1, heads * d}), l.o_proj, l.o_bias);
     }
-    k = cache->k[index].narrow(2, 0, write.end);
-    v = cache->v[index].narrow(2, 0, write.end);
+    out = AttendBlocks(q, cache->k(index), cache->v(index), write.end, layout, scale);
   }
-  const int64_t s = k.size(2);
-  // Grouped-query attention without copying K/V: query head h reads kv head h / group, so
-  // the `group` query heads of one kv head are stacked along the query axis.
-  at::Tensor scores = at::matmul(q.reshape({b, kv, group * t, d}), k.transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
-  scores = scores.view({b, kv, group, t, s});
-  // Softmax in fp32 whatever the weights' dtype (as HF).
-  scores = scores.to(at::kFloat);
-  if (mask.defined()) scores = scores + mask;
-  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type()).view({b, kv, group * t, s});
-  at::Tensor out = at::matmul(probs, v).view({b, heads, t, d}).transpose(1, 2).reshape({b, t, heads * d});
-  return Project(l, kO, out, l.o_proj, l.o_bias);
+  return Project(l, kO, out.transpose(1, 2).reshape({b, t, heads * d}), l.o_proj, l.o_bias);
 }
 
 std::vector<at::Tensor> Qwen3ModelImpl::DecoderLayer(size_t index, const at::Tensor& x, const at::Tensor& cos,
-                                                     const at::Tensor& sin, const at::Tensor& mask, KVCache* cache,
-                                                     const CacheWrite& write, bool record, bool replay) {
+                                                     const at::Tensor& sin, const AttentionLayout& layout,
+                                                     KVCache* cache, const CacheWrite& write, bool record,
+                                                     bool replay) {
   const Layer& l = layers_[index];
   const double eps = cfg_.rms_norm_eps;
-  at::Tensor h = x + Attention(l, RmsNorm(x, l.input_norm, eps), cos, sin, mask, cache, write, index);
+  at::Tensor h = x + Attention(l, RmsNorm(x, l.input_norm, eps), cos, sin, layout, cache, write, index);
   at::Tensor prob_sum;
   h = h + Mlp(l, RmsNorm(h, l.post_norm, eps), replay, record ? &prob_sum : nullptr);
   if (prob_sum.defined()) return {h, prob_sum};
@@ -472,14 +443,9 @@ at::Tensor Qwen3ModelImpl::TakeRouterLoad() {
   return load;
 }
 
-KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t capacity) const {
-  KVCache cache;
-  cache.capacity = capacity;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    cache.k.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, ref_.options()));
-    cache.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, ref_.options()));
-  }
-  return cache;
+KVCache Qwen3ModelImpl::NewCache(int64_t batch, int64_t limit, int64_t block) const {
+  return KVCache(static_cast<int64_t>(layers_.size()), batch, cfg_.num_key_value_heads, cfg_.head_dim, limit,
+                 ref_.options(), block);
 }
 
 namespace {

@@ -29,32 +29,11 @@
 #include <torch/nn/pimpl.h>
 
 #include "echelon/common/status.h"
+#include "echelon/model/attention.h"
+#include "echelon/model/kv_cache.h"
 #include "echelon/model/model_config.h"
 
 namespace echelon::model {
-
-// Per-layer key/value cache for incremental decoding. Keys and values are stored after the
-// k-norm and rotary embedding, shape [B, num_key_value_heads, capacity, head_dim].
-//
-// Rows share one filled length (`length`, rows left-padded to line up) unless `row_lengths`
-// holds one length per row: then each row's keys fill [0, row_lengths[b]) and a Forward
-// appends each row's T new keys at its own length (sequences of different lengths decoding
-// side by side, as continuous batching needs).
-//
-// With row lengths, a row may also read a shared prefix ahead of its own keys (a group's
-// prompt, held once for all its rows): `row_prefix[b]` points at a cache whose k[layer],
-// v[layer] are [num_key_value_heads, length, head_dim], contiguous, and must outlive the
-// Forward. Only the fused decoding attention reads prefixes (one new token per row, fp32 on the
-// CPU: DecodeAttentionSupports); a Forward that cannot take it fails. The caller gives the
-// positions (prefix length + own length).
-struct KVCache {
-  std::vector<at::Tensor> k;
-  std::vector<at::Tensor> v;
-  int64_t length = 0;  // positions filled so far, every row (when row_lengths is empty)
-  int64_t capacity = 0;
-  std::vector<int64_t> row_lengths;
-  std::vector<const KVCache*> row_prefix;  // empty, or one per row (nullptr: none)
-};
 
 // The part of the model one pipeline stage holds: decoder layers [first, last) (last < 0: to
 // the end). The first stage (first == 0) also holds the embedding and the head (final norm,
@@ -111,9 +90,10 @@ class Qwen3ModelImpl : public torch::nn::Module {
 
   // ids, positions: [B, T] int64. key_valid: [B, cache length + T] bool, false for padding
   // slots (nullptr-equivalent: undefined tensor = all valid). With a cache the T new keys are
-  // appended at the cache's length (each row's own with row_lengths) and attention covers every
-  // cached slot of the row (causal within the new T); the lengths grow by T. Returns logits
-  // [B, T, vocab] in the weights' dtype, on their device.
+  // appended at the cache's length (each row's own with row_lengths; the cache adds blocks as
+  // needed, up to its limit) and attention covers every cached slot of the row (causal within
+  // the new T); the lengths grow by T. Returns logits [B, T, vocab] in the weights' dtype, on
+  // their device. Attention runs in tiles (model/attention.h): nothing T x T is held.
   // compute_logits false skips the final norm and lm_head (a prefill that only fills the
   // cache) and returns an undefined tensor.
   at::Tensor Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,
@@ -124,9 +104,16 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // segment, so every sequence's logits are those of a Forward of it alone. positions restart
   // at 0 with each sequence (the caller's). Trailing padding takes segment -1. No cache.
   at::Tensor ForwardPacked(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& segments);
+  // The final hidden states (after the final norm, before lm_head) [B, T, hidden] of a Forward
+  // without a cache (segments undefined) or of ForwardPacked (segments [B, T]): what per-token
+  // log-probabilities are computed from in chunks against head() without T x vocab logits.
+  at::Tensor Hidden(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& segments);
+  // lm_head's weight [vocab, hidden] (the embedding when tied); undefined after the first stage.
+  const at::Tensor& head() const { return lm_head_; }
 
-  // A cache for this model's own layers.
-  KVCache NewCache(int64_t batch, int64_t capacity) const;
+  // A cache for this model's own layers, of at most `limit` columns per row; blocks are added
+  // as rows grow.
+  KVCache NewCache(int64_t batch, int64_t limit, int64_t block = kKvBlock) const;
   const ModelConfig& config() const { return cfg_; }
   // The layers held ([first, last), last resolved), and whether this is the whole model.
   LayerRange range() const { return range_; }
@@ -198,26 +185,29 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor Project(const Layer& l, Projection which, const at::Tensor& x, const at::Tensor& w,
                      const at::Tensor& b = at::Tensor()) const;
 
-  // Where a Forward's T new keys go in the cache: columns [start, start + T) of every row, or
-  // per row (`scatter`, [B, KV, T, D] column indices) with row lengths; `end` = columns read.
-  // `fused_lengths` (one new token per row, fp32 CPU): attention by DecodeAttention, row b
-  // over its shared prefix (`prefixes`) and its first fused_lengths[b] keys.
+  // How a Forward's T new keys are read with a cache (the layout says where they are written):
+  // `end` = columns read. `fused_lengths` (one new token per row, fp32 CPU): attention by
+  // DecodeAttention, row b over its shared prefix (`prefixes`) and its first fused_lengths[b] keys.
   struct CacheWrite {
-    int64_t start = 0, end = 0;
-    at::Tensor scatter;
+    int64_t end = 0;
     std::vector<int64_t> fused_lengths;
-    const std::vector<const KVCache*>* prefixes = nullptr;
+    const std::vector<const KVPrefix*>* prefixes = nullptr;
   };
-  // Embedding, the layers, the final norm and lm_head under an additive attention mask.
-  at::Tensor Layers(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& mask, KVCache* cache,
-                    const CacheWrite& write, bool compute_logits);
+  // What Layers returns after the last layer.
+  enum class Output { kNothing, kHidden, kLogits };
+  // Embedding, the layers and, by `output`, the final norm and lm_head, with attention as
+  // `layout` says.
+  at::Tensor Layers(const at::Tensor& ids, const at::Tensor& positions, const AttentionLayout& layout, KVCache* cache,
+                    const CacheWrite& write, Output output);
+  // A Forward without a cache; segments as ForwardPacked's, or undefined (causal).
+  at::Tensor Uncached(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& segments, Output output);
   at::Tensor Attention(const Layer& layer, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                       const at::Tensor& mask, KVCache* cache, const CacheWrite& write, size_t index) const;
+                       const AttentionLayout& layout, KVCache* cache, const CacheWrite& write, size_t index) const;
   // One decoder layer: its output and, for a sparse layer when `record`, the router
   // probabilities summed over positions (LayerHook's contract).
   std::vector<at::Tensor> DecoderLayer(size_t index, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                       const at::Tensor& mask, KVCache* cache, const CacheWrite& write, bool record,
-                                       bool replay);
+                                       const AttentionLayout& layout, KVCache* cache, const CacheWrite& write,
+                                       bool record, bool replay);
   // `prob_sum` (when given) receives the router probabilities summed over positions.
   at::Tensor Mlp(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum);
   at::Tensor Experts(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum);

@@ -350,16 +350,18 @@ TEST(Qwen3Test, IncrementalCacheEqualsFullForward) {
   Qwen3Model m = TinyModel(true, 2);
   at::Tensor ids = at::randint(23, {2, 9}, at::kLong);
   at::Tensor full = m->Forward(ids, Positions(2, 9), at::Tensor(), nullptr);
-  KVCache cache = m->NewCache(2, 9);
+  KVCache cache = m->NewCache(2, 9, /*block=*/4);
   at::NoGradGuard no_grad;
   at::Tensor first = m->Forward(ids.narrow(1, 0, 5), Positions(2, 5), at::Tensor(), &cache);
   EXPECT_EQ(cache.length, 5);
+  EXPECT_EQ(cache.capacity(), 8) << "two blocks of 4 hold 5 columns; no more";
   EXPECT_LT(MaxDiff(first, full.narrow(1, 0, 5)), 1e-5);
   for (int64_t t = 5; t < 9; ++t) {
     at::Tensor step = m->Forward(ids.narrow(1, t, 1), at::full({2, 1}, t, at::kLong), at::Tensor(), &cache);
     EXPECT_LT(MaxDiff(step.select(1, 0), full.select(1, t)), 1e-5) << "step " << t;
   }
   EXPECT_EQ(cache.length, 9);
+  EXPECT_EQ(cache.capacity(), 12);
   EXPECT_THROW(m->Forward(ids.narrow(1, 0, 1), Positions(2, 1), at::Tensor(), &cache), c10::Error)
       << "writing past the cache capacity must fail loudly";
 }
@@ -371,16 +373,12 @@ TEST(Qwen3Test, PerRowCacheLengthsEqualFullForwardPerRow) {
   at::NoGradGuard no_grad;
   const at::Tensor ids = at::randint(23, {3, 9}, at::kLong);
   const std::vector<int64_t> filled = {2, 6, 0};  // tokens already cached per row
-  KVCache cache = m->NewCache(3, 10);
+  KVCache cache = m->NewCache(3, 10, /*block=*/4);  // rows cross blocks as they grow
   cache.row_lengths = {0, 0, 0};
+  cache.Reserve(6);
   for (int64_t r = 0; r < 3; ++r) {
     if (filled[r] == 0) continue;
-    KVCache row;
-    row.capacity = cache.capacity;
-    for (size_t i = 0; i < cache.k.size(); ++i) {
-      row.k.push_back(cache.k[i].narrow(0, r, 1));
-      row.v.push_back(cache.v[i].narrow(0, r, 1));
-    }
+    KVCache row = cache.Rows(r, 1);
     m->Forward(ids[r].narrow(0, 0, filled[r]).unsqueeze(0), Positions(1, filled[r]), at::Tensor(), &row);
     cache.row_lengths[static_cast<size_t>(r)] = filled[r];
   }
