@@ -300,6 +300,10 @@ int RunActor(const ActorArgs& args) {
   ao.name = args.name;
   ao.seed = setup->seed;
   ao.slowdown = args.slowdown;
+  ao.partial = setup->partial;
+  if (ao.partial && args.backend == "openai-http")
+    spdlog::warn("{}: rollout.partial needs the builtin backend; an openai-http actor generates each group on one "
+                 "snapshot", args.name);
   rollout::Actor actor(ao, &learner, &learner, &learner, setup->task.get(), std::move(policy));
   actor.set_episode_host(&learner);
   std::atomic<bool> stop{false};

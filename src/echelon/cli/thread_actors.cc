@@ -19,6 +19,7 @@ Status ThreadActors::Start(learn::TrajectoryIntake* intake, const std::string& r
     rollout::ActorOptions ao;
     ao.name = "actor-" + std::to_string(i);
     ao.seed = setup_->seed;
+    ao.partial = setup_->partial;
     ao.slowdown = i < static_cast<int64_t>(slowdowns_.size()) ? slowdowns_[i] : 1.0;
     actors_.push_back(std::make_unique<rollout::Actor>(ao, intake, intake, intake, setup_->task.get(),
                                                        std::move(policy), clock_));

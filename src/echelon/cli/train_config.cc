@@ -291,11 +291,16 @@ const TrainKeys& Keys() {
     k.Int("rollout.slots", 0, 0, 1 << 20,
           "sequences the builtin engine decodes at once, a finished one's slot refilled at once (continuous "
           "batching); bounds its KV cache (0: every row of a work item)", kLearnerActors, AT(slots));
+    k.Bool("rollout.partial", false,
+           "a snapshot published while a group generates is taken at once and the group's unfinished samples "
+           "continue on it (interruptible generation); every token records its version (builtin backend)",
+           kLearnerActors, AT(partial));
     k.Bool("rollout.chat", false,
            "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)", kLearnerActors, AT(chat));
     // Reasons for both defaults: sched/tunables.h.
     k.Float("rollout.lease_seconds", sched::kDefaultLeaseSeconds, 0.1, 86400.0,
-            "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction)", kLearner, AT(lease_seconds));
+            "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction); an actor "
+            "that reports progress keeps it up to 10 x as long", kLearner, AT(lease_seconds));
     k.Int("rollout.max_leases_per_worker", sched::kMaxLeasesPerWorker, 0, 1 << 20,
           "groups one worker's actors may hold at once (0: no cap); a worker that takes work and never "
           "returns it holds at most this much of the admission window", kLearner, AT(max_leases_per_worker));

@@ -27,4 +27,11 @@ double StatusMb(const std::string& key) {
 double ResidentSetMb() { return StatusMb("VmRSS:"); }
 double PeakResidentSetMb() { return StatusMb("VmHWM:"); }
 
+bool ResetPeakResidentSet() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
 }  // namespace echelon

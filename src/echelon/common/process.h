@@ -9,5 +9,8 @@ namespace echelon {
 // NaN where they cannot be read.
 double ResidentSetMb();
 double PeakResidentSetMb();
+// Starts the peak (VmHWM) over from the resident set now (Linux's /proc/self/clear_refs "5"),
+// so a benchmark measures one phase's peak; false where the kernel does not allow it.
+bool ResetPeakResidentSet();
 
 }  // namespace echelon

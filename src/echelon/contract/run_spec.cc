@@ -13,7 +13,8 @@ nlohmann::json RunSpecToJson(const RunSpec& spec) {
             {"min_p", spec.sampling.min_p},
             {"max_new_tokens", spec.sampling.max_new_tokens},
             {"slots", spec.sampling.slots}}},
-          {"seed", spec.seed}};
+          {"seed", spec.seed},
+          {"partial", spec.partial}};
 }
 
 Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
@@ -43,6 +44,7 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
     s.sampling.slots = sp.at("slots").get<int64_t>();
     s.vocab.SetStops(&s.sampling);
     s.seed = j.at("seed").get<uint64_t>();
+    s.partial = j.at("partial").get<bool>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(where + " is malformed: " + e.what());

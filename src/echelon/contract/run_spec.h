@@ -29,6 +29,7 @@ struct RunSpec {
   model::Vocabulary vocab;
   model::SamplingParams sampling;  // temperature, top_p, top_k, min_p, max_new_tokens, slots (stops: the vocabulary's)
   uint64_t seed = 0;
+  bool partial = false;  // rollout.partial (rollout::ActorOptions::partial)
 };
 
 // What an actor builds from the spec.
@@ -38,6 +39,7 @@ struct ActorSetup {
   model::ModelConfig model;
   model::SamplingParams sampling;
   uint64_t seed = 0;
+  bool partial = false;
 };
 
 nlohmann::json RunSpecToJson(const RunSpec& spec);

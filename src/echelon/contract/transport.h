@@ -37,7 +37,9 @@ struct Assignment {
 struct GroupRollout {
   uint64_t group_id = 0;
   uint64_t lease_id = 0;
-  int64_t behavior_version = 0;  // the (oldest) policy version that generated it
+  // The oldest policy version that generated it: every token's when its turns carry no
+  // versions (data::Turn::versions), else the smallest of them.
+  int64_t behavior_version = 0;
   std::string actor;
   data::Prompt prompt;
   std::vector<data::Episode> episodes;
@@ -59,6 +61,15 @@ class WorkSource {
   virtual ~WorkSource() = default;
   // Work to do, or nullopt when the staleness gate allows none right now.
   virtual std::optional<Assignment> Acquire(const std::string& actor) = 0;
+  // The holder of `work`'s lease has generated `tokens` for the group so far (sent while it
+  // runs, every sched::kProgressSeconds): a lease whose holder keeps making progress is renewed
+  // past its lease time (sched::Dispatcher::Renew), so a long group on a slow worker is not
+  // re-issued midway. Best effort: a transport may deliver it late or not at all.
+  virtual void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) {
+    (void)actor;
+    (void)work;
+    (void)tokens;
+  }
 };
 
 // The learner's answer to a submission: accepted, or refused with a reason that the learner
@@ -102,6 +113,9 @@ class SnapshotSource {
   virtual ~SnapshotSource() = default;
   // The newest published snapshot (version -1 when none yet).
   virtual Snapshot Latest() = 0;
+  // The newest version known to be published, without fetching it (Latest may wait for the
+  // bytes): what a generation that runs on asks between tokens (rollout.partial).
+  virtual int64_t NewestVersion() { return Latest().version; }
 };
 
 }  // namespace echelon::contract

@@ -36,6 +36,9 @@ struct Turn {
   std::vector<int64_t> tokens;
   std::vector<float> logprobs;
   std::string text;  // decoded completion
+  // The policy version that drew each token (partial rollouts: a generation that moved to a
+  // newer snapshot midway); empty: all of them the group's behaviour version.
+  std::vector<int64_t> versions;
 };
 
 // A whole episode (one GRPO sample); every turn receives the episode's advantage.

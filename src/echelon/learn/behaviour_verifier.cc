@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "echelon/learn/learner.h"
 #include "echelon/model/snapshot_weights.h"
@@ -48,44 +49,62 @@ bool BehaviourVerifier::Drawn(const contract::GroupRollout& g) const {
   return static_cast<double>(h >> 11) * 0x1.0p-53 < options_.fraction;
 }
 
+Status BehaviourVerifier::Load(int64_t version) {
+  const contract::Snapshot& snap = snapshots_.at(version);
+  if (loaded_ == version && snap.base == loaded_base_) return Status::Ok();
+  const std::string where = "snapshot v" + std::to_string(version) + " (verifier)";
+  loaded_ = -1;
+  if (snap.base && snap.base != loaded_base_) {
+    ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap.base, &base_sha_, where + " base"));
+    loaded_base_ = snap.base;
+  }
+  ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap.weights, &base_sha_, where));
+  loaded_ = version;
+  return Status::Ok();
+}
+
 Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bool suspect) {
   if (!suspect && !Drawn(g)) return std::string();
   std::lock_guard<std::mutex> lock(mu_);
-  auto snap = snapshots_.find(g.behavior_version);
-  if (snap == snapshots_.end()) {
+  // Every version the tokens claim (partial rollouts: data::Turn::versions), each recomputed
+  // under its own snapshot.
+  std::set<int64_t> versions = {g.behavior_version};
+  for (const data::Episode& e : g.episodes)
+    for (const data::Turn& t : e.turns) versions.insert(t.versions.begin(), t.versions.end());
+  for (int64_t v : versions) {
+    if (snapshots_.count(v) > 0) continue;
     ++stats_.unverifiable;
     return std::string();
-  }
-  if (loaded_ != g.behavior_version || snap->second.base != loaded_base_) {
-    const std::string where = "snapshot v" + std::to_string(g.behavior_version) + " (verifier)";
-    loaded_ = -1;
-    if (snap->second.base && snap->second.base != loaded_base_) {
-      ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap->second.base, &base_sha_, where + " base"));
-      loaded_base_ = snap->second.base;
-    }
-    ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap->second.weights, &base_sha_, where));
-    loaded_ = g.behavior_version;
   }
   at::NoGradGuard no_grad;
   double sum = 0;
   int64_t n = 0;
   try {
-    for (const data::Episode& e : g.episodes)
-      for (const data::Turn& t : e.turns) {
-        std::vector<int64_t> seq(t.prompt_ids);
-        seq.insert(seq.end(), t.tokens.begin(), t.tokens.end());
-        const int64_t len = static_cast<int64_t>(seq.size()) - 1;
-        const at::Tensor all = at::tensor(seq, at::kLong).unsqueeze(0);
-        const at::Tensor input = all.slice(1, 0, len), target = all.slice(1, 1, len + 1);
-        const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
-        const at::Tensor lp = model::TokenLogProbs(model_->Hidden(input, positions, at::Tensor()), model_->head(),
-                                                   target, options_.temperature)
-                                  .squeeze(0)
-                                  .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
-        const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat);
-        sum += (lp - claimed).abs().sum().item<double>();
-        n += static_cast<int64_t>(t.tokens.size());
-      }
+    for (int64_t v : versions) {
+      ECHELON_RETURN_IF_ERROR(Load(v));
+      for (const data::Episode& e : g.episodes)
+        for (const data::Turn& t : e.turns) {
+          // The positions of this turn's tokens that `v` drew.
+          std::vector<int64_t> mine;
+          for (size_t i = 0; i < t.tokens.size(); ++i)
+            if ((t.versions.empty() ? g.behavior_version : t.versions[i]) == v) mine.push_back(static_cast<int64_t>(i));
+          if (mine.empty()) continue;
+          std::vector<int64_t> seq(t.prompt_ids);
+          seq.insert(seq.end(), t.tokens.begin(), t.tokens.end());
+          const int64_t len = static_cast<int64_t>(seq.size()) - 1;
+          const at::Tensor all = at::tensor(seq, at::kLong).unsqueeze(0);
+          const at::Tensor input = all.slice(1, 0, len), target = all.slice(1, 1, len + 1);
+          const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
+          const at::Tensor lp = model::TokenLogProbs(model_->Hidden(input, positions, at::Tensor()), model_->head(),
+                                                     target, options_.temperature)
+                                    .squeeze(0)
+                                    .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
+          const at::Tensor index = at::tensor(mine, at::kLong);
+          const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat).index_select(0, index);
+          sum += (lp.index_select(0, index) - claimed).abs().sum().item<double>();
+          n += static_cast<int64_t>(mine.size());
+        }
+    }
   } catch (const std::exception& ex) {
     return Internal(std::string("behaviour verification failed: ") + ex.what());
   }

@@ -3,7 +3,7 @@
 // forward passes instead of proofs). It keeps the snapshots of the last versions a group may
 // claim; for a fraction of groups, drawn by a keyed hash the actors cannot predict, and for
 // every group of an actor already caught forging, it recomputes the log-prob of each completion
-// token under the claimed version and refuses the group (`logprob_mismatch`) when the mean
+// token under the claimed version (each token's own, with partial rollouts) and refuses the group (`logprob_mismatch`) when the mean
 // absolute difference exceeds the tolerance. That catches a worker that lies about its
 // version, samples from other weights, or makes its log-probs up.
 //
@@ -60,6 +60,8 @@ class BehaviourVerifier {
 
  private:
   bool Drawn(const contract::GroupRollout& g) const;
+  // Puts `version`'s weights (a kept snapshot) into model_.
+  Status Load(int64_t version);
 
   const VerifyOptions options_;
   const uint64_t salt_;  // random per process: which groups are drawn is not predictable

@@ -8,6 +8,7 @@
 #include "echelon/learn/run_options.h"
 #include "echelon/learn/snapshot_publisher.h"
 #include "echelon/learn/testing.h"
+#include "echelon/model/generate.h"
 
 namespace echelon::learn {
 namespace {
@@ -95,6 +96,45 @@ TEST(BehaviourVerifierTest, KeepsEveryVersionWithinTheLargestStaleness) {
   EXPECT_EQ(v.stats().checked, 2);
   EXPECT_EQ(v.Check(Sampled(m.v1, 1, 0), /*suspect=*/true).value(), "");  // 9 behind: gone
   EXPECT_EQ(v.stats().unverifiable, 1);
+}
+
+}  // namespace
+}  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+// Partial rollouts: a turn whose first tokens v0 drew and whose rest v1 drew (each log-prob its
+// own version's over the whole prefix) passes with each token's version, and is refused when
+// the versions are dropped (all v0's) or put the other way round.
+TEST(BehaviourVerifierTest, EachTokenIsCheckedUnderItsOwnVersion) {
+  Versions m;
+  BehaviourVerifier v(TinyConfig(), {/*fraction=*/1.0, /*tolerance=*/1e-3, /*window=*/2, /*temperature=*/0.8});
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  v.Remember(MakeSnapshot(m.v1, 1).value());
+  contract::GroupRollout g = Sampled(m.v0, 0, 0);
+  for (data::Episode& e : g.episodes)
+    for (data::Turn& t : e.turns) {
+      const std::vector<float> under0 = model::ScoreCompletion(m.v0, t.prompt_ids, t.tokens, 0.8);
+      const std::vector<float> under1 = model::ScoreCompletion(m.v1, t.prompt_ids, t.tokens, 0.8);
+      const size_t switch_at = t.tokens.size() / 2;
+      t.versions.clear();
+      for (size_t i = 0; i < t.tokens.size(); ++i) {
+        t.versions.push_back(i < switch_at ? 0 : 1);
+        t.logprobs[i] = i < switch_at ? under0[i] : under1[i];
+      }
+    }
+  EXPECT_EQ(v.Check(g, false).value(), "");
+  EXPECT_LT(v.stats().max_gap, 1e-5);
+  contract::GroupRollout dropped = g;
+  for (data::Episode& e : dropped.episodes)
+    for (data::Turn& t : e.turns) t.versions.clear();
+  EXPECT_EQ(v.Check(dropped, false).value(), "logprob_mismatch");
+  contract::GroupRollout swapped = g;
+  for (data::Episode& e : swapped.episodes)
+    for (data::Turn& t : e.turns)
+      for (int64_t& version : t.versions) version = 1 - version;
+  EXPECT_EQ(v.Check(swapped, false).value(), "logprob_mismatch");
 }
 
 }  // namespace

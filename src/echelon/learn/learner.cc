@@ -398,7 +398,7 @@ std::vector<at::Tensor> MinibatchRows(const TrainingBatch& b, size_t num_groups,
 // A minibatch's statistics, weighted by each micro-batch's share of its tokens (so they sum to
 // the whole minibatch's token means), and the start-of-update log-probs of its rows.
 struct Learner::Minibatch {
-  double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0, router_aux_loss = 0;
+  double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0, router_aux_loss = 0, entropy = 0;
   double max_token_weight = 0;  // this rank's (the ranks sum, not max, what they share)
   ImportanceHealth health;
   int64_t computed_positions = 0, sequence_positions = 0;  // of this rank's gradient forwards
@@ -459,7 +459,7 @@ std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::
 }
 
 at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len,
-                             int64_t* computed) {
+                             int64_t* computed, at::Tensor* entropy) {
   const int64_t n = rows.numel();
   const int64_t* row = rows.data_ptr<int64_t>();
   std::vector<int64_t> lengths(static_cast<size_t>(n));
@@ -471,7 +471,8 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
     const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
-    return model::TokenLogProbs(m->Hidden(input, positions, at::Tensor()), m->head(), target, options_.temperature);
+    return model::TokenLogProbs(m->Hidden(input, positions, at::Tensor()), m->head(), target, options_.temperature,
+                                entropy);
   }
   // The rows back to back in packed rows of width `len`; the log-probs come back to the padded
   // layout [rows, len] (zero past a row's length) through one gather.
@@ -498,10 +499,15 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
       offset += lengths[i];
     }
   }
+  at::Tensor packed_entropy;
   const at::Tensor logp = model::TokenLogProbs(m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_)),
-                                               m->head(), target.to(device_), options_.temperature);
-  const at::Tensor gathered = logp.flatten().index_select(0, from.flatten().to(device_)).view({n, len});
-  return gathered.masked_fill(real.to(device_).logical_not(), 0.0);
+                                               m->head(), target.to(device_), options_.temperature,
+                                               entropy != nullptr ? &packed_entropy : nullptr);
+  // Back to the padded layout [rows, len] (zero past a row's length) through one gather.
+  const at::Tensor index = from.flatten().to(device_), padding = real.to(device_).logical_not();
+  if (entropy != nullptr)
+    *entropy = packed_entropy.flatten().index_select(0, index).view({n, len}).masked_fill(padding, 0.0);
+  return logp.flatten().index_select(0, index).view({n, len}).masked_fill(padding, 0.0);
 }
 
 namespace {
@@ -547,7 +553,8 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
     PolicyLossInputs in;
     const bool aux = options_.router_aux_coef > 0 && compute_->config().moe();
     compute_->RecordRouting(aux);
-    in.logp = LogProbs(compute_, b, u, len, &mb->computed_positions);
+    at::Tensor entropy;
+    in.logp = LogProbs(compute_, b, u, len, &mb->computed_positions, &entropy);
     compute_->RecordRouting(false);
     for (int64_t k = 0; k < u.numel(); ++k) mb->sequence_positions += b.row_len[u.data_ptr<int64_t>()[k]];
     in.behav_logp = Rows(b.behav, u, len, device_);
@@ -572,6 +579,7 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
     (loss * w).backward();
     if (units_) ECHELON_RETURN_IF_ERROR(units_->EndMicroBatch(/*backward=*/true));
     mb->loss += w * out.loss.item<double>();
+    mb->entropy += w * ((entropy * in.mask).sum() / at::clamp_min(in.mask.sum(), 1.0)).item<double>();
     mb->clip_frac += w * out.clip_frac;
     mb->kl += w * out.kl;
     mb->behav_weight_mean += w * out.behav_weight_mean;
@@ -595,7 +603,7 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
         parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, floats));
     const ImportanceHealth& h = mb->health;
     parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean, h.weight_mean, h.weight_m2,
-                                h.logratio_m2, h.masked_frac, mb->router_aux_loss},
+                                h.logratio_m2, h.masked_frac, mb->router_aux_loss, mb->entropy},
                                at::kDouble)
                         .to(device_, at::kFloat));
     if (mb->start_logp.defined()) parts.push_back(mb->start_logp.flatten().to(device_));
@@ -608,14 +616,15 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
         offset += p.numel();
       }
     }
-    const at::Tensor stats = flat.narrow(0, offset, 9).to(at::kCPU, at::kDouble);
-    offset += 9;
+    const at::Tensor stats = flat.narrow(0, offset, 10).to(at::kCPU, at::kDouble);
+    offset += 10;
     mb->loss = stats[0].item<double>();
     mb->clip_frac = stats[1].item<double>();
     mb->kl = stats[2].item<double>();
     mb->behav_weight_mean = stats[3].item<double>();
     mb->health = {stats[4].item<double>(), stats[5].item<double>(), stats[6].item<double>(), stats[7].item<double>()};
     mb->router_aux_loss = stats[8].item<double>();
+    mb->entropy = stats[9].item<double>();
     if (mb->start_logp.defined())
       mb->start_logp = flat.narrow(0, offset, mb->start_logp.numel()).view_as(mb->start_logp).to(at::kCPU);
   } else if (compute_.get() != model_.get()) {
@@ -727,6 +736,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       stats.behav_weight_mean += mb.behav_weight_mean;
       stats.max_token_weight = std::max(stats.max_token_weight, mb.max_token_weight);
       stats.router_aux_loss += mb.router_aux_loss;
+      stats.entropy += mb.entropy;
       stats.health.Add(mb.health, 1.0);
     }
   } catch (const c10::Error& e) {  // LibTorch's errors (out of memory, a device failure) end here
@@ -745,6 +755,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   stats.kl /= n;
   stats.behav_weight_mean /= n;
   stats.router_aux_loss /= n;
+  stats.entropy /= n;
   stats.health = [&] {
     ImportanceHealth mean;
     mean.Add(stats.health, 1.0 / n);

@@ -116,6 +116,7 @@ struct StepStats {
   // against the behaviour policy (learner_run bins them by staleness).
   std::vector<ImportanceSums> group_importance;
   int64_t tokens = 0;            // completion tokens trained on
+  double entropy = 0;            // mean per-token entropy of the policy over them (at the update's start)
   // Positions of this rank's gradient forwards: computed (padding included) and real (prompt and
   // completion); their difference is what padding cost (learner.pack_sequences removes most).
   int64_t computed_positions = 0;
@@ -190,10 +191,12 @@ class Learner {
   Result<double> ApplyGradients(Minibatch* mb);
   // Start-of-update log-probs of every row, without gradients (pi_prox), summed over ranks.
   Result<at::Tensor> ProxLogProbs(const TrainingBatch& b);
-  // The log-probs [rows, len] of `rows`' targets, the rows packed when that pays (packing.h);
-  // `*computed` (when given) grows by the positions the forward computed, padding included.
+  // The log-probs [rows, len] of `rows`' targets, the rows packed when that pays (packing.h),
+  // computed in chunks from the hidden states (model/token_logprobs.h: nothing len x vocab);
+  // `*computed` (when given) grows by the positions the forward computed, padding included;
+  // `*entropy` (when given) receives the per-token entropies, laid out as the log-probs.
   at::Tensor LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len,
-                      int64_t* computed = nullptr);
+                      int64_t* computed = nullptr, at::Tensor* entropy = nullptr);
   std::vector<at::Tensor> MicroBatches(const TrainingBatch& b, const at::Tensor& rows) const;
 
   model::Qwen3Model model_;               // master weights, fp32

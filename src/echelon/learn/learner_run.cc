@@ -94,7 +94,9 @@ class LearnerRun {
     learner_ = std::make_unique<Learner>(start_.model, options_.learner, ranks_ ? ranks_->group() : nullptr);
     dispatcher_ = std::make_unique<sched::Dispatcher>(
         sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds,
-                                 options_.max_leases_per_worker},
+                                 options_.max_leases_per_worker, sched::kMaxLeaseLifeFactor,
+                                 // the most a group's progress reports can count
+                                 options_.group_size * static_cast<int64_t>(task_->MaxTurns()) * options_.max_new_tokens},
         &clock_);
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
@@ -154,7 +156,7 @@ class LearnerRun {
   // The transport starts serving, the current policy is published, enough actors are there.
   Status StartActors() {
     contract::RunSpec spec{options_.task_name, options_.task_options, start_.model->config(), start_.vocab,
-                          RolloutSampling(options_), options_.seed};
+                          RolloutSampling(options_), options_.seed, options_.partial};
     transport_started_ = true;
     ECHELON_RETURN_IF_ERROR(transport_.Start(intake_.get(), contract::RunSpecToJson(spec).dump(), progress_));
     if (args_.metrics_port >= 0) {
@@ -283,7 +285,7 @@ class LearnerRun {
     r.wait_s = batch.wait_seconds;
     r.train_s = last_train_seconds_;
     double reward_sum = 0, success_sum = 0, stale_sum = 0;
-    int64_t episodes = 0, stale_max = 0;
+    int64_t episodes = 0, stale_max = 0, moved = 0;
     std::map<std::string, int> gap_n;
     std::map<std::string, ImportanceSums> by_bin;
     for (size_t i = 0; i < batch.groups.size(); ++i) {
@@ -291,6 +293,8 @@ class LearnerRun {
       for (const data::Episode& e : g.episodes) {
         reward_sum += e.reward;
         success_sum += e.success ? 1 : 0;
+        for (const data::Turn& turn : e.turns)
+          for (int64_t v : turn.versions) moved += v > g.behavior_version ? 1 : 0;
         for (const auto& [name, value] : e.metrics) r.reward_metrics[name] += value;
         ++episodes;
       }
@@ -348,6 +352,9 @@ class LearnerRun {
     r.verify_gap_max = verified.max_gap;
     r.verify_unverifiable = verified.unverifiable;
     r.tokens = stats.tokens;
+    r.moved_tokens = moved;
+    r.entropy = stats.entropy;
+    r.lease_renewals = static_cast<int64_t>(dispatcher_->renewals());
     if (stats.computed_positions > 0)
       r.learner_pad_frac = 1.0 - static_cast<double>(stats.sequence_positions) / stats.computed_positions;
     obs::SetRouterLoad(stats.router_load, &r);

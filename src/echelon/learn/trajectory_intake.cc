@@ -37,6 +37,10 @@ std::optional<contract::Assignment> TrajectoryIntake::Acquire(const std::string&
   return a;
 }
 
+void TrajectoryIntake::Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) {
+  dispatcher_->Renew(work.group_id, work.lease_id, actor, tokens);
+}
+
 std::string TrajectoryIntake::Validate(const contract::GroupRollout& g) const {
   if (static_cast<int64_t>(g.episodes.size()) != limits_.group_size) return "wrong_group_size";
   {
@@ -49,6 +53,18 @@ std::string TrajectoryIntake::Validate(const contract::GroupRollout& g) const {
     if (v < 0 || v > snapshot_.version) return "bad_version";
     if (v < first_published_) return "predates_restart";
     if (published_.count(v) == 0) return "unpublished_version";
+    // Partial rollouts: each token's version, never older than the group's (its staleness is the
+    // oldest token's), never decreasing along a turn, each one published.
+    for (const data::Episode& e : g.episodes)
+      for (const data::Turn& t : e.turns) {
+        if (t.versions.empty()) continue;
+        if (t.versions.size() != t.tokens.size()) return "length_mismatch";
+        for (size_t i = 0; i < t.versions.size(); ++i) {
+          const int64_t tv = t.versions[i];
+          if (tv < v || tv > snapshot_.version || (i > 0 && tv < t.versions[i - 1])) return "bad_token_version";
+          if ((i == 0 || tv != t.versions[i - 1]) && published_.count(tv) == 0) return "unpublished_version";
+        }
+      }
   }
   for (const data::Episode& e : g.episodes) {
     if (!std::isfinite(e.reward)) return "nonfinite_reward";

@@ -76,6 +76,7 @@ class TrajectoryIntake : public contract::WorkSource,
                    const IntakeLimits& limits);
 
   std::optional<contract::Assignment> Acquire(const std::string& actor) override;
+  void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override;
   contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
   contract::Snapshot Latest() override;
   std::vector<contract::GroupRollout> Drain(double timeout_seconds) override;

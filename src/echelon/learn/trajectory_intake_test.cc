@@ -127,6 +127,12 @@ TEST(TrajectoryIntakeTest, RefusesHostileSubmissionsWithCountedReasons) {
       {"bad_logprob", [](contract::GroupRollout& g) { g.episodes[1].turns[0].logprobs[0] = -111.0f; }},
       {"wrong_group_size", [](contract::GroupRollout& g) { g.episodes.pop_back(); }},
       {"bad_version", [](contract::GroupRollout& g) { g.behavior_version = 7; }},
+      // Partial rollouts' per-token versions: one per token, none newer than the newest published.
+      {"length_mismatch", [](contract::GroupRollout& g) { g.episodes[0].turns[0].versions = {0}; }},
+      {"bad_token_version", [](contract::GroupRollout& g) {
+         data::Turn& t = g.episodes[0].turns[0];
+         t.versions.assign(t.tokens.size(), 5);
+       }},
       {"not_lease_holder", [](contract::GroupRollout& g) { g.lease_id += 1000; }},
       {"foreign_lease", [](contract::GroupRollout& g) { g.actor = "b#2"; }},
       // A completion longer than rollout.max_new_tokens (a 50k-token completion, in short).
@@ -351,6 +357,43 @@ TEST(TrajectoryIntakeTest, ARewardThatFailsOnAWorkersTextRefusesTheGroupAndTheRu
   for (int64_t i = 0; i < kRewardFailuresToStop; ++i) submit(breaking());
   EXPECT_FALSE(f.hub.failure().ok());
   EXPECT_NE(f.hub.failure().message().find("reward function raised"), std::string::npos) << f.hub.failure().message();
+}
+
+}  // namespace
+}  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+// Partial rollouts: tokens of newer published versions than the group's pass; a token older
+// than the group's claimed (oldest) version, versions going back along a turn, or an
+// unpublished one are refused as forged.
+TEST(TrajectoryIntakeTest, PerTokenVersionsAreNeverOlderThanTheGroupsNorGoBack) {
+  HubFixture f;
+  f.hub.Publish({1, std::make_shared<const std::string>()});
+  f.hub.Publish({3, std::make_shared<const std::string>()});  // v2 never published
+  const auto with = [&](int64_t behavior, const std::function<int64_t(size_t, size_t)>& version) {
+    contract::GroupRollout g = f.Valid();
+    g.behavior_version = behavior;
+    for (data::Episode& e : g.episodes)
+      for (data::Turn& t : e.turns)
+        for (size_t i = 0; i < t.tokens.size(); ++i) t.versions.push_back(version(i, t.tokens.size()));
+    contract::SubmitOutcome out = f.hub.Submit(g);
+    f.clock.Advance(11);
+    f.dispatcher.ExpireLeases();
+    return out;
+  };
+  const contract::SubmitOutcome moved = with(1, [](size_t i, size_t n) { return i < n / 2 ? 1 : 3; });
+  EXPECT_TRUE(moved.accepted) << moved.reason;
+  for (const auto& [behavior, version, reason] :
+       std::vector<std::tuple<int64_t, std::function<int64_t(size_t, size_t)>, std::string>>{
+           {1, [](size_t, size_t) { return int64_t{0}; }, "bad_token_version"},                  // older than claimed
+           {0, [](size_t i, size_t n) { return i < n / 2 ? 3 : 1; }, "bad_token_version"},      // goes back
+           {0, [](size_t i, size_t n) { return i < n / 2 ? 0 : 2; }, "unpublished_version"}}) {
+    const contract::SubmitOutcome out = with(behavior, version);
+    EXPECT_EQ(out.reason, reason);
+    EXPECT_TRUE(out.forged) << reason;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -16,6 +17,8 @@ namespace echelon::model {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::atomic<bool> untiled_reference{false};
 
 // A run of keys: [B, KV, n, D] views, columns [first, first + n).
 struct KeyTile {
@@ -266,9 +269,13 @@ bool PlainCausal(const AttentionLayout& layout, int64_t t, int64_t s) {
 
 }  // namespace
 
+void SetUntiledReference(bool on) { untiled_reference = on; }
+bool UntiledReference() { return untiled_reference.load(); }
+
 at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& layout,
                   double scale, AttentionTiles tiles) {
   CheckShapes(q, k, v);
+  if (UntiledReference()) return PlainAttention(q, k, v, layout, scale);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // The fused kernels (flash / memory-efficient) on a GPU, grouped-query attention included.
   if (q.is_cuda() && PlainCausal(layout, q.size(2), k.size(2)))
@@ -290,6 +297,11 @@ at::Tensor AttendBlocks(const at::Tensor& q, const std::vector<at::Tensor>& k_bl
   const int64_t block = k_blocks[0].size(2);
   TORCH_CHECK(length >= 1 && length <= block * static_cast<int64_t>(k_blocks.size()), "attention: ", length,
               " columns over ", k_blocks.size(), " blocks of ", block);
+  if (UntiledReference()) {
+    at::NoGradGuard no_grad;
+    return PlainAttention(q, at::cat(k_blocks, 2).narrow(2, 0, length), at::cat(v_blocks, 2).narrow(2, 0, length),
+                          layout, scale);
+  }
   tiles = Resolve(tiles, q);
   // Blocks joined into key tiles of about tiles.key columns (fewer, larger matmuls when the
   // blocks are small against the tile).

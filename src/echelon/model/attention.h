@@ -63,6 +63,12 @@ at::Tensor AttendBlocks(const at::Tensor& q, const std::vector<at::Tensor>& k_bl
                         const std::vector<at::Tensor>& v_blocks, int64_t length, const AttentionLayout& layout,
                         double scale, AttentionTiles tiles = {});
 
+// Process-wide: the untiled definitions instead of the tiled paths (Attend and AttendBlocks
+// compute PlainAttention's T x S scores, TokenLogProbs whole logits), for benchmarks that
+// measure what tiling saves (bench/long_sequence.sh). Off by default; not for runs.
+void SetUntiledReference(bool on);
+bool UntiledReference();
+
 // The definition, untiled: T x S scores, masked, softmax in fp32 (a query that sees no key gets
 // zeros). For tests of the tiled path.
 at::Tensor PlainAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

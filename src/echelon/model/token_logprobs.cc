@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "echelon/model/attention.h"
+
 namespace echelon::model {
 namespace {
 
@@ -74,6 +76,14 @@ at::Tensor TokenLogProbs(const at::Tensor& hidden, const at::Tensor& head, const
   TORCH_CHECK(targets.sizes() == hidden.sizes().slice(0, hidden.dim() - 1), "TokenLogProbs: targets ",
               targets.sizes(), " for hidden ", hidden.sizes());
   TORCH_CHECK(temperature > 0, "TokenLogProbs: temperature must be positive, got ", temperature);
+  if (UntiledReference()) {  // whole logits (benchmarks of what chunking saves)
+    const at::Tensor logits = at::linear(hidden, head);
+    if (entropy != nullptr) {
+      const at::Tensor logp = at::log_softmax(logits.detach().to(at::kFloat) / temperature, -1);
+      *entropy = -(logp.exp() * logp).sum(-1);
+    }
+    return LogitsTokenLogProbs(logits, targets, temperature);
+  }
   if (chunk <= 0) chunk = std::max<int64_t>(1, kLogitChunkElements / std::max<int64_t>(1, head.size(0)));
   const at::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
   const auto out = ChunkedLogProbs::apply(flat, head, targets.reshape({-1}).to(at::kLong), temperature, chunk);

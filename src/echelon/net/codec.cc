@@ -20,6 +20,7 @@ void EncodeTurn(const data::Turn& in, v1::Turn* out) {
   out->mutable_prompt_ids()->Add(in.prompt_ids.begin(), in.prompt_ids.end());
   out->mutable_tokens()->Add(in.tokens.begin(), in.tokens.end());
   out->mutable_logprobs()->Add(in.logprobs.begin(), in.logprobs.end());
+  out->mutable_versions()->Add(in.versions.begin(), in.versions.end());
   out->set_text(in.text);
 }
 
@@ -28,6 +29,7 @@ data::Turn DecodeTurn(const v1::Turn& in) {
   t.prompt_ids.assign(in.prompt_ids().begin(), in.prompt_ids().end());
   t.tokens.assign(in.tokens().begin(), in.tokens().end());
   t.logprobs.assign(in.logprobs().begin(), in.logprobs().end());
+  t.versions.assign(in.versions().begin(), in.versions().end());
   t.text = in.text();
   return t;
 }

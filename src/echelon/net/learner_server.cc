@@ -110,6 +110,13 @@ class LearnerServer::Service final : public v1::Learner::Service {
     } else {
       reply->set_known(true);
       FillView(req->actor_id(), reply->mutable_pipeline());
+      // Only the lease's own holder can renew it (Dispatcher::Renew checks the actor).
+      for (int i = 0; i < std::min(req->progress_size(), kMaxProgressReports); ++i) {
+        sched::WorkItem work;
+        work.group_id = req->progress(i).group_id();
+        work.lease_id = req->progress(i).lease_id();
+        s_->work_->Progress(req->actor_id(), work, req->progress(i).tokens());
+      }
     }
     reply->set_snapshot_version(s_->snapshots_->Latest().version);
     reply->set_done(Done());

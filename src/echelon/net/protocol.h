@@ -11,14 +11,20 @@ namespace echelon::net {
 // 4: stages serve over TLS with the learner (PipelineRole.cert_pem), which an older learner
 // would not hand on. 5: single-turn work comes without its reference (scored_by_learner), which
 // an older actor would score against "". 6: the learner plays multi-turn environments (Play),
-// and their work comes without a prompt.
-inline constexpr uint32_t kProtocolVersion = 6;
+// and their work comes without a prompt. 7: tokens carry the version that drew them
+// (Turn.versions, partial rollouts), which an older learner would take for the oldest's and
+// refuse as a log-prob mismatch.
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // Stages one pipelined rollout worker may have (each a process and a gRPC hop per token).
 inline constexpr int kMaxPipelineStages = 64;
 // A stage's self-signed certificate (net/tls.h) is under 1 KiB; 8 KiB bounds what the learner
 // keeps and hands on per stage.
 inline constexpr uint64_t kMaxStageCertBytes = 8192;
+
+// Progress reports one heartbeat carries that the learner reads (the rest are ignored): an
+// honest actor runs one group at a time, and a worker holds at most kMaxLeasesPerWorker leases.
+inline constexpr int kMaxProgressReports = 16;
 
 // Largest message either side accepts. A group of 8 x 6-token math samples is ~1 KiB; a
 // 64-sample group of 4k-token episodes is ~4 MiB. Anything larger is refused as hostile.

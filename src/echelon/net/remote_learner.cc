@@ -147,6 +147,11 @@ void RemoteLearner::HeartbeatLoop() {
     SetDeadline(ctx, kHeartbeatDeadlineSeconds);
     v1::HeartbeatRequest req;
     req.set_actor_id(actor_id());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [group, progress] : progress_) *req.add_progress() = progress;
+      progress_.clear();
+    }
     v1::HeartbeatReply reply;
     if (!stub_->Heartbeat(&ctx, req, &reply).ok()) continue;
     if (!reply.known()) {
@@ -185,6 +190,14 @@ void RemoteLearner::Recover(int code, const std::string& what) {
   spdlog::warn("{} failed (code {}); retrying in {:.1f} s", what, code, backoff_);
   SleepSeconds(backoff_);
   backoff_ = std::min(kMaxBackoffSeconds, backoff_ * 2);
+}
+
+void RemoteLearner::Progress(const std::string& /*actor*/, const sched::WorkItem& work, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::LeaseProgress& p = progress_[work.group_id];
+  p.set_group_id(work.group_id);
+  p.set_lease_id(work.lease_id);
+  p.set_tokens(tokens);
 }
 
 std::optional<contract::Assignment> RemoteLearner::Acquire(const std::string& /*actor*/) {
@@ -248,6 +261,10 @@ Result<contract::PlayStep> RemoteLearner::Play(const std::string& /*actor*/, con
 }
 
 contract::SubmitOutcome RemoteLearner::Submit(contract::GroupRollout rollout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress_.erase(rollout.group_id);  // done: nothing more to report
+  }
   v1::SubmitRequest req;
   EncodeRollout(rollout, actor_id(), &req);
   for (int attempt = 0; attempt < 3; ++attempt) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -90,8 +91,12 @@ class RemoteLearner : public contract::WorkSource,
   void Close();
 
   std::optional<contract::Assignment> Acquire(const std::string& actor) override;
+  // Kept for the next heartbeat, which carries it to the learner.
+  void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override;
   contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
   contract::Snapshot Latest() override;
+  // The version the learner last announced (heartbeat, acquire), fetched or not.
+  int64_t NewestVersion() override { return known_version_.load(); }
   // A turn of a group the learner plays (no retry: an error gives the group up, and its lease
   // expires).
   Result<contract::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
@@ -118,7 +123,8 @@ class RemoteLearner : public contract::WorkSource,
   RemoteLearnerOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Learner::Stub> stub_;
-  mutable std::mutex mu_;  // guards actor_id_, heartbeat_seconds_, route_
+  mutable std::mutex mu_;  // guards actor_id_, heartbeat_seconds_, route_, progress_
+  std::map<uint64_t, v1::LeaseProgress> progress_;  // by group: what the next heartbeat reports
   std::string actor_id_;
   double heartbeat_seconds_ = 1.0;
   PipelineRoute route_;

@@ -56,6 +56,9 @@ void VisitFields(R& r, V& v) {
   v.Number("verify_gap_max", r.verify_gap_max);
   v.Count("verify_unverifiable", r.verify_unverifiable);
   v.Count("tokens", r.tokens);
+  v.Count("moved_tokens", r.moved_tokens);
+  v.Number("entropy", r.entropy);
+  v.Count("lease_renewals", r.lease_renewals);
   v.Number("learner_pad_frac", r.learner_pad_frac);
   v.Numbers("router_load", r.router_load);
   v.Number("router_imbalance", r.router_imbalance);

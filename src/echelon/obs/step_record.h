@@ -12,7 +12,8 @@
 //               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
 //               behav_weight_mean, max_token_weight, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
-//               skipped_nonfinite, verified_groups, verify_gap_max, verify_unverifiable, tokens, learner_pad_frac,
+//               skipped_nonfinite, verified_groups, verify_gap_max, verify_unverifiable, tokens, moved_tokens,
+//               entropy, lease_renewals, learner_pad_frac,
 //               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s,
 //               broadcast_bytes, broadcast_snapshot_bytes, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
@@ -88,6 +89,11 @@ struct StepRecord {
   double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
   std::optional<int64_t> verify_unverifiable;  // groups drawn whose version was no longer kept (total, this process)
   std::optional<int64_t> tokens;                      // completion tokens trained on
+  // Of them, those drawn by a newer version than their group's oldest (partial rollouts moved
+  // the generation to a newer snapshot midway).
+  std::optional<int64_t> moved_tokens;
+  double entropy = kMissing;  // mean per-token entropy of the policy over the batch's completion tokens
+  std::optional<int64_t> lease_renewals;  // leases renewed by their holder's progress (total, this process)
   double learner_pad_frac = kMissing;  // share of the positions the gradient forwards computed that were padding
   // Mixture-of-experts models: each expert's share of the routed (token, expert) pairs over
   // the sparse layers (key: the expert's index), and the worst layer's busiest expert over its

@@ -11,7 +11,76 @@ namespace echelon::rollout {
 
 namespace {
 const RealClock kRealClock;
+
+// The oldest version of the group's tokens, and versions dropped where they all are that one
+// (data::Turn::versions: empty means the group's behaviour version).
+int64_t SettleVersions(std::vector<data::Episode>& episodes, int64_t started) {
+  int64_t oldest = -1;
+  for (const data::Episode& e : episodes)
+    for (const data::Turn& t : e.turns)
+      for (int64_t v : t.versions) oldest = oldest < 0 ? v : std::min(oldest, v);
+  if (oldest < 0) return started;
+  bool uniform = true;
+  for (const data::Episode& e : episodes)
+    for (const data::Turn& t : e.turns)
+      for (int64_t v : t.versions) uniform = uniform && v == oldest;
+  if (uniform)
+    for (data::Episode& e : episodes)
+      for (data::Turn& t : e.turns) t.versions.clear();
+  return oldest;
+}
+
 }  // namespace
+
+// Watches one group's generation: reports its progress for the lease, stretches time as a
+// slowed worker (ActorOptions::slowdown) step by step, and with `partial` moves the policy to a
+// newer snapshot between steps.
+class Actor::GroupWatch : public SampleObserver {
+ public:
+  GroupWatch(Actor* actor, const sched::WorkItem& work, bool partial)
+      : actor_(actor), work_(work), partial_(partial), start_(actor->clock_->Now()), last_(start_),
+        reported_(start_) {
+    actor_->policy_->set_observer(this);
+  }
+  ~GroupWatch() override { actor_->policy_->set_observer(nullptr); }
+  GroupWatch(const GroupWatch&) = delete;
+  GroupWatch& operator=(const GroupWatch&) = delete;
+
+  void Generated(int64_t tokens) override {
+    tokens_ += tokens;
+    const Clock& clock = *actor_->clock_;
+    if (actor_->options_.slowdown > 1.0) {
+      const double pause = (clock.Now() - last_) * (actor_->options_.slowdown - 1.0);
+      clock.SleepFor(pause);
+      slept_ += pause;
+    }
+    last_ = clock.Now();
+    if (last_ - reported_ >= sched::kProgressSeconds) {
+      actor_->work_->Progress(actor_->options_.name, work_, tokens_);
+      reported_ = last_;
+    }
+  }
+  bool NewerSnapshot() override {
+    return partial_ && actor_->snapshots_->NewestVersion() > actor_->policy_->version();
+  }
+  bool Update() override {
+    const int64_t before = actor_->policy_->version();
+    return actor_->RefreshSnapshot() && actor_->policy_->version() > before;
+  }
+
+  // Seconds of generation, the slowdown's pauses excluded, and the pauses still owed for it.
+  double generate_seconds() const { return actor_->clock_->Now() - start_ - slept_; }
+  double owed_pause() const { return generate_seconds() * (actor_->options_.slowdown - 1.0) - slept_; }
+
+ private:
+  Actor* actor_;
+  const sched::WorkItem work_;
+  const bool partial_;
+  const double start_;
+  double last_, reported_;
+  double slept_ = 0;
+  int64_t tokens_ = 0;
+};
 
 Actor::Actor(ActorOptions options, contract::WorkSource* work, contract::TrajectorySink* sink,
              contract::SnapshotSource* snapshots, const data::TaskAdapter* task,
@@ -52,6 +121,8 @@ Result<contract::SubmitOutcome> Actor::PlayHosted(const contract::Assignment& a,
   const int64_t version = policy_->version();
   std::vector<data::Turn> turns;
   double seconds = 0;
+  // Progress for the lease; the version stays (the learner records one version per turn).
+  GroupWatch watch(this, a.work, /*partial=*/false);
   while (true) {
     ECHELON_ASSIGN_OR_RETURN(contract::PlayStep step,
                              episodes_->Play(options_.name, a.work, version, std::move(turns), seconds));
@@ -59,7 +130,10 @@ Result<contract::SubmitOutcome> Actor::PlayHosted(const contract::Assignment& a,
     const double t0 = clock_->Now();
     ECHELON_ASSIGN_OR_RETURN(turns, policy_->Sample(step.prompts, step.seed));
     seconds = clock_->Now() - t0;
-    for (const data::Turn& t : turns) *tokens += static_cast<int64_t>(t.tokens.size());
+    for (data::Turn& t : turns) {
+      *tokens += static_cast<int64_t>(t.tokens.size());
+      t.versions.clear();  // all `version`'s
+    }
   }
 }
 
@@ -106,7 +180,7 @@ Result<contract::SubmitOutcome> Actor::PlayHere(const contract::Assignment& a, c
   out.lease_id = a.work.lease_id;
   out.actor = options_.name;
   out.prompt = a.prompt;
-  const double t0 = clock_->Now();
+  GroupWatch watch(this, a.work, options_.partial);
   Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
   for (int attempt = 0;; ++attempt) {
     out.behavior_version = policy_->version();
@@ -124,8 +198,10 @@ Result<contract::SubmitOutcome> Actor::PlayHere(const contract::Assignment& a, c
   }
   ECHELON_RETURN_IF_ERROR(episodes.status());
   out.episodes = std::move(episodes).value();
-  out.generate_seconds = clock_->Now() - t0;
-  if (options_.slowdown > 1.0) clock_->SleepFor(out.generate_seconds * (options_.slowdown - 1.0));
+  out.behavior_version = SettleVersions(out.episodes, out.behavior_version);
+  out.generate_seconds = watch.generate_seconds();
+  // A backend that reports no steps is slowed here, at the end.
+  if (options_.slowdown > 1.0) clock_->SleepFor(watch.owed_pause());
   for (const data::Episode& e : out.episodes)
     for (const data::Turn& t : e.turns) *tokens += static_cast<int64_t>(t.tokens.size());
   return sink_->Submit(std::move(out));

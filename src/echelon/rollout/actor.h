@@ -1,6 +1,8 @@
 // Actor: the rollout plane's loop. Acquires a prompt group, makes sure it holds the newest
 // snapshot, runs the task adapter's episodes with its policy, and submits the group tagged with
-// the policy version that generated it.
+// the policy version that generated it (the oldest, when partial rollouts moved it to newer
+// snapshots midway). While a group generates, the actor reports its progress (tokens so far)
+// every sched::kProgressSeconds, which keeps the group's lease alive however long it runs.
 //
 //   Actor actor(options, &intake, &intake, &intake, task, std::move(policy), &clock);
 //   std::thread t([&] { actor.Run(stop); });
@@ -27,7 +29,11 @@ struct ActorOptions {
   uint64_t seed = 0;             // with the group id, seeds each group's sampling
   double idle_sleep_seconds = sched::kActorIdleSleepSeconds;  // back-off when the gate admits no work,
   double max_idle_sleep_seconds = sched::kActorMaxIdleSleepSeconds;  // doubling up to this
-  double slowdown = 1.0;         // >1 sleeps (slowdown-1) x generation time per group: emulates a slower worker
+  double slowdown = 1.0;         // >1 sleeps (slowdown-1) x generation time as it goes: emulates a slower worker
+  // Partial rollouts: a snapshot published while a group generates is taken at once and the
+  // group's unfinished samples continue on it (AReaL's interruptible generation); every token
+  // records the version that drew it. Needs a backend that reports its steps (the builtin one).
+  bool partial = false;
 };
 
 struct ActorStats {
@@ -63,6 +69,7 @@ class Actor {
                                            int64_t* tokens);
   // Samples each turn the learner asks for until it says how it took the group.
   Result<contract::SubmitOutcome> PlayHosted(const contract::Assignment& a, int64_t* tokens);
+  class GroupWatch;
 
   ActorOptions options_;
   contract::WorkSource* work_;

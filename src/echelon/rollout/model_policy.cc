@@ -35,17 +35,56 @@ std::vector<data::Turn> ToTurns(const model::Vocabulary& vocab, std::vector<std:
 
 Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) {
   ECHELON_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> ids, EncodePrompts(vocab_, prompts));
-  model::SamplingParams sp = params_;
-  sp.seed = seed;
   at::NoGradGuard no_grad;
   model_->eval();
-  std::vector<model::Completion> out;
+  std::vector<model::Completion> out(ids.size());
+  std::vector<std::vector<int64_t>> versions(ids.size());  // of each drawn token
+  std::vector<size_t> running(ids.size());
+  for (size_t r = 0; r < running.size(); ++r) running[r] = r;
+  bool may_move = observer_ != nullptr;  // to a newer snapshot between steps (SampleObserver)
   try {
-    out = model::Generate(model_, ids, sp);
+    // One segment per snapshot: a segment interrupted by a newer snapshot leaves its unfinished
+    // rows to the next, which continues them (prompt + tokens so far) on the new weights.
+    for (uint64_t segment = 0; !running.empty(); ++segment) {
+      model::SamplingParams sp = params_;
+      sp.seed = segment == 0 ? seed : seed ^ (0x9e3779b97f4a7c15ULL * segment);  // fresh draws for a continuation
+      std::vector<std::vector<int64_t>> now;
+      for (size_t r : running) {
+        now.push_back(ids[r]);
+        now.back().insert(now.back().end(), out[r].tokens.begin(), out[r].tokens.end());
+        sp.max_new_tokens_per_row.push_back(params_.max_new_tokens - static_cast<int64_t>(out[r].tokens.size()));
+      }
+      bool interrupted = false;
+      const model::StepCallback on_step = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>&,
+                                              const std::vector<float>&) {
+        if (observer_ == nullptr) return true;
+        observer_->Generated(static_cast<int64_t>(rows.size()));
+        interrupted = may_move && observer_->NewerSnapshot();
+        return !interrupted;
+      };
+      std::vector<model::Completion> part = model::Generate(model_, now, sp, on_step);
+      std::vector<size_t> unfinished;
+      for (size_t i = 0; i < running.size(); ++i) {
+        model::Completion& c = out[running[i]];
+        c.tokens.insert(c.tokens.end(), part[i].tokens.begin(), part[i].tokens.end());
+        c.logprobs.insert(c.logprobs.end(), part[i].logprobs.begin(), part[i].logprobs.end());
+        c.finished_eos = part[i].finished_eos;
+        versions[running[i]].resize(c.tokens.size(), version_);
+        if (!c.finished_eos && static_cast<int64_t>(c.tokens.size()) < params_.max_new_tokens)
+          unfinished.push_back(running[i]);
+      }
+      if (!interrupted) break;
+      // Without the newer weights the rows finish on these.
+      if (!observer_->Update()) may_move = false;
+      running = std::move(unfinished);
+    }
   } catch (const std::exception& e) {  // LibTorch's errors end here
     return Internal(std::string("generation failed: ") + e.what());
   }
-  return ToTurns(vocab_, std::move(ids), std::move(out));
+  std::vector<data::Turn> turns = ToTurns(vocab_, std::move(ids), std::move(out));
+  if (observer_ != nullptr)
+    for (size_t r = 0; r < turns.size(); ++r) turns[r].versions = std::move(versions[r]);
+  return turns;
 }
 
 Status ModelPolicy::LoadSnapshot(const std::string& safetensors_bytes, int64_t version) {

@@ -14,6 +14,22 @@
 
 namespace echelon::rollout {
 
+// What a running Sample call tells its actor between decoding steps (the builtin backend calls
+// it; a backend that cannot, such as an HTTP inference server, never does).
+class SampleObserver {
+ public:
+  virtual ~SampleObserver() = default;
+  // `tokens` more tokens were generated (one per row that drew one).
+  virtual void Generated(int64_t tokens) = 0;
+  // Partial rollouts (rollout.partial): whether a snapshot newer than the policy's waits. The
+  // policy then stops decoding, calls Update, and continues its unfinished samples on the new
+  // weights, each token recording the version that drew it (data::Turn::versions).
+  virtual bool NewerSnapshot() { return false; }
+  // Loads the newer snapshot into the policy (through LoadSnapshot); false when it could not
+  // (the samples then finish on the weights they have).
+  virtual bool Update() { return false; }
+};
+
 class SnapshotPolicy : public data::Policy {
  public:
   // Replaces the weights with a snapshot's safetensors bytes; version() becomes `version`.
@@ -26,6 +42,11 @@ class SnapshotPolicy : public data::Policy {
   }
   // The version of the weights in use; -1 before the first snapshot.
   virtual int64_t version() const = 0;
+  // Told about every Sample call from now on (nullptr: none); not owned.
+  void set_observer(SampleObserver* observer) { observer_ = observer; }
+
+ protected:
+  SampleObserver* observer_ = nullptr;
 };
 
 }  // namespace echelon::rollout

@@ -32,7 +32,8 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   }
   item.lease_id = next_lease_++;
   item.dispatch_version = version_;
-  running_[item.group_id] = Lease{item.lease_id, actor, clock_->Now() + options_.lease_seconds};
+  const double now = clock_->Now();
+  running_[item.group_id] = Lease{item.lease_id, actor, now + options_.lease_seconds, now};
   ++worker_leases_[worker];
   ++counts_.handed_out;
   return item;
@@ -57,6 +58,21 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std:
   const bool same_lease = (pending != pending_.end() && pending->second == lease_id) ||
                           (settled != settled_.end() && settled->second == lease_id);
   return RefuseLocked(same_lease ? SubmitResult::kAlreadySettled : SubmitResult::kNotLeaseHolder);
+}
+
+bool Dispatcher::Renew(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLeasesLocked();
+  auto run = running_.find(group_id);
+  if (run == running_.end()) return false;
+  Lease& lease = run->second;
+  if (lease.lease_id != lease_id || lease.actor != actor || tokens <= lease.tokens) return false;
+  if (options_.max_group_tokens > 0 && tokens > options_.max_group_tokens) return false;
+  lease.tokens = tokens;
+  const double life_end = lease.handed_at + options_.max_lease_life_factor * options_.lease_seconds;
+  lease.deadline = std::max(lease.deadline, std::min(clock_->Now() + options_.lease_seconds, life_end));
+  ++renewals_;
+  return true;
 }
 
 void Dispatcher::Reissue(uint64_t group_id) {
@@ -214,6 +230,11 @@ void Dispatcher::EndLeaseLocked(std::map<uint64_t, Lease>::iterator it) {
   auto w = worker_leases_.find(WorkerName(it->second.actor));
   if (w != worker_leases_.end() && --w->second <= 0) worker_leases_.erase(w);
   running_.erase(it);
+}
+
+uint64_t Dispatcher::renewals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return renewals_;
 }
 
 uint64_t Dispatcher::lease_capped() const {

@@ -18,8 +18,13 @@
 // Group ids are 0, 1, 2, ... in order of first hand-out; the caller maps an id to a prompt
 // deterministically (e.g. TaskAdapter::TrainPrompt(id)), so a re-issued group is the same
 // prompt. Each hand-out carries a lease id; only the current lease holder may submit. A
-// lease expires once Now() > hand-out time + lease_seconds. One worker's actors together hold
-// at most max_leases_per_worker running leases: more Acquire calls get nothing until one ends.
+// lease expires once Now() > hand-out time + lease_seconds, unless its holder reports progress:
+// each report of more tokens generated than the last (Renew) moves the deadline to
+// lease_seconds after it, so a long group on a slow worker keeps its lease while it advances
+// and a silent or stalled one loses it within one lease; no report keeps a lease past
+// max_lease_life_factor x lease_seconds after its hand-out, nor counts more than
+// max_group_tokens. One worker's actors together hold at most max_leases_per_worker running
+// leases: more Acquire calls get nothing until one ends.
 //
 // Every hand-out ends exactly once as consumed, dropped-stale or re-issued (lease expired or
 // holder evicted), or is still outstanding/pending:
@@ -53,6 +58,8 @@ struct DispatcherOptions {
   int64_t batch_groups = 1;    // B: groups the learner consumes per update
   double lease_seconds = kDefaultLeaseSeconds;  // a hand-out not submitted by then is re-issued
   int64_t max_leases_per_worker = kMaxLeasesPerWorker;  // running leases of one worker's actors; 0: no cap
+  double max_lease_life_factor = kMaxLeaseLifeFactor;  // progress renews a lease up to this x lease_seconds
+  int64_t max_group_tokens = 0;  // the most tokens a group can hold (G x max_new_tokens); 0: unchecked
 };
 
 // The worker an actor id belongs to: the id without its connection suffix ("actor-0#3" ->
@@ -100,6 +107,11 @@ class Dispatcher {
   // called ExpireLeases; the same lease submitting twice gets kAlreadySettled; a lease is
   // bound to the actor it was handed to.
   SubmitResult Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor);
+  // The holder of a running lease reports `tokens` generated for its group so far: when the
+  // count grows (and stays within max_group_tokens) the lease's deadline moves to lease_seconds
+  // from now, up to the life limit. Returns whether it did; a report for another lease or
+  // actor, an expired one, or one that does not grow changes nothing.
+  bool Renew(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens);
   // The learner refused a submitted (pending) group after its lease was checked (its content
   // was forged): the hand-out ends as re-issued and the group goes to the next Acquire.
   void Reissue(uint64_t group_id);
@@ -122,6 +134,8 @@ class Dispatcher {
   // How many new groups admission would allow right now.
   int64_t Capacity() const;
   DispatchCounts counts() const;
+  // Progress reports that renewed a lease (this process).
+  uint64_t renewals() const;
   // Acquire calls refused because the worker already held max_leases_per_worker leases (this
   // process).
   uint64_t lease_capped() const;
@@ -141,6 +155,8 @@ class Dispatcher {
     uint64_t lease_id;
     std::string actor;
     double deadline;
+    double handed_at;
+    int64_t tokens = 0;  // the most progress reported
   };
   int ExpireLeasesLocked();
   int64_t CapacityLocked() const;
@@ -161,6 +177,7 @@ class Dispatcher {
   std::map<uint64_t, Lease> running_;     // group id -> current lease
   std::map<std::string, int64_t> worker_leases_;  // running leases per WorkerName, none at 0
   uint64_t lease_capped_ = 0;
+  uint64_t renewals_ = 0;
   std::set<std::string> capped_workers_;
   std::map<uint64_t, uint64_t> pending_;  // submitted, unsettled: group id -> submitting lease
   std::map<uint64_t, uint64_t> settled_;  // consumed or dropped: group id -> submitting lease

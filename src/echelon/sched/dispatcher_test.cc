@@ -332,3 +332,57 @@ TEST(DispatcherRestore, InconsistentStateIsRefused) {
 
 }  // namespace
 }  // namespace echelon::sched
+
+namespace echelon::sched {
+namespace {
+
+// A group on a slow worker that reports progress keeps its lease for 5 leases' time; one that
+// falls silent loses it within a lease of its last report; reports that do not grow, come from
+// another actor or another lease, or count past the group's most tokens renew nothing; and no
+// progress keeps a lease past the life limit.
+TEST(DispatcherLeases, ProgressRenewsALeaseAndSilenceEndsIt) {
+  SimulatedClock clock;
+  DispatcherOptions o = Options(/*s=*/4, /*b=*/2, /*lease=*/10);
+  o.max_group_tokens = 1000;
+  Dispatcher d(o, &clock);
+  const WorkItem slow = *d.Acquire("slow#1");
+  const WorkItem silent = *d.Acquire("silent#1");
+  int64_t tokens = 0;
+  for (int second = 1; second <= 50; ++second) {  // 5 x lease_seconds, a report every second
+    clock.Advance(1);
+    EXPECT_TRUE(d.Renew(slow.group_id, slow.lease_id, "slow#1", tokens += 10)) << "second " << second;
+    d.ExpireLeases();
+    EXPECT_EQ(d.counts().reissued, second >= 11 ? 1u : 0u) << "second " << second << ": only the silent group expires";
+  }
+  EXPECT_EQ(d.counts().reissued, 1u);
+  EXPECT_EQ(d.Submit(slow.group_id, slow.lease_id, "slow#1"), SubmitResult::kAccepted) << "never re-issued";
+  EXPECT_EQ(d.Submit(silent.group_id, silent.lease_id, "silent#1"), SubmitResult::kNotLeaseHolder);
+
+  const WorkItem w = *d.Acquire("worker#1");
+  EXPECT_FALSE(d.Renew(w.group_id, w.lease_id, "thief#1", 10)) << "another actor";
+  EXPECT_FALSE(d.Renew(w.group_id, w.lease_id + 1, "worker#1", 10)) << "another lease";
+  EXPECT_FALSE(d.Renew(w.group_id, w.lease_id, "worker#1", 1001)) << "more tokens than a group holds";
+  EXPECT_TRUE(d.Renew(w.group_id, w.lease_id, "worker#1", 10));
+  EXPECT_FALSE(d.Renew(w.group_id, w.lease_id, "worker#1", 10)) << "no growth";
+  // Stalled progress: the lease ends a lease after the last growing report.
+  clock.Advance(9);
+  EXPECT_FALSE(d.Renew(w.group_id, w.lease_id, "worker#1", 10));
+  clock.Advance(1.5);
+  EXPECT_EQ(d.ExpireLeases(), 1);
+
+  // The life limit: growing reports renew up to kMaxLeaseLifeFactor leases after the hand-out.
+  const WorkItem liar = *d.Acquire("liar#1");
+  const double handed = clock.Now();
+  const uint64_t reissued = d.counts().reissued;
+  for (int64_t t = 1; clock.Now() - handed < 10 * kMaxLeaseLifeFactor + 20; ++t) {
+    clock.Advance(1);
+    if (!d.Renew(liar.group_id, liar.lease_id, "liar#1", t)) break;  // expired
+  }
+  EXPECT_EQ(d.counts().reissued, reissued + 1);
+  EXPECT_NEAR(clock.Now() - handed, 10 * kMaxLeaseLifeFactor + 1, 1.0);
+  EXPECT_GE(d.renewals(), 50u);
+  ExpectCountsAddUp(d);
+}
+
+}  // namespace
+}  // namespace echelon::sched

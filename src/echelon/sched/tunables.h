@@ -14,6 +14,17 @@ namespace echelon::sched {
 // x 2,048 tokens of an 8B model on one consumer GPU take about a minute. Twice that.
 inline constexpr double kDefaultLeaseSeconds = 120;
 
+// A lease whose holder reports progress (tokens generated, with its heartbeats) is renewed, so
+// reasoning-length groups need no longer lease; the renewals stop this many leases after the
+// hand-out. Ten (20 minutes by default) covers 8 samples x 32k tokens at 250 tokens/s, and
+// bounds what a worker that reports fake progress can hold back (a few groups, its lease cap,
+// for 20 minutes; the staleness bound drops what it then submits anyway).
+inline constexpr double kMaxLeaseLifeFactor = 10;
+
+// How often an actor tells the learner how far its running group has come (piggybacked on the
+// heartbeat over gRPC): every heartbeat.
+inline constexpr double kProgressSeconds = 1.0;
+
 // Actors call in at least this often (acquire, submit or heartbeat). One second keeps the
 // learner's liveness view fresh at a cost of one tiny RPC per actor per second (1,000 actors:
 // 1,000 RPC/s, well within one learner's gRPC server).

@@ -1,0 +1,266 @@
+// The actor while a group generates: progress reports for its lease, and partial rollouts (a
+// snapshot published midway is taken and the unfinished samples continue on it, each token
+// tagged with the version that drew it).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "echelon/model/generate.h"
+#include "echelon/model/safetensors.h"
+#include "echelon/model/testing.h"
+#include "echelon/rollout/actor.h"
+#include "echelon/rollout/model_policy.h"
+
+namespace echelon::rollout {
+namespace {
+
+const std::string kAlphabet = "0123456789+-=";
+
+// One group to do; snapshots by version, the newest moving on after `steps_before_publish`
+// progress-reporting steps of the actor's policy (counted through Progress's token counts).
+class Plane : public contract::WorkSource, public contract::TrajectorySink, public contract::SnapshotSource {
+ public:
+  std::optional<contract::Assignment> Acquire(const std::string&) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (handed) return std::nullopt;
+    handed = true;
+    contract::Assignment a;
+    a.work.group_id = 3;
+    a.work.lease_id = 30;
+    a.prompt = data::Prompt{3, "12+3=", "15"};
+    a.group_size = 4;
+    return a;
+  }
+  void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override {
+    std::lock_guard<std::mutex> lock(mu);
+    reports.push_back({actor, work.lease_id, tokens});
+  }
+  contract::SubmitOutcome Submit(contract::GroupRollout r) override {
+    std::lock_guard<std::mutex> lock(mu);
+    submitted.push_back(std::move(r));
+    return {true, ""};
+  }
+  contract::Snapshot Latest() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return {newest, weights.at(newest)};
+  }
+  int64_t NewestVersion() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return newest;
+  }
+  struct Report {
+    std::string actor;
+    uint64_t lease;
+    int64_t tokens;
+  };
+  std::mutex mu;
+  bool handed = false;
+  int64_t newest = 0;
+  std::map<int64_t, std::shared_ptr<const std::string>> weights;
+  std::vector<Report> reports;
+  std::vector<contract::GroupRollout> submitted;
+};
+
+class CountingTask : public data::TaskAdapter {
+ public:
+  std::string name() const override { return "counting"; }
+  std::string Alphabet() const override { return kAlphabet; }
+  data::Prompt TrainPrompt(uint64_t id) const override { return data::Prompt{id, "12+3=", "15"}; }
+  const std::vector<data::Prompt>& HeldOut() const override { return held_out_; }
+  Result<std::vector<data::Episode>> RunGroup(const data::Prompt& prompt, int group_size, data::Policy& policy,
+                                              uint64_t seed) const override {
+    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Turn> turns,
+                             policy.Sample(std::vector<data::PolicyPrompt>(group_size, prompt.text), seed));
+    std::vector<data::Episode> out(turns.size());
+    for (size_t i = 0; i < turns.size(); ++i) out[i].turns.push_back(turns[i]);
+    return out;
+  }
+  Result<data::Scored> Reward(const data::Prompt&, const std::string&) const override { return data::Scored{0.0, {}}; }
+  std::string Demonstration(const data::Prompt&) const override { return "15"; }
+  Status ExportHeldOut(const std::string&) const override { return Status::Ok(); }
+
+ private:
+  std::vector<data::Prompt> held_out_;
+};
+
+model::ModelConfig Config() {
+  model::ModelConfig c = model::TinyTestConfig(model::Vocabulary::Characters(kAlphabet).id_end(), 32);
+  c.max_position_embeddings = 256;
+  return c;
+}
+
+std::shared_ptr<const std::string> Weights(const model::Qwen3Model& m) {
+  return std::make_shared<const std::string>(model::SerializeSafetensors(m->StorageStateDict(), {}).value());
+}
+
+// Steps the observer sees: after `publish_at` tokens, the plane publishes version 1.
+class PublishingPolicy : public ModelPolicy {
+ public:
+  PublishingPolicy(Plane* plane, int64_t publish_at, model::SamplingParams sp)
+      : ModelPolicy(model::Qwen3Model(Config()), model::Vocabulary::Characters(kAlphabet), sp),
+        plane_(plane), publish_at_(publish_at) {}
+  Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) override {
+    SampleObserver* outer = observer_;
+    Relay relay{outer, this};
+    set_observer(&relay);
+    Result<std::vector<data::Turn>> out = ModelPolicy::Sample(prompts, seed);
+    set_observer(outer);
+    return out;
+  }
+
+ private:
+  // Counts tokens and publishes once, then hands every call on to the actor's observer.
+  struct Relay : SampleObserver {
+    SampleObserver* outer;
+    PublishingPolicy* self;
+    Relay(SampleObserver* o, PublishingPolicy* s) : outer(o), self(s) {}
+    void Generated(int64_t tokens) override {
+      self->seen_ += tokens;
+      if (self->seen_ >= self->publish_at_) {
+        std::lock_guard<std::mutex> lock(self->plane_->mu);
+        self->plane_->newest = 1;
+      }
+      outer->Generated(tokens);
+    }
+    bool NewerSnapshot() override { return outer->NewerSnapshot(); }
+    bool Update() override { return outer->Update(); }
+  };
+  Plane* plane_;
+  int64_t publish_at_, seen_ = 0;
+};
+
+void RunUntilSubmitted(Actor& actor, Plane& plane) {
+  std::atomic<bool> stop{false};
+  std::thread t([&] { actor.Run(stop); });
+  for (int i = 0; i < 3000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(plane.mu);
+      if (!plane.submitted.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  t.join();
+}
+
+// A snapshot published after 10 tokens: the group's samples continue on it. Every token
+// carries the version that drew it (0s then 1s), the group claims the oldest, and each token's
+// log-prob is the one its own version's weights give over the whole sequence so far (what the
+// verifier recomputes).
+TEST(PartialRolloutTest, ASnapshotPublishedMidwayIsTakenAndEveryTokenKeepsItsVersion) {
+  Plane plane;
+  model::Qwen3Model v0(Config()), v1(Config());
+  v0->InitWeights(1);
+  v1->InitWeights(2);
+  plane.weights[0] = Weights(v0);
+  plane.weights[1] = Weights(v1);
+  model::SamplingParams sp;
+  sp.max_new_tokens = 12;
+  sp.ignore_eos = true;  // rows run to their limit: every row crosses the publication
+  sp.min_tokens = 12;    // (nor the stop id)
+  CountingTask task;
+  ActorOptions options;
+  options.partial = true;
+  Actor actor(options, &plane, &plane, &plane, &task, std::make_unique<PublishingPolicy>(&plane, 10, sp));
+  RunUntilSubmitted(actor, plane);
+  ASSERT_EQ(plane.submitted.size(), 1u);
+  const contract::GroupRollout& g = plane.submitted[0];
+  EXPECT_EQ(g.behavior_version, 0);
+  int64_t old_tokens = 0, new_tokens = 0;
+  for (const data::Episode& e : g.episodes) {
+    const data::Turn& t = e.turns.at(0);
+    ASSERT_EQ(t.tokens.size(), 12u);
+    ASSERT_EQ(t.versions.size(), t.tokens.size());
+    for (size_t i = 0; i < t.versions.size(); ++i) {
+      (t.versions[i] == 0 ? old_tokens : new_tokens) += 1;
+      if (i > 0) EXPECT_GE(t.versions[i], t.versions[i - 1]) << "versions never go back along a turn";
+    }
+    // Each token's log-prob under its own version, prefix included.
+    const std::vector<float> under0 = model::ScoreCompletion(v0, t.prompt_ids, t.tokens, 1.0);
+    const std::vector<float> under1 = model::ScoreCompletion(v1, t.prompt_ids, t.tokens, 1.0);
+    for (size_t i = 0; i < t.tokens.size(); ++i)
+      EXPECT_NEAR(t.logprobs[i], t.versions[i] == 0 ? under0[i] : under1[i], 1e-4) << "token " << i;
+  }
+  EXPECT_GT(old_tokens, 0);
+  EXPECT_GT(new_tokens, 0);
+  EXPECT_EQ(old_tokens + new_tokens, 48);
+}
+
+// Without rollout.partial the group finishes on the snapshot it started with: no versions.
+TEST(PartialRolloutTest, WithoutPartialAGroupStaysOnItsSnapshot) {
+  Plane plane;
+  model::Qwen3Model v0(Config()), v1(Config());
+  v1->InitWeights(2);
+  plane.weights[0] = Weights(v0);
+  plane.weights[1] = Weights(v1);
+  model::SamplingParams sp;
+  sp.max_new_tokens = 12;
+  sp.ignore_eos = true;
+  sp.min_tokens = 12;
+  CountingTask task;
+  Actor actor(ActorOptions{}, &plane, &plane, &plane, &task, std::make_unique<PublishingPolicy>(&plane, 10, sp));
+  RunUntilSubmitted(actor, plane);
+  ASSERT_EQ(plane.submitted.size(), 1u);
+  EXPECT_EQ(plane.submitted[0].behavior_version, 0);
+  for (const data::Episode& e : plane.submitted[0].episodes) EXPECT_TRUE(e.turns.at(0).versions.empty());
+}
+
+// A policy that takes simulated time per step: 20 steps of 0.7 s.
+class SlowPolicy : public SnapshotPolicy {
+ public:
+  explicit SlowPolicy(SimulatedClock* clock) : clock_(clock) {}
+  Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t) override {
+    for (int step = 0; step < 20; ++step) {
+      clock_->Advance(0.7);
+      if (observer_ != nullptr) observer_->Generated(static_cast<int64_t>(prompts.size()));
+    }
+    std::vector<data::Turn> out(prompts.size());
+    for (data::Turn& t : out) {
+      t.tokens.assign(20, 3);
+      t.logprobs.assign(20, -0.1f);
+    }
+    return out;
+  }
+  Status LoadSnapshot(const std::string&, int64_t version) override {
+    version_ = version;
+    return Status::Ok();
+  }
+  int64_t version() const override { return version_; }
+
+ private:
+  SimulatedClock* clock_;
+  int64_t version_ = -1;
+};
+
+// While a group generates the actor reports its progress at least every kProgressSeconds, for
+// its own lease, with a growing token count; a slowdown stretches the group step by step (the
+// reports keep coming), not in one sleep at the end.
+TEST(PartialRolloutTest, TheActorReportsProgressForItsLeaseWhileAGroupGenerates) {
+  for (double slowdown : {1.0, 3.0}) {
+    Plane plane;
+    plane.weights[0] = std::make_shared<const std::string>("weights");
+    SimulatedClock clock;
+    CountingTask task;
+    ActorOptions options;
+    options.name = "slow";
+    options.slowdown = slowdown;
+    Actor actor(options, &plane, &plane, &plane, &task, std::make_unique<SlowPolicy>(&clock), &clock);
+    RunUntilSubmitted(actor, plane);
+    ASSERT_EQ(plane.submitted.size(), 1u);
+    const double seconds = 20 * 0.7 * slowdown;
+    EXPECT_NEAR(plane.submitted[0].generate_seconds, 20 * 0.7, 1e-6) << "the slowdown's pauses are not generation";
+    // A report at the first step boundary a progress period after the last.
+    ASSERT_GE(plane.reports.size(), static_cast<size_t>(seconds / (sched::kProgressSeconds + 0.7 * slowdown)))
+        << "slowdown " << slowdown;
+    for (size_t i = 0; i < plane.reports.size(); ++i) {
+      EXPECT_EQ(plane.reports[i].actor, "slow");
+      EXPECT_EQ(plane.reports[i].lease, 30u);
+      if (i > 0) EXPECT_GT(plane.reports[i].tokens, plane.reports[i - 1].tokens);
+    }
+    EXPECT_LE(plane.reports.back().tokens, 80);
+  }
+}
+
+}  // namespace
+}  // namespace echelon::rollout
