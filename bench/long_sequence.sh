@@ -8,7 +8,8 @@
 #   - tiled memory grows at most linearly: delta(16k) / delta(8k) <= 2.3, train and generate;
 #   - tiled train at 16k needs at most 1/8 of the untiled train's largest measured delta;
 #   - train: the peak grows by less than a quarter of one fp32 T x V tensor from 1,024 to
-#     4,096 new tokens (3,072 x 151,936 x 4 B / 4 = 445 MiB).
+#     4,096 new tokens (3,072 x 151,936 x 4 B / 4 = 445 MiB);
+#   - train: the learner memory model's estimate within 15% of the measured peak - baseline.
 # Usage: bench/long_sequence.sh [BUILD_DIR]
 #   LENGTHS (default "1024 2048 4096 8192 16384 32768"), UNTILED_MAX (default 4096: the untiled
 #   update at 8k needs ~32 GB), OUT (default long_sequence.jsonl).
@@ -38,10 +39,11 @@ python3 - "$OUT" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {(r["mode"], r["path"], r["tokens"]): r for r in rows}
-print("\n| mode | path | tokens | peak - baseline (MiB) | peak (MiB) | ms / token |")
-print("|---|---|---|---|---|---|")
+print("\n| mode | path | tokens | peak - baseline (MiB) | model's estimate (MiB) | peak (MiB) | ms / token |")
+print("|---|---|---|---|---|---|---|")
 for r in sorted(rows, key=lambda r: (r["mode"], r["path"], r["tokens"])):
-    print(f'| {r["mode"]} | {r["path"]} | {r["tokens"]} | {r["delta_mb"]:.0f} | {r["peak_mb"]:.0f} | {r["ms_per_token"]:.3f} |')
+    est = f'{r["estimate_mb"]:.0f}' if "estimate_mb" in r else "-"
+    print(f'| {r["mode"]} | {r["path"]} | {r["tokens"]} | {r["delta_mb"]:.0f} | {est} | {r["peak_mb"]:.0f} | {r["ms_per_token"]:.3f} |')
 ok = True
 def check(name, value, bound, less=True):
     global ok
@@ -58,6 +60,10 @@ t16 = by.get(("train", "tiled", 16384))
 if untiled and t16:
     top = max(untiled, key=lambda r: r["tokens"])
     check(f'train: tiled delta at 16k / untiled delta at {top["tokens"]}', t16["delta_mb"] / top["delta_mb"], 0.125)
+for r in rows:
+    if "estimate_mb" in r:
+        check(f'train {r["tokens"]}: memory model / measured', r["estimate_mb"] / r["delta_mb"], 1.15)
+        check(f'train {r["tokens"]}: memory model / measured (at least)', r["estimate_mb"] / r["delta_mb"], 0.85, less=False)
 a, b = by.get(("train", "tiled", 1024)), by.get(("train", "tiled", 4096))
 if a and b:
     check("train: peak growth 1,024 -> 4,096 tokens (MiB)", b["peak_mb"] - a["peak_mb"], 3072 * 151936 * 4 / 4 / 2**20)

@@ -12,7 +12,9 @@
 // --untiled: the untiled definitions (model::SetUntiledReference: T x S attention scores, T x
 //   vocab logits), what the code did before tiling.
 // Prints one JSON line: {"mode", "path", "tokens", "baseline_mb", "peak_mb", "delta_mb",
-//   "seconds", "ms_per_token", "parameters"}.
+//   "seconds", "ms_per_token", "parameters"}, and for a tiled update "estimate_mb": what the
+//   learner memory model (learn/learner_memory.h) says the update adds to the weights (gradients,
+//   AdamW moments, activations of the one micro-batch).
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -25,6 +27,7 @@
 
 #include "echelon/common/process.h"
 #include "echelon/learn/learner.h"
+#include "echelon/learn/learner_memory.h"
 #include "echelon/model/attention.h"
 #include "echelon/model/generate.h"
 
@@ -122,7 +125,7 @@ int main(int argc, char** argv) {
   }
   const double peak = PeakResidentSetMb();
   const int64_t counted = mode == "train" ? 2 * tokens : tokens;
-  std::cout << nlohmann::json{{"mode", mode},
+  nlohmann::json line = nlohmann::json{{"mode", mode},
                               {"path", untiled ? "untiled" : "tiled"},
                               {"tokens", tokens},
                               {"baseline_mb", baseline},
@@ -130,8 +133,14 @@ int main(int argc, char** argv) {
                               {"delta_mb", peak - baseline},
                               {"seconds", seconds},
                               {"ms_per_token", 1000.0 * seconds / static_cast<double>(counted)},
-                              {"parameters", m->config().NumParameters()}}
-                   .dump()
-            << std::endl;
+                              {"parameters", m->config().NumParameters()}};
+  if (mode == "train" && !untiled) {
+    learn::LearnerSetup s;
+    s.precision = learn::Precision::kFp32;
+    s.micro_batch_tokens = 2 * (kPrompt + tokens - 1);  // the two rows, padded to the longer
+    const learn::LearnerMemory e = learn::EstimateLearnerMemory(m->config(), s);
+    line["estimate_mb"] = (e.gradients + e.optimizer + e.activations) / 1048576.0;
+  }
+  std::cout << line.dump() << std::endl;
   return 0;
 }

@@ -29,8 +29,10 @@ DATA=$(realpath "$(dirname "$0")/../data")
 "$ECHELON" plan --learner-memory "$DATA/models/qwen3-30b-a3b.json" --prices "$DATA/prices.yaml" > memory.out 2>&1
 check "plan --learner-memory exits 0" test $? -eq 0
 check "30.53B parameters named" contains memory.out "30.53B parameters (48 layers)"
-check "8 ranks, shard params: fits an H200" grep -Eq '^ +8 bf16 +params +yes .*\| +81\.4 \| fits' memory.out
-check "4 ranks, shard params: does not" grep -Eq '^ +4 bf16 +params +yes .*\| +138\.3 \| no' memory.out
+check "8 ranks, shard params, 4k tokens: fits an H200" grep -Eq '^ +8 bf16 +params +yes +- +4096 .*\| +67\.2 \| fits' memory.out
+check "... and at 32k tokens" grep -Eq '^ +8 bf16 +params +yes +- +32768 .*\| +84\.3 \| fits' memory.out
+check "4 ranks, shard params: does not" grep -Eq '^ +4 bf16 +params +yes +- +4096 .*\| +124\.0 \| no' memory.out
+check "LoRA 16 with checkpointing at 32k tokens: one H200" grep -Eq '^ +1 bf16 +none +yes +16 +32768 .*\| +77\.0 \| fits' memory.out
 "$ECHELON" plan --learner-memory "$DATA/models/missing.json" --prices "$DATA/prices.yaml" > missing.out 2>&1
 check "a missing model file: exit 2" test $? -eq 2
 check "... naming it" contains missing.out "missing.json"

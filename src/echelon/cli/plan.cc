@@ -57,7 +57,8 @@ struct PlanArgs {
   bool json = false;
   std::string learner_memory;  // a model's config.json, or its directory
   std::string prices = "data/prices.yaml";
-  int64_t micro_batch_tokens = 4096;
+  // Reasoning lengths: the DAPO recipes' 4k-20k responses and Qwen3's 32k context.
+  std::vector<int64_t> micro_batch_tokens = {4096, 10240, 20480, 32768};
 };
 
 // `--learner-memory MODEL`: the learner's bytes per rank for set-ups of ranks, shard mode and
@@ -81,35 +82,34 @@ int RunLearnerMemory(const PlanArgs& args) {
   for (const plan::GpuSpec& g : prices->gpus())
     if (g.name.find("community") == std::string::npos) gpus.emplace_back(g.name, g.memory_gb);
   std::vector<learn::LearnerSetup> setups;
-  const auto add = [&](int64_t ranks, learn::Shard shard, bool checkpointing) {
-    learn::LearnerSetup s;
-    s.ranks = ranks;
-    s.shard = shard;
-    s.activation_checkpointing = checkpointing;
-    s.micro_batch_tokens = args.micro_batch_tokens;
-    s.sequence_tokens = args.micro_batch_tokens;
-    setups.push_back(s);
-  };
-  add(1, learn::Shard::kNone, false);
-  add(1, learn::Shard::kNone, true);
-  for (int64_t ranks : {2, 4, 8}) {
-    add(ranks, learn::Shard::kOptimizer, true);
-    add(ranks, learn::Shard::kParams, true);
-  }
   // LoRA (learner.lora) of rank 16 on every projection that takes one (a model whose every
   // layer is sparse: attention only), the base frozen in bf16, one rank.
   const model::ModelConfig& c = config.value();
   model::ModelConfig adapted = c;
   adapted.lora = {16, 32, model::kLoraTargets};
   if (!adapted.Validate().ok()) adapted.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
-  for (bool checkpointing : {false, true}) {
-    add(1, learn::Shard::kNone, checkpointing);
-    setups.back().lora = adapted.lora;
+  const auto add = [&](int64_t ranks, learn::Shard shard, bool checkpointing, bool lora) {
+    for (int64_t tokens : args.micro_batch_tokens) {
+      learn::LearnerSetup s;
+      s.ranks = ranks;
+      s.shard = shard;
+      s.activation_checkpointing = checkpointing;
+      s.micro_batch_tokens = tokens;
+      if (lora) s.lora = adapted.lora;
+      setups.push_back(s);
+    }
+  };
+  add(1, learn::Shard::kNone, false, false);
+  add(1, learn::Shard::kNone, true, false);
+  for (int64_t ranks : {2, 4, 8}) {
+    add(ranks, learn::Shard::kOptimizer, true, false);
+    add(ranks, learn::Shard::kParams, true, false);
   }
+  for (bool checkpointing : {false, true}) add(1, learn::Shard::kNone, checkpointing, true);
   std::printf("%s: %.2fB parameters (%lld layers), bf16 compute, fp32 master weights, gradients and AdamW; "
-              "micro-batch %lld tokens; GiB per rank; a GPU fits when the total is within 90%% of its memory\n",
-              path.c_str(), c.NumParameters() / 1e9, static_cast<long long>(c.num_hidden_layers),
-              static_cast<long long>(args.micro_batch_tokens));
+              "tokens: of one forward/backward (one sequence of that length, or several packed); GiB per rank; "
+              "a GPU fits when the total is within 90%% of its memory\n",
+              path.c_str(), c.NumParameters() / 1e9, static_cast<long long>(c.num_hidden_layers));
   std::cout << learn::LearnerMemoryTable(c, setups, gpus);
   std::cout << "weights, grads, adamw: held between updates (as Learner keeps them); gathered: the most one rank "
                "holds gathered at once under shard params; activ.: an estimate of one micro-batch's; lora: the "
@@ -186,7 +186,8 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "data/models/ has Qwen3-30B-A3B, 8B, 4B) by ranks and shard mode, and which GPUs it fits");
   cmd->add_option("--prices", args->prices, "with --learner-memory: the GPU catalogue (default data/prices.yaml)");
   cmd->add_option("--micro-batch-tokens", args->micro_batch_tokens,
-                  "with --learner-memory: tokens of one forward/backward (default 4096)")
+                  "with --learner-memory: tokens of one forward/backward, a comma list (default 4096,10240,20480,32768)")
+      ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--config-keys", args->config_keys, "print the config's keys as text or markdown, and exit")
       ->check(CLI::IsMember({"text", "markdown"}));

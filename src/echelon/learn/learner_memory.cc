@@ -1,8 +1,12 @@
 #include "echelon/learn/learner_memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
+
+#include "echelon/model/attention.h"
+#include "echelon/model/token_logprobs.h"
 
 namespace echelon::learn {
 namespace {
@@ -12,12 +16,12 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // `n` rounded up to a multiple of `ranks` (a unit's flat length, padded).
 double Padded(int64_t n, int64_t ranks) { return static_cast<double>((n + ranks - 1) / ranks * ranks); }
 
-// Bytes one decoder layer's forward keeps for its backward over `t` tokens in rows of `s`.
-double LayerActivations(const model::ModelConfig& c, int64_t layer, double t, double s, double d) {
+// Bytes one decoder layer's forward keeps for its backward over `t` tokens.
+double LayerActivations(const model::ModelConfig& c, int64_t layer, double t, double d) {
   const double e = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   double bytes = 2 * t * e * (3 * 4);                 // two RMSNorms, computed in fp32
   bytes += t * (q + 2 * kv) * d * 3;                  // projections, norms, rotary
-  bytes += c.num_attention_heads * t * s * (4 + 4 + d);  // scores and softmax in fp32, probabilities cast
+  bytes += c.num_attention_heads * t * 4;             // tiled attention: a log-sum-exp per query and head
   bytes += t * (q + 3 * e) * d;                       // attention output, o_proj, residuals
   if (c.is_sparse(layer)) {
     const double k = c.num_experts_per_tok;
@@ -96,23 +100,31 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
   if (setup.kl_reference) m.reference = d * (p + static_cast<double>(LoraParameters(c, setup.lora)));
   // Activations of one micro-batch on one rank.
   const double t = static_cast<double>(setup.micro_batch_tokens);
-  const double s = std::min(t, static_cast<double>(setup.sequence_tokens));
   double all = 0, largest = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const double a = LayerActivations(c, l, t, s, d);
+    const double a = LayerActivations(c, l, t, d);
     all += a;
     largest = std::max(largest, a);
   }
   const bool checkpointing = setup.activation_checkpointing || params;
   m.activations = checkpointing ? c.num_hidden_layers * t * c.hidden_size * d + 2 * largest : all;
-  m.activations += t * c.vocab_size * (4 + 4 + d);  // log-softmax kept; its gradient and the logits'
+  // The final hidden states (and their norm's input, fp32) and a log-sum-exp per token, what the
+  // chunked log-probs keep.
+  m.activations += t * c.hidden_size * (d + 4) + t * 4;
+  // The largest transient: a tile of attention scores with its probabilities and their two
+  // gradients in fp32, or a chunk of logits (fp32, its gradient, cast) with the head's fp32
+  // gradient accumulator (none when the head is frozen: LoRA).
+  const double vocab = static_cast<double>(c.vocab_size);
+  const double chunk = std::min(t, std::max(1.0, std::floor(model::kLogitChunkElements / vocab))) * vocab;
+  const double head = setup.lora.on() ? 0 : 4 * vocab * c.hidden_size;
+  m.activations += std::max(4.0 * 4 * model::kTileElements, chunk * (4 + 4 + d) + head);
   return m;
 }
 
 std::string LearnerMemoryTable(const model::ModelConfig& c, const std::vector<LearnerSetup>& setups,
                                const std::vector<std::pair<std::string, double>>& gpus, double headroom) {
   std::ostringstream out;
-  out << "ranks precision shard     ckpt lora | weights grads  adamw gathered activ. | total GiB/rank";
+  out << "ranks precision shard     ckpt lora tokens | weights grads  adamw gathered activ. | total GiB/rank";
   for (const auto& [name, gib] : gpus) out << " | " << name << " (" << gib << " GB)";
   out << "\n";
   for (const LearnerSetup& s : setups) {
@@ -120,9 +132,10 @@ std::string LearnerMemoryTable(const model::ModelConfig& c, const std::vector<Le
     const char* shard = s.shard == Shard::kParams ? "params" : s.shard == Shard::kOptimizer ? "optimizer" : "none";
     char line[256];
     const std::string lora = s.lora.on() ? std::to_string(s.lora.rank) : "-";
-    std::snprintf(line, sizeof line, "%5lld %-9s %-9s %-4s %4s | %7s %6s %6s %8s %6s | %14s",
+    std::snprintf(line, sizeof line, "%5lld %-9s %-9s %-4s %4s %6lld | %7s %6s %6s %8s %6s | %14s",
                   static_cast<long long>(s.ranks), s.precision == Precision::kBf16 ? "bf16" : "fp32", shard,
                   s.activation_checkpointing || (s.shard == Shard::kParams && s.ranks > 1) ? "yes" : "no", lora.c_str(),
+                  static_cast<long long>(s.micro_batch_tokens),
                   Gib(m.weights).c_str(), Gib(m.gradients).c_str(), Gib(m.optimizer).c_str(),
                   Gib(m.gathered).c_str(), Gib(m.activations).c_str(), Gib(m.total() ).c_str());
     out << line;

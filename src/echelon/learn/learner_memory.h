@@ -18,10 +18,14 @@
 // `Learner::PeakTrainingStateBytes` measures the same quantity at run time; learner_memory_test
 // checks the two agree within 15% (they agree exactly on the configurations tested).
 //
-// Activations are an estimate, not a measurement: the tensors one micro-batch's forward keeps
-// for its backward (every layer's, or with checkpointing each layer's input plus one layer's),
-// attention scores materialised in fp32 as model/qwen3.cc computes them, and the logits with
-// their fp32 log-softmax.
+// Activations are an estimate from the shapes: the tensors one micro-batch's forward keeps for
+// its backward (every layer's, or with checkpointing each layer's input plus one layer's), all
+// linear in the tokens: attention runs in tiles and keeps its output and one log-sum-exp per
+// query and head (model/attention.h), and the log-probs come from the final hidden states in
+// chunks (model/token_logprobs.h), so nothing is tokens x tokens or tokens x vocab. On top, the
+// largest transient of the step: one tile of attention scores and its gradients, or one chunk
+// of logits with the head's fp32 gradient. bench/long_sequence.sh checks the estimate against
+// the measured peak resident set on the CPU.
 //
 // Thread contract: pure functions.
 #pragma once
@@ -41,7 +45,6 @@ struct LearnerSetup {
   Shard shard = Shard::kNone;
   bool activation_checkpointing = false;  // implied by Shard::kParams over several ranks
   int64_t micro_batch_tokens = 4096;      // tokens of one forward/backward
-  int64_t sequence_tokens = 4096;         // the longest sequence (attention is quadratic in it)
   bool kl_reference = false;              // a frozen reference copy (rl kl_coef > 0)
   // LoRA adapters (learner.lora): the base frozen in the compute dtype, only the adapters
   // fp32 with gradients and AdamW state (shard none or optimizer).
@@ -52,7 +55,7 @@ struct LearnerMemory {
   double weights = 0, gradients = 0, optimizer = 0;  // held between updates, bytes per rank
   double gathered = 0;     // Shard::kParams: the most gathered weights and unreduced gradients at once
   double reference = 0;    // the KL reference copy
-  double activations = 0;  // estimate (see above)
+  double activations = 0;  // estimate (see above), the step's largest transient included
   double state() const { return weights + gradients + optimizer + gathered; }
   double total() const { return state() + reference + activations; }
 };
@@ -61,8 +64,9 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& model, const Learn
 // Parameters of `lora`'s adapters on `model` (rank x (in + out) per adapted projection).
 int64_t LoraParameters(const model::ModelConfig& model, const model::LoraConfig& lora);
 
-// One line per set-up: ranks, precision, shard, checkpointing, the terms in GiB and whether the
-// total fits `gpu_gib` with `headroom` (fraction kept free for the allocator and CUDA context).
+// One line per set-up: ranks, precision, shard, checkpointing, LoRA rank, micro-batch tokens, the
+// terms in GiB and whether the total fits `gpu_gib` with `headroom` (fraction kept free for the
+// allocator and CUDA context).
 std::string LearnerMemoryTable(const model::ModelConfig& model, const std::vector<LearnerSetup>& setups,
                                const std::vector<std::pair<std::string, double>>& gpus, double headroom = 0.1);
 

@@ -50,7 +50,17 @@ class ScriptedHub : public contract::WorkSource, public contract::TrajectorySink
     std::lock_guard<std::mutex> lock(mu);
     return snapshot;
   }
+  void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override {
+    std::lock_guard<std::mutex> lock(mu);
+    progress.push_back({actor, work.group_id, work.lease_id, tokens});
+  }
+  struct Report {
+    std::string actor;
+    uint64_t group, lease;
+    int64_t tokens;
+  };
   std::mutex mu;
+  std::vector<Report> progress;
   uint64_t next = 0;
   std::vector<std::string> holders;
   std::vector<contract::GroupRollout> submitted;
@@ -430,6 +440,69 @@ TEST(RemoteLearnerTest, WrongTokenFailsConnectAtOnce) {
   Result<std::string> spec = learner.Connect(stop);
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("bearer token"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace echelon::net
+
+namespace echelon::net {
+namespace {
+
+// An actor's progress reaches the learner's work source with its heartbeat, under the
+// authenticated actor's id; a report once submitted is not sent; one heartbeat carries at most
+// kMaxProgressReports that are read.
+TEST(RemoteLearnerTest, ProgressTravelsWithTheHeartbeat) {
+  Fixture f("tok");
+  f.hub.snapshot = contract::Snapshot{0, std::make_shared<const std::string>("w"), nullptr};
+  RemoteLearner learner(f.Remote("tok"));
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(learner.Connect(stop).ok());
+  const std::optional<contract::Assignment> a = learner.Acquire("ignored");
+  const std::optional<contract::Assignment> b = learner.Acquire("ignored");
+  ASSERT_TRUE(a && b);
+  learner.Progress("ignored", a->work, 10);
+  learner.Progress("ignored", a->work, 25);  // the newest count of a group is what goes
+  learner.Progress("ignored", b->work, 7);
+  contract::GroupRollout done;
+  done.group_id = b->work.group_id;
+  done.lease_id = b->work.lease_id;
+  done.episodes.resize(2);
+  learner.Submit(done);  // b is handed in: nothing more to report for it
+  for (int i = 0; i < 60; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(f.hub.mu);
+      if (!f.hub.progress.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  {
+    std::lock_guard<std::mutex> lock(f.hub.mu);
+    ASSERT_EQ(f.hub.progress.size(), 1u);
+    EXPECT_EQ(f.hub.progress[0].actor, f.hub.holders[0]);
+    EXPECT_EQ(f.hub.progress[0].group, a->work.group_id);
+    EXPECT_EQ(f.hub.progress[0].lease, a->work.lease_id);
+    EXPECT_EQ(f.hub.progress[0].tokens, 25);
+    f.hub.progress.clear();
+  }
+  learner.Close();
+  // A flood of reports in one heartbeat: only the first kMaxProgressReports are read.
+  v1::RegisterReply reg;
+  ASSERT_TRUE(f.Register("tok", kProtocolVersion, &reg).ok());
+  grpc::ClientContext ctx;
+  AttachToken(ctx, "tok");
+  v1::HeartbeatRequest req;
+  req.set_actor_id(reg.actor_id());
+  for (int i = 0; i < 1000; ++i) {
+    v1::LeaseProgress* p = req.add_progress();
+    p->set_group_id(static_cast<uint64_t>(i));
+    p->set_lease_id(1);
+    p->set_tokens(i + 1);
+  }
+  v1::HeartbeatReply reply;
+  ASSERT_TRUE(f.stub->Heartbeat(&ctx, req, &reply).ok());
+  std::lock_guard<std::mutex> lock(f.hub.mu);
+  EXPECT_EQ(f.hub.progress.size(), static_cast<size_t>(kMaxProgressReports));
+  for (const ScriptedHub::Report& r : f.hub.progress) EXPECT_EQ(r.actor, reg.actor_id());
 }
 
 }  // namespace
