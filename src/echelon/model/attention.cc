@@ -209,10 +209,14 @@ void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) 
               "attention: shapes do not match: q ", q.sizes(), ", k ", k.sizes());
 }
 
+// Unset tile sizes from the shapes: square tiles of about kTileElements scores across the batch
+// and heads, the query tile no longer than the queries, and the key tile widened to the budget
+// when there are few queries (decoding: one query, so a tile reads many cache blocks at once).
 AttentionTiles Resolve(AttentionTiles tiles, const at::Tensor& q) {
-  const int64_t auto_size = AutoTile(q.size(0) * q.size(1));
-  if (tiles.query <= 0) tiles.query = auto_size;
-  if (tiles.key <= 0) tiles.key = auto_size;
+  const int64_t batch_heads = q.size(0) * q.size(1);
+  if (tiles.query <= 0) tiles.query = std::min(AutoTile(batch_heads), std::max<int64_t>(1, q.size(2)));
+  if (tiles.key <= 0)
+    tiles.key = std::clamp<int64_t>(kTileElements / (batch_heads * tiles.query), 64, int64_t{1} << 16);
   return tiles;
 }
 

@@ -344,6 +344,12 @@ std::optional<contract::Snapshot> RemoteLearner::FromBroadcast(int64_t version) 
                             nullptr};
 }
 
+int64_t RemoteLearner::NewestVersion() {
+  if (!peer_ || peer_->origin_gone()) return known_version_.load();
+  const std::optional<uint64_t> held = peer_->store().NewestComplete();
+  return held ? static_cast<int64_t>(*held) : -1;
+}
+
 PipelineRoute RemoteLearner::route() const {
   std::lock_guard<std::mutex> lock(mu_);
   return route_;
@@ -367,6 +373,11 @@ contract::Snapshot RemoteLearner::Latest() {
     if (!r.complete) return contract::Snapshot{};
     range = r.layers[static_cast<size_t>(options_.role.stage)];
     if (range.first != cached_range_.first || range.last != cached_range_.last) cached_ = contract::Snapshot{};
+  } else if (peer_ && !peer_->origin_gone()) {
+    // A version the broadcast delivered before a heartbeat announced it (a generation that
+    // moves to it midway, rollout.partial, asks at once).
+    if (const std::optional<uint64_t> held = peer_->store().NewestComplete())
+      known_version_ = std::max<int64_t>(known_version_.load(), static_cast<int64_t>(*held));
   }
   if (cached_.version >= known_version_.load() && cached_.version >= 0) return cached_;
   if (std::optional<contract::Snapshot> snap = staged ? std::nullopt : FromBroadcast(known_version_.load())) {

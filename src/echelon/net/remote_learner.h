@@ -95,8 +95,9 @@ class RemoteLearner : public contract::WorkSource,
   void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override;
   contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
   contract::Snapshot Latest() override;
-  // The version the learner last announced (heartbeat, acquire), fetched or not.
-  int64_t NewestVersion() override { return known_version_.load(); }
+  // The newest version Latest would return at once: with the broadcast, the newest this peer
+  // holds whole; without it, the one the learner last announced (pulled on demand).
+  int64_t NewestVersion() override;
   // A turn of a group the learner plays (no retry: an error gives the group up, and its lease
   // expires).
   Result<contract::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,

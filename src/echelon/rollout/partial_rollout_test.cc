@@ -11,6 +11,7 @@
 #include "echelon/model/testing.h"
 #include "echelon/rollout/actor.h"
 #include "echelon/rollout/model_policy.h"
+#include "echelon/sched/dispatcher.h"
 
 namespace echelon::rollout {
 namespace {
@@ -206,15 +207,16 @@ TEST(PartialRolloutTest, WithoutPartialAGroupStaysOnItsSnapshot) {
   for (const data::Episode& e : plane.submitted[0].episodes) EXPECT_TRUE(e.turns.at(0).versions.empty());
 }
 
-// A policy that takes simulated time per step: 20 steps of 0.7 s.
+// A policy that takes simulated time per step: 20 steps of 0.7 s; `silent` reports none.
 class SlowPolicy : public SnapshotPolicy {
  public:
-  explicit SlowPolicy(SimulatedClock* clock) : clock_(clock) {}
+  explicit SlowPolicy(SimulatedClock* clock, bool silent = false) : clock_(clock), silent_(silent) {}
   Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t) override {
     for (int step = 0; step < 20; ++step) {
       clock_->Advance(0.7);
-      if (observer_ != nullptr) observer_->Generated(static_cast<int64_t>(prompts.size()));
+      if (observer_ != nullptr && !silent_) observer_->Generated(static_cast<int64_t>(prompts.size()));
     }
+    if (silent_) clock_->Advance(14 * 2);  // as slow as the slowed one, with nothing said
     std::vector<data::Turn> out(prompts.size());
     for (data::Turn& t : out) {
       t.tokens.assign(20, 3);
@@ -230,6 +232,7 @@ class SlowPolicy : public SnapshotPolicy {
 
  private:
   SimulatedClock* clock_;
+  bool silent_;
   int64_t version_ = -1;
 };
 
@@ -259,6 +262,58 @@ TEST(PartialRolloutTest, TheActorReportsProgressForItsLeaseWhileAGroupGenerates)
       if (i > 0) EXPECT_GT(plane.reports[i].tokens, plane.reports[i - 1].tokens);
     }
     EXPECT_LE(plane.reports.back().tokens, 80);
+  }
+}
+
+// The actor against the real dispatcher on one simulated clock, a lease of 8 s: a worker slowed 3x
+// takes 42 s (5.25 leases) over its group, reports progress, and is never re-issued; one as slow
+// that says nothing loses the group to a re-issue, and its submission is refused.
+class DispatchingPlane : public Plane {
+ public:
+  explicit DispatchingPlane(const Clock* clock) : dispatcher_(Options(), clock) {}
+  std::optional<contract::Assignment> Acquire(const std::string& actor) override {
+    std::optional<contract::Assignment> a = Plane::Acquire(actor);
+    if (!a) return a;
+    a->work = *dispatcher_.Acquire(actor);
+    return a;
+  }
+  void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override {
+    Plane::Progress(actor, work, tokens);
+    dispatcher_.Renew(work.group_id, work.lease_id, actor, tokens);
+  }
+  contract::SubmitOutcome Submit(contract::GroupRollout r) override {
+    const sched::SubmitResult result = dispatcher_.Submit(r.group_id, r.lease_id, r.actor);
+    Plane::Submit(std::move(r));
+    return {result == sched::SubmitResult::kAccepted, result == sched::SubmitResult::kAccepted ? "" : "refused"};
+  }
+  sched::Dispatcher& dispatcher() { return dispatcher_; }
+
+ private:
+  static sched::DispatcherOptions Options() {
+    sched::DispatcherOptions o;
+    o.max_staleness = 1;
+    o.batch_groups = 1;
+    o.lease_seconds = 8;
+    return o;
+  }
+  sched::Dispatcher dispatcher_;
+};
+
+TEST(PartialRolloutTest, ASlowWorkerReportingProgressKeepsItsLeaseAndASilentOneLosesIt) {
+  for (bool silent : {false, true}) {
+    SimulatedClock clock;
+    DispatchingPlane plane(&clock);
+    plane.weights[0] = std::make_shared<const std::string>("weights");
+    CountingTask task;
+    ActorOptions options;
+    options.slowdown = 3;
+    Actor actor(options, &plane, &plane, &plane, &task, std::make_unique<SlowPolicy>(&clock, silent), &clock);
+    RunUntilSubmitted(actor, plane);
+    ASSERT_EQ(plane.submitted.size(), 1u);
+    const sched::DispatchCounts c = plane.dispatcher().counts();
+    EXPECT_EQ(c.reissued, silent ? 1u : 0u) << (silent ? "silent" : "reporting");
+    EXPECT_EQ(c.pending, silent ? 0u : 1u) << "the reporting worker's group was accepted";
+    EXPECT_GE(plane.dispatcher().renewals(), silent ? 0u : 5u);
   }
 }
 
