@@ -11,6 +11,7 @@
 #include "echelon/model/testing.h"
 #include "echelon/rollout/actor.h"
 #include "echelon/rollout/model_policy.h"
+#include "echelon/rollout/testing.h"
 #include "echelon/sched/dispatcher.h"
 
 namespace echelon::rollout {
@@ -29,7 +30,7 @@ class Plane : public contract::WorkSource, public contract::TrajectorySink, publ
     contract::Assignment a;
     a.work.group_id = 3;
     a.work.lease_id = 30;
-    a.prompt = data::Prompt{3, "12+3=", "15"};
+    a.prompt = data::Prompt{3, "1+2=", "3"};
     a.group_size = 4;
     return a;
   }
@@ -61,28 +62,6 @@ class Plane : public contract::WorkSource, public contract::TrajectorySink, publ
   std::map<int64_t, std::shared_ptr<const std::string>> weights;
   std::vector<Report> reports;
   std::vector<contract::GroupRollout> submitted;
-};
-
-class CountingTask : public data::TaskAdapter {
- public:
-  std::string name() const override { return "counting"; }
-  std::string Alphabet() const override { return kAlphabet; }
-  data::Prompt TrainPrompt(uint64_t id) const override { return data::Prompt{id, "12+3=", "15"}; }
-  const std::vector<data::Prompt>& HeldOut() const override { return held_out_; }
-  Result<std::vector<data::Episode>> RunGroup(const data::Prompt& prompt, int group_size, data::Policy& policy,
-                                              uint64_t seed) const override {
-    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Turn> turns,
-                             policy.Sample(std::vector<data::PolicyPrompt>(group_size, prompt.text), seed));
-    std::vector<data::Episode> out(turns.size());
-    for (size_t i = 0; i < turns.size(); ++i) out[i].turns.push_back(turns[i]);
-    return out;
-  }
-  Result<data::Scored> Reward(const data::Prompt&, const std::string&) const override { return data::Scored{0.0, {}}; }
-  std::string Demonstration(const data::Prompt&) const override { return "15"; }
-  Status ExportHeldOut(const std::string&) const override { return Status::Ok(); }
-
- private:
-  std::vector<data::Prompt> held_out_;
 };
 
 model::ModelConfig Config() {
@@ -160,7 +139,7 @@ TEST(PartialRolloutTest, ASnapshotPublishedMidwayIsTakenAndEveryTokenKeepsItsVer
   sp.max_new_tokens = 12;
   sp.ignore_eos = true;  // rows run to their limit: every row crosses the publication
   sp.min_tokens = 12;    // (nor the stop id)
-  CountingTask task;
+  OneAnswerTask task;
   ActorOptions options;
   options.partial = true;
   Actor actor(options, &plane, &plane, &plane, &task, std::make_unique<PublishingPolicy>(&plane, 10, sp));
@@ -199,7 +178,7 @@ TEST(PartialRolloutTest, WithoutPartialAGroupStaysOnItsSnapshot) {
   sp.max_new_tokens = 12;
   sp.ignore_eos = true;
   sp.min_tokens = 12;
-  CountingTask task;
+  OneAnswerTask task;
   Actor actor(ActorOptions{}, &plane, &plane, &plane, &task, std::make_unique<PublishingPolicy>(&plane, 10, sp));
   RunUntilSubmitted(actor, plane);
   ASSERT_EQ(plane.submitted.size(), 1u);
@@ -244,7 +223,7 @@ TEST(PartialRolloutTest, TheActorReportsProgressForItsLeaseWhileAGroupGenerates)
     Plane plane;
     plane.weights[0] = std::make_shared<const std::string>("weights");
     SimulatedClock clock;
-    CountingTask task;
+    OneAnswerTask task;
     ActorOptions options;
     options.name = "slow";
     options.slowdown = slowdown;
@@ -304,7 +283,7 @@ TEST(PartialRolloutTest, ASlowWorkerReportingProgressKeepsItsLeaseAndASilentOneL
     SimulatedClock clock;
     DispatchingPlane plane(&clock);
     plane.weights[0] = std::make_shared<const std::string>("weights");
-    CountingTask task;
+    OneAnswerTask task;
     ActorOptions options;
     options.slowdown = 3;
     Actor actor(options, &plane, &plane, &plane, &task, std::make_unique<SlowPolicy>(&clock, silent), &clock);
