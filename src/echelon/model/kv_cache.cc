@@ -9,7 +9,9 @@ namespace echelon::model {
 
 KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t head_dim, int64_t limit,
                  at::TensorOptions options, int64_t block)
-    : batch_(batch), kv_heads_(kv_heads), head_dim_(head_dim), limit_(limit), block_(block), options_(options),
+    // A cache never holds more than its limit: a short one is one block of exactly that.
+    : batch_(batch), kv_heads_(kv_heads), head_dim_(head_dim), limit_(limit),
+      block_(std::max<int64_t>(1, std::min(block, limit))), options_(options),
       k_(static_cast<size_t>(layers)), v_(static_cast<size_t>(layers)) {
   TORCH_CHECK(layers >= 0 && batch >= 0 && limit >= 0 && block > 0, "KVCache: bad shape (layers ", layers, ", batch ",
               batch, ", limit ", limit, ", block ", block, ")");
@@ -58,30 +60,47 @@ void KVCache::Write(size_t layer, const at::Tensor& k, const at::Tensor& v, int6
   }
 }
 
-void KVCache::Write(size_t layer, const at::Tensor& k, const at::Tensor& v, const std::vector<int64_t>& starts) {
-  const int64_t t = k.size(2);
-  TORCH_CHECK(static_cast<int64_t>(starts.size()) == k.size(0), "KVCache: ", starts.size(), " starts for ", k.size(0),
+KVCache::WritePlan KVCache::PlanWrite(const std::vector<int64_t>& starts, int64_t t) const {
+  TORCH_CHECK(static_cast<int64_t>(starts.size()) == batch_, "KVCache: ", starts.size(), " starts for ", batch_,
               " rows");
   for (int64_t s : starts)
     TORCH_CHECK(s >= 0 && s + t <= capacity(), "KVCache: columns [", s, ", ", s + t, ") past the ", capacity(),
                 " held");
-  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(k.device());
+  WritePlan plan;
+  const at::Tensor all = at::arange(batch_, at::TensorOptions().dtype(at::kLong).device(options_.device()));
   for (int64_t i = 0; i < t; ++i) {
-    // The rows whose column i falls in each block, written with one indexed store per block.
+    // The rows whose column i falls in each block: one indexed store per block and token.
     std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_block;  // block -> (rows, offsets)
     for (size_t r = 0; r < starts.size(); ++r) {
       auto& [rows, offsets] = by_block[(starts[r] + i) / block_];
       rows.push_back(static_cast<int64_t>(r));
       offsets.push_back((starts[r] + i) % block_);
     }
-    const at::Tensor kc = k.select(2, i), vc = v.select(2, i);  // [B, KV, D]
     for (const auto& [j, entry] : by_block) {
-      const at::Tensor rows = at::tensor(entry.first, at::kLong).to(longs.device());
-      const at::Tensor offsets = at::tensor(entry.second, at::kLong).to(longs.device());
-      const c10::List<c10::optional<at::Tensor>> index({rows, c10::optional<at::Tensor>(), offsets});
-      k_[layer][static_cast<size_t>(j)].index_put_(index, kc.index_select(0, rows));
-      v_[layer][static_cast<size_t>(j)].index_put_(index, vc.index_select(0, rows));
+      WritePlan::Part part;
+      part.token = i;
+      part.block = j;
+      part.every = static_cast<int64_t>(entry.first.size()) == batch_;
+      part.rows = part.every ? all : at::tensor(entry.first, at::kLong).to(options_.device());
+      part.offsets = at::tensor(entry.second, at::kLong).to(options_.device());
+      if (part.every) part.scatter = part.offsets.view({batch_, 1, 1, 1}).expand({batch_, kv_heads_, 1, head_dim_});
+      plan.parts.push_back(std::move(part));
     }
+  }
+  return plan;
+}
+
+void KVCache::Write(size_t layer, const at::Tensor& k, const at::Tensor& v, const WritePlan& plan) {
+  for (const WritePlan::Part& p : plan.parts) {
+    if (p.every) {  // one scatter along the columns (cheaper than an indexed store)
+      k_[layer][static_cast<size_t>(p.block)].scatter_(2, p.scatter, k.narrow(2, p.token, 1));
+      v_[layer][static_cast<size_t>(p.block)].scatter_(2, p.scatter, v.narrow(2, p.token, 1));
+      continue;
+    }
+    const c10::List<c10::optional<at::Tensor>> index({p.rows, c10::optional<at::Tensor>(), p.offsets});
+    const at::Tensor kc = k.select(2, p.token), vc = v.select(2, p.token);  // [B, KV, D]
+    k_[layer][static_cast<size_t>(p.block)].index_put_(index, kc.index_select(0, p.rows));
+    v_[layer][static_cast<size_t>(p.block)].index_put_(index, vc.index_select(0, p.rows));
   }
 }
 

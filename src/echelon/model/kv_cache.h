@@ -42,7 +42,8 @@ class KVCache {
  public:
   KVCache() = default;
   // An empty cache of `layers` layers for `batch` rows of [kv_heads, columns, head_dim] tensors
-  // of `options`, holding at most `limit` columns, in blocks of `block` columns.
+  // of `options`, holding at most `limit` columns, in blocks of `block` columns (of `limit`
+  // when that is fewer).
   KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t head_dim, int64_t limit,
           at::TensorOptions options, int64_t block = kKvBlock);
 
@@ -66,11 +67,25 @@ class KVCache {
   const std::vector<at::Tensor>& k(size_t layer) const { return k_[layer]; }
   const std::vector<at::Tensor>& v(size_t layer) const { return v_[layer]; }
 
+  // Where a Forward's T new columns go when each row writes at its own start: per token and
+  // block, the rows that write there and their offsets in it. Made once per Forward (PlanWrite)
+  // and used by every layer's Write.
+  struct WritePlan {
+    struct Part {
+      int64_t token = 0, block = 0;
+      at::Tensor rows;     // [n] int64 on the cache's device
+      at::Tensor offsets;  // [n] int64 on the cache's device
+      bool every = false;  // rows are every row, in order (the new columns need no gather)
+      at::Tensor scatter;  // every row: the offsets as a scatter index [batch, kv_heads, 1, head_dim]
+    };
+    std::vector<Part> parts;
+  };
+  WritePlan PlanWrite(const std::vector<int64_t>& starts, int64_t t) const;
+
   // Writes new keys and values [batch, kv_heads, T, head_dim] at columns [start, start + T) of
-  // every row, or each row at its own start (`starts`, one per row). The blocks must be there
-  // (Reserve).
+  // every row, or each row at its own start (a plan). The blocks must be there (Reserve).
   void Write(size_t layer, const at::Tensor& k, const at::Tensor& v, int64_t start);
-  void Write(size_t layer, const at::Tensor& k, const at::Tensor& v, const std::vector<int64_t>& starts);
+  void Write(size_t layer, const at::Tensor& k, const at::Tensor& v, const WritePlan& plan);
   // Row `row`'s keys (or values) of columns [from, from + n): [kv_heads, n, head_dim], contiguous.
   at::Tensor Read(size_t layer, bool keys, int64_t row, int64_t from, int64_t n) const;
   // Stores [kv_heads, n, head_dim] keys and values at columns [at, at + n) of row `row`.

@@ -253,6 +253,7 @@ at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& posi
       }
     }
     cache->Reserve(write.end);  // adds blocks; fails past the cache's limit
+    if (!layout.row_start.empty()) write.plan = cache->PlanWrite(layout.row_start, t);
   }
   return Layers(ids, positions, layout, cache, write, compute_logits ? Output::kLogits : Output::kNothing);
 }
@@ -347,7 +348,7 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
     out = Attend(q, k, v, layout, scale);
   } else {
     if (layout.row_start.empty()) cache->Write(index, k, v, layout.start);
-    else cache->Write(index, k, v, layout.row_start);
+    else cache->Write(index, k, v, write.plan);
     if (!write.fused_lengths.empty()) {
       std::vector<DecodePrefix> prefixes;
       if (write.prefixes != nullptr) {

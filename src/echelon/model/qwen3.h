@@ -190,6 +190,7 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // DecodeAttention, row b over its shared prefix (`prefixes`) and its first fused_lengths[b] keys.
   struct CacheWrite {
     int64_t end = 0;
+    KVCache::WritePlan plan;  // rows at their own lengths: where each layer writes
     std::vector<int64_t> fused_lengths;
     const std::vector<const KVPrefix*>* prefixes = nullptr;
   };
