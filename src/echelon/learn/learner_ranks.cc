@@ -30,6 +30,7 @@ void VisitOptions(Options& o, Field&& field) {
   field("scale_by_std", o.scale_by_std);
   field("minibatches", o.minibatches);
   field("micro_batch_tokens", o.micro_batch_tokens);
+  field("pack_sequences", o.pack_sequences);
   field("activation_checkpointing", o.activation_checkpointing);
   field("router_aux_coef", o.router_aux_coef);
 }

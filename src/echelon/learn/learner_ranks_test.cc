@@ -81,6 +81,44 @@ TEST(LearnerRanks, TwoRanksGiveTheWeightsOfOne) {
   }
 }
 
+// learner.pack_sequences did not reach the workers: with it off on rank 0, a worker still packed
+// and cut other micro-batches than rank 0 (rows trained twice or not at all). Two ranks
+// unpacked give one rank's weights.
+TEST(LearnerRanks, PackSequencesReachesEveryRank) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(7);
+  // Rows of 3 to 14 positions: packed into rows of 14 they take 8 rows instead of 18, so a
+  // packing rank cuts other micro-batches than one that pads.
+  std::vector<LearnerGroup> groups(3);
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int i = 0; i < 6; ++i) {
+      data::Turn t{{1, 5, 7}, {}, {}, ""};
+      for (int k = 0; k < 1 + (i * 2 + static_cast<int>(g)) % 12; ++k) t.tokens.push_back(3 + (k + i) % 12);
+      t.logprobs.assign(t.tokens.size(), -2.0f);
+      data::Episode e;
+      e.turns.push_back(t);
+      e.reward = i % 2;
+      groups[g].episodes.push_back(e);
+    }
+  LearnerOptions o;
+  o.lr = 1e-3;
+  o.micro_batch_tokens = 28;
+  o.pack_sequences = false;
+  Learner one(Copy(init), o);
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE(one.Step(groups).ok());
+    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    ASSERT_TRUE(rank0.Step(groups).ok());
+  }
+  two.ranks->Stop();
+  ASSERT_TRUE(two.worker.get().ok());
+  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+  EXPECT_GT(MaxWeightDiff(one.model(), init), 1e-3);
+}
+
 // A worker that joins a run in progress gets rank 0's whole state: its next update is the
 // one-rank update from the same checkpoint.
 TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
