@@ -65,6 +65,11 @@ Status ReadCorrection(const Config& cfg, const std::string& key, RunOptions& o) 
   return Status::Ok();
 }
 
+Status ReadLossAggregation(const Config& cfg, const std::string& key, RunOptions& o) {
+  ECHELON_ASSIGN_OR_RETURN(o.learner.loss_aggregation, learn::ParseLossAggregation(cfg.String(key)));
+  return Status::Ok();
+}
+
 Status ReadPrecision(const Config& cfg, const std::string& key, RunOptions& o) {
   ECHELON_ASSIGN_OR_RETURN(o.learner.precision, learn::ParsePrecision(cfg.String(key)));
   return Status::Ok();
@@ -220,6 +225,18 @@ const TrainKeys& Keys() {
           "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
           "region around the update's starting policy (pi_prox of the tis / decoupled corrections)", kLearner, AT(learner.minibatches));
     k.Bool("rl.scale_by_std", true, "divide group advantages by the group's reward std (GRPO)", kLearner, AT(learner.scale_by_std));
+    k.String("rl.loss_aggregation", "token_mean",
+             "how token losses add up to an update's: token_mean (every token alike, DAPO), seq_mean_token_mean (every "
+             "completion one vote), seq_mean_token_sum_norm (token sums over rollout.max_new_tokens, Dr. GRPO)",
+             {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"}, kLearner, ReadLossAggregation);
+    k.Int("rl.overlong.buffer", 0, 0, 1 << 20,
+          "DAPO's soft overlong punishment: a completion longer than rollout.max_new_tokens - buffer tokens loses up to "
+          "rl.overlong.penalty of its reward, linearly to the limit (0: off)", kLearner, AT(learner.overlong.buffer));
+    k.Float("rl.overlong.penalty", 1.0, 0.0, 1000.0, "the overlong punishment at the token limit", kLearner,
+            AT(learner.overlong.penalty));
+    k.Bool("rl.overlong.filter", false,
+           "completions cut at rollout.max_new_tokens (no stop token) carry no loss (DAPO's overlong filtering)",
+           kLearner, AT(learner.overlong.filter));
     // Where and how the update runs. fp32 on a CPU: bf16 is ~28x slower than fp32 there.
     k.String("learner.device", "cpu", "where the update runs: cpu, cuda or cuda:N (a CUDA LibTorch is needed)", kLearner, ReadDevice);
     k.String("learner.precision", "fp32",
@@ -373,6 +390,9 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
     return InvalidArgument(cfg.source() + ": learner.micro_batch_tokens (" + std::to_string(o.learner.micro_batch_tokens) +
                            ") is smaller than one sequence (a prompt token + rollout.max_new_tokens = " +
                            std::to_string(o.max_new_tokens + 1) + "); raise it or use 0");
+  if (o.learner.overlong.buffer > o.max_new_tokens)
+    return InvalidArgument(cfg.source() + ": rl.overlong.buffer (" + std::to_string(o.learner.overlong.buffer) +
+                           ") is more than rollout.max_new_tokens (" + std::to_string(o.max_new_tokens) + ")");
   if (o.chat && o.model_init.empty())
     return InvalidArgument(cfg.source() + ": rollout.chat needs model.init (a new character model has no chat template)");
   return o;

@@ -18,6 +18,38 @@ Result<Correction> ParseCorrection(const std::string& name) {
   return InvalidArgument("unknown off-policy correction '" + name + "'; expected none, tis, decoupled, icepop or m2po");
 }
 
+Result<LossAggregation> ParseLossAggregation(const std::string& name) {
+  if (name == "token_mean") return LossAggregation::kTokenMean;
+  if (name == "seq_mean_token_mean") return LossAggregation::kSeqMeanTokenMean;
+  if (name == "seq_mean_token_sum_norm") return LossAggregation::kSeqMeanTokenSumNorm;
+  return InvalidArgument("unknown loss aggregation '" + name +
+                         "'; expected token_mean, seq_mean_token_mean or seq_mean_token_sum_norm");
+}
+
+bool Truncated(const std::vector<int64_t>& tokens, int64_t max_new_tokens, const std::vector<int64_t>& stop_ids) {
+  if (max_new_tokens <= 0 || static_cast<int64_t>(tokens.size()) < max_new_tokens) return false;
+  return std::find(stop_ids.begin(), stop_ids.end(), tokens.back()) == stop_ids.end();
+}
+
+double OverlongPenalty(int64_t length, int64_t max_new_tokens, const OverlongOptions& options) {
+  if (options.buffer <= 0 || max_new_tokens <= 0) return 0.0;
+  const int64_t start = max_new_tokens - options.buffer;
+  if (length <= start) return 0.0;
+  if (length > max_new_tokens) return -options.penalty;
+  return options.penalty * static_cast<double>(start - length) / static_cast<double>(options.buffer);
+}
+
+at::Tensor TokenShares(const at::Tensor& mask, LossAggregation how, int64_t max_new_tokens) {
+  at::NoGradGuard no_grad;
+  const at::Tensor m = mask.to(at::kFloat);
+  if (how == LossAggregation::kTokenMean) return m / at::clamp_min(m.sum(), 1.0);
+  const at::Tensor row_tokens = m.sum(1, /*keepdim=*/true);
+  const double rows = std::max(1.0, (row_tokens > 0).sum().item<double>());  // rows with a token to train
+  if (how == LossAggregation::kSeqMeanTokenMean) return m / at::clamp_min(row_tokens, 1.0) / rows;
+  TORCH_CHECK(max_new_tokens > 0, "seq_mean_token_sum_norm needs the token limit (rollout.max_new_tokens)");
+  return m / (static_cast<double>(max_new_tokens) * rows);
+}
+
 std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps) {
   const size_t n = rewards.size();
   std::vector<double> adv(n, 0.0);
@@ -73,20 +105,26 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   const at::Tensor per_token = -weight * objective;
 
   const at::Tensor denom = at::clamp_min(mask.sum(), 1.0);
-  at::Tensor loss = (per_token * mask).sum() / denom;
+  const at::Tensor share = in.token_share.defined() ? in.token_share.to(per_token.scalar_type()) : mask / denom;
+  at::Tensor loss = (per_token * share).sum();
 
   PolicyLossOutput out;
   if (options.kl_coef > 0) {
     const at::Tensor d = in.ref_logp - in.logp;
     const at::Tensor kl = at::exp(d) - d - 1.0;
-    const at::Tensor kl_mean = (kl * mask).sum() / denom;
-    loss = loss + options.kl_coef * kl_mean;
-    out.kl = kl_mean.item<double>();
+    loss = loss + options.kl_coef * (kl * share).sum();
+    out.kl = ((kl * mask).sum() / denom).item<double>();
   }
   out.loss = loss;
   // A token is "clipped" when a clipped branch (PPO's or the dual clip) is active and differs.
   const at::Tensor was_clipped = (objective != unclipped_obj).to(at::kFloat);
   out.clip_frac = ((was_clipped * mask).sum() / denom).item<double>();
+  const auto share_of = [&](const at::Tensor& which) { return ((which.to(at::kFloat) * mask).sum() / denom).item<double>(); };
+  const at::Tensor ppo_clipped = surrogate != unclipped_obj;  // the PPO clip's branch holds
+  const at::Tensor dual = (adv < 0) & (objective != surrogate);
+  out.clip_frac_low = share_of(ppo_clipped & (adv < 0) & ~dual);
+  out.clip_frac_high = share_of(ppo_clipped & (adv > 0));
+  out.clip_frac_dual = share_of(dual);
   out.behav_weight_mean = ((weight * mask).sum() / denom).item<double>();
   // A token's gradient is w r A / tokens where its unclipped branch is active, else 0.
   const at::Tensor active = (objective == unclipped_obj) & (mask > 0) & (adv != 0);

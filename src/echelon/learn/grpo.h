@@ -28,8 +28,16 @@
 // C for tis, beta for icepop, cap for decoupled): a forged log-prob cannot make one token outweigh
 // the batch (without it, a claim 19.9 nats low multiplied a token's gradient by e^19.9).
 // KL (k3 estimator, Schulman): kl_tok = exp(ref - logp) - (ref - logp) - 1, added as kl_coef * kl.
-// Token-level aggregation: loss = sum(mask * loss_tok) / sum(mask) over the whole batch, so
-// long completions weigh by their token count (DAPO), not per sequence.
+// Aggregation (rl.loss_aggregation, TokenShares): each token's loss counts with its share of the
+// minibatch's loss. token_mean (the default, DAPO): 1 / the minibatch's tokens, so long
+// completions weigh by their token count; seq_mean_token_mean: 1 / (rows x the row's tokens),
+// every completion one vote; seq_mean_token_sum_norm (Dr. GRPO): 1 / (rows x max_new_tokens), a
+// constant, so no length is favoured by the normalisation. Without shares: the token mean of the
+// call.
+// Overlong shaping (rl.overlong, DAPO): a completion of L tokens under a limit of Lmax
+// (rollout.max_new_tokens) and a buffer of B tokens gets penalty x ((Lmax - B) - L) / B added to
+// its reward when L > Lmax - B (so -penalty at the limit); with `filter`, the tokens of a
+// truncated completion (Lmax tokens, the last not a stop id) carry no loss.
 //
 // Thread contract: pure functions over tensors.
 #pragma once
@@ -44,6 +52,9 @@
 namespace echelon::learn {
 
 enum class Correction { kNone, kTruncatedIS, kDecoupled, kIcePop, kM2po };
+enum class LossAggregation { kTokenMean, kSeqMeanTokenMean, kSeqMeanTokenSumNorm };
+// "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"
+Result<LossAggregation> ParseLossAggregation(const std::string& name);
 // "none", "tis", "decoupled", "icepop", "m2po"
 Result<Correction> ParseCorrection(const std::string& name);
 
@@ -59,6 +70,22 @@ struct PolicyLossOptions {
   double kl_coef = 0.0;
 };
 
+struct OverlongOptions {
+  int64_t buffer = 0;    // B: tokens below the limit where the penalty starts; 0: no shaping
+  double penalty = 1.0;  // the penalty at the limit
+  bool filter = false;   // truncated completions carry no loss
+};
+
+// Whether a completion was cut at the token limit: it holds `max_new_tokens` tokens and does not
+// end with a stop id (a completion that stopped exactly at the limit was not cut). The learner
+// decides it from the tokens, so a worker cannot claim it either way. max_new_tokens <= 0: never.
+bool Truncated(const std::vector<int64_t>& tokens, int64_t max_new_tokens, const std::vector<int64_t>& stop_ids);
+// DAPO's soft overlong punishment of a completion of `length` tokens (<= 0; 0 when off).
+double OverlongPenalty(int64_t length, int64_t max_new_tokens, const OverlongOptions& options);
+// Each token's share of a minibatch's loss [N, T] (zero off `mask`), the rows of `mask` being the
+// minibatch's: see the top. max_new_tokens is seq_mean_token_sum_norm's constant.
+at::Tensor TokenShares(const at::Tensor& mask, LossAggregation how, int64_t max_new_tokens);
+
 struct PolicyLossInputs {
   at::Tensor logp;        // [N, T], requires grad
   at::Tensor behav_logp;  // [N, T]
@@ -67,6 +94,9 @@ struct PolicyLossInputs {
   at::Tensor advantages;  // [N]
   at::Tensor mask;        // [N, T] float, 1 on completion tokens
   at::Tensor keep;        // [N, T] float; kM2po's M2poKeep over the whole batch (required for kM2po)
+  // [N, T] each token's share of the loss (TokenShares, cut to these rows); undefined: the token
+  // mean over `mask`. The KL term is weighted alike.
+  at::Tensor token_share;
 };
 
 // How far the behaviour policy is from pi_prox over a batch's tokens, whatever the correction:
@@ -109,6 +139,10 @@ at::Tensor DroppedTokens(const at::Tensor& log_w, const at::Tensor& keep, const 
 struct PolicyLossOutput {
   at::Tensor loss;          // scalar
   double clip_frac = 0;     // fraction of tokens whose ratio was clipped in the objective
+  // Of the tokens, those held by each clip: the ratio below 1 - clip_low with A < 0, above
+  // 1 + clip_high with A > 0, and the dual clip's floor c A (A < 0). The first two are PPO's
+  // trust region, the third the bound on forged behaviour log-probs.
+  double clip_frac_low = 0, clip_frac_high = 0, clip_frac_dual = 0;
   double kl = 0;            // mean k3 KL to the reference (0 when off)
   double behav_weight_mean = 0;  // mean w (1 for kNone; dropped tokens count as 0)
   // The largest |d loss_tok / d logp| / |A| over the tokens with A != 0: w r where the unclipped

@@ -323,3 +323,75 @@ TEST(PolicyLossTest, ParseCorrectionRejectsUnknown) {
 
 }  // namespace
 }  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+// DAPO's soft overlong punishment at its boundaries: Lmax 100, buffer 20.
+TEST(Overlong, PenaltyAtTheBoundaries) {
+  const OverlongOptions o{20, 1.0, false};
+  EXPECT_EQ(OverlongPenalty(50, 100, o), 0.0);
+  EXPECT_EQ(OverlongPenalty(80, 100, o), 0.0);       // Lmax - buffer: no punishment yet
+  EXPECT_DOUBLE_EQ(OverlongPenalty(81, 100, o), -0.05);
+  EXPECT_DOUBLE_EQ(OverlongPenalty(90, 100, o), -0.5);
+  EXPECT_DOUBLE_EQ(OverlongPenalty(100, 100, o), -1.0);  // at the limit: -penalty
+  EXPECT_DOUBLE_EQ(OverlongPenalty(100, 100, {20, 0.5, false}), -0.5);
+  EXPECT_EQ(OverlongPenalty(100, 100, {0, 1.0, false}), 0.0) << "buffer 0: off";
+}
+
+// Cut at the limit means: the limit's tokens and no stop id at the end.
+TEST(Overlong, TruncatedIsDecidedFromTheTokens) {
+  const std::vector<int64_t> stops = {2, 7};
+  EXPECT_FALSE(Truncated({5, 5, 5}, 4, stops));
+  EXPECT_TRUE(Truncated({5, 5, 5, 5}, 4, stops));
+  EXPECT_FALSE(Truncated({5, 5, 5, 7}, 4, stops)) << "stopped exactly at the limit";
+  EXPECT_FALSE(Truncated({5, 5, 5, 5}, 0, stops)) << "no limit known";
+}
+
+// A two-group batch: rows of 2 and 4 completion tokens (group 0), 1 and 3 (group 1), advantages
+// +1, -1, +0.5, -0.5, ratio 1 everywhere (so a token's loss is -A): each aggregation by hand.
+TEST(LossAggregation, EachModeOnATwoGroupBatch) {
+  const std::vector<int64_t> lengths = {2, 4, 1, 3};
+  at::Tensor mask = at::zeros({4, 5});
+  for (int64_t r = 0; r < 4; ++r) mask[r].narrow(0, 0, lengths[static_cast<size_t>(r)]).fill_(1.0);
+  PolicyLossInputs in;
+  in.logp = at::full({4, 5}, -1.0).requires_grad_(true);
+  in.behav_logp = at::full({4, 5}, -1.0);
+  in.advantages = at::tensor({1.0f, -1.0f, 0.5f, -0.5f});
+  in.mask = mask;
+  struct Case {
+    LossAggregation how;
+    double share_row0, loss;
+  };
+  // token_mean: 10 tokens, -(2 - 4 + 0.5 - 1.5) / 10. seq_mean_token_mean: -(1 - 1 + 0.5 - 0.5) / 4.
+  // seq_mean_token_sum_norm, max_new_tokens 5: -(2 - 4 + 0.5 - 1.5) / (5 x 4).
+  for (const Case& c : {Case{LossAggregation::kTokenMean, 0.1, 0.3}, Case{LossAggregation::kSeqMeanTokenMean, 0.125, 0.0},
+                        Case{LossAggregation::kSeqMeanTokenSumNorm, 0.05, 0.15}}) {
+    const at::Tensor shares = TokenShares(mask, c.how, 5);
+    EXPECT_NEAR(shares[0][0].item<double>(), c.share_row0, 1e-7);
+    EXPECT_EQ(shares[0][2].item<double>(), 0.0) << "no share off the mask";
+    in.token_share = shares;
+    EXPECT_NEAR(PolicyLoss(in, {}).loss.item<double>(), c.loss, 1e-6) << static_cast<int>(c.how);
+  }
+  EXPECT_NEAR(TokenShares(mask, LossAggregation::kSeqMeanTokenMean, 5)[1][0].item<double>(), 1.0 / 16, 1e-7);
+  EXPECT_THROW(TokenShares(mask, LossAggregation::kSeqMeanTokenSumNorm, 0), c10::Error);
+  EXPECT_FALSE(ParseLossAggregation("sequence").ok());
+}
+
+// One token held by each clip: A > 0 above 1 + clip_high, A < 0 below 1 - clip_low, A < 0
+// above c (the dual clip), and one unclipped.
+TEST(PolicyLossTest, ClipFractionsByClip) {
+  PolicyLossInputs in;
+  in.behav_logp = at::zeros({4, 1});
+  in.logp = at::log(at::tensor({1.5f, 0.5f, 5.0f, 1.0f})).view({4, 1}).requires_grad_(true);
+  in.advantages = at::tensor({1.0f, -1.0f, -1.0f, 1.0f});
+  in.mask = at::ones({4, 1});
+  const PolicyLossOutput out = PolicyLoss(in, {});
+  EXPECT_DOUBLE_EQ(out.clip_frac_high, 0.25);
+  EXPECT_DOUBLE_EQ(out.clip_frac_low, 0.25);
+  EXPECT_DOUBLE_EQ(out.clip_frac_dual, 0.25);
+  EXPECT_DOUBLE_EQ(out.clip_frac, 0.75);
+}
+
+}  // namespace
+}  // namespace echelon::learn

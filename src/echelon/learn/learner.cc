@@ -24,11 +24,15 @@ struct TrainingBatch {
 
 namespace {
 
-TrainingBatch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std::vector<double>>& advantages) {
+// `trained[g][e]` false: episode e of group g is in the batch (its rows computed) but carries no
+// loss (rl.overlong.filter on a truncated completion).
+TrainingBatch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vector<std::vector<double>>& advantages,
+                         const std::vector<std::vector<bool>>& trained) {
   struct Row {
     const data::Turn* turn;
     double adv;
     size_t group;
+    bool trained;
   };
   std::vector<Row> rows;
   int64_t max_len = 0;
@@ -36,7 +40,7 @@ TrainingBatch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vec
     for (size_t e = 0; e < groups[g].episodes.size(); ++e)
       for (const data::Turn& t : groups[g].episodes[e].turns) {
         if (t.tokens.empty()) continue;
-        rows.push_back({&t, advantages[g][e], g});
+        rows.push_back({&t, advantages[g][e], g, trained[g][e]});
         max_len = std::max<int64_t>(max_len, t.prompt_ids.size() + t.tokens.size() - 1);
       }
   const int64_t n = rows.size();
@@ -61,7 +65,7 @@ TrainingBatch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vec
     }
     const size_t start = t.prompt_ids.size() - 1;
     for (size_t k = 0; k < t.tokens.size(); ++k) {
-      mk[r][start + k] = 1.0f;
+      mk[r][start + k] = rows[r].trained ? 1.0f : 0.0f;
       bh[r][start + k] = t.logprobs[k];
     }
     ad[r] = static_cast<float>(rows[r].adv);
@@ -399,6 +403,7 @@ std::vector<at::Tensor> MinibatchRows(const TrainingBatch& b, size_t num_groups,
 // the whole minibatch's token means), and the start-of-update log-probs of its rows.
 struct Learner::Minibatch {
   double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0, router_aux_loss = 0, entropy = 0;
+  double clip_frac_low = 0, clip_frac_high = 0, clip_frac_dual = 0;
   double max_token_weight = 0;  // this rank's (the ranks sum, not max, what they share)
   ImportanceHealth health;
   int64_t computed_positions = 0, sequence_positions = 0;  // of this rank's gradient forwards
@@ -541,6 +546,11 @@ Status Learner::ForEachMine(size_t n, bool backward, const std::function<Status(
 Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
                                     const at::Tensor& keep, Minibatch* mb) {
   const double tokens = b.mask.index_select(0, rows).sum().item<double>();
+  // Each token's share of this minibatch's loss (rl.loss_aggregation), over all its rows, so the
+  // micro-batches' losses add up to the minibatch's however it is cut.
+  at::Tensor shares = at::zeros_like(b.mask);
+  shares.index_put_({rows}, TokenShares(b.mask.index_select(0, rows), options_.loss_aggregation,
+                                        options_.max_new_tokens));
   if (!prox.defined()) mb->start_logp = at::zeros_like(b.mask);
   compute_->zero_grad();
   if (units_sharded_)
@@ -560,6 +570,7 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
     in.behav_logp = Rows(b.behav, u, len, device_);
     in.mask = Rows(b.mask, u, len, device_);
     in.advantages = b.adv.index_select(0, u).to(device_);
+    in.token_share = Rows(shares, u, len, device_);
     if (prox.defined()) in.prox_logp = Rows(prox, u, len, device_);
     if (keep.defined()) in.keep = Rows(keep, u, len, device_);
     if (reference_) {
@@ -567,20 +578,23 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
       in.ref_logp = LogProbs(reference_, b, u, len);
     }
     const PolicyLossOutput out = PolicyLoss(in, options_.loss);
-    // Each micro-batch's token mean, weighted by its share of the minibatch's tokens: the
-    // gradients add up to those of the whole minibatch's token mean.
+    // The loss is this micro-batch's part of the minibatch's (token shares); its token means
+    // (statistics, the router's loss) count by its share of the minibatch's tokens.
     const double w = in.mask.sum().item<double>() / std::max(tokens, 1.0);
     at::Tensor loss = out.loss;
     if (aux) {
       const at::Tensor balance = compute_->TakeRouterAuxLoss();
-      loss = loss + options_.router_aux_coef * balance.to(loss.scalar_type());
+      loss = loss + options_.router_aux_coef * w * balance.to(loss.scalar_type());
       mb->router_aux_loss += w * balance.item<double>();
     }
-    (loss * w).backward();
+    loss.backward();
     if (units_) ECHELON_RETURN_IF_ERROR(units_->EndMicroBatch(/*backward=*/true));
-    mb->loss += w * out.loss.item<double>();
+    mb->loss += out.loss.item<double>();
     mb->entropy += w * ((entropy * in.mask).sum() / at::clamp_min(in.mask.sum(), 1.0)).item<double>();
     mb->clip_frac += w * out.clip_frac;
+    mb->clip_frac_low += w * out.clip_frac_low;
+    mb->clip_frac_high += w * out.clip_frac_high;
+    mb->clip_frac_dual += w * out.clip_frac_dual;
     mb->kl += w * out.kl;
     mb->behav_weight_mean += w * out.behav_weight_mean;
     mb->max_token_weight = std::max(mb->max_token_weight, out.max_token_weight);
@@ -603,7 +617,8 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
         parts.push_back(p.grad().defined() ? p.grad().flatten().to(at::kFloat) : at::zeros({p.numel()}, floats));
     const ImportanceHealth& h = mb->health;
     parts.push_back(at::tensor({mb->loss, mb->clip_frac, mb->kl, mb->behav_weight_mean, h.weight_mean, h.weight_m2,
-                                h.logratio_m2, h.masked_frac, mb->router_aux_loss, mb->entropy},
+                                h.logratio_m2, h.masked_frac, mb->router_aux_loss, mb->entropy, mb->clip_frac_low,
+                                mb->clip_frac_high, mb->clip_frac_dual},
                                at::kDouble)
                         .to(device_, at::kFloat));
     if (mb->start_logp.defined()) parts.push_back(mb->start_logp.flatten().to(device_));
@@ -616,8 +631,8 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
         offset += p.numel();
       }
     }
-    const at::Tensor stats = flat.narrow(0, offset, 10).to(at::kCPU, at::kDouble);
-    offset += 10;
+    const at::Tensor stats = flat.narrow(0, offset, 13).to(at::kCPU, at::kDouble);
+    offset += 13;
     mb->loss = stats[0].item<double>();
     mb->clip_frac = stats[1].item<double>();
     mb->kl = stats[2].item<double>();
@@ -625,6 +640,9 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
     mb->health = {stats[4].item<double>(), stats[5].item<double>(), stats[6].item<double>(), stats[7].item<double>()};
     mb->router_aux_loss = stats[8].item<double>();
     mb->entropy = stats[9].item<double>();
+    mb->clip_frac_low = stats[10].item<double>();
+    mb->clip_frac_high = stats[11].item<double>();
+    mb->clip_frac_dual = stats[12].item<double>();
     if (mb->start_logp.defined())
       mb->start_logp = flat.narrow(0, offset, mb->start_logp.numel()).view_as(mb->start_logp).to(at::kCPU);
   } else if (compute_.get() != model_.get()) {
@@ -685,15 +703,30 @@ Result<at::Tensor> Learner::ProxLogProbs(const TrainingBatch& b) {
 Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   StepStats stats;
   std::vector<std::vector<double>> advantages;
+  std::vector<std::vector<bool>> trained;
   for (const LearnerGroup& g : groups) {
-    std::vector<double> rewards;
-    for (const data::Episode& e : g.episodes) rewards.push_back(e.reward);
-    advantages.push_back(GroupAdvantages(rewards, options_.scale_by_std));
+    std::vector<double> rewards, shaped;
+    trained.emplace_back();
+    for (const data::Episode& e : g.episodes) {
+      // The longest turn's length, and whether a turn was cut at the limit (rl.overlong).
+      int64_t longest = 0;
+      bool cut = false;
+      for (const data::Turn& t : e.turns) {
+        longest = std::max<int64_t>(longest, static_cast<int64_t>(t.tokens.size()));
+        cut = cut || Truncated(t.tokens, options_.max_new_tokens, options_.stop_ids);
+      }
+      rewards.push_back(e.reward);
+      shaped.push_back(e.reward + OverlongPenalty(longest, options_.max_new_tokens, options_.overlong));
+      trained.back().push_back(!(cut && options_.overlong.filter));
+      stats.truncated += cut ? 1 : 0;
+      ++stats.episodes;
+    }
+    advantages.push_back(GroupAdvantages(shaped, options_.scale_by_std));
     bool spread = false;
     for (double r : rewards) spread = spread || r != rewards.front();
     stats.zero_spread_groups += spread ? 0 : 1;
   }
-  const TrainingBatch b = BuildBatch(groups, advantages);
+  const TrainingBatch b = BuildBatch(groups, advantages, trained);
   if (b.input.size(0) == 0) return InvalidArgument("learner step with no completion tokens");
   (void)compute_->TakeRouterLoad();  // what evaluation routed since the last update
   stats.tokens = static_cast<int64_t>(b.mask.sum().item<double>());
@@ -732,6 +765,9 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       stats.grad_norm += norm;
       stats.loss += mb.loss;
       stats.clip_frac += mb.clip_frac;
+      stats.clip_frac_low += mb.clip_frac_low;
+      stats.clip_frac_high += mb.clip_frac_high;
+      stats.clip_frac_dual += mb.clip_frac_dual;
       stats.kl += mb.kl;
       stats.behav_weight_mean += mb.behav_weight_mean;
       stats.max_token_weight = std::max(stats.max_token_weight, mb.max_token_weight);
@@ -752,6 +788,9 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   stats.grad_norm /= n;
   stats.loss /= n;
   stats.clip_frac /= n;
+  stats.clip_frac_low /= n;
+  stats.clip_frac_high /= n;
+  stats.clip_frac_dual /= n;
   stats.kl /= n;
   stats.behav_weight_mean /= n;
   stats.router_aux_loss /= n;

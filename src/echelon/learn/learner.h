@@ -74,6 +74,15 @@ struct LearnerOptions {
   // Mixture-of-experts models: weight of the router's load-balancing loss added to the policy
   // loss (model/qwen3.h TakeRouterAuxLoss); 0: off.
   double router_aux_coef = 0;
+  // How token losses add up to a minibatch's loss (rl.loss_aggregation, grpo.h TokenShares).
+  LossAggregation loss_aggregation = LossAggregation::kTokenMean;
+  // DAPO's soft overlong punishment and overlong filter (rl.overlong, grpo.h).
+  OverlongOptions overlong;
+  // The rollouts' token limit and stop ids (rollout.max_new_tokens, the vocabulary's): what
+  // tells a truncated completion (grpo.h Truncated), and seq_mean_token_sum_norm's constant.
+  // 0: no limit known (nothing counts as truncated).
+  int64_t max_new_tokens = 0;
+  std::vector<int64_t> stop_ids;
 };
 
 // Data-parallel learner ranks (learn/rank_group.h) plug in here: every rank computes the
@@ -106,6 +115,7 @@ struct StepStats {
   double loss = 0;
   double grad_norm = 0;
   double clip_frac = 0;
+  double clip_frac_low = 0, clip_frac_high = 0, clip_frac_dual = 0;  // PolicyLossOutput's
   double kl = 0;
   double behav_weight_mean = 1;
   double max_token_weight = 0;   // PolicyLossOutput's, the largest over the minibatches (rank 0's tokens)
@@ -115,7 +125,9 @@ struct StepStats {
   // Per group, in the order given: the importance sums of pi_prox (the start of the update)
   // against the behaviour policy (learner_run bins them by staleness).
   std::vector<ImportanceSums> group_importance;
-  int64_t tokens = 0;            // completion tokens trained on
+  int64_t tokens = 0;            // completion tokens trained on (a filtered truncated completion's are not)
+  int64_t truncated = 0;         // episodes of the batch with a completion cut at max_new_tokens (grpo.h Truncated)
+  int64_t episodes = 0;
   double entropy = 0;            // mean per-token entropy of the policy over them (at the update's start)
   // Positions of this rank's gradient forwards: computed (padding included) and real (prompt and
   // completion); their difference is what padding cost (learner.pack_sequences removes most).

@@ -33,10 +33,16 @@ void VisitOptions(Options& o, Field&& field) {
   field("pack_sequences", o.pack_sequences);
   field("activation_checkpointing", o.activation_checkpointing);
   field("router_aux_coef", o.router_aux_coef);
+  field("overlong_buffer", o.overlong.buffer);
+  field("overlong_penalty", o.overlong.penalty);
+  field("overlong_filter", o.overlong.filter);
+  field("max_new_tokens", o.max_new_tokens);
+  field("stop_ids", o.stop_ids);
 }
 
 json OptionsToJson(const LearnerOptions& o) {
   json j = {{"correction", static_cast<int>(o.loss.correction)},
+            {"loss_aggregation", static_cast<int>(o.loss_aggregation)},
             {"precision", static_cast<int>(o.precision)},
             {"shard", static_cast<int>(o.shard)},
             {"cuda", at::Device(o.device).is_cuda()}};
@@ -49,6 +55,7 @@ LearnerOptions OptionsFromJson(const json& j, int local_rank) {
   LearnerOptions o;
   VisitOptions(o, [&](const char* key, auto& value) { value = j.at(key).get<std::decay_t<decltype(value)>>(); });
   o.loss.correction = static_cast<Correction>(j.at("correction").get<int>());
+  o.loss_aggregation = static_cast<LossAggregation>(j.at("loss_aggregation").get<int>());
   o.precision = static_cast<Precision>(j.at("precision").get<int>());
   o.shard = static_cast<Shard>(j.at("shard").get<int>());
   o.device = j.at("cuda").get<bool>() ? "cuda:" + std::to_string(local_rank) : "cpu";

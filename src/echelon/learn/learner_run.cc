@@ -91,7 +91,10 @@ class LearnerRun {
       ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<RankGroup> group, RankGroup::Connect(*args_.ranks));
       ranks_ = std::make_unique<LearnerRanks>(std::move(group));
     }
-    learner_ = std::make_unique<Learner>(start_.model, options_.learner, ranks_ ? ranks_->group() : nullptr);
+    LearnerOptions learner = options_.learner;
+    learner.max_new_tokens = options_.max_new_tokens;  // what tells a truncated completion
+    learner.stop_ids = start_.vocab.stop_ids();
+    learner_ = std::make_unique<Learner>(start_.model, learner, ranks_ ? ranks_->group() : nullptr);
     dispatcher_ = std::make_unique<sched::Dispatcher>(
         sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds,
                                  options_.max_leases_per_worker, sched::kMaxLeaseLifeFactor,
@@ -285,7 +288,8 @@ class LearnerRun {
     r.wait_s = batch.wait_seconds;
     r.train_s = last_train_seconds_;
     double reward_sum = 0, success_sum = 0, stale_sum = 0;
-    int64_t episodes = 0, stale_max = 0, moved = 0;
+    int64_t episodes = 0, stale_max = 0, moved = 0, length_max = 0, turns = 0;
+    double length_sum = 0;
     std::map<std::string, int> gap_n;
     std::map<std::string, ImportanceSums> by_bin;
     for (size_t i = 0; i < batch.groups.size(); ++i) {
@@ -293,8 +297,13 @@ class LearnerRun {
       for (const data::Episode& e : g.episodes) {
         reward_sum += e.reward;
         success_sum += e.success ? 1 : 0;
-        for (const data::Turn& turn : e.turns)
+        for (const data::Turn& turn : e.turns) {
           for (int64_t v : turn.versions) moved += v > g.behavior_version ? 1 : 0;
+          const int64_t length = static_cast<int64_t>(turn.tokens.size());
+          length_sum += static_cast<double>(length);
+          length_max = std::max(length_max, length);
+          ++turns;
+        }
         for (const auto& [name, value] : e.metrics) r.reward_metrics[name] += value;
         ++episodes;
       }
@@ -337,6 +346,12 @@ class LearnerRun {
     r.loss = stats.loss;
     r.grad_norm = stats.grad_norm;
     r.clip_frac = stats.clip_frac;
+    r.clip_frac_low = stats.clip_frac_low;
+    r.clip_frac_high = stats.clip_frac_high;
+    r.clip_frac_dual = stats.clip_frac_dual;
+    r.response_length_mean = length_sum / static_cast<double>(std::max<int64_t>(turns, 1));
+    r.response_length_max = length_max;
+    r.truncated_frac = static_cast<double>(stats.truncated) / static_cast<double>(std::max<int64_t>(stats.episodes, 1));
     r.kl = stats.kl;
     r.behav_weight_mean = stats.behav_weight_mean;
     r.max_token_weight = stats.max_token_weight;

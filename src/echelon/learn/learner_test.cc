@@ -337,3 +337,76 @@ TEST(LearnerMinibatches, SeveralOptimizerStepsPerUpdateAndATrustRegionAroundTheS
 
 }  // namespace
 }  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+// rl.overlong: two samples of one prompt, both rewarded 1 (no spread), one cut at the limit of 4
+// tokens, one ended by the stop id after 2. The soft punishment gives the cut one reward 0 (its
+// 4 tokens are the limit: -penalty), so the group has a spread; with the filter, the cut one's
+// tokens carry no loss. The learner tells truncation from the tokens.
+TEST(LearnerTest, OverlongShapingAndFilter) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(9);
+  LearnerGroup g;
+  for (const std::vector<int64_t>& tokens : {std::vector<int64_t>{5, 6, 7, 8}, std::vector<int64_t>{5, 2}}) {
+    data::Episode e;
+    e.turns.push_back({{1, 4, 4}, tokens, std::vector<float>(tokens.size(), -2.7f), ""});
+    e.reward = 1.0;
+    g.episodes.push_back(e);
+  }
+  LearnerOptions o;
+  o.max_new_tokens = 4;
+  o.stop_ids = {2};
+  Learner plain(Copy(init), o);
+  const StepStats a = plain.Step({g}).value();
+  EXPECT_EQ(a.truncated, 1);
+  EXPECT_EQ(a.episodes, 2);
+  EXPECT_EQ(a.tokens, 6);
+  EXPECT_EQ(a.zero_spread_groups, 1);
+  EXPECT_EQ(a.grad_norm, 0.0) << "no spread, no shaping: nothing to learn";
+  o.overlong = {2, 1.0, false};
+  Learner shaped(Copy(init), o);
+  const StepStats b = shaped.Step({g}).value();
+  EXPECT_EQ(b.zero_spread_groups, 1) << "counted on the task's rewards, not the shaped ones";
+  EXPECT_GT(b.grad_norm, 0.0) << "the punishment made a spread";
+  o.overlong.filter = true;
+  Learner filtered(Copy(init), o);
+  const StepStats c = filtered.Step({g}).value();
+  EXPECT_EQ(c.tokens, 2) << "the cut sample's tokens carry no loss";
+  EXPECT_GT(c.grad_norm, 0.0);
+}
+
+}  // namespace
+}  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+// Each aggregation is the minibatch's, however it is cut: micro-batches of 20 tokens give the
+// weights of one forward/backward, and the aggregations differ from each other.
+TEST(LearnerTest, LossAggregationDoesNotDependOnMicroBatches) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(10);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  std::vector<model::Qwen3Model> ends;
+  for (LossAggregation how : {LossAggregation::kSeqMeanTokenMean, LossAggregation::kSeqMeanTokenSumNorm}) {
+    std::vector<model::Qwen3Model> cut;
+    for (int64_t micro : {0, 20}) {
+      LearnerOptions o;
+      o.lr = 1e-3;
+      o.loss_aggregation = how;
+      o.max_new_tokens = 5;
+      o.micro_batch_tokens = micro;
+      Learner l(Copy(init), o);
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(l.Step(groups).ok());
+      cut.push_back(Copy(l.model()));
+    }
+    EXPECT_LT(MaxWeightDiff(cut[0], cut[1]), 1e-5) << static_cast<int>(how);
+    ends.push_back(cut[0]);
+  }
+  EXPECT_GT(MaxWeightDiff(ends[0], ends[1]), 1e-5);
+}
+
+}  // namespace
+}  // namespace echelon::learn

@@ -37,6 +37,12 @@ void VisitFields(R& r, V& v) {
   v.Number("loss", r.loss);
   v.Number("grad_norm", r.grad_norm);
   v.Number("clip_frac", r.clip_frac);
+  v.Number("clip_frac_low", r.clip_frac_low);
+  v.Number("clip_frac_high", r.clip_frac_high);
+  v.Number("clip_frac_dual", r.clip_frac_dual);
+  v.Number("response_length_mean", r.response_length_mean);
+  v.Count("response_length_max", r.response_length_max);
+  v.Number("truncated_frac", r.truncated_frac);
   v.Number("kl", r.kl);
   v.Number("behav_weight_mean", r.behav_weight_mean);
   v.Number("max_token_weight", r.max_token_weight);

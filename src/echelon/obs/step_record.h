@@ -9,7 +9,8 @@
 //   both        step, version, wall_s, step_s, wait_s, train_s, staleness_*, groups_*,
 //               learner_busy_frac
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
-//               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, kl,
+//               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, clip_frac_low,
+//               clip_frac_high, clip_frac_dual, response_length_mean, response_length_max, truncated_frac, kl,
 //               behav_weight_mean, max_token_weight, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
 //               skipped_nonfinite, verified_groups, verify_gap_max, verify_unverifiable, tokens, moved_tokens,
@@ -72,6 +73,13 @@ struct StepRecord {
 
   // The update's own statistics (learn::StepStats).
   double loss = kMissing, grad_norm = kMissing, clip_frac = kMissing, kl = kMissing;
+  // Of clip_frac, the tokens each clip held: PPO's low and high bounds, and the dual clip.
+  double clip_frac_low = kMissing, clip_frac_high = kMissing, clip_frac_dual = kMissing;
+  // The batch's completions: mean and longest length in tokens, and the share of episodes cut at
+  // rollout.max_new_tokens.
+  double response_length_mean = kMissing;
+  std::optional<int64_t> response_length_max;
+  double truncated_frac = kMissing;
   double behav_weight_mean = kMissing;
   // Staleness health (learn::ImportanceHealth): ESS fraction and second moment of the
   // importance weights pi_prox / pi_behav, E[(log w)^2], and the fraction of tokens dropped.

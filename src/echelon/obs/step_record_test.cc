@@ -45,6 +45,15 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.reward_metrics = {{"length", 12.5}};
   r.zero_spread_groups = 1;
   r.tokens = 96;
+  r.moved_tokens = 4;
+  r.entropy = 0.75;
+  r.lease_renewals = 3;
+  r.clip_frac_low = 0.01;
+  r.clip_frac_high = 0.03;
+  r.clip_frac_dual = 0.01;
+  r.response_length_mean = 5.5;
+  r.response_length_max = 9;
+  r.truncated_frac = 0.125;
   r.is_ess_frac_by_staleness = {{"0", 1.0}, {"2-3", 0.8}};
   r.is_logratio_m2_by_staleness = {{"0", 0.0}, {"2-3", 0.05}};
   r.masked_frac_by_staleness = {{"0", 0.0}, {"2-3", 0.1}};
@@ -66,7 +75,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 53u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 62u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 
