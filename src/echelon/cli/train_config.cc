@@ -313,7 +313,10 @@ const TrainKeys& Keys() {
            "continue on it (interruptible generation); every token records its version (builtin backend)",
            kLearnerActors, AT(partial));
     k.Bool("rollout.chat", false,
-           "give each prompt as a user turn of the model's chat template (model.init instruct models; Qwen3 thinking off)", kLearnerActors, AT(chat));
+           "give each prompt as a user turn of the model's chat template (model.init instruct models)", kLearnerActors, AT(chat));
+    k.Bool("rollout.enable_thinking", false,
+           "with rollout.chat: the template's thinking mode (Qwen3's enable_thinking; off: an empty think block "
+           "opens the answer)", kLearnerActors, AT(enable_thinking));
     // Reasons for both defaults: sched/tunables.h.
     k.Float("rollout.lease_seconds", sched::kDefaultLeaseSeconds, 0.1, 86400.0,
             "a group not returned in this time is re-issued (a dead actor's groups go sooner, at eviction); an actor "
@@ -393,6 +396,8 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   if (o.learner.overlong.buffer > o.max_new_tokens)
     return InvalidArgument(cfg.source() + ": rl.overlong.buffer (" + std::to_string(o.learner.overlong.buffer) +
                            ") is more than rollout.max_new_tokens (" + std::to_string(o.max_new_tokens) + ")");
+  if (o.enable_thinking && !o.chat)
+    return InvalidArgument(cfg.source() + ": rollout.enable_thinking needs rollout.chat (it is the chat template's mode)");
   if (o.chat && o.model_init.empty())
     return InvalidArgument(cfg.source() + ": rollout.chat needs model.init (a new character model has no chat template)");
   return o;

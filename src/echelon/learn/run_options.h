@@ -48,6 +48,7 @@ struct RunOptions {
   int64_t max_new_tokens = 0;
   int64_t slots = 0;  // the builtin engine's sequence slots (model::SamplingParams::slots; 0: every row)
   bool chat = false;  // prompts as chat turns (Vocabulary::WithChat)
+  bool enable_thinking = false;  // with chat: the template's thinking mode (Qwen3's enable_thinking)
   double lease_seconds = 0;
   int64_t max_leases_per_worker = 0;
   double stall_timeout_seconds = 0;

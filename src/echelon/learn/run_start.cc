@@ -60,7 +60,7 @@ Result<InitialModel> LoadInitialModel(const RunOptions& options, const data::Tas
   m.config = dir.config;
   m.vocab = *dir.vocab;
   if (options.chat) {
-    Result<model::Vocabulary> chat = m.vocab.WithChat(/*enable_thinking=*/false);
+    Result<model::Vocabulary> chat = m.vocab.WithChat(options.enable_thinking);
     if (!chat.ok()) return chat.status().WithContext(where + " (rollout.chat)");
     m.vocab = std::move(chat).value();
   }
@@ -163,7 +163,7 @@ Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::Task
   start.model = point->checkpoint.model;
   start.vocab = point->checkpoint.vocab;
   if (options.chat) {
-    Result<model::Vocabulary> chat = start.vocab.WithChat(/*enable_thinking=*/false);
+    Result<model::Vocabulary> chat = start.vocab.WithChat(options.enable_thinking);
     if (!chat.ok()) return chat.status().WithContext(point->dir + " (rollout.chat)");
     start.vocab = std::move(chat).value();
   }
