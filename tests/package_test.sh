@@ -99,7 +99,8 @@ for f in Maintainer Description Section; do
 done
 dpkg-deb -c "$DEB" | awk '{print $6}' > "$WORK/contents"
 for f in ./usr/bin/echelon ./usr/share/echelon/configs/math-tiny.yaml ./usr/share/echelon/data/prices.yaml \
-         ./usr/share/doc/echelon/README.md ./usr/share/doc/echelon/DEPLOY.md ./usr/share/doc/echelon/deploy/k8s/learner.yaml; do
+         ./usr/share/doc/echelon/README.md ./usr/share/doc/echelon/DEPLOY.md ./usr/share/doc/echelon/deploy/k8s/learner.yaml \
+         ./usr/share/doc/echelon/LICENSE ./usr/share/doc/echelon/NOTICE ./usr/share/doc/echelon/copyright; do
   check "package holds $f" grep -qx -- "$f" "$WORK/contents"
 done
 
