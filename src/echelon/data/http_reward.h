@@ -23,12 +23,6 @@
 
 namespace echelon::data {
 
-struct RewardSample {
-  std::string data_source;
-  std::string solution_str;
-  std::string ground_truth;
-  std::string extra_info_json;  // "null" when none
-};
 
 class HttpReward {
  public:

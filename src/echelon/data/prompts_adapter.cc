@@ -104,7 +104,7 @@ struct PromptsOptions {
 
 class PromptsAdapter final : public TaskAdapter {
  public:
-  PromptsAdapter(PromptsOptions o, RewardSpec reward, std::unique_ptr<PythonReward> python,
+  PromptsAdapter(PromptsOptions o, RewardSpec reward, std::unique_ptr<PythonRewardPool> python,
                  std::unique_ptr<HttpReward> http)
       : opts_(std::move(o)), reward_(std::move(reward)), python_(std::move(python)), http_(std::move(http)) {}
 
@@ -181,15 +181,14 @@ class PromptsAdapter final : public TaskAdapter {
     std::vector<Scored> out(n);
     std::vector<ExternalScores> external(n);
     const std::string extra_info = prompt.extra_info.empty() ? "null" : prompt.extra_info;
+    std::vector<RewardSample> samples;
+    for (const std::string& c : completions) samples.push_back({prompt.data_source, c, prompt.reference, extra_info});
     if (python_) {
-      for (size_t i = 0; i < n; ++i) {
-        Result<ExternalScore> s = python_->Score(prompt.data_source, completions[i], prompt.reference, extra_info);
-        ECHELON_RETURN_IF_ERROR(Take(s, "python", &external[i].python, &out[i].metrics));
-      }
+      // On the pool's workers side by side (task.reward_workers), in order.
+      const std::vector<Result<ExternalScore>> scores = python_->ScoreAll(samples);
+      for (size_t i = 0; i < n; ++i) ECHELON_RETURN_IF_ERROR(Take(scores[i], "python", &external[i].python, &out[i].metrics));
     }
     if (http_) {
-      std::vector<RewardSample> samples;
-      for (const std::string& c : completions) samples.push_back({prompt.data_source, c, prompt.reference, extra_info});
       Result<std::vector<ExternalScore>> s = http_->Score(samples);
       for (size_t i = 0; i < n; ++i)
         ECHELON_RETURN_IF_ERROR(Take(s.ok() ? Result<ExternalScore>(s.value()[i]) : Result<ExternalScore>(s.status()),
@@ -244,7 +243,7 @@ class PromptsAdapter final : public TaskAdapter {
 
   const PromptsOptions opts_;
   const RewardSpec reward_;
-  const std::unique_ptr<PythonReward> python_;  // null without python_file (an actor's adapter)
+  const std::unique_ptr<PythonRewardPool> python_;  // null without python_file (an actor's adapter)
   const std::unique_ptr<HttpReward> http_;      // null without reward_url (an actor's adapter)
   mutable std::atomic<int64_t> external_errors_{0};
   std::vector<PromptRow> train_;
@@ -277,7 +276,7 @@ namespace {
 
 // The external rewards the options name (the learner; an actor gets neither files nor URLs).
 struct External {
-  std::unique_ptr<PythonReward> python;
+  std::unique_ptr<PythonRewardPool> python;
   std::unique_ptr<HttpReward> http;
 };
 
@@ -298,7 +297,10 @@ Result<External> StartExternal(const AdapterOptions& options, const RewardSpec& 
     if (!reward.uses_python())
       return InvalidArgument("prompts task: task.python_file is set but task.reward does not use it (reward: python, "
                              "or a sum with python)");
-    ECHELON_ASSIGN_OR_RETURN(e.python, PythonReward::Start(py));
+    ECHELON_ASSIGN_OR_RETURN(const uint64_t workers,
+                             ParseUnsignedOption("prompts", "reward_workers",
+                                                 OptionOr(options, PromptsOptionTable(), "reward_workers"), 1, 256));
+    ECHELON_ASSIGN_OR_RETURN(e.python, PythonRewardPool::Start(py, static_cast<int>(workers)));
   }
   const std::string url = OptionOr(options, PromptsOptionTable(), "reward_url");
   if (!url.empty()) {
@@ -327,6 +329,7 @@ const OptionTable& PromptsOptionTable() {
                           "expression the whole completion matches"},
       {"python_file", "", "a .py file with the reward function, called as verl calls it (learner only)"},
       {"python_function", "compute_score", "the reward function's name in python_file"},
+      {"reward_workers", "1", "Python reward processes scoring a group's samples side by side (each call keeps its reward_timeout)"},
       {"reward_url", "", "a scoring service, http://HOST:PORT/PATH (learner only)"},
       {"reward_timeout", "30", "seconds per Python call or HTTP attempt"},
       {"reward_on_error", "fail", "fail: a failed Python call or service request stops the run; zero: it scores 0 "

@@ -1,5 +1,7 @@
 #include "echelon/data/python_reward.h"
 
+#include "echelon/common/parallel.h"
+
 #include <nlohmann/json.hpp>
 #include <poll.h>
 #include <signal.h>
@@ -8,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -230,6 +233,43 @@ Result<ExternalScore> PythonReward::Score(const std::string& data_source, const 
     s.extras[k] = v.get<double>();
   }
   return s;
+}
+
+Result<std::unique_ptr<PythonRewardPool>> PythonRewardPool::Start(const PythonRewardOptions& options, int workers) {
+  std::unique_ptr<PythonRewardPool> pool(new PythonRewardPool());
+  for (int i = 0; i < std::max(1, workers); ++i) {
+    ECHELON_ASSIGN_OR_RETURN(std::unique_ptr<PythonReward> w, PythonReward::Start(options));
+    pool->workers_.push_back(std::move(w));
+    pool->free_.push_back(static_cast<size_t>(i));
+  }
+  return pool;
+}
+
+Result<ExternalScore> PythonRewardPool::ScoreOne(const RewardSample& s) {
+  size_t w = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    freed_.wait(lock, [&] { return !free_.empty(); });
+    w = free_.back();
+    free_.pop_back();
+  }
+  Result<ExternalScore> out = workers_[w]->Score(s.data_source, s.solution_str, s.ground_truth, s.extra_info_json);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(w);
+  }
+  freed_.notify_one();
+  return out;
+}
+
+std::vector<Result<ExternalScore>> PythonRewardPool::ScoreAll(const std::vector<RewardSample>& samples) {
+  std::vector<Result<ExternalScore>> out(samples.size(), Result<ExternalScore>(Internal("not scored")));
+  // Every sample's result, failures included: ParallelFor's early stop is not wanted here.
+  (void)ParallelFor(samples.size(), static_cast<int>(workers_.size()), [&](size_t i) -> Status {
+    out[i] = ScoreOne(samples[i]);
+    return Status::Ok();
+  });
+  return out;
 }
 
 }  // namespace echelon::data

@@ -15,15 +15,25 @@
 // that is not a finite number (or a dict without a numeric "score"), the time limit, a worker
 // that died; a file that does not load or has no such function fails Start.
 //
-// Thread contract: Score may be called from any thread; calls are serialised.
+// PythonRewardPool runs several such workers side by side (task.reward_workers): a group's
+// samples go to whichever worker is free, each call with its own time limit, and come back in
+// order, each what one worker's Score gives for it (calls are independent).
+//
+//   ECHELON_ASSIGN_OR_RETURN(auto pool, PythonRewardPool::Start({"reward.py"}, /*workers=*/4));
+//   std::vector<Result<ExternalScore>> scores = pool->ScoreAll(samples);
+//
+// Thread contract: Score may be called from any thread; calls are serialised. The pool's
+// ScoreAll may be called from any thread; concurrent calls share the workers.
 #pragma once
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "echelon/common/status.h"
 #include "echelon/data/reward_spec.h"
@@ -63,11 +73,32 @@ class PythonReward {
   Result<std::string> ReadLine(double timeout_seconds);
 
   const PythonRewardOptions options_;
-  std::mutex mu_;
+  std::mutex mu_;  // guards the worker process and its pipe
   pid_t pid_ = -1;
   int to_worker_ = -1;
   int from_worker_ = -1;
   std::string buffer_;  // bytes read past the last line
+};
+
+class PythonRewardPool {
+ public:
+  // Starts `workers` (at least 1) workers, one after another; the first that fails to load
+  // fails the pool.
+  static Result<std::unique_ptr<PythonRewardPool>> Start(const PythonRewardOptions& options, int workers);
+  // One result per sample, in order.
+  std::vector<Result<ExternalScore>> ScoreAll(const std::vector<RewardSample>& samples);
+  size_t workers() const { return workers_.size(); }
+  const PythonRewardOptions& options() const { return workers_.front()->options(); }
+
+ private:
+  PythonRewardPool() = default;
+  // On the first free worker (waiting for one).
+  Result<ExternalScore> ScoreOne(const RewardSample& sample);
+
+  std::vector<std::unique_ptr<PythonReward>> workers_;
+  std::mutex mu_;  // guards free_
+  std::condition_variable freed_;
+  std::vector<size_t> free_;  // indices of idle workers
 };
 
 }  // namespace echelon::data

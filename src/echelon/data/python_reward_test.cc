@@ -168,3 +168,43 @@ TEST_F(PythonRewardTest, ConcurrentCallersGetTheirOwnAnswers) {
 
 }  // namespace
 }  // namespace echelon::data
+
+namespace echelon::data {
+namespace {
+
+// A pool scores a group's samples side by side and returns what one worker returns for each,
+// in order; a sample whose call hangs fails alone, at its time limit, and the pool goes on.
+TEST_F(PythonRewardTest, APoolGivesTheSerialResultsInOrder) {
+  const std::string file = Write("r.py", R"PY(
+import time
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if solution_str == "hang":
+        time.sleep(60)
+    time.sleep(0.002)
+    return {"score": float(len(solution_str)) / 10, "pid_parity": 0}
+)PY");
+  auto one = Start(file);
+  ASSERT_TRUE(one);
+  Result<std::unique_ptr<PythonRewardPool>> pool = PythonRewardPool::Start({file, "compute_score", 2}, 3);
+  ASSERT_TRUE(pool.ok()) << pool.status().message();
+  EXPECT_EQ(pool.value()->workers(), 3u);
+  std::vector<RewardSample> samples;
+  for (int i = 0; i < 20; ++i) samples.push_back({"toy", std::string(static_cast<size_t>(i), 'x'), "", "null"});
+  const std::vector<Result<ExternalScore>> got = pool.value()->ScoreAll(samples);
+  ASSERT_EQ(got.size(), samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    Result<ExternalScore> want = one->Score("toy", samples[i].solution_str, "", "null");
+    ASSERT_TRUE(got[i].ok() && want.ok()) << i;
+    EXPECT_EQ(got[i]->score, want->score) << i;
+    EXPECT_EQ(got[i]->extras, want->extras) << i;
+  }
+  samples[4].solution_str = "hang";
+  const std::vector<Result<ExternalScore>> with_hang = pool.value()->ScoreAll(samples);
+  EXPECT_EQ(with_hang[4].status().code(), StatusCode::kDeadlineExceeded) << with_hang[4].status().message();
+  for (size_t i = 0; i < samples.size(); ++i)
+    if (i != 4) EXPECT_TRUE(with_hang[i].ok()) << i;
+  EXPECT_TRUE(pool.value()->ScoreAll({samples[3]})[0].ok()) << "the killed worker was started again";
+}
+
+}  // namespace
+}  // namespace echelon::data

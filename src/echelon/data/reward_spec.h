@@ -33,6 +33,15 @@
 
 namespace echelon::data {
 
+// One completion as an external reward (a Python function, a scoring service) is asked about it,
+// with verl's argument names.
+struct RewardSample {
+  std::string data_source;
+  std::string solution_str;
+  std::string ground_truth;
+  std::string extra_info_json;  // "null" when none
+};
+
 // What an external reward (a Python function, a scoring service) returned for one sample.
 struct ExternalScore {
   double score = 0;
