@@ -65,6 +65,11 @@ Status ReadCorrection(const Config& cfg, const std::string& key, RunOptions& o) 
   return Status::Ok();
 }
 
+Status ReadRatio(const Config& cfg, const std::string& key, RunOptions& o) {
+  ECHELON_ASSIGN_OR_RETURN(o.learner.loss.ratio, learn::ParseRatioLevel(cfg.String(key)));
+  return Status::Ok();
+}
+
 Status ReadLossAggregation(const Config& cfg, const std::string& key, RunOptions& o) {
   ECHELON_ASSIGN_OR_RETURN(o.learner.loss_aggregation, learn::ParseLossAggregation(cfg.String(key)));
   return Status::Ok();
@@ -229,6 +234,10 @@ const TrainKeys& Keys() {
              "how token losses add up to an update's: token_mean (every token alike, DAPO), seq_mean_token_mean (every "
              "completion one vote), seq_mean_token_sum_norm (token sums over rollout.max_new_tokens, Dr. GRPO)",
              {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"}, kLearner, ReadLossAggregation);
+    k.String("rl.ratio", "token",
+             "importance ratios and behaviour weights per token, or per completion (sequence: GSPO's length-normalised "
+             "ratio; set rl.clip_low / rl.clip_high to its narrow band, e.g. 0.0003 / 0.0004)",
+             {"token", "sequence"}, kLearner, ReadRatio);
     k.Int("rl.overlong.buffer", 0, 0, 1 << 20,
           "DAPO's soft overlong punishment: a completion longer than rollout.max_new_tokens - buffer tokens loses up to "
           "rl.overlong.penalty of its reward, linearly to the limit (0: off)", kLearner, AT(learner.overlong.buffer));

@@ -38,7 +38,7 @@ std::string Print(const RunOptions& o) {
   for (const std::string& t : o.lora.targets) s << ',' << t;
   s << '|' << l.loss.clip_low << ',' << l.loss.clip_high << ',' << l.loss.clip_ratio_c << ',' << l.loss.kl_coef << ','
     << static_cast<int>(l.loss.correction) << ',' << l.loss.tis_cap << ',' << l.loss.decoupled_cap << ','
-    << l.loss.icepop_beta << ',' << l.loss.m2po_tau;
+    << l.loss.icepop_beta << ',' << l.loss.m2po_tau << ',' << static_cast<int>(l.loss.ratio);
   s << '|' << o.steps << ',' << o.groups_per_step << ',' << o.group_size << ',' << o.staleness << ',' << o.publish_period;
   if (o.staleness_control) {
     const sched::StalenessControlOptions& c = *o.staleness_control;

@@ -18,6 +18,12 @@ Result<Correction> ParseCorrection(const std::string& name) {
   return InvalidArgument("unknown off-policy correction '" + name + "'; expected none, tis, decoupled, icepop or m2po");
 }
 
+Result<RatioLevel> ParseRatioLevel(const std::string& name) {
+  if (name == "token") return RatioLevel::kToken;
+  if (name == "sequence") return RatioLevel::kSequence;
+  return InvalidArgument("unknown ratio level '" + name + "'; expected token or sequence");
+}
+
 Result<LossAggregation> ParseLossAggregation(const std::string& name) {
   if (name == "token_mean") return LossAggregation::kTokenMean;
   if (name == "seq_mean_token_mean") return LossAggregation::kSeqMeanTokenMean;
@@ -71,6 +77,20 @@ namespace {
 constexpr double kMaxLogRatio = 20.0;
 at::Tensor ExpClamped(const at::Tensor& log_ratio) { return at::exp(at::clamp(log_ratio, -kMaxLogRatio, kMaxLogRatio)); }
 
+// Each row's mean of `x` over its masked tokens, broadcast back over the row: [N, T].
+at::Tensor RowMean(const at::Tensor& x, const at::Tensor& mask) {
+  return ((x * mask).sum(1, /*keepdim=*/true) / at::clamp_min(mask.sum(1, /*keepdim=*/true), 1.0)).expand_as(x);
+}
+
+// The ratio pi_theta / pi_base per token from log-ratios `log_r` (with the gradient of logp),
+// at the token or, for GSPO, the sequence level: exp of the row's mean log-ratio as the value,
+// its gradient through each token's own log-prob.
+at::Tensor Ratio(const at::Tensor& log_r, const at::Tensor& logp, const at::Tensor& mask, RatioLevel level) {
+  if (level == RatioLevel::kToken) return ExpClamped(log_r);
+  const at::Tensor sequence = ExpClamped(RowMean(log_r.detach(), mask));
+  return sequence * at::exp(logp - logp.detach());
+}
+
 }  // namespace
 
 PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options) {
@@ -80,17 +100,21 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
 
   at::Tensor ratio;
   at::Tensor weight;
+  const bool sequence = options.ratio == RatioLevel::kSequence;
   if (options.correction == Correction::kNone) {
-    ratio = ExpClamped(in.logp - in.behav_logp);
+    ratio = Ratio(in.logp - in.behav_logp, in.logp, mask, options.ratio);
     weight = at::ones_like(in.logp);
   } else {
-    ratio = ExpClamped(in.logp - prox);
-    weight = ExpClamped(prox - in.behav_logp);
+    ratio = Ratio(in.logp - prox, in.logp, mask, options.ratio);
+    // The behaviour weight at the ratio's level (sequence-level TIS and masks under GSPO).
+    const at::Tensor log_weight = prox - in.behav_logp;
+    weight = ExpClamped(sequence ? RowMean(log_weight, mask) : log_weight);
     if (options.correction == Correction::kTruncatedIS) weight = at::clamp_max(weight, options.tis_cap);
   }
   TORCH_CHECK(options.correction != Correction::kM2po || in.keep.defined(),
               "PolicyLoss: m2po needs its token mask (M2poKeep)");
-  const at::Tensor log_w = (prox - in.behav_logp).detach();  // the behaviour weight's log, for the health
+  // The behaviour weight's log (at the ratio's level), for the masks and the health.
+  const at::Tensor log_w = (sequence ? RowMean(prox - in.behav_logp, mask) : prox - in.behav_logp).detach();
   const at::Tensor dropped = DroppedTokens(log_w, in.keep, options);
   if (dropped.defined()) weight = weight.masked_fill(dropped, 0.0);
   if (options.correction == Correction::kM2po) weight = in.keep.to(in.logp.scalar_type());

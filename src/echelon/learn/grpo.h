@@ -38,6 +38,14 @@
 // (rollout.max_new_tokens) and a buffer of B tokens gets penalty x ((Lmax - B) - L) / B added to
 // its reward when L > Lmax - B (so -penalty at the limit); with `filter`, the tokens of a
 // truncated completion (Lmax tokens, the last not a stop id) carry no loss.
+// Sequence-level ratios (rl.ratio: sequence, GSPO: Zheng et al., "Group Sequence Policy
+// Optimization", arXiv 2507.18071): every ratio and behaviour weight above is taken per
+// completion, length-normalised: log s_i = mean over the row's tokens of the token log-ratio, so
+// s_i = (prod_t r_t)^(1/|y_i|). Each token carries s_i as its value and s_i grad log pi_t as its
+// gradient (GSPO-token: s_i.detach() x pi_t / pi_t.detach()), so the clip, the dual clip and the
+// corrections act on whole completions; with seq_mean_token_mean aggregation this is GSPO's
+// objective exactly. GSPO clips s_i in a narrow band (its paper: 3e-4 below, 4e-4 above):
+// set rl.clip_low / rl.clip_high to match.
 //
 // Thread contract: pure functions over tensors.
 #pragma once
@@ -53,6 +61,9 @@ namespace echelon::learn {
 
 enum class Correction { kNone, kTruncatedIS, kDecoupled, kIcePop, kM2po };
 enum class LossAggregation { kTokenMean, kSeqMeanTokenMean, kSeqMeanTokenSumNorm };
+enum class RatioLevel { kToken, kSequence };
+// "token", "sequence"
+Result<RatioLevel> ParseRatioLevel(const std::string& name);
 // "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"
 Result<LossAggregation> ParseLossAggregation(const std::string& name);
 // "none", "tis", "decoupled", "icepop", "m2po"
@@ -67,6 +78,7 @@ struct PolicyLossOptions {
   double m2po_tau = 0.04;    // kM2po: bound on the kept tokens' mean (log w)^2 (M2PO's default)
   double decoupled_cap = 5.0;  // kDecoupled drops tokens whose w exceeds it (AReaL's behaviour weight cap)
   double clip_ratio_c = 3.0;   // dual clip: with A < 0 the objective is at least c A (verl's clip_ratio_c)
+  RatioLevel ratio = RatioLevel::kToken;  // kSequence: GSPO's length-normalised sequence ratio
   double kl_coef = 0.0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
 
@@ -391,6 +392,45 @@ TEST(PolicyLossTest, ClipFractionsByClip) {
   EXPECT_DOUBLE_EQ(out.clip_frac_low, 0.25);
   EXPECT_DOUBLE_EQ(out.clip_frac_dual, 0.25);
   EXPECT_DOUBLE_EQ(out.clip_frac, 0.75);
+}
+
+}  // namespace
+}  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+// GSPO's sequence ratio by hand: row 0's two tokens have log-ratios 0.1 and 0.3 (s = e^0.2),
+// row 1's one token -0.2 (s = e^-0.2); A = +1, -1. Averaged per completion (seq_mean_token_mean):
+// unclipped, loss = -(s0 - s1) / 2 and a token of row 0 gets -s0 / 2 / 2; clipped at 0.1, both
+// rows sit on the clip (s0 > 1.1 with A > 0, s1 < 0.9 with A < 0): loss -(1.1 - 0.9) / 2, no
+// gradient.
+TEST(PolicyLossTest, SequenceRatioAndItsClipByHand) {
+  const at::Tensor mask = at::tensor({1.0f, 1.0f, 1.0f, 0.0f}).view({2, 2});
+  PolicyLossInputs in;
+  in.behav_logp = at::full({2, 2}, -1.0);
+  in.logp = (in.behav_logp + at::tensor({0.1f, 0.3f, -0.2f, 0.0f}).view({2, 2})).requires_grad_(true);
+  in.advantages = at::tensor({1.0f, -1.0f});
+  in.mask = mask;
+  in.token_share = TokenShares(mask, LossAggregation::kSeqMeanTokenMean, 2);
+  PolicyLossOptions o;
+  o.ratio = RatioLevel::kSequence;
+  o.clip_low = o.clip_high = 0.5;
+  const double s0 = std::exp(0.2), s1 = std::exp(-0.2);
+  PolicyLossOutput out = PolicyLoss(in, o);
+  EXPECT_NEAR(out.loss.item<double>(), -(s0 - s1) / 2, 1e-6);
+  at::Tensor g = torch::autograd::grad({out.loss}, {in.logp})[0];
+  EXPECT_NEAR(g[0][0].item<double>(), -s0 / 4, 1e-6);
+  EXPECT_NEAR(g[0][1].item<double>(), -s0 / 4, 1e-6);
+  EXPECT_NEAR(g[1][0].item<double>(), s1 / 2, 1e-6);
+  EXPECT_EQ(g[1][1].item<double>(), 0.0);
+  o.clip_low = o.clip_high = 0.1;
+  out = PolicyLoss(in, o);
+  EXPECT_NEAR(out.loss.item<double>(), -(1.1 - 0.9) / 2, 1e-6);
+  EXPECT_DOUBLE_EQ(out.clip_frac, 1.0);
+  g = torch::autograd::grad({out.loss}, {in.logp})[0];
+  EXPECT_EQ(g.abs().max().item<double>(), 0.0);
+  EXPECT_FALSE(ParseRatioLevel("group").ok());
 }
 
 }  // namespace

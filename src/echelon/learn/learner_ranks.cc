@@ -43,6 +43,7 @@ void VisitOptions(Options& o, Field&& field) {
 json OptionsToJson(const LearnerOptions& o) {
   json j = {{"correction", static_cast<int>(o.loss.correction)},
             {"loss_aggregation", static_cast<int>(o.loss_aggregation)},
+            {"ratio", static_cast<int>(o.loss.ratio)},
             {"precision", static_cast<int>(o.precision)},
             {"shard", static_cast<int>(o.shard)},
             {"cuda", at::Device(o.device).is_cuda()}};
@@ -56,6 +57,7 @@ LearnerOptions OptionsFromJson(const json& j, int local_rank) {
   VisitOptions(o, [&](const char* key, auto& value) { value = j.at(key).get<std::decay_t<decltype(value)>>(); });
   o.loss.correction = static_cast<Correction>(j.at("correction").get<int>());
   o.loss_aggregation = static_cast<LossAggregation>(j.at("loss_aggregation").get<int>());
+  o.loss.ratio = static_cast<RatioLevel>(j.at("ratio").get<int>());
   o.precision = static_cast<Precision>(j.at("precision").get<int>());
   o.shard = static_cast<Shard>(j.at("shard").get<int>());
   o.device = j.at("cuda").get<bool>() ? "cuda:" + std::to_string(local_rank) : "cpu";

@@ -119,6 +119,45 @@ TEST(LearnerRanks, PackSequencesReachesEveryRank) {
   EXPECT_GT(MaxWeightDiff(one.model(), init), 1e-3);
 }
 
+// The loss options (aggregation, sequence ratios, overlong shaping and the limit it reads) reach
+// the workers: two ranks give one rank's weights with every one of them away from its default.
+TEST(LearnerRanks, LossOptionsReachEveryRank) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(8);
+  std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  // In every group one completion stopped exactly at the limit (5 tokens, the stop id last) and
+  // one was cut there: only the stop ids tell them apart.
+  for (LearnerGroup& g : groups)
+    for (size_t e = 0; e < 2; ++e) {
+      data::Turn& t = g.episodes[e].turns[0];
+      t.tokens = {3, 4, 5, 6, e == 0 ? int64_t{2} : int64_t{7}};
+      t.logprobs.assign(5, -2.0f);
+      g.episodes[e].reward = static_cast<double>(e);
+    }
+  LearnerOptions o;
+  o.lr = 1e-3;
+  o.micro_batch_tokens = 20;
+  o.loss_aggregation = LossAggregation::kSeqMeanTokenSumNorm;
+  o.loss.ratio = RatioLevel::kSequence;
+  o.loss.correction = Correction::kTruncatedIS;
+  o.overlong = {2, 0.5, true};
+  o.max_new_tokens = 5;
+  o.stop_ids = {2};
+  Learner one(Copy(init), o);
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_TRUE(one.Step(groups).ok());
+    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    ASSERT_TRUE(rank0.Step(groups).ok());
+  }
+  two.ranks->Stop();
+  ASSERT_TRUE(two.worker.get().ok());
+  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+  EXPECT_GT(MaxWeightDiff(one.model(), init), 1e-4);
+}
+
 // A worker that joins a run in progress gets rank 0's whole state: its next update is the
 // one-rank update from the same checkpoint.
 TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
