@@ -6,7 +6,7 @@ evictions, an attacker). Used by the system tests and bench/chaos.sh.
 
 Checks: every step exactly once and in order (0, 1, ...), version = step + 1, no group
 consumed twice, staleness_max <= S on every line, and on every line that carries the counts
-groups_issued = consumed + dropped_stale + reissued + in_flight; optionally the step and group
+groups_issued = consumed + dropped_stale + filtered + reissued + in_flight; optionally the step and group
 totals, the last line's event and the number of resume events (kept, or set aside by a resume
 that cut the history back). Prints "ok ..." with the totals, or one "FAIL: ..." per violation
 and "not ok"; exits 0 or 1.
@@ -51,9 +51,11 @@ need(len(set(groups)) == len(groups), "a group consumed twice")
 need(all(l["staleness_max"] <= a.staleness for l in train), "staleness above S: %s" % [l["staleness_max"] for l in train])
 for l in lines:
     if "groups_issued" in l:
-        need(l["groups_issued"] == l["groups_consumed"] + l["groups_dropped_stale"] + l["groups_reissued"] + l["groups_in_flight"],
+        need(l["groups_issued"] == l["groups_consumed"] + l["groups_dropped_stale"] + l.get("groups_filtered", 0) +
+             l["groups_reissued"] + l["groups_in_flight"],
              "counts do not add up: %s" % {k: l.get(k) for k in ("step", "event", "groups_issued", "groups_consumed",
-                                                                   "groups_dropped_stale", "groups_reissued", "groups_in_flight")})
+                                                                   "groups_dropped_stale", "groups_filtered", "groups_reissued",
+                                                                   "groups_in_flight")})
 if a.steps is not None:
     need(len(train) == a.steps, "%d steps, expected %d" % (len(train), a.steps))
 if a.steps is not None and a.batch is not None:

@@ -230,6 +230,13 @@ const TrainKeys& Keys() {
           "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
           "region around the update's starting policy (pi_prox of the tis / decoupled corrections)", kLearner, AT(learner.minibatches));
     k.Bool("rl.scale_by_std", true, "divide group advantages by the group's reward std (GRPO)", kLearner, AT(learner.scale_by_std));
+    k.Bool("rl.dynamic_sampling", false,
+           "DAPO's dynamic sampling: groups whose task rewards have no spread are dropped before the update and "
+           "more prompts are drawn until the batch is full (within the staleness bound)", kLearner,
+           AT(dynamic_sampling));
+    k.Int("rl.dynamic_sampling_max", 8, 1, 100000,
+          "dynamic sampling drops at most this many x rl.groups_per_step groups for one update; past it, groups "
+          "without a spread enter the batch", kLearner, AT(dynamic_sampling_max));
     k.String("rl.loss_aggregation", "token_mean",
              "how token losses add up to an update's: token_mean (every token alike, DAPO), seq_mean_token_mean (every "
              "completion one vote), seq_mean_token_sum_norm (token sums over rollout.max_new_tokens, Dr. GRPO)",

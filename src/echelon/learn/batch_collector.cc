@@ -1,5 +1,7 @@
 #include "echelon/learn/batch_collector.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 
 namespace echelon::learn {
@@ -8,6 +10,12 @@ namespace {
 std::string FormatSeconds(double seconds) { return std::to_string(static_cast<int64_t>(std::lround(seconds))) + " s"; }
 
 }  // namespace
+
+bool ZeroSpread(const contract::GroupRollout& g) {
+  for (const data::Episode& e : g.episodes)
+    if (e.reward != g.episodes.front().reward) return false;
+  return true;
+}
 
 BatchCollector::BatchCollector(const CollectorOptions& options, sched::Dispatcher* dispatcher, ArrivalQueue* arrivals,
                                std::function<std::vector<std::string>()> evict_silent, const Clock* clock)
@@ -30,6 +38,19 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
     wait = options_.poll_seconds;
     if (!got.empty()) last_arrival_ = clock_->Now();
     for (contract::GroupRollout& g : got) {
+      if (options_.dynamic_sampling && ZeroSpread(g)) {
+        if (filtered_ < options_.max_filtered_per_batch * options_.batch_groups) {
+          dispatcher_->Settle(g.group_id, sched::Outcome::kFiltered);
+          ++filtered_;
+          continue;
+        }
+        if (!warned_) {
+          spdlog::warn("dynamic sampling: {} groups without a reward spread for one update (rl.dynamic_sampling_max "
+                       "x rl.groups_per_step); such groups now enter the batch of that update (trained at zero advantage)",
+                       filtered_);
+          warned_ = true;
+        }
+      }
       assembler_.Add(g.group_id, g.behavior_version);
       const uint64_t id = g.group_id;
       waiting_[id] = std::move(g);
@@ -50,6 +71,8 @@ Result<std::optional<CollectedBatch>> BatchCollector::Collect(int64_t step, cons
       }
       b.decision = std::move(d);
       b.wait_seconds = clock_->Now() - start;
+      b.filtered = filtered_;
+      filtered_ = 0;
       return std::optional<CollectedBatch>(std::move(b));
     }
     if (clock_->Now() - last_arrival_ > options_.stall_timeout_seconds)

@@ -197,6 +197,8 @@ class LearnerRun {
     co.max_staleness = Staleness();
     co.batch_groups = options_.groups_per_step;
     co.stall_timeout_seconds = options_.stall_timeout_seconds;
+    co.dynamic_sampling = options_.dynamic_sampling;
+    co.max_filtered_per_batch = options_.dynamic_sampling_max;
     BatchCollector collector(co, dispatcher_.get(), intake_.get(), [this] { return transport_.EvictSilent(); }, &clock_);
     t_rl_ = clock_.Now();
     for (int64_t t = learner_->version(); t < options_.steps; ++t) {
@@ -334,6 +336,8 @@ class LearnerRun {
     r.groups_issued = static_cast<int64_t>(c.handed_out);
     r.groups_consumed = static_cast<int64_t>(c.consumed);
     r.groups_dropped_stale = static_cast<int64_t>(c.dropped_stale);
+    r.groups_filtered = static_cast<int64_t>(c.filtered);
+    if (options_.dynamic_sampling) r.filtered_groups = batch.filtered;
     r.groups_reissued = static_cast<int64_t>(c.reissued);
     r.groups_in_flight = static_cast<int64_t>(c.outstanding + c.pending);
     r.refused = AllRefusals();
@@ -448,6 +452,7 @@ class LearnerRun {
                                             {"groups_issued", c.handed_out},
                                             {"groups_consumed", c.consumed},
                                             {"groups_dropped_stale", c.dropped_stale},
+                                            {"groups_filtered", c.filtered},
                                             {"groups_reissued", c.reissued},
                                             {"groups_in_flight", c.outstanding + c.pending},
                                             {"actor_groups", intake_->actor_groups()},

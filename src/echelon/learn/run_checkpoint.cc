@@ -25,8 +25,8 @@ constexpr const char* kMasterFile = "master_weights.safetensors";
 
 nlohmann::json CountsToJson(const sched::DispatchCounts& c) {
   return {{"handed_out", c.handed_out}, {"consumed", c.consumed},       {"dropped_stale", c.dropped_stale},
-          {"reissued", c.reissued},     {"outstanding", c.outstanding}, {"pending", c.pending},
-          {"refused", c.refused},       {"awaiting_reissue", c.awaiting_reissue}};
+          {"filtered", c.filtered},     {"reissued", c.reissued},       {"outstanding", c.outstanding},
+          {"pending", c.pending},       {"refused", c.refused},         {"awaiting_reissue", c.awaiting_reissue}};
 }
 
 // Reads typed fields of one JSON object, remembering the first problem.
@@ -49,6 +49,11 @@ class Reader {
       Fail(key, "a value of the right type");
       return T{};
     }
+  }
+  // A field added after checkpoints were first written: `fallback` when absent.
+  template <typename T>
+  T GetOr(const std::string& key, T fallback) {
+    return j_.contains(key) ? Get<T>(key) : fallback;
   }
   const nlohmann::json& Sub(const std::string& key) {
     static const nlohmann::json kEmpty = nlohmann::json::object();
@@ -180,6 +185,7 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   k.handed_out = c.Get<uint64_t>("handed_out");
   k.consumed = c.Get<uint64_t>("consumed");
   k.dropped_stale = c.Get<uint64_t>("dropped_stale");
+  k.filtered = c.GetOr<uint64_t>("filtered", 0);
   k.reissued = c.Get<uint64_t>("reissued");
   k.outstanding = c.Get<uint64_t>("outstanding");
   k.pending = c.Get<uint64_t>("pending");

@@ -43,7 +43,11 @@ struct RunOptions {
   double temperature = 0;
   double top_p = 0;
   int64_t top_k = 0;     // 0: off
-  bool partial = false;  // rollout.partial: generations move to newer snapshots midway (rollout::ActorOptions)
+  bool partial = false;
+  // rl.dynamic_sampling: groups without a reward spread are dropped and more prompts drawn
+  // (learn/batch_collector.h), up to dynamic_sampling_max x groups_per_step per update.
+  bool dynamic_sampling = false;
+  int64_t dynamic_sampling_max = 8;  // rollout.partial: generations move to newer snapshots midway (rollout::ActorOptions)
   double min_p = 0;    // 0: off
   int64_t max_new_tokens = 0;
   int64_t slots = 0;  // the builtin engine's sequence slots (model::SamplingParams::slots; 0: every row)

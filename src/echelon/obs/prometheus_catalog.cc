@@ -36,6 +36,8 @@ const std::map<std::string, Series>& Catalog() {
       {"groups_issued", {"echelon_groups_issued_total", C, "groups handed to actors"}},
       {"groups_consumed", {"echelon_groups_consumed_total", C, "groups trained on"}},
       {"groups_dropped_stale", {"echelon_groups_dropped_stale_total", C, "groups dropped for exceeding the staleness bound"}},
+      {"groups_filtered", {"echelon_groups_filtered_total", C, "groups dynamic sampling dropped for having no reward spread"}},
+      {"filtered_groups", {"echelon_filtered_groups", G, "groups dynamic sampling dropped while the last batch was collected"}},
       {"groups_reissued", {"echelon_groups_reissued_total", C, "groups issued again after a lease expired or an actor left"}},
       {"groups_in_flight", {"echelon_groups_in_flight", G, "groups issued and not yet settled"}},
       {"refused", {"echelon_refused_total", C, "refused submissions and calls, by reason", "reason"}},

@@ -27,6 +27,8 @@ void VisitFields(R& r, V& v) {
   v.Counts("refused", r.refused);
   v.Count("groups_consumed", r.groups_consumed);
   v.Count("groups_dropped_stale", r.groups_dropped_stale);
+  v.Count("groups_filtered", r.groups_filtered);
+  v.Count("filtered_groups", r.filtered_groups);
   v.Count("groups_reissued", r.groups_reissued);
   v.Count("groups_issued", r.groups_issued);
   v.Count("groups_in_flight", r.groups_in_flight);

@@ -62,8 +62,10 @@ struct StepRecord {
   std::vector<uint64_t> consumed_groups;       // group ids of the batch
 
   // Dispatcher counts after the update (running totals):
-  // issued = consumed + dropped_stale + reissued + in_flight.
+  // issued = consumed + dropped_stale + filtered + reissued + in_flight.
   std::optional<int64_t> groups_issued, groups_consumed, groups_dropped_stale, groups_reissued, groups_in_flight;
+  std::optional<int64_t> groups_filtered;  // total dropped by dynamic sampling (counts in the sum above when present)
+  std::optional<int64_t> filtered_groups;  // dynamic sampling: groups dropped while this update's batch was collected
   std::map<std::string, int64_t> refused;       // refused submissions and calls, by reason (totals)
   std::optional<int64_t> actors;                // live actors
   std::map<std::string, int64_t> actor_groups;  // accepted groups per actor name (totals)

@@ -28,6 +28,8 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.groups_dropped_stale = 1;
   r.groups_reissued = 3;
   r.groups_in_flight = 8;
+  r.groups_filtered = 5;
+  r.filtered_groups = 2;
   r.refused = {{"bad_logprob", 2}};
   r.actors = 2;
   r.actor_groups = {{"actor-0", 20}, {"actor-1", 9}};
@@ -75,7 +77,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 62u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 64u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 

@@ -89,10 +89,10 @@ void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {
   settled_[group_id] = it->second;
   pending_.erase(it);
   admitted_staleness_.erase(group_id);
-  if (outcome == Outcome::kConsumed) {
-    ++counts_.consumed;
-  } else {
-    ++counts_.dropped_stale;
+  switch (outcome) {
+    case Outcome::kConsumed: ++counts_.consumed; break;
+    case Outcome::kDroppedStale: ++counts_.dropped_stale; break;
+    case Outcome::kFiltered: ++counts_.filtered; break;
   }
 }
 
@@ -185,9 +185,9 @@ Status Dispatcher::Restore(const DispatcherState& state, uint64_t lease_base) {
                     " as unsettled but only " + std::to_string(state.next_group) + " were ever handed out");
   if (state.version < 0) return DataLoss("dispatcher state has a negative version");
   const DispatchCounts& c = state.counts;
-  // Every hand-out ended (consumed, dropped, re-issued) or is one of the unsettled ones, which
-  // were outstanding or pending when saved.
-  if (c.handed_out != c.consumed + c.dropped_stale + c.reissued + c.outstanding + c.pending ||
+  // Every hand-out ended (consumed, dropped, filtered, re-issued) or is one of the unsettled
+  // ones, which were outstanding or pending when saved.
+  if (c.handed_out != c.consumed + c.dropped_stale + c.filtered + c.reissued + c.outstanding + c.pending ||
       c.outstanding + c.pending + c.awaiting_reissue != state.unsettled.size())
     return DataLoss("dispatcher counts do not add up (handed_out " + std::to_string(c.handed_out) + ")");
   std::lock_guard<std::mutex> lock(mu_);

@@ -26,9 +26,11 @@
 // max_group_tokens. One worker's actors together hold at most max_leases_per_worker running
 // leases: more Acquire calls get nothing until one ends.
 //
-// Every hand-out ends exactly once as consumed, dropped-stale or re-issued (lease expired or
+// Every hand-out ends exactly once as consumed, dropped-stale, filtered (dynamic sampling: a
+// group whose rewards have no spread, dropped before any update) or re-issued (lease expired or
 // holder evicted), or is still outstanding/pending:
-//   handed_out == consumed + dropped_stale + reissued + outstanding + pending
+//   handed_out == consumed + dropped_stale + filtered + reissued + outstanding + pending
+// Dropped and filtered groups free their admission slot, so more prompts are drawn in their place.
 //
 //   Dispatcher d({.max_staleness = 2, .batch_groups = 32, .lease_seconds = 60}, &clock);
 //   if (auto w = d.Acquire("actor-0")) { ...; d.Submit(w->group_id, w->lease_id); }
@@ -69,12 +71,13 @@ std::string WorkerName(const std::string& actor_id);
 // kForeignLease: the lease is current but was handed to another actor (a forgery: an honest
 // actor only submits the leases it was given).
 enum class SubmitResult { kAccepted, kUnknownGroup, kNotLeaseHolder, kAlreadySettled, kForeignLease };
-enum class Outcome { kConsumed, kDroppedStale };
+enum class Outcome { kConsumed, kDroppedStale, kFiltered };
 
 struct DispatchCounts {
   uint64_t handed_out = 0;      // hand-outs, re-issues included
   uint64_t consumed = 0;        // groups
   uint64_t dropped_stale = 0;   // groups
+  uint64_t filtered = 0;        // groups dropped by dynamic sampling (no reward spread)
   uint64_t reissued = 0;        // hand-outs that ended by lease expiry or eviction
   uint64_t outstanding = 0;     // hand-outs not yet submitted (running)
   uint64_t pending = 0;         // submitted, waiting for the learner to settle
