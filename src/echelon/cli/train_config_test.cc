@@ -3,6 +3,7 @@
 // and every adapter option once, and the docs table is the generated one.
 #include "echelon/cli/train_config.h"
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -176,6 +177,29 @@ TEST(TrainSchema, RolloutTransportIsReadIntoTheRunOptions) {
     Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
     ASSERT_TRUE(o.ok()) << o.status().message();
     EXPECT_EQ(o->thread_actors, threads) << value;
+  }
+}
+
+// Every shipped training config reads without an error (one for a GPU fleet with learner.device
+// cpu where this LibTorch has no CUDA). The DAPO ones set the recipe's keys.
+TEST(TrainSchema, ShippedTrainingConfigsRead) {
+  const std::string dir = std::string(ECHELON_TEST_DATA) + "/../../configs/";
+  for (const std::string name : {"math-tiny", "poker-tiny", "gsm8k-style", "dapo-tiny", "dapo-qwen3"}) {
+    Result<Config> cfg = Config::Load(TrainSchema(), dir + name + ".yaml", {});
+    ASSERT_TRUE(cfg.ok()) << name << ": " << cfg.status().message();
+    Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
+    if (!o.ok() && !at::hasCUDA() && o.status().message().find("learner.device") != std::string::npos) {
+      // The rest of it, on this machine (its cores bound the ranks).
+      cfg = Config::Load(TrainSchema(), dir + name + ".yaml", {"learner.device=cpu", "learner.ranks=1"});
+      ASSERT_TRUE(cfg.ok()) << name << ": " << cfg.status().message();
+      o = RunOptionsFromConfig(cfg.value());
+    }
+    ASSERT_TRUE(o.ok()) << name << ": " << o.status().message();
+    if (name.rfind("dapo", 0) == 0) {
+      EXPECT_TRUE(o->dynamic_sampling) << name;
+      EXPECT_GT(o->learner.overlong.buffer, 0) << name;
+      EXPECT_EQ(o->learner.loss.clip_high, 0.28) << name;
+    }
   }
 }
 
