@@ -29,6 +29,10 @@ for key in step version wall_s reward_mean staleness_mean staleness_max groups_c
   check "metrics carry $key" test "$(grep -c "\"$key\"" run/metrics.jsonl)" -ge 4
 done
 check "resolved config keeps --set" contains run/config.yaml "steps: 4"
+check "samples.jsonl: 4 completions per update (B = 4)" test "$(wc -l < run/samples.jsonl)" -eq 16
+for key in step version group worker prompt completion reward; do
+  check "samples carry $key" test "$(grep -c "\"$key\"" run/samples.jsonl)" -eq 16
+done
 
 # eval on the run's held-out set: last line is {"accuracy": A, "n": N}.
 timeout 120 "$ECHELON" eval --checkpoint run/checkpoints/final --data run/heldout.jsonl > eval.out 2> eval.err

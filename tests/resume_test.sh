@@ -112,6 +112,12 @@ check "at most checkpoint.keep=3 resumable checkpoints" test "$(ls -d run/checkp
   --resumes 4 --discarded run/metrics.discarded.jsonl > check1.out 2>&1
 check "the history kept has a resume event" grep -q '"event":"resume"' run/metrics.jsonl
 check "metrics across the restarts" grep -q '^ok' check1.out
+# samples.jsonl was cut back with metrics.jsonl at every resume: each update's samples once, in order.
+check "samples once per update across the restarts" /usr/bin/python3 -c "
+import json, sys
+steps = [json.loads(l)['step'] for l in open('run/samples.jsonl') if l.strip()]
+ok = steps == sorted(steps) and all(steps.count(s) <= 4 for s in set(steps)) and set(steps) == set(range(max(steps) + 1))
+sys.exit(0 if ok else 1)"
 cat check1.out
 
 # --- 2. S=0: killed and resumed == uninterrupted, bit for bit --------------------------

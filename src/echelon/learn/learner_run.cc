@@ -28,6 +28,11 @@ namespace echelon::learn {
 namespace fs = std::filesystem;
 namespace {
 
+// Completions written to samples.jsonl per update: enough to read what the policy writes as a run
+// goes, few enough that the file stays a small fraction of the run directory (a 20k-token
+// completion is ~80 KB; four per update over 1,000 updates is ~320 MB at that length).
+constexpr size_t kSamplesPerStep = 4;
+
 std::string FormatDuration(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
   std::ostringstream ss;
@@ -83,6 +88,7 @@ class LearnerRun {
                                                   : StartFresh(options_, *task_, args_.run_dir, args_.resolved_yaml,
                                                                evaluate_, metrics_, progress_, clock_, t_start_));
     const RunState& rs = start_.state;
+    ECHELON_RETURN_IF_ERROR(OpenSamples(rs));
     summary_.warmstart_accuracy = rs.warmstart_accuracy;
     summary_.heldout_n = rs.heldout_n;
     wall_base_ = rs.wall_seconds - (clock_.Now() - t_start_);  // run time before this process
@@ -252,6 +258,39 @@ class LearnerRun {
     return stats;
   }
 
+  // samples.jsonl, the completions a user reads when a run degrades: opened fresh, or on resume cut
+  // back to where the checkpoint was (the cut lines go to samples.discarded.jsonl).
+  Status OpenSamples(const RunState& rs) {
+    const std::string path = (fs::path(args_.run_dir) / "samples.jsonl").string();
+    if (args_.resume && fs::exists(path)) {
+      ECHELON_RETURN_IF_ERROR(
+          obs::MetricsLog::RollBack(path, rs.samples_bytes,
+                                    (fs::path(args_.run_dir) / "samples.discarded.jsonl").string())
+              .status());
+    }
+    return samples_.Open(path);
+  }
+
+  // The first episode of the batch's first kSamplesPerStep groups, one line each: prompt,
+  // completion (the learner's decoding), reward, version and worker.
+  Status WriteSamples(int64_t t, const CollectedBatch& batch) {
+    for (size_t i = 0; i < batch.groups.size() && i < kSamplesPerStep; ++i) {
+      const contract::GroupRollout& g = batch.groups[i];
+      if (g.episodes.empty() || g.episodes.front().turns.empty()) continue;
+      const data::Episode& e = g.episodes.front();
+      ECHELON_RETURN_IF_ERROR(samples_.Write({{"step", t},
+                                              {"version", learner_->version()},
+                                              {"group", g.group_id},
+                                              {"behavior_version", g.behavior_version},
+                                              {"worker", ActorName(g.actor)},
+                                              {"prompt", g.prompt.text},
+                                              {"completion", e.turns.back().text},
+                                              {"turns", e.turns.size()},
+                                              {"reward", e.reward}}));
+    }
+    return Status::Ok();
+  }
+
   // The update's metrics line (obs/step_record.h), Prometheus gauges and progress line.
   Status Record(int64_t t, const CollectedBatch& batch, const StepStats& stats, double step_start) {
     for (const std::string& w : dispatcher_->capped_workers())
@@ -269,6 +308,7 @@ class LearnerRun {
     const nlohmann::json line = r.ToJson();
     if (http_) obs::PublishStepLine(line, http_->registry());
     ECHELON_RETURN_IF_ERROR(metrics_.Write(line));
+    ECHELON_RETURN_IF_ERROR(WriteSamples(t, batch));
     const double eta = RlWallNow() / (t + 1) * (options_.steps - t - 1);
     progress_ << "step " << t + 1 << "/" << options_.steps << " v" << *r.version << std::fixed << std::setprecision(3)
               << " reward " << r.reward_mean << " acc " << r.accuracy << std::setprecision(2) << " stale "
@@ -398,6 +438,7 @@ class LearnerRun {
     rs.busy_seconds = busy_seconds_;
     rs.consumed_tokens = consumed_tokens_;
     rs.metrics_bytes = metrics_.bytes();
+    rs.samples_bytes = samples_.bytes();
     rs.dispatcher = dispatcher_->Export();
     rs.refusals = intake_->refusals();
     rs.accepted_tokens = intake_->accepted_tokens();
@@ -497,6 +538,7 @@ class LearnerRun {
   RunSummary summary_;
   std::unique_ptr<data::TaskAdapter> task_;
   obs::MetricsLog metrics_;
+  obs::MetricsLog samples_;  // samples.jsonl
   RunStart start_;
   std::unique_ptr<LearnerRanks> ranks_;  // data-parallel workers, when there are any
   std::unique_ptr<Learner> learner_;

@@ -138,6 +138,7 @@ nlohmann::json RunStateToJson(const RunState& s) {
           {"busy_seconds", s.busy_seconds},
           {"consumed_tokens", s.consumed_tokens},
           {"metrics_bytes", s.metrics_bytes},
+          {"samples_bytes", s.samples_bytes},
           {"warmstart_accuracy", s.warmstart_accuracy},
           {"heldout_n", s.heldout_n},
           {"resumes", s.resumes},
@@ -166,6 +167,7 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   s.busy_seconds = r.Get<double>("busy_seconds");
   s.consumed_tokens = r.Get<int64_t>("consumed_tokens");
   s.metrics_bytes = r.Get<uint64_t>("metrics_bytes");
+  s.samples_bytes = r.GetOr<uint64_t>("samples_bytes", 0);
   s.warmstart_accuracy = r.Get<double>("warmstart_accuracy");
   s.heldout_n = r.Get<int64_t>("heldout_n");
   s.resumes = r.Get<int64_t>("resumes");

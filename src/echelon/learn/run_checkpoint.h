@@ -40,6 +40,7 @@ struct RunState {
   double busy_seconds = 0;        // learner time spent in updates
   int64_t consumed_tokens = 0;
   uint64_t metrics_bytes = 0;     // metrics.jsonl length when the checkpoint was taken
+  uint64_t samples_bytes = 0;     // samples.jsonl's (absent in checkpoints of older releases: 0)
   double warmstart_accuracy = 0;  // for the final summary
   int64_t heldout_n = 0;
   int64_t resumes = 0;            // how many times the run had been resumed
