@@ -74,9 +74,20 @@ const root = protobuf.parse(`
     message Value {
       string node_name = 7;
       string tag = 1;
-      oneof value { float simple_value = 2; bytes obsolete_old_style_histogram = 3; }
+      oneof value { float simple_value = 2; bytes obsolete_old_style_histogram = 3; TensorProto tensor = 8; }
+      SummaryMetadata metadata = 9;
     }
     repeated Value value = 1;
+  }
+  message TensorShapeProto {}
+  message TensorProto {
+    int32 dtype = 1;
+    TensorShapeProto tensor_shape = 2;
+    repeated bytes string_val = 8;
+  }
+  message SummaryMetadata {
+    message PluginData { string plugin_name = 1; bytes content = 2; }
+    PluginData plugin_data = 1;
   }
   message SessionLog {
     enum SessionStatus { STATUS_UNSPECIFIED = 0; START = 1; STOP = 2; CHECKPOINT = 3; }
@@ -107,7 +118,8 @@ const files = fs.readdirSync(dir).filter((f) => f.includes('tfevents')).sort();
 check(files.length === Number(expectFiles), `${expectFiles} event file(s)`, files.join(' '));
 const host = os.hostname();
 let got = [];  // the scalar events TensorBoard keeps, in order
-let records = 0, purges = 0, dropped = 0;
+let texts = [];  // the text events it keeps: {step, text}
+let records = 0, purges = 0, dropped = 0, droppedTexts = 0, textRecords = 0;
 for (const name of files) {
   const m = /^events\.out\.tfevents\.(\d+)\.(.+)$/.exec(name);
   check(m !== null && (m[2] === host || m[2].startsWith(`${host}.`)), 'name is events.out.tfevents.<secs>.<hostname>', name);
@@ -140,10 +152,22 @@ for (const name of files) {
       const kept = got.filter((g) => g.step < ev.step);
       dropped += got.length - kept.length;
       got = kept;
+      const keptTexts = texts.filter((t) => t.step < ev.step);
+      droppedTexts += texts.length - keptTexts.length;
+      texts = keptTexts;
       purges++;
       continue;
     }
     check(ev.summary !== undefined && ev.file_version === undefined, `${name}: a summary event`, JSON.stringify(ev));
+    const first_value = ev.summary?.value?.[0];
+    if (first_value?.metadata !== undefined) {
+      textRecords++;
+      check(ev.summary.value.length === 1 && first_value.tag === 'samples', `${name}: one text value tagged samples`);
+      check(first_value.metadata.plugin_data?.plugin_name === 'text', `${name}: text plugin`, JSON.stringify(first_value.metadata));
+      check(first_value.tensor?.dtype === 7 && first_value.tensor.string_val.length === 1, `${name}: one DT_STRING`);
+      texts.push({ step: ev.step, text: Buffer.from(first_value.tensor?.string_val?.[0] ?? []).toString('utf8') });
+      continue;
+    }
     const values = new Map();
     for (const v of ev.summary?.value ?? []) {
       check(!values.has(v.tag), `${name}: tag ${v.tag} once per event`);
@@ -160,9 +184,23 @@ const discarded = fs.existsSync(discardedPath)
   ? fs.readFileSync(discardedPath, 'utf8').split('\n').filter((l) => l.trim() !== '' && flatten(JSON.parse(l)).size > 0).length
   : 0;
 check(dropped === discarded, 'the events dropped are the lines moved to metrics.discarded.jsonl', `${dropped} vs ${discarded}`);
-check(records === files.length + purges + want.length + discarded,
-      'record count: file versions + session starts + one per line, discarded lines included',
-      `${records} records, ${want.length} lines, ${discarded} discarded, ${files.length} files`);
+// samples.jsonl: one text event per step that has samples, holding each sample's completion.
+const readLines = (p) => fs.existsSync(p) ? fs.readFileSync(p, 'utf8').split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l)) : [];
+const samples = readLines(path.join(dir, 'samples.jsonl'));
+const sampleSteps = [...new Set(samples.map((s) => s.step))];
+const discardedSteps = new Set(readLines(path.join(dir, 'samples.discarded.jsonl')).map((s) => s.step)).size;
+check(droppedTexts === discardedSteps, 'the text events dropped are the steps moved to samples.discarded.jsonl', `${droppedTexts} vs ${discardedSteps}`);
+check(texts.length === sampleSteps.length && texts.every((t, i) => t.step === sampleSteps[i]),
+      'one text event per step of samples.jsonl, in order', `${texts.map((t) => t.step)} vs ${sampleSteps}`);
+for (const s of samples) {
+  const t = texts.find((x) => x.step === s.step);
+  check(t !== undefined && t.text.includes(`**group ${s.group}**`) && t.text.includes(s.completion),
+        `step ${s.step}: the text holds group ${s.group} and its completion`);
+}
+check(records === files.length + purges + want.length + discarded + textRecords,
+      'record count: file versions + session starts + one per line, discarded lines included, + text events',
+      `${records} records, ${want.length} lines, ${discarded} discarded, ${files.length} files, ${textRecords} texts`);
+check(textRecords === texts.length + droppedTexts, 'every text event read is kept or dropped by a START');
 check(got.length === want.length, 'one event per metrics line', `${got.length} vs ${want.length}`);
 for (let i = 0; i < Math.min(got.length, want.length); i++) {
   const g = got[i], w = want[i];
@@ -174,7 +212,7 @@ for (let i = 0; i < Math.min(got.length, want.length); i++) {
     check(g.values.get(tag) === f, `line ${i + 1}: ${tag} equals ${v} as float32`, String(g.values.get(tag)));
   }
 }
-console.log(`${records} records in ${files.length} file(s), ${got.length} metrics lines checked, ${dropped} dropped by a resume`);
+console.log(`${records} records in ${files.length} file(s), ${got.length} metrics lines and ${texts.length} sample texts checked, ${dropped} + ${droppedTexts} dropped by a resume`);
 process.exit(failures === 0 ? 0 : 1);
 JS
 ln -s "$NPM_DIR/node_modules" node_modules  # ES modules resolve packages from the script's directory up

@@ -272,23 +272,40 @@ class LearnerRun {
   }
 
   // The first episode of the batch's first kSamplesPerStep groups, one line each: prompt,
-  // completion (the learner's decoding), reward, version and worker.
+  // completion (the learner's decoding), reward, version and worker; the same as one markdown
+  // text at the step in TensorBoard's Text tab.
   Status WriteSamples(int64_t t, const CollectedBatch& batch) {
+    std::string markdown;
     for (size_t i = 0; i < batch.groups.size() && i < kSamplesPerStep; ++i) {
       const contract::GroupRollout& g = batch.groups[i];
       if (g.episodes.empty() || g.episodes.front().turns.empty()) continue;
       const data::Episode& e = g.episodes.front();
+      const std::string& completion = e.turns.back().text;
       ECHELON_RETURN_IF_ERROR(samples_.Write({{"step", t},
                                               {"version", learner_->version()},
                                               {"group", g.group_id},
                                               {"behavior_version", g.behavior_version},
                                               {"worker", ActorName(g.actor)},
                                               {"prompt", g.prompt.text},
-                                              {"completion", e.turns.back().text},
+                                              {"completion", completion},
                                               {"turns", e.turns.size()},
                                               {"reward", e.reward}}));
+      std::ostringstream md;
+      md << "**group " << g.group_id << "** · worker " << ActorName(g.actor) << " · behaviour version "
+         << g.behavior_version << " · reward " << e.reward << "\n\n" << CodeBlock(g.prompt.text) << "\n"
+         << CodeBlock(completion) << "\n";
+      markdown += md.str();
     }
-    return Status::Ok();
+    if (markdown.empty()) return Status::Ok();
+    return metrics_.MirrorText(t, "samples", markdown);
+  }
+
+  // A fenced markdown code block whose fence is longer than any run of backticks in `text`.
+  static std::string CodeBlock(const std::string& text) {
+    size_t longest = 0, run = 0;
+    for (char c : text) longest = std::max(longest, run = c == '`' ? run + 1 : 0);
+    const std::string fence(std::max<size_t>(3, longest + 1), '`');
+    return fence + "\n" + text + "\n" + fence + "\n";
   }
 
   // The update's metrics line (obs/step_record.h), Prometheus gauges and progress line.

@@ -43,6 +43,12 @@ Status MetricsLog::Write(const nlohmann::json& line) {
   return tensorboard_->WriteScalars(MetricsLineStep(line), UnixSeconds(), scalars);
 }
 
+Status MetricsLog::MirrorText(int64_t step, const std::string& tag, std::string_view markdown) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tensorboard_ == nullptr) return Status::Ok();
+  return tensorboard_->WriteText(step, UnixSeconds(), tag, markdown);
+}
+
 uint64_t MetricsLog::bytes() {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr || std::fseek(file_, 0, SEEK_END) != 0) return 0;

@@ -35,6 +35,9 @@ class MetricsLog {
   // writes the line. A resumed run passes the step it redoes from (`purge_from`): TensorBoard
   // then drops the points of earlier files at and after it, as the resume cut metrics.jsonl.
   Status MirrorToTensorBoard(const std::string& dir, std::optional<int64_t> purge_from = std::nullopt);
+  // A text summary at `step` in the mirrored event file (nothing is written to the log itself;
+  // nothing at all unless mirrored).
+  Status MirrorText(int64_t step, const std::string& tag, std::string_view markdown);
   // Bytes in the file so far (a line boundary: lines are written whole and flushed).
   uint64_t bytes();
 

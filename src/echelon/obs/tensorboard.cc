@@ -76,6 +76,13 @@ void PutBytes(std::string* out, uint32_t field, std::string_view bytes) {
 constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5,
                    kEventSessionLog = 7;
 constexpr uint32_t kSummaryValue = 1, kValueTag = 1, kValueSimpleValue = 2;
+// Text (TensorBoard's text plugin, as tf.summary.text writes it): Value {8 tensor TensorProto,
+// 9 metadata SummaryMetadata}; TensorProto {1 dtype (DT_STRING = 7), 2 tensor_shape (empty:
+// a scalar), 8 repeated string_val}; SummaryMetadata {1 plugin_data PluginData}; PluginData
+// {1 plugin_name}.
+constexpr uint32_t kValueTensor = 8, kValueMetadata = 9;
+constexpr uint32_t kTensorDtype = 1, kTensorShape = 2, kTensorStringVal = 8, kDtypeString = 7;
+constexpr uint32_t kMetadataPluginData = 1, kPluginName = 1;
 constexpr uint32_t kSessionLogStatus = 1, kSessionLogStart = 1;
 
 std::string EventHeader(int64_t step, double wall_time) {
@@ -124,6 +131,27 @@ std::string ScalarsEvent(int64_t step, double wall_time, const Scalars& scalars)
     PutFloat(&v, kValueSimpleValue, static_cast<float>(value));
     PutBytes(&summary, kSummaryValue, v);
   }
+  std::string event = EventHeader(step, wall_time);
+  PutBytes(&event, kEventSummary, summary);
+  return event;
+}
+
+std::string TextEvent(int64_t step, double wall_time, const std::string& tag, std::string_view markdown) {
+  std::string tensor;
+  PutTag(&tensor, kTensorDtype, kVarint);
+  PutVarint(&tensor, kDtypeString);
+  PutBytes(&tensor, kTensorShape, "");
+  PutBytes(&tensor, kTensorStringVal, markdown);
+  std::string plugin_data;
+  PutBytes(&plugin_data, kPluginName, "text");
+  std::string metadata;
+  PutBytes(&metadata, kMetadataPluginData, plugin_data);
+  std::string value;
+  PutBytes(&value, kValueTag, tag);
+  PutBytes(&value, kValueTensor, tensor);
+  PutBytes(&value, kValueMetadata, metadata);
+  std::string summary;
+  PutBytes(&summary, kSummaryValue, value);
   std::string event = EventHeader(step, wall_time);
   PutBytes(&event, kEventSummary, summary);
   return event;
@@ -178,6 +206,10 @@ Status TensorBoardWriter::Open(const std::string& dir) {
 
 Status TensorBoardWriter::WriteScalars(int64_t step, double wall_time, const Scalars& scalars) {
   return WriteRecord(tensorboard::ScalarsEvent(step, wall_time, scalars));
+}
+
+Status TensorBoardWriter::WriteText(int64_t step, double wall_time, const std::string& tag, std::string_view markdown) {
+  return WriteRecord(tensorboard::TextEvent(step, wall_time, tag, markdown));
 }
 
 Status TensorBoardWriter::WriteSessionStart(int64_t step, double wall_time) {

@@ -3,7 +3,7 @@
 // file (uint64 length, masked CRC32C of the length, data, masked CRC32C of the data) of
 // protobuf `Event` messages, encoded here by hand (no protobuf library): the first record
 // carries file_version "brain.Event:2", each later one a step, a wall time and a Summary of
-// {tag, simple_value} pairs. Every record is flushed when written, so a crash loses at most the
+// {tag, simple_value} pairs (or one text value, a string tensor for the text plugin). Every record is flushed when written, so a crash loses at most the
 // record being written.
 //
 //   TensorBoardWriter tb;
@@ -44,6 +44,8 @@ class TensorBoardWriter {
   Status Open(const std::string& dir);
   // One Event of `scalars` (written as float32) at `step`; `wall_time` in unix seconds.
   Status WriteScalars(int64_t step, double wall_time, const Scalars& scalars);
+  // One Event of a text summary (TensorBoard's Text tab renders it as markdown) at `step`.
+  Status WriteText(int64_t step, double wall_time, const std::string& tag, std::string_view markdown);
   // A SessionLog START at `step`: TensorBoard then drops the points at `step` and after that
   // earlier files hold (a resumed run redoes those steps).
   Status WriteSessionStart(int64_t step, double wall_time);
@@ -76,6 +78,7 @@ std::string FrameRecord(std::string_view data);
 // Serialized Event messages.
 std::string FileVersionEvent(double wall_time);
 std::string ScalarsEvent(int64_t step, double wall_time, const Scalars& scalars);
+std::string TextEvent(int64_t step, double wall_time, const std::string& tag, std::string_view markdown);
 std::string SessionStartEvent(int64_t step, double wall_time);
 }  // namespace tensorboard
 

@@ -184,6 +184,16 @@ TEST(TensorBoardTest, ScalarsEventBytes) {
   EXPECT_EQ(tensorboard::ScalarsEvent(3, 1.5, {{"a", 0.5}}), want);
 }
 
+TEST(TensorBoardTest, TextEventBytes) {
+  // wall_time 1.5, step 3, one value {tag "a", tensor {dtype DT_STRING, shape {}, string_val
+  // "hi"}, metadata {plugin_data {plugin_name "text"}}}, byte by byte.
+  const std::string want = std::string("\x09\0\0\0\0\0\0\xf8\x3f", 9) + std::string("\x10\x03", 2) +
+                           std::string("\x2a\x19\x0a\x17", 4) + std::string("\x0a\x01" "a", 3) +
+                           std::string("\x42\x08\x08\x07\x12\x00\x42\x02" "hi", 10) +
+                           std::string("\x4a\x08\x0a\x06\x0a\x04" "text", 10);
+  EXPECT_EQ(tensorboard::TextEvent(3, 1.5, "a", "hi"), want);
+}
+
 TEST(TensorBoardTest, RoundTripThroughTheFile) {
   const fs::path dir = FreshDir("round_trip");
   TensorBoardWriter tb;
