@@ -222,7 +222,7 @@ const TrainKeys& Keys() {
     k.Float("rl.icepop_beta", 2.0, 1.0, 1000.0,
             "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped", kLearner, AT(learner.loss.icepop_beta));
     k.Float("rl.m2po_tau", 0.04, 1e-6, 100.0,
-            "m2po: the largest (log pi_prox / pi_behav)^2 tokens are masked until the rest's mean is at most this", kLearner, AT(learner.loss.m2po_tau));
+            "m2po: the budget of the harmful tokens' mean (log pi_theta / pi_behav)^2 that sets its clip's width", kLearner, AT(learner.loss.m2po_tau));
     k.Float("rl.router_aux_coef", 0.0, 0.0, 10.0,
             "mixture-of-experts models: weight of the router's load-balancing loss (transformers' Qwen3-MoE uses "
             "0.001); 0: off", kLearner, AT(learner.router_aux_coef));

@@ -2,8 +2,9 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -101,7 +102,7 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   at::Tensor ratio;
   at::Tensor weight;
   const bool sequence = options.ratio == RatioLevel::kSequence;
-  if (options.correction == Correction::kNone) {
+  if (options.correction == Correction::kNone || options.correction == Correction::kM2po) {
     ratio = Ratio(in.logp - in.behav_logp, in.logp, mask, options.ratio);
     weight = at::ones_like(in.logp);
   } else {
@@ -111,17 +112,18 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
     weight = ExpClamped(sequence ? RowMean(log_weight, mask) : log_weight);
     if (options.correction == Correction::kTruncatedIS) weight = at::clamp_max(weight, options.tis_cap);
   }
-  TORCH_CHECK(options.correction != Correction::kM2po || in.keep.defined(),
-              "PolicyLoss: m2po needs its token mask (M2poKeep)");
   // The behaviour weight's log (at the ratio's level), for the masks and the health.
   const at::Tensor log_w = (sequence ? RowMean(prox - in.behav_logp, mask) : prox - in.behav_logp).detach();
-  const at::Tensor dropped = DroppedTokens(log_w, in.keep, options);
+  const at::Tensor dropped = DroppedTokens(log_w, options);
   if (dropped.defined()) weight = weight.masked_fill(dropped, 0.0);
-  if (options.correction == Correction::kM2po) weight = in.keep.to(in.logp.scalar_type());
-  const at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
+  at::Tensor clipped = at::clamp(ratio, 1.0 - options.clip_low, 1.0 + options.clip_high);
+  if (options.correction == Correction::kM2po) {
+    const double bound = std::isnan(in.m2po_bound) ? M2poBound(in.logp - in.behav_logp, in.advantages, mask, options)
+                                                   : in.m2po_bound;
+    clipped = at::clamp(ratio, std::exp(-bound), std::exp(bound));
+  }
   const at::Tensor unclipped_obj = ratio * adv;
-  // M2PO's objective has no clip: its trust region is the token mask.
-  const at::Tensor clipped_obj = options.correction == Correction::kM2po ? unclipped_obj : clipped * adv;
+  const at::Tensor clipped_obj = clipped * adv;
   // Dual clip: with A < 0 the objective is floored at c A, so a ratio above c (a behaviour
   // log-prob claimed far below the policy's) adds no gradient instead of r times one.
   const at::Tensor surrogate = at::minimum(unclipped_obj, clipped_obj);
@@ -189,40 +191,50 @@ std::vector<ImportanceSums> RowImportanceSums(const at::Tensor& log_w, const at:
   return out;
 }
 
-at::Tensor DroppedTokens(const at::Tensor& log_w, const at::Tensor& keep, const PolicyLossOptions& options) {
+at::Tensor DroppedTokens(const at::Tensor& log_w, const PolicyLossOptions& options) {
   at::NoGradGuard no_grad;
   if (options.correction == Correction::kIcePop) {
     const at::Tensor w = ExpClamped(log_w);
     return (w < 1.0 / options.icepop_beta) | (w > options.icepop_beta);
   }
-  if (options.correction == Correction::kM2po && keep.defined()) return keep == 0;
   if (options.correction == Correction::kDecoupled) return ExpClamped(log_w) > options.decoupled_cap;
   return {};
 }
 
-at::Tensor M2poKeep(const at::Tensor& log_w, const at::Tensor& mask, double tau) {
+at::Tensor M2poHarmful(const at::Tensor& log_r, const at::Tensor& adv, const at::Tensor& mask) {
   at::NoGradGuard no_grad;
-  const at::Tensor m = mask.to(at::kCPU, at::kDouble).contiguous();
-  const at::Tensor sq = (log_w.to(at::kCPU, at::kDouble) * m).pow(2).contiguous();
-  const auto* mp = m.data_ptr<double>();
-  const auto* sp = sq.data_ptr<double>();
-  std::vector<int64_t> tokens;
-  double total = 0;
-  for (int64_t i = 0; i < m.numel(); ++i) {
-    if (mp[i] == 0) continue;
-    tokens.push_back(i);
-    total += sp[i];
+  return (mask > 0) & (((adv > 0) & (log_r > 0)) | ((adv < 0) & (log_r < 0)));
+}
+
+double M2poBound(const at::Tensor& log_r, const at::Tensor& advantages, const at::Tensor& mask,
+                 const PolicyLossOptions& options) {
+  at::NoGradGuard no_grad;
+  const at::Tensor r = options.ratio == RatioLevel::kSequence ? RowMean(log_r, mask) : log_r;
+  const at::Tensor adv = advantages.unsqueeze(1).expand_as(r);
+  // Never wider than the dual clip's c: the bound on a forged behaviour log-prob's pull.
+  return std::min(M2poClipBound(r, M2poHarmful(r, adv, mask), options.m2po_tau),
+                  std::log(std::max(options.clip_ratio_c, 1.0 + options.clip_high)));
+}
+
+double M2poClipBound(const at::Tensor& log_r, const at::Tensor& harmful, double tau) {
+  at::NoGradGuard no_grad;
+  const at::Tensor sq = log_r.masked_select(harmful).to(at::kCPU, at::kDouble).pow(2).contiguous();
+  const int64_t n = sq.numel();
+  if (n == 0) return std::numeric_limits<double>::infinity();
+  std::vector<double> d(sq.data_ptr<double>(), sq.data_ptr<double>() + n);
+  std::sort(d.begin(), d.end());
+  const double target = tau * static_cast<double>(n);
+  double below = 0;  // the sum of the k smallest
+  for (double x : d) below += x;
+  if (below <= target) return std::numeric_limits<double>::infinity();
+  // The cap t with sum_i min(d_i, t) = target: the k smallest lie under it, the rest take t.
+  below = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double t = (target - below) / static_cast<double>(n - k);
+    if (t <= d[k]) return std::sqrt(std::max(t, 0.0));
+    below += d[k];
   }
-  std::stable_sort(tokens.begin(), tokens.end(), [&](int64_t a, int64_t b) { return sp[a] > sp[b]; });
-  at::Tensor keep = m.clone();
-  auto* kp = keep.data_ptr<double>();
-  size_t dropped = 0;
-  while (dropped < tokens.size() && total / static_cast<double>(tokens.size() - dropped) > tau) {
-    total -= sp[tokens[dropped]];
-    kp[tokens[dropped]] = 0;
-    ++dropped;
-  }
-  return keep.to(mask.scalar_type());
+  return std::sqrt(d.back());  // not reached: the sum exceeds the target
 }
 
 }  // namespace echelon::learn

@@ -11,16 +11,23 @@
 //                loss_tok = -m w min(r A, clip(r) A)
 //   kIcePop:     r = exp(logp - prox), w = exp(prox - behav), m = [1/beta <= w <= beta];
 //                loss_tok = -m w min(r A, clip(r) A)
-//   kM2po:       r = exp(logp - prox), m = M2poKeep(prox - behav);  loss_tok = -m r A (no clip)
+//   kM2po:       r = exp(logp - behav), b = M2poClipBound(...);  loss_tok = -min(r A, clamp(r, e^-b, e^b) A)
 // (kDecoupled is AReaL's decoupled PPO objective; kTruncatedIS caps its behaviour weight;
 // kIcePop is IcePop's masked importance sampling (Ling Team, "Every Step Evolves: Scaling
 // Reinforcement Learning for Trillion-Scale Thinking Model", arXiv 2510.18855): a token whose
 // behaviour weight leaves [1/beta, beta] is dropped (no gradient) instead of truncated; it still
 // counts in the token-level denominator; kM2po is M2PO, the second-moment trust region of
 // Zheng et al., "Prosperity before Collapse: How Far Can Off-Policy RL Reach with Stale Data on
-// LLMs?", arXiv 2510.01161: the tokens with the largest (log w)^2 are masked until the mean of
-// (log w)^2 over the remaining tokens is at most tau, and the rest take the plain importance-
-// weighted policy gradient.)
+// LLMs?", arXiv 2510.01161, as its released code computes it: the importance ratio to the
+// behaviour policy under a PPO clip whose width comes from a second-moment budget. Of the
+// "harmful" tokens (A > 0 with r > 1, A < 0 with r < 1: those the clip can hold), the squared
+// log-ratios d_i are capped at one value t such that mean_i min(d_i, t) = tau, and the clip is
+// [e^-sqrt(t), e^sqrt(t)]; with mean_i d_i <= tau already, nothing is clipped. The clip is never
+// wider than [1/c', c'], c' = max(c, 1 + clip_high), so that a forged behaviour log-prob is
+// bounded as under the other corrections. The learner takes the bound once per update from
+// pi_prox over the whole batch (M2poBound), so that it does not depend on how the batch is cut
+// into micro-batches and ranks; the released code takes it per micro-batch from the live
+// log-probs, which with one optimizer step per update are pi_prox's.)
 // Dual clip (Ye et al., "Mastering Complex Control in MOBA Games with Deep Reinforcement
 // Learning", AAAI 2020; verl's clip_ratio_c): where A < 0, min(r A, clip(r) A) is floored at c A.
 // With it, whatever behaviour log-probs a worker claims, a token's gradient is at most
@@ -50,6 +57,7 @@
 // Thread contract: pure functions over tensors.
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -75,7 +83,7 @@ struct PolicyLossOptions {
   Correction correction = Correction::kNone;
   double tis_cap = 2.0;
   double icepop_beta = 2.0;  // kIcePop keeps tokens whose behaviour weight is in [1/beta, beta]
-  double m2po_tau = 0.04;    // kM2po: bound on the kept tokens' mean (log w)^2 (M2PO's default)
+  double m2po_tau = 0.04;    // kM2po: the harmful tokens' budget of mean (log r)^2 (M2PO's default)
   double decoupled_cap = 5.0;  // kDecoupled drops tokens whose w exceeds it (AReaL's behaviour weight cap)
   double clip_ratio_c = 3.0;   // dual clip: with A < 0 the objective is at least c A (verl's clip_ratio_c)
   RatioLevel ratio = RatioLevel::kToken;  // kSequence: GSPO's length-normalised sequence ratio
@@ -105,7 +113,9 @@ struct PolicyLossInputs {
   at::Tensor ref_logp;    // [N, T]; needed only when kl_coef > 0
   at::Tensor advantages;  // [N]
   at::Tensor mask;        // [N, T] float, 1 on completion tokens
-  at::Tensor keep;        // [N, T] float; kM2po's M2poKeep over the whole batch (required for kM2po)
+  // kM2po: the clip's bound on |log r| for the whole batch (M2poBound); NaN: from this call's
+  // own tokens.
+  double m2po_bound = std::numeric_limits<double>::quiet_NaN();
   // [N, T] each token's share of the loss (TokenShares, cut to these rows); undefined: the token
   // mean over `mask`. The KL term is weighted alike.
   at::Tensor token_share;
@@ -120,7 +130,7 @@ struct ImportanceHealth {
   double weight_mean = 0;
   double weight_m2 = 0;
   double logratio_m2 = 0;
-  double masked_frac = 0;  // tokens dropped by the correction (kIcePop, kDecoupled above its cap, kM2po)
+  double masked_frac = 0;  // tokens dropped by the correction (kIcePop, kDecoupled above its cap)
   void Add(const ImportanceHealth& o, double share) {
     weight_mean += share * o.weight_mean;
     weight_m2 += share * o.weight_m2;
@@ -144,9 +154,9 @@ struct ImportanceSums {
 std::vector<ImportanceSums> RowImportanceSums(const at::Tensor& log_w, const at::Tensor& mask, const at::Tensor& dropped);
 
 // The tokens `options.correction` drops (no gradient), as a bool tensor shaped like log_w:
-// kIcePop those whose w leaves [1/beta, beta], kDecoupled those whose w exceeds its cap, kM2po
-// those `keep` masks out; undefined for the corrections that drop nothing.
-at::Tensor DroppedTokens(const at::Tensor& log_w, const at::Tensor& keep, const PolicyLossOptions& options);
+// kIcePop those whose w leaves [1/beta, beta], kDecoupled those whose w exceeds its cap;
+// undefined for the corrections that drop nothing.
+at::Tensor DroppedTokens(const at::Tensor& log_w, const PolicyLossOptions& options);
 
 struct PolicyLossOutput {
   at::Tensor loss;          // scalar
@@ -170,9 +180,15 @@ std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool sca
 
 PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options);
 
-// M2PO's token mask over a batch: `mask` with the tokens of largest log_w^2 set to 0, the
-// fewest such that the mean of log_w^2 over the tokens left is at most tau. A batch-level
-// statistic: the learner computes it once per update from pi_prox of the whole batch.
-at::Tensor M2poKeep(const at::Tensor& log_w, const at::Tensor& mask, double tau);
+// M2PO's harmful tokens [N, T] bool: on `mask`, A > 0 with log_r > 0 or A < 0 with log_r < 0
+// (`adv` [N, T], log_r = log pi_theta - log pi_behav).
+at::Tensor M2poHarmful(const at::Tensor& log_r, const at::Tensor& adv, const at::Tensor& mask);
+// M2PO's bound on |log r| (see the top) over a batch: log_r = log pi - log pi_behav [N, T],
+// advantages [N], at options.ratio's level, capped at log max(c, 1 + clip_high).
+double M2poBound(const at::Tensor& log_r, const at::Tensor& advantages, const at::Tensor& mask,
+                 const PolicyLossOptions& options);
+// M2PO's clip bound on |log r|: sqrt(t) with mean over `harmful` of min(log_r^2, t) = tau;
+// infinity when the harmful tokens' mean log_r^2 is at most tau already (or there are none).
+double M2poClipBound(const at::Tensor& log_r, const at::Tensor& harmful, double tau);
 
 }  // namespace echelon::learn

@@ -154,7 +154,7 @@ TEST(PolicyLossTest, RowImportanceSumsByHand) {
   PolicyLossOptions opt;
   opt.correction = Correction::kIcePop;
   opt.icepop_beta = 1.5;
-  const at::Tensor dropped = DroppedTokens(log_w, at::Tensor(), opt);
+  const at::Tensor dropped = DroppedTokens(log_w, opt);
   const std::vector<ImportanceSums> rows = RowImportanceSums(log_w, mask, dropped);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_NEAR(rows[0].tokens, 2, 1e-12);
@@ -170,43 +170,77 @@ TEST(PolicyLossTest, RowImportanceSumsByHand) {
   EXPECT_NEAR(h.weight_mean, 4.5 / 4, 1e-12);
   EXPECT_NEAR(h.weight_m2, 6.25 / 4, 1e-12);
   EXPECT_NEAR(h.masked_frac, 0.5, 1e-12);
-  EXPECT_FALSE(DroppedTokens(log_w, at::Tensor(), PolicyLossOptions{}).defined());  // kNone drops nothing
+  EXPECT_FALSE(DroppedTokens(log_w, PolicyLossOptions{}).defined());  // kNone drops nothing
   EXPECT_EQ(ImportanceSums{}.Health().ess_frac(), 1.0);
 }
 
-// M2PO's mask by hand: log w = 0.5, -0.1, 0.05, 0.3 (squares 0.25, 0.01, 0.0025, 0.09, mean
-// 0.088); the padding token (log w 3) never counts. tau 0.04: dropping 0.25 leaves mean
-// 0.0342. tau 0.02: 0.09 goes too (mean 0.00625). tau 1: nothing goes.
-TEST(PolicyLossTest, M2poMasksTheLargestSquaredLogRatiosUntilTheMeanFits) {
-  const at::Tensor log_w = at::tensor({0.5f, -0.1f, 0.05f, 0.3f, 3.0f}).unsqueeze(0);
-  const at::Tensor mask = at::tensor({1.0f, 1.0f, 1.0f, 1.0f, 0.0f}).unsqueeze(0);
-  auto keep = [&](double tau) {
-    const at::Tensor k = M2poKeep(log_w, mask, tau)[0];
-    return std::vector<float>(k.data_ptr<float>(), k.data_ptr<float>() + k.numel());
-  };
-  EXPECT_EQ(keep(0.04), (std::vector<float>{0, 1, 1, 1, 0}));
-  EXPECT_EQ(keep(0.02), (std::vector<float>{0, 1, 1, 0, 0}));
-  EXPECT_EQ(keep(1.0), (std::vector<float>{1, 1, 1, 1, 0}));
-  EXPECT_EQ(keep(1e-9), (std::vector<float>{0, 0, 0, 0, 0})) << "a tau nothing meets drops every token";
+// M2PO's clip bound by hand. Harmful log-ratios 0.5, -0.3, 0.1 (squares 0.25, 0.09, 0.01, mean
+// 0.1167): tau 0.04 (target sum 0.12) caps them at t with 0.01 + 2 t = 0.12, t = 0.055; tau
+// 0.1 (target 0.3): 0.01 + 0.09 + t = 0.3, t = 0.2; tau 0.12 is over the mean: no clip. The
+// padding token (log r 3) and the unmarked one (0.4) never count.
+TEST(PolicyLossTest, M2poClipBoundCapsTheHarmfulSecondMomentAtTau) {
+  const at::Tensor log_r = at::tensor({0.5f, -0.3f, 0.1f, 0.4f, 3.0f}).unsqueeze(0);
+  const at::Tensor harmful = at::tensor({1, 1, 1, 0, 0}).unsqueeze(0).to(at::kBool);
+  EXPECT_NEAR(M2poClipBound(log_r, harmful, 0.04), std::sqrt(0.055), 1e-6);
+  EXPECT_NEAR(M2poClipBound(log_r, harmful, 0.1), std::sqrt(0.2), 1e-6);
+  EXPECT_TRUE(std::isinf(M2poClipBound(log_r, harmful, 0.12)));
+  EXPECT_TRUE(std::isinf(M2poClipBound(log_r, at::zeros_like(harmful), 0.04))) << "no harmful token, no clip";
+  // Harmful: A > 0 with log r > 0, A < 0 with log r < 0, on the mask.
+  const at::Tensor adv = at::tensor({1.0f, 1.0f, -1.0f, -1.0f, 0.0f}).unsqueeze(0);
+  const at::Tensor r = at::tensor({0.2f, -0.2f, -0.2f, 0.2f, 0.2f}).unsqueeze(0);
+  const at::Tensor got = M2poHarmful(r, adv, at::ones({1, 5}));
+  EXPECT_TRUE(at::equal(got, at::tensor({1, 0, 1, 0, 0}).unsqueeze(0).to(at::kBool)));
+}
 
-  // The loss: -sum(keep r A) / tokens, unclipped (r = 1.5 here is outside PPO's clip range).
+// The loss: log r = 0.5, 0.3, 0.1, -0.4 against the behaviour policy, A = 1, tau 0.04. The
+// first three are harmful (squares 0.25, 0.09, 0.01): bound sqrt(0.055) = 0.2345, so the first
+// two are held at e^0.2345 (no gradient); the third is inside, the fourth (r < 1 with A > 0)
+// is not clipped. Loss -(2 e^0.2345 + e^0.1 + e^-0.4) / 4.
+TEST(PolicyLossTest, M2poClipsTheHarmfulTokensAtItsBound) {
   PolicyLossInputs in;
   in.logp = Logs({0.6, 0.6, 0.6, 0.6}).requires_grad_(true);
-  in.prox_logp = Logs({0.4, 0.4, 0.4, 0.4});
-  in.behav_logp = in.prox_logp - at::tensor({0.5f, -0.1f, 0.05f, 0.3f}).unsqueeze(0);
-  in.advantages = at::tensor({2.0f});
+  in.behav_logp = in.logp.detach() - at::tensor({0.5f, 0.3f, 0.1f, -0.4f}).unsqueeze(0);
+  in.prox_logp = in.logp.detach() - 0.05;  // not used by m2po: its ratio is to the behaviour policy
+  in.advantages = at::tensor({1.0f});
   in.mask = at::ones({1, 4});
   PolicyLossOptions opt;
   opt.correction = Correction::kM2po;
-  in.keep = M2poKeep(in.prox_logp - in.behav_logp, in.mask, 0.04);
   PolicyLossOutput out = PolicyLoss(in, opt);
-  EXPECT_NEAR(out.loss.item<double>(), -3 * 1.5 * 2.0 / 4, 1e-5);
-  EXPECT_EQ(out.clip_frac, 0.0);
-  EXPECT_NEAR(out.health.masked_frac, 0.25, 1e-9);
+  const double b = std::exp(std::sqrt(0.055));
+  EXPECT_NEAR(out.loss.item<double>(), -(2 * b + std::exp(0.1) + std::exp(-0.4)) / 4, 1e-5);
+  EXPECT_NEAR(out.clip_frac_high, 0.5, 1e-9);
+  EXPECT_EQ(out.clip_frac_low, 0.0);
+  EXPECT_EQ(out.health.masked_frac, 0.0) << "m2po drops no token";
   out.loss.backward();
-  // d/dlogp of -keep exp(logp - prox) A / 4 = -keep r A / 4.
   EXPECT_EQ(in.logp.grad()[0][0].item<float>(), 0.0f);
-  EXPECT_NEAR(in.logp.grad()[0][1].item<float>(), -1.5 * 2.0 / 4, 1e-5);
+  EXPECT_EQ(in.logp.grad()[0][1].item<float>(), 0.0f);
+  EXPECT_NEAR(in.logp.grad()[0][2].item<float>(), -std::exp(0.1) / 4, 1e-5);
+  EXPECT_NEAR(in.logp.grad()[0][3].item<float>(), -std::exp(-0.4) / 4, 1e-5);
+
+  // Under the budget (tau 1) nothing is clipped: the plain ratio to the behaviour policy.
+  opt.m2po_tau = 1.0;
+  out = PolicyLoss(in, opt);
+  EXPECT_NEAR(out.loss.item<double>(), -(std::exp(0.5) + std::exp(0.3) + std::exp(0.1) + std::exp(-0.4)) / 4, 1e-5);
+  EXPECT_EQ(out.clip_frac, 0.0);
+}
+
+// One forged token in a batch of many near-on-policy harmful tokens keeps the harmful mean
+// under the budget; the clip still holds it at max(c, 1 + clip_high), as under `none`.
+TEST(PolicyLossTest, M2poBoundIsNeverWiderThanTheDualClip) {
+  const int64_t n = 2000;
+  PolicyLossInputs in;
+  in.logp = at::full({1, n}, std::log(0.5f)).requires_grad_(true);
+  at::Tensor lie = at::full({1, n}, 0.01f);
+  lie[0][0] = 8.0f;  // claimed e^8 less likely than it is: (8^2 + 1999 * 1e-4) / 2000 = 0.032 <= 0.04
+  in.behav_logp = in.logp.detach() - lie;
+  in.advantages = at::tensor({1.0f});
+  in.mask = at::ones({1, n});
+  PolicyLossOptions opt;
+  opt.correction = Correction::kM2po;
+  PolicyLossOutput out = PolicyLoss(in, opt);
+  out.loss.backward();
+  EXPECT_EQ(in.logp.grad()[0][0].item<float>(), 0.0f) << "clipped at c = 3, no gradient";
+  EXPECT_NEAR(out.loss.item<double>(), -(opt.clip_ratio_c + (n - 1) * std::exp(0.01)) / n, 1e-5);
 }
 
 // A behaviour log-prob of -100 (the intake lets it through; -110 is its floor) would make
@@ -255,7 +289,6 @@ TEST(PolicyLossTest, ForgedBehaviourLogProbsCannotScaleATokensGradient) {
         in.mask = at::ones({1, 2});
         PolicyLossOptions opt;
         opt.correction = c;
-        if (c == Correction::kM2po) in.keep = M2poKeep(in.logp.detach() - in.behav_logp, in.mask, opt.m2po_tau);
         PolicyLossOutput out = PolicyLoss(in, opt);
         out.loss.backward();
         const double w = c == Correction::kTruncatedIS ? opt.tis_cap

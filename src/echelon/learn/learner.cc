@@ -364,7 +364,7 @@ namespace {
 // pi_prox (the start-of-update log-probs, on the CPU, shaped like the batch) against the
 // behaviour log-probs: the mean |gap| overall and per group, and each group's importance sums
 // (with the tokens `options`' correction drops).
-void StartOfUpdateStats(const at::Tensor& start_logp, const at::Tensor& keep, const PolicyLossOptions& options,
+void StartOfUpdateStats(const at::Tensor& start_logp, const PolicyLossOptions& options,
                         const TrainingBatch& b, size_t num_groups, StepStats* stats) {
   const at::Tensor denom = at::clamp_min(b.mask.sum(), 1.0);
   const at::Tensor gap = (start_logp - b.behav).abs() * b.mask;
@@ -381,7 +381,7 @@ void StartOfUpdateStats(const at::Tensor& start_logp, const at::Tensor& keep, co
   for (size_t g = 0; g < num_groups; ++g)
     stats->group_logprob_gap.push_back(token_sum[g] > 0 ? gap_sum[g] / token_sum[g] : 0.0);
   const at::Tensor log_w = start_logp - b.behav;
-  const std::vector<ImportanceSums> rows = RowImportanceSums(log_w, b.mask, DroppedTokens(log_w, keep, options));
+  const std::vector<ImportanceSums> rows = RowImportanceSums(log_w, b.mask, DroppedTokens(log_w, options));
   stats->group_importance.assign(num_groups, {});
   for (size_t r = 0; r < rows.size(); ++r) stats->group_importance[b.row_group[r]].Add(rows[r]);
 }
@@ -544,7 +544,7 @@ Status Learner::ForEachMine(size_t n, bool backward, const std::function<Status(
 }
 
 Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
-                                    const at::Tensor& keep, Minibatch* mb) {
+                                    double m2po_bound, Minibatch* mb) {
   const double tokens = b.mask.index_select(0, rows).sum().item<double>();
   // Each token's share of this minibatch's loss (rl.loss_aggregation), over all its rows, so the
   // micro-batches' losses add up to the minibatch's however it is cut.
@@ -571,8 +571,8 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
     in.mask = Rows(b.mask, u, len, device_);
     in.advantages = b.adv.index_select(0, u).to(device_);
     in.token_share = Rows(shares, u, len, device_);
+    in.m2po_bound = m2po_bound;
     if (prox.defined()) in.prox_logp = Rows(prox, u, len, device_);
-    if (keep.defined()) in.keep = Rows(keep, u, len, device_);
     if (reference_) {
       at::NoGradGuard no_grad;
       in.ref_logp = LogProbs(reference_, b, u, len);
@@ -739,23 +739,24 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   const std::vector<at::Tensor> minibatches = parts <= 1 ? std::vector<at::Tensor>{at::arange(b.input.size(0), at::kLong)}
                                                          : MinibatchRows(b, groups.size(), parts);
   stats.behav_weight_mean = 0;  // averaged over the minibatches below
-  // M2PO's mask is a statistic of the whole batch, so it needs pi_prox of every row before the
-  // first backward: one no-grad forward up front, as several minibatches take anyway.
+  // M2PO's clip bound is a statistic of the whole batch, so it needs pi_prox of every row before
+  // the first backward: one no-grad forward up front, as several minibatches take anyway.
   const bool m2po = options_.loss.correction == Correction::kM2po;
   try {
-    at::Tensor prox, keep;
+    at::Tensor prox;
+    double m2po_bound = std::numeric_limits<double>::quiet_NaN();
     if (parts > 1 || m2po) {
       ECHELON_ASSIGN_OR_RETURN(prox, ProxLogProbs(b));
     }
-    if (m2po) keep = M2poKeep(prox - b.behav, b.mask, options_.loss.m2po_tau);
-    if (prox.defined()) StartOfUpdateStats(prox, keep, options_.loss, b, groups.size(), &stats);
+    if (m2po) m2po_bound = M2poBound(prox - b.behav, b.adv, b.mask, options_.loss);
+    if (prox.defined()) StartOfUpdateStats(prox, options_.loss, b, groups.size(), &stats);
     for (const at::Tensor& rows : minibatches) {
       Minibatch mb;
-      ECHELON_RETURN_IF_ERROR(AccumulateGradients(b, rows, prox, keep, &mb));
+      ECHELON_RETURN_IF_ERROR(AccumulateGradients(b, rows, prox, m2po_bound, &mb));
       stats.computed_positions += mb.computed_positions;
       stats.sequence_positions += mb.sequence_positions;
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));
-      if (!prox.defined()) StartOfUpdateStats(mb.start_logp, keep, options_.loss, b, groups.size(), &stats);
+      if (!prox.defined()) StartOfUpdateStats(mb.start_logp, options_.loss, b, groups.size(), &stats);
       if (std::isnan(norm)) {
         ++stats.skipped_nonfinite;
         const auto r = rows.accessor<int64_t, 1>();

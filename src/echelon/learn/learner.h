@@ -194,9 +194,9 @@ class Learner {
   struct Minibatch;
   // Forward/backward of one minibatch's rows, micro-batch by micro-batch (this rank's share);
   // gradients accumulate in the compute model, statistics into `mb`.
-  // `keep`: m2po's token mask over the whole batch (undefined for the other corrections).
+  // `m2po_bound`: m2po's clip bound over the whole batch (NaN for the other corrections).
   Status AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
-                             const at::Tensor& keep, Minibatch* mb);
+                             double m2po_bound, Minibatch* mb);
   // The compute model's gradients (and the minibatch's statistics) summed over ranks into the
   // master's gradients; then clipping and the optimizer step, and the compute copy refreshed.
   // Returns the gradient norm, or NaN with no step taken when the loss or gradient is not finite.

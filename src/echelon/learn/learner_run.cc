@@ -44,7 +44,7 @@ std::string FormatDuration(double seconds) {
 
 void WarnAboutUnclippedCorrection(const RunOptions& options) {
   const Correction c = options.learner.loss.correction;
-  // m2po has no clip by design: its trust region is the token mask.
+  // none and m2po clip the ratio to the behaviour policy.
   if (c == Correction::kNone || c == Correction::kM2po || options.learner.minibatches > 1) return;
   spdlog::warn("rl.correction {} with rl.minibatches 1: the ratio to pi_prox is exactly 1, so nothing is "
                "clipped; at S = 16 and rl.lr 3e-4 tis and decoupled fell below the warm-start, at rl.lr 7.5e-5 "

@@ -408,5 +408,35 @@ TEST(LearnerTest, LossAggregationDoesNotDependOnMicroBatches) {
   EXPECT_GT(MaxWeightDiff(ends[0], ends[1]), 1e-5);
 }
 
+// m2po's clip bound is one statistic of the whole batch: the same weights whether the batch
+// is cut into micro-batches or not, and the bound acts (a tau that never binds gives others).
+TEST(LearnerTest, M2poBoundDoesNotDependOnMicroBatches) {
+  model::Qwen3Model init(TinyConfig());
+  init->InitWeights(10);
+  std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  for (LearnerGroup& g : groups)  // stale samples: behaviour log-probs 0.4 nats either way
+    for (data::Episode& e : g.episodes)
+      for (size_t k = 0; k < e.turns[0].logprobs.size(); ++k) e.turns[0].logprobs[k] += k % 2 == 0 ? 0.4f : -0.4f;
+  std::vector<model::Qwen3Model> ends;
+  for (double tau : {0.04, 100.0}) {
+    std::vector<model::Qwen3Model> cut;
+    for (int64_t micro : {0, 20}) {
+      LearnerOptions o;
+      o.lr = 1e-3;
+      o.loss.correction = Correction::kM2po;
+      o.loss.m2po_tau = tau;
+      o.micro_batch_tokens = micro;
+      Learner l(Copy(init), o);
+      Result<StepStats> s = l.Step(groups);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      if (tau < 1) EXPECT_GT(s->clip_frac, 0.0);
+      cut.push_back(Copy(l.model()));
+    }
+    EXPECT_LT(MaxWeightDiff(cut[0], cut[1]), 1e-5) << tau;
+    ends.push_back(cut[0]);
+  }
+  EXPECT_GT(MaxWeightDiff(ends[0], ends[1]), 1e-5);
+}
+
 }  // namespace
 }  // namespace echelon::learn
