@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ccache pkg-config
   libtorch-dev libopenblas0-pthread libgloo-dev
-  libyaml-cpp-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libssl-dev libzstd-dev
+  libyaml-cpp-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libssl-dev libzstd-dev zlib1g-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcpp-httplib-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libicu-dev

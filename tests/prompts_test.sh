@@ -2,7 +2,7 @@
 # System test of the prompts task (bring your own dataset): a dataset in verl's JSONL layout
 # (chat-message and plain-string prompts, reward_model.ground_truth and answer fields), the
 # built-in math verifier, a learner with two actor processes; then evaluation of the run's
-# held-out rows, and the one-line errors for bad rows, Parquet files and bad reward specs.
+# held-out rows, and the one-line errors for bad rows, bad Parquet files and bad reward specs.
 # Usage: tests/prompts_test.sh path/to/echelon
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -68,7 +68,7 @@ check "a bad row is named by file:line and field" contains bad.err "bad.jsonl:7:
 check "a bad row trains nothing" test ! -e bad/checkpoints/final
 cp train.jsonl data.parquet
 "$ECHELON" train prompts.yaml --out pq --set task.train_file="$WORK/data.parquet" > /dev/null 2> pq.err
-check "a Parquet file is refused with the conversion" contains pq.err "Parquet is not read.*pd.read_parquet"
+check "a .parquet file that is not Parquet is one error naming it" contains pq.err "data.parquet: not a Parquet file"
 "$ECHELON" train prompts.yaml --out rw --set task.reward="math+0.1*fmt" > /dev/null 2> rw.err
 check "an unknown verifier is named" contains rw.err "term \"0.1\*fmt\": unknown verifier \"fmt\""
 grep -v train_file prompts.yaml > nofile.yaml

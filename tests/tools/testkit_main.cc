@@ -3,6 +3,7 @@
 //   fuzz-replay     the fuzz targets over their corpora, as ordinary tests (fuzz_replay.cc)
 //   fuzz-seed       writes the submit target's valid seed
 //   load-actors     N synthetic actors against one learner (load_actors.cc)
+//   parquet-dump    a Parquet file's rows as JSON lines, as the reader reads them (parquet_dump.cc)
 #include <cstring>
 #include <iostream>
 
@@ -11,6 +12,7 @@ int HostileActorMain(int argc, char** argv);
 int FuzzReplayMain(int argc, char** argv);
 int FuzzSeedMain(int argc, char** argv);
 int LoadActorsMain(int argc, char** argv);
+int ParquetDumpMain(int argc, char** argv);
 }  // namespace echelon::testkit
 
 int main(int argc, char** argv) {
@@ -18,6 +20,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "fuzz-replay") == 0) return echelon::testkit::FuzzReplayMain(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "fuzz-seed") == 0) return echelon::testkit::FuzzSeedMain(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "load-actors") == 0) return echelon::testkit::LoadActorsMain(argc - 1, argv + 1);
-  std::cerr << "usage: echelon_testkit hostile-actor|fuzz-replay|fuzz-seed|load-actors ..." << std::endl;
+  if (argc >= 2 && std::strcmp(argv[1], "parquet-dump") == 0) return echelon::testkit::ParquetDumpMain(argc - 1, argv + 1);
+  std::cerr << "usage: echelon_testkit hostile-actor|fuzz-replay|fuzz-seed|load-actors|parquet-dump ..." << std::endl;
   return 2;
 }

@@ -136,6 +136,10 @@ class TaskAdapter {
   // ReplayEpisode; at 1 the learner scores the group with RewardGroup and checks that the
   // prompt is the group's.
   virtual size_t MaxTurns() const { return 1; }
+  // Whether RunGroup samples the group in one Policy::Sample call of group_size copies of the
+  // prompt with the group's seed (RunSingleTurnGroup), so a verifier can recompute each
+  // token's seeded draw (learn/behaviour_verifier.h).
+  virtual bool SamplesWithGroupSeed() const { return false; }
   // Whether greedy evaluation plays whole episodes with RunGroup (a multi-turn environment)
   // rather than scoring one completion per held-out prompt with Reward.
   virtual bool EvalPlaysEpisodes() const { return false; }

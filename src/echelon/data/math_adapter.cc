@@ -163,6 +163,7 @@ class MathAdapter final : public TaskAdapter {
                                         uint64_t seed) const override {
     return RunSingleTurnGroup(*this, prompt, group_size, policy, seed);
   }
+  bool SamplesWithGroupSeed() const override { return true; }
 
   // answer=exact: " 85", "85 " and "085" are wrong, so the policy must learn the format.
   // answer=last_number: the last integer of the completion counts ("The sum is 85." is right).

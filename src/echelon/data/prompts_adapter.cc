@@ -11,6 +11,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/data/adapter_kit.h"
 #include "echelon/data/http_reward.h"
+#include "echelon/data/parquet.h"
 #include "echelon/data/python_reward.h"
 #include "echelon/data/adapter_options.h"
 #include "echelon/data/reward_spec.h"
@@ -168,6 +169,7 @@ class PromptsAdapter final : public TaskAdapter {
                                         uint64_t seed) const override {
     return RunSingleTurnGroup(*this, prompt, group_size, policy, seed);
   }
+  bool SamplesWithGroupSeed() const override { return true; }
 
   Result<Scored> Reward(const Prompt& prompt, const std::string& completion) const override {
     ECHELON_ASSIGN_OR_RETURN(std::vector<Scored> one, RewardGroup(prompt, {completion}));
@@ -256,12 +258,24 @@ class PromptsAdapter final : public TaskAdapter {
 
 Result<std::vector<PromptRow>> ReadPromptRows(const std::string& path) {
   ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  if (EndsWith(path, ".parquet") || text.compare(0, 4, "PAR1") == 0)
-    return InvalidArgument(path +
-                           ": Parquet is not read (Debian 12 packages no Arrow library); convert it to JSONL once "
-                           "with: python3 -c \"import pandas as pd; pd.read_parquet('" +
-                           path + "').to_json('" + path + ".jsonl', orient='records', lines=True, force_ascii=False)\"");
   std::vector<PromptRow> rows;
+  if (EndsWith(path, ".parquet") || text.compare(0, 4, "PAR1") == 0) {
+    // verl's layout in Parquet: each row read as the JSON object of its columns, then checked
+    // as a JSONL line would be ("FILE: row N: ..." for a bad one, N from 1).
+    ECHELON_ASSIGN_OR_RETURN(const std::vector<nlohmann::json> parquet_rows, ParseParquetRows(text, path));
+    for (size_t i = 0; i < parquet_rows.size(); ++i) {
+      nlohmann::json row = parquet_rows[i];
+      // A null column is a key the JSONL row would not have.
+      for (auto it = row.begin(); it != row.end();) it = it->is_null() ? row.erase(it) : std::next(it);
+      std::string line = row.dump();
+      Result<Prompt> p = ParseRow(line);
+      if (!p.ok()) return InvalidArgument(path + ": row " + std::to_string(i + 1) + ": " + p.status().message());
+      p->id = i + 1;
+      rows.push_back(PromptRow{std::move(p).value(), std::move(line)});
+    }
+    if (rows.empty()) return InvalidArgument(path + ": no rows; " + kExample);
+    return rows;
+  }
   ECHELON_RETURN_IF_ERROR(ForEachJsonlLine(path, text, [&](uint64_t line_no, const std::string& line) -> Status {
     ECHELON_ASSIGN_OR_RETURN(Prompt p, ParseRow(line));
     p.id = line_no;

@@ -6,7 +6,8 @@
 //    "extra_info": {...}}                                                    (any JSON; kept)
 // A chat prompt is one user message; with `rollout.chat: true` it is rendered through the
 // model's chat template, as verl renders it. Every malformed row is refused at load with
-// FILE:LINE and the field. Parquet files are refused with the command that converts them.
+// FILE:LINE and the field. Parquet files in the same layout (data/parquet.h) are read row by
+// row as the same JSON; a bad row is named FILE: row N.
 //
 // Options: PromptsOptionTable() (name, default, help; unknown names are an error).
 // Only the learner runs the Python function and calls the service: an actor's adapter has no
@@ -36,7 +37,9 @@ struct PromptRow {
 };
 
 // Reads a prompts JSONL file (blank lines skipped; each prompt's id is its 1-based line).
-// Errors: "FILE:LINE: field \"F\": what was expected"; an empty file or a Parquet file is one.
+// A .parquet file (or one starting with PAR1) is read with ReadParquetRows, a null column
+// counting as an absent key. Errors: "FILE:LINE: field \"F\": what was expected" (Parquet:
+// "FILE: row N: ..."); an empty file is one.
 Result<std::vector<PromptRow>> ReadPromptRows(const std::string& path);
 
 }  // namespace echelon::data

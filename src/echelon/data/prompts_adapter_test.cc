@@ -139,12 +139,25 @@ TEST_F(PromptsAdapterTest, BadRowsNameFileLineAndField) {
   }
 }
 
+// A row of a Parquet file that is not a prompt is named by its row number, with the message its
+// JSONL twin's line gets (verl.jsonl's row 5 has a null ground truth).
+TEST_F(PromptsAdapterTest, ABadParquetRowIsNamedAsItsJsonlLineIs) {
+  const std::string dir = std::string(ECHELON_TEST_DATA) + "/parquet/";
+  const std::string jsonl = Error({{"train_file", dir + "verl.jsonl"}});
+  const std::string prefix = dir + "verl.jsonl:5: ";
+  ASSERT_EQ(jsonl.find(prefix), 0u) << jsonl;
+  for (const char* name : {"verl_snappy", "verl_zstd", "verl_gzip_delta", "verl_hyparquet"}) {
+    const std::string m = Error({{"train_file", dir + name + ".parquet"}});
+    EXPECT_EQ(m, dir + name + ".parquet: row 5: " + jsonl.substr(prefix.size())) << name;
+  }
+}
+
 TEST_F(PromptsAdapterTest, BadFilesAndOptionsSayWhat) {
   EXPECT_NE(Error({{"train_file", Write("empty.jsonl", "\n\n")}}).find("empty.jsonl: no rows"), std::string::npos);
   const std::string parquet = Write("data.parquet", "PAR1....");
   const std::string m = Error({{"train_file", parquet}});
-  EXPECT_NE(m.find("Parquet is not read"), std::string::npos) << m;
-  EXPECT_NE(m.find("pd.read_parquet('" + parquet + "').to_json("), std::string::npos) << m;
+  EXPECT_EQ(m.rfind(parquet + ": ", 0), 0u) << m;
+  EXPECT_NE(m.find("Parquet"), std::string::npos) << m;
   EXPECT_NE(Error({{"train_file", Write("disguised.jsonl", "PAR1....")}}).find("Parquet"), std::string::npos);
   EXPECT_NE(Error({{"train_file", (dir_ / "missing.jsonl").string()}}).find("missing.jsonl"), std::string::npos);
   const std::string train = Write("train.jsonl", Rows(4));
