@@ -3,10 +3,10 @@
 # honest actors, and `echelon_testkit hostile-actor` holding twenty valid worker tokens, which
 # throughout the run samples real groups and forges them (tests/tools/hostile_actor.cc): lies
 # told while the worker is not yet suspect (the newest version claimed for a group sampled
-# from the first snapshot, behaviour log-probs 19.9 nats low inside the loss's clamp, a
-# version never published), then a log-prob of -1e30, another prompt's ids, zero- and
+# from the first snapshot, behaviour log-probs 19.9 nats low inside the loss's clamp, samples
+# chosen from twice the group with their true log-probs, a version never published), then a log-prob of -1e30, another prompt's ids, zero- and
 # two-turn episodes claiming reward 1, another actor's lease, a 50,000-token completion, the
-# version lie as a suspect, an accepted group sent again; one token hoards leases.
+# version lie and the cherry-pick as a suspect, an accepted group sent again; one token hoards leases.
 # Checks: every structural forgery and unpublished version refused with its reason; the fresh
 # lies either refused by recomputation (rollout.verify_fraction 0.15 here: some must be) or
 # accepted, and then bounded: on every update no token's gradient weight exceeded the dual
@@ -59,22 +59,28 @@ expect two_turns bad_turn_count
 expect too_long too_long
 expect foreign_lease foreign_lease
 expect stale_version logprob_mismatch
+# A worker that chooses its samples (true log-probs) is caught by the seeded draws: every
+# refused cherry-pick as sample_not_drawn, and those told as a suspect always.
+check "every refused cherry_pick refused as sample_not_drawn" \
+  test "$(jq -c 'select(.kind == "cherry_pick" and (.accepted | not) and .reason != "sample_not_drawn")' hostile.jsonl | wc -l)" -eq 0
+check "cherry-picks refused" \
+  test "$(jq -c 'select(.kind == "cherry_pick" and (.accepted | not))' hostile.jsonl | wc -l)" -ge 1
 expect replay already_settled
 expect unpublished_version unpublished_version
 # Lies told before any strike are checked only when drawn: refused by recomputation, or
 # accepted and bounded by the loss (below).
-for kind in in_clamp fresh_version; do
+for kind in in_clamp fresh_version cherry_pick; do
   check "$kind was tried" test "$(jq -c "select(.kind == \"$kind\")" hostile.jsonl | wc -l)" -ge 1
   check "every refused $kind refused by recomputation" \
-    test "$(jq -c "select(.kind == \"$kind\" and (.accepted | not) and .reason != \"logprob_mismatch\")" hostile.jsonl | wc -l)" -eq 0
+    test "$(jq -c "select(.kind == \"$kind\" and (.accepted | not) and .reason != \"logprob_mismatch\" and .reason != \"sample_not_drawn\")" hostile.jsonl | wc -l)" -eq 0
 done
-fresh=$(jq -c 'select(.kind == "in_clamp" or .kind == "fresh_version")' hostile.jsonl | wc -l)
-caught=$(jq -c 'select((.kind == "in_clamp" or .kind == "fresh_version") and (.accepted | not))' hostile.jsonl | wc -l)
+fresh=$(jq -c 'select(.kind == "in_clamp" or .kind == "fresh_version" or .kind == "cherry_pick")' hostile.jsonl | wc -l)
+caught=$(jq -c 'select((.kind == "in_clamp" or .kind == "fresh_version" or .kind == "cherry_pick") and (.accepted | not))' hostile.jsonl | wc -l)
 echo "fresh lies: $fresh, refused by recomputation: $caught"
 check "some fresh lies refused by recomputation ($caught of $fresh at verify_fraction 0.15)" test "$caught" -ge 1
 check "the honest group was accepted" test "$(jq -c 'select(.kind == "honest" and .accepted)' hostile.jsonl | wc -l)" -eq 1
 check "no structural forgery accepted" \
-  test "$(jq -c 'select(.kind != "honest" and .kind != "in_clamp" and .kind != "fresh_version" and .accepted)' hostile.jsonl | wc -l)" -eq 0
+  test "$(jq -c 'select(.kind != "honest" and .kind != "in_clamp" and .kind != "fresh_version" and .kind != "cherry_pick" and .accepted)' hostile.jsonl | wc -l)" -eq 0
 # The bound: every update's largest token gradient weight w r is at most c = 3 (rl.correction
 # none: w = 1, the dual clip's c), whatever was accepted.
 steps_over=$(grep '"step"' run/metrics.jsonl | jq -c 'select(.max_token_weight > 3.000001)' | wc -l)

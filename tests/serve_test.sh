@@ -218,9 +218,23 @@ STEPS=3
 # The actor has a token of its own: the learner's file names it (per-worker tokens).
 echo "http-actor-token-0123456789" > actor-token
 echo "http-actor $(cat actor-token)" > worker-tokens
+# A run that checks seeded draws (rollout.verify_draws, the default) refuses a server backend:
+# the actor exits at once, saying why.
+timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file worker-tokens --out run-draws \
+  --set warmstart.steps=5 --set rl.steps=1 --set task.eval_size=20 --set eval.every=0 > learner0.out 2> learner0.err &
+LEARNER0=$!
+PIDS+=("$LEARNER0")
+LPORT0=$(learner_port learner0.out)
+timeout 60 "$ECHELON" actor --learner "127.0.0.1:$LPORT0" --name http-actor --token-file actor-token \
+  --backend openai-http --backend-url "http://127.0.0.1:9" > actor0.out 2> actor0.err
+RC=$?
+check "verify_draws: the openai-http actor exits 2" test "$RC" -eq 2
+check "verify_draws: it says which key admits it" grep -q "rollout.verify_draws: false" actor0.err
+kill -TERM "$LEARNER0" 2>/dev/null
+wait_exit "$LEARNER0" 30
 timeout 300 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file worker-tokens --out run \
   --set warmstart.steps=20 --set rl.steps=$STEPS --set rl.groups_per_step=4 --set task.eval_size=20 \
-  --set eval.every=0 > learner.out 2> learner.err &
+  --set eval.every=0 --set rollout.verify_draws=false > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
 LPORT=$(learner_port learner.out)

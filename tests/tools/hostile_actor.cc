@@ -4,11 +4,12 @@
 // real groups, and forges them. Each worker first lies while it is not yet suspect (fresh):
 // the newest version claimed for a group sampled from the first snapshot (fresh_version),
 // every behaviour log-prob of a group sampled from the newest snapshot lowered by 19.9 nats,
-// inside the loss's clamp (in_clamp), and, with PUBLISH_PERIOD > 1, a version that was never
-// published (unpublished_version). Then: a log-prob of -1e30, prompt ids of another prompt,
-// zero- and two-turn episodes claiming reward 1, another actor's lease, a 50,000-token
-// completion, the version lie again (now suspect: always checked), and an accepted group sent
-// again. With CRASH_TEXT, each worker also submits a real group with one completion replaced
+// inside the loss's clamp (in_clamp), a group whose samples it chose (cherry_pick: it draws 2G
+// samples with the group's seed and submits the second G, with their true log-probs), and,
+// with PUBLISH_PERIOD > 1, a version that was never published (unpublished_version). Then: a
+// log-prob of -1e30, prompt ids of another prompt, zero- and two-turn episodes claiming reward
+// 1, another actor's lease, a 50,000-token completion, the version lie and the cherry-pick
+// again (now suspect: always checked), and an accepted group sent again. With CRASH_TEXT, each worker also submits a real group with one completion replaced
 // by that text, which the run's reward raises on (reward_crash: refused, no strike). The last
 // token hoards: it takes as many leases as it is given (up to 64), heartbeats for them
 // between attacks and never submits. When a worker is quarantined the next token
@@ -26,6 +27,7 @@
 #include <thread>
 
 #include "echelon/common/fs.h"
+#include "echelon/contract/group_seed.h"
 #include "echelon/contract/run_spec.h"
 #include "echelon/data/adapter_kit.h"
 #include "echelon/net/auth.h"
@@ -60,7 +62,7 @@ class Attacker {
     Hoard();
     const std::vector<std::string> structural = {"bad_logprob", "swapped_prompt", "zero_turns",
                                                  "two_turns",   "too_long",       "foreign_lease"};
-    std::vector<std::string> fresh = {"in_clamp", "fresh_version"};
+    std::vector<std::string> fresh = {"in_clamp", "fresh_version", "cherry_pick"};
     if (publish_period_ > 1) fresh.push_back("unpublished_version");
     size_t k = 0, f = 0;
     bool replayed = false;
@@ -70,7 +72,7 @@ class Attacker {
       std::vector<std::string> plan;
       if (!replayed) plan.push_back("replay");
       if (!crash_text_.empty()) plan.push_back("reward_crash");
-      plan.insert(plan.end(), {"fresh", "fresh", "fresh", "structural", "stale_version", "structural"});
+      plan.insert(plan.end(), {"fresh", "fresh", "fresh", "structural", "stale_version", "cherry_pick", "structural"});
       replayed = true;
       for (const std::string& step : plan) {
         // The kinds rotate as they are tried, so a worker quarantined early skips none.
@@ -230,15 +232,34 @@ class Attacker {
   }
 
   // A real group for the work, sampled with `policy` (of `version`), claiming that version.
-  Result<contract::GroupRollout> Sample(const v1::AcquireReply& w, rollout::ModelPolicy& policy, int64_t version) {
+  Result<contract::GroupRollout> Sample(const v1::AcquireReply& w, rollout::ModelPolicy& policy, int64_t version,
+                                        bool cherry_pick = false) {
     data::Prompt p;
     p.id = w.prompt_id();
     p.text = w.prompt_text();
     p.reference = w.prompt_reference();
     p.system = w.prompt_system();
+    // Seeded as an actor seeds a group, so that its tokens are the draws a verifier recomputes.
+    // The cherry-picker draws four times the group and puts, in each sample's place, a later
+    // draw whose tokens differ from that sample's where one does (true log-probs throughout);
+    // with none differing there is nothing to choose and the group goes unsent (empty).
+    const uint64_t seed = contract::GroupSeed(setup_->seed, w.group_id());
+    const int rows = w.group_size() * (cherry_pick ? 4 : 1);
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Episode> episodes,
-                             w.scored_by_learner() ? data::SampleSingleTurnGroup(p, w.group_size(), policy, w.group_id())
-                                                   : setup_->task->RunGroup(p, w.group_size(), policy, w.group_id()));
+                             w.scored_by_learner() ? data::SampleSingleTurnGroup(p, rows, policy, seed)
+                                                   : setup_->task->RunGroup(p, rows, policy, seed));
+    if (cherry_pick) {
+      bool chose = false;
+      for (int j = 0; j < w.group_size(); ++j)
+        for (size_t k = static_cast<size_t>(w.group_size()); k < episodes.size(); ++k)
+          if (!episodes[k].turns.empty() && episodes[k].turns[0].tokens != episodes[j].turns[0].tokens) {
+            episodes[j] = episodes[k];
+            episodes[k].turns.clear();  // used
+            chose = true;
+            break;
+          }
+      episodes.resize(chose ? static_cast<size_t>(w.group_size()) : 0);
+    }
     contract::GroupRollout g;
     g.group_id = w.group_id();
     g.lease_id = w.lease_id();
@@ -269,18 +290,19 @@ class Attacker {
     if (!w) return false;
     int64_t version = held_version_;
     rollout::ModelPolicy* policy = policy_.get();
-    if (kind == "in_clamp") {  // sampled honestly from the newest snapshot
+    if (kind == "in_clamp" || kind == "cherry_pick") {  // sampled from the newest snapshot (one the verifier keeps)
       Result<int64_t> newest = FetchSnapshot(actor_, *newest_);
       if (!newest.ok()) return false;
       version = newest.value();
       policy = newest_.get();
     }
-    Result<contract::GroupRollout> sampled = Sample(*w, *policy, version);
+    Result<contract::GroupRollout> sampled = Sample(*w, *policy, version, kind == "cherry_pick");
     if (!sampled.ok()) {
       std::cerr << "hostile actor: " << sampled.status().message() << std::endl;
       return false;
     }
     contract::GroupRollout g = std::move(sampled).value();
+    if (g.episodes.empty()) return true;  // a cherry-pick with nothing to choose
     data::Turn& t = g.episodes[0].turns[0];
     std::string actor = actor_;
     if (kind == "replay") {
@@ -347,7 +369,7 @@ class Attacker {
   std::string hoarder_actor_;
   std::unique_ptr<contract::ActorSetup> setup_;
   std::unique_ptr<rollout::ModelPolicy> policy_;  // the first snapshot
-  std::unique_ptr<rollout::ModelPolicy> newest_;  // the newest, fetched for each in_clamp lie
+  std::unique_ptr<rollout::ModelPolicy> newest_;  // the newest, fetched for each in_clamp lie and cherry-pick
   int64_t held_version_ = -1;
   bool done_ = false;
   int64_t submissions_ = 0, accepted_ = 0;

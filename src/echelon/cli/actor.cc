@@ -87,6 +87,11 @@ Status ParseStage(const std::string& text, net::StageRole* role) {
 
 // The openai-http backend, encoding prompts exactly as ModelPolicy does (the run's vocabulary).
 Result<std::unique_ptr<rollout::SnapshotPolicy>> HttpPolicy(const ActorArgs& args, const contract::ActorSetup& setup) {
+  if (setup.verify_draws)
+    return FailedPrecondition(
+        "this run checks that every sampled token is the draw its seed gives (rollout.verify_draws), and an "
+        "OpenAI-compatible server (--backend-url) cannot draw them; run the actor on echelon's own engine, or ask "
+        "the run's owner to set rollout.verify_draws: false (its samples then go unchecked)");
   rollout::OpenAiHttpOptions o;
   o.url = args.backend_url;
   o.model = args.backend_model;

@@ -347,6 +347,13 @@ const TrainKeys& Keys() {
             "(every group of an actor caught forging); a mismatch refuses the group", kLearner, AT(verify_fraction));
     k.Float("rollout.verify_tolerance", 0.02, 0.0, 100.0,
             "largest mean |recomputed - claimed| log-prob of a verified group (honest actors' gap: verify_gap_max)", kLearner, AT(verify_tolerance));
+    k.Bool("rollout.verify_draws", true,
+           "a verified group's tokens must each be the draw its seed, sample and position give under the claimed "
+           "version (single-turn tasks), so a worker cannot choose its samples; actors on the openai-http backend "
+           "cannot draw them and are refused at start: set false to admit them", kLearner, AT(verify_draws));
+    k.Float("rollout.verify_draw_tolerance", 0.02, 0.0, 1.0,
+            "probability mass by which a token may miss its seeded draw and pass (near-ties of another engine's "
+            "rounding; counted as verify_near_ties)", kLearner, AT(verify_draw_tolerance));
     k.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)", kTrain, ReadSlowActors);
     // rollout.slowdown: read by ReadSlowActors.
     k.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group", kTrain, nullptr);

@@ -49,7 +49,8 @@ std::string Print(const RunOptions& o) {
   s << '|' << o.actors << ',' << o.thread_actors << ',' << o.temperature << ',' << o.top_p << ',' << o.top_k << ',' << o.min_p << ','
     << o.max_new_tokens << ',' << o.slots << ',' << o.chat << ',' << o.enable_thinking << ',' << o.partial << ',' << o.dynamic_sampling << ','
     << o.dynamic_sampling_max << ',' << o.lease_seconds << ',' << o.max_leases_per_worker
-    << ',' << o.stall_timeout_seconds << ',' << o.verify_fraction << ',' << o.verify_tolerance << '|';
+    << ',' << o.stall_timeout_seconds << ',' << o.verify_fraction << ',' << o.verify_tolerance << ','
+       << o.verify_draws << ',' << o.verify_draw_tolerance << '|';
   for (double d : o.actor_slowdowns) s << d << ',';
   s << '|' << o.eval_every << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ',' << o.snapshot_broadcast << ','
     << o.wait_for_actors << ',' << o.learner_ranks << ',' << o.rank_timeout_seconds;

@@ -14,7 +14,8 @@ nlohmann::json RunSpecToJson(const RunSpec& spec) {
             {"max_new_tokens", spec.sampling.max_new_tokens},
             {"slots", spec.sampling.slots}}},
           {"seed", spec.seed},
-          {"partial", spec.partial}};
+          {"partial", spec.partial},
+          {"verify_draws", spec.verify_draws}};
 }
 
 Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
@@ -45,6 +46,7 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
     s.vocab.SetStops(&s.sampling);
     s.seed = j.at("seed").get<uint64_t>();
     s.partial = j.at("partial").get<bool>();
+    s.verify_draws = j.value("verify_draws", false);  // absent from older learners' specs
     return s;
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(where + " is malformed: " + e.what());

@@ -30,6 +30,9 @@ struct RunSpec {
   model::SamplingParams sampling;  // temperature, top_p, top_k, min_p, max_new_tokens, slots (stops: the vocabulary's)
   uint64_t seed = 0;
   bool partial = false;  // rollout.partial (rollout::ActorOptions::partial)
+  // rollout.verify_draws: the learner checks that sampled tokens are the seeded draws, so an
+  // actor whose backend cannot draw them (openai-http) must not join.
+  bool verify_draws = false;
 };
 
 // What an actor builds from the spec.
@@ -40,6 +43,7 @@ struct ActorSetup {
   model::SamplingParams sampling;
   uint64_t seed = 0;
   bool partial = false;
+  bool verify_draws = false;
 };
 
 nlohmann::json RunSpecToJson(const RunSpec& spec);

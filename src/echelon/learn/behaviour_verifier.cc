@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "echelon/contract/group_seed.h"
 #include "echelon/learn/learner.h"
 #include "echelon/model/snapshot_weights.h"
 #include "echelon/model/token_logprobs.h"
@@ -79,11 +80,13 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   at::NoGradGuard no_grad;
   double sum = 0;
   int64_t n = 0;
+  double miss = 0;  // the largest of any token's draw (options_.draws)
+  const bool draws = options_.draws && options_.sampling.temperature > 0;
   try {
     for (int64_t v : versions) {
       ECHELON_RETURN_IF_ERROR(Load(v));
-      for (const data::Episode& e : g.episodes)
-        for (const data::Turn& t : e.turns) {
+      for (size_t j = 0; j < g.episodes.size(); ++j)
+        for (const data::Turn& t : g.episodes[j].turns) {
           // The positions of this turn's tokens that `v` drew.
           std::vector<int64_t> mine;
           for (size_t i = 0; i < t.tokens.size(); ++i)
@@ -95,10 +98,11 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
           const at::Tensor all = at::tensor(seq, at::kLong).unsqueeze(0);
           const at::Tensor input = all.slice(1, 0, len), target = all.slice(1, 1, len + 1);
           const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
-          const at::Tensor lp = model::TokenLogProbs(model_->Hidden(input, positions, at::Tensor()), model_->head(),
-                                                     target, options_.temperature)
+          const at::Tensor hidden = model_->Hidden(input, positions, at::Tensor());
+          const at::Tensor lp = model::TokenLogProbs(hidden, model_->head(), target, options_.sampling.temperature)
                                     .squeeze(0)
                                     .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
+          if (draws && g.episodes[j].turns.size() == 1) miss = std::max(miss, DrawMiss(g, j, t, mine, hidden[0]));
           const at::Tensor index = at::tensor(mine, at::kLong);
           const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat).index_select(0, index);
           sum += (lp.index_select(0, index) - claimed).abs().sum().item<double>();
@@ -109,6 +113,8 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
     return Internal(std::string("behaviour verification failed: ") + ex.what());
   }
   ++stats_.checked;
+  // Log-probs first: a version lie fails both checks and is named by the first; a group whose
+  // log-probs are right but whose tokens were chosen fails the second alone.
   const double gap = n > 0 ? sum / static_cast<double>(n) : 0.0;
   if (!(gap <= options_.tolerance)) {
     ++stats_.mismatched;
@@ -116,8 +122,42 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
                  g.group_id, g.actor, g.behavior_version, gap, options_.tolerance);
     return std::string("logprob_mismatch");
   }
+  if (miss > options_.draw_tolerance) {
+    ++stats_.draw_mismatched;
+    spdlog::warn("group {} from {}: a token is not the draw its seed gives under version {} (it misses by {:.4g} of "
+                 "probability mass; tolerance {})",
+                 g.group_id, g.actor, g.behavior_version, miss, options_.draw_tolerance);
+    return std::string("sample_not_drawn");
+  }
   stats_.max_gap = std::max(stats_.max_gap, gap);
   return std::string();
+}
+
+double BehaviourVerifier::DrawMiss(const contract::GroupRollout& g, size_t sample, const data::Turn& turn,
+                                   const std::vector<int64_t>& positions, const at::Tensor& hidden) {
+  // Logits of 64 positions at a time: 64 x V fp32 (39 MB at Qwen3's 151,936 tokens).
+  constexpr size_t kChunk = 64;
+  const uint64_t seed = contract::GroupSeed(options_.seed, g.group_id);
+  const int64_t offset = static_cast<int64_t>(turn.prompt_ids.size()) - 1;  // hidden row of completion token 0
+  double worst = 0;
+  for (size_t begin = 0; begin < positions.size(); begin += kChunk) {
+    const size_t end = std::min(positions.size(), begin + kChunk);
+    std::vector<int64_t> rows;
+    for (size_t k = begin; k < end; ++k) rows.push_back(offset + positions[k]);
+    const at::Tensor h = hidden.index_select(0, at::tensor(rows, at::kLong).to(hidden.device()));
+    const at::Tensor probs =
+        model::SamplingProbs(at::linear(h, model_->head()).to(at::kCPU, at::kFloat), options_.sampling);
+    for (size_t k = begin; k < end; ++k) {
+      const int64_t pos = positions[k];
+      const model::DrawCheck c = model::SeededToken(probs[static_cast<int64_t>(k - begin)],
+                                                    model::DrawUniform(seed, static_cast<int64_t>(sample), pos),
+                                                    turn.tokens[static_cast<size_t>(pos)]);
+      ++stats_.draws_checked;
+      if (c.miss > 0 && c.miss <= options_.draw_tolerance) ++stats_.near_ties;
+      worst = std::max(worst, c.miss);
+    }
+  }
+  return worst;
 }
 
 VerifyStats BehaviourVerifier::stats() const {

@@ -6,9 +6,18 @@
 // token under the claimed version (each token's own, with partial rollouts) and refuses the group (`logprob_mismatch`) when the mean
 // absolute difference exceeds the tolerance. That catches a worker that lies about its
 // version, samples from other weights, or makes its log-probs up.
+// With `draws` (single-turn tasks, whose groups are sampled with their group seed), it also
+// checks that every token is the draw the seed gives: model/generate.h draws the token at
+// completion position t of sample j at the uniform DrawUniform(GroupSeed(seed, group), j, t)
+// from the filtered probabilities, so the verifier recomputes those probabilities by teacher
+// forcing and refuses the group (`sample_not_drawn`) when a token misses its draw by more than
+// `draw_tolerance` of probability mass. That catches a worker that samples many completions and
+// submits the ones it likes, teacher-forces text of its own or biases its sampler, all of which
+// the log-probs alone let through. A token within the tolerance but not the exact draw (another
+// engine's rounding at a near-tie) passes and is counted (VerifyStats::near_ties).
 //
 //   BehaviourVerifier v(model_config, {.fraction = 0.1, .tolerance = 0.02, .window = S,
-//                                      .temperature = 1.0});
+//                                      .sampling = rollout_sampling, .seed = run_seed});
 //   v.Remember(snapshot);                          // every published snapshot
 //   ECHELON_ASSIGN_OR_RETURN(std::string why, v.Check(group, /*suspect=*/false));
 //
@@ -29,6 +38,7 @@
 
 #include "echelon/common/status.h"
 #include "echelon/contract/transport.h"
+#include "echelon/model/generate.h"
 #include "echelon/model/qwen3.h"
 
 namespace echelon::learn {
@@ -38,7 +48,10 @@ struct VerifyOptions {
   double tolerance = 0.02;    // largest mean |recomputed - claimed| log-prob of a group
   int64_t window = 2;         // snapshots kept: versions at most this many behind the newest (the
                               // run's largest staleness: an older group cannot enter an update)
-  double temperature = 1.0;   // the actors' sampling temperature
+  model::SamplingParams sampling;  // the actors' temperature, top_k, top_p, min_p
+  uint64_t seed = 0;          // the run seed (contract::GroupSeed)
+  bool draws = false;         // check each token's seeded draw (see the top)
+  double draw_tolerance = 0.02;  // probability mass a token may miss its draw by
 };
 
 struct VerifyStats {
@@ -46,6 +59,9 @@ struct VerifyStats {
   int64_t mismatched = 0;     // of which refused
   int64_t unverifiable = 0;   // drawn, but the claimed version is not kept (older than the window)
   double max_gap = 0;         // the largest mean gap among the groups that passed
+  int64_t draws_checked = 0;  // tokens whose seeded draw was recomputed
+  int64_t near_ties = 0;      // of which passed within draw_tolerance without being the exact draw
+  int64_t draw_mismatched = 0;  // groups refused as sample_not_drawn
 };
 
 class BehaviourVerifier {
@@ -62,6 +78,10 @@ class BehaviourVerifier {
   bool Drawn(const contract::GroupRollout& g) const;
   // Puts `version`'s weights (a kept snapshot) into model_.
   Status Load(int64_t version);
+  // The largest miss of the tokens at `positions` of `turn` (sample `sample` of group `g`), whose
+  // final hidden states `hidden` [len, H] the loaded model gave; counts into stats_.
+  double DrawMiss(const contract::GroupRollout& g, size_t sample, const data::Turn& turn,
+                  const std::vector<int64_t>& positions, const at::Tensor& hidden);
 
   const VerifyOptions options_;
   const uint64_t salt_;  // random per process: which groups are drawn is not predictable

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "echelon/contract/group_seed.h"
 #include "echelon/learn/run_options.h"
 #include "echelon/learn/snapshot_publisher.h"
 #include "echelon/learn/testing.h"
@@ -12,6 +13,15 @@
 
 namespace echelon::learn {
 namespace {
+
+VerifyOptions Options(double temperature) {
+  VerifyOptions o;
+  o.fraction = 1.0;
+  o.tolerance = 1e-3;
+  o.window = 2;
+  o.sampling.temperature = temperature;
+  return o;
+}
 
 contract::GroupRollout Sampled(model::Qwen3Model& m, int64_t claimed_version, uint64_t group_id) {
   std::vector<LearnerGroup> groups = SampleGroups(m, /*temperature=*/0.8, /*group_size=*/3);
@@ -34,7 +44,7 @@ struct Versions {
 
 TEST(BehaviourVerifierTest, HonestGroupsPassAndLiesAboutTheVersionOrTheLogprobsAreRefused) {
   Versions m;
-  BehaviourVerifier v(TinyConfig(), {/*fraction=*/1.0, /*tolerance=*/1e-3, /*window=*/2, /*temperature=*/0.8});
+  BehaviourVerifier v(TinyConfig(), Options(0.8));
   v.Remember(MakeSnapshot(m.v0, 0).value());
   v.Remember(MakeSnapshot(m.v1, 1).value());
   EXPECT_EQ(v.Check(Sampled(m.v0, 0, 0), false).value(), "");
@@ -109,7 +119,7 @@ namespace {
 // the versions are dropped (all v0's) or put the other way round.
 TEST(BehaviourVerifierTest, EachTokenIsCheckedUnderItsOwnVersion) {
   Versions m;
-  BehaviourVerifier v(TinyConfig(), {/*fraction=*/1.0, /*tolerance=*/1e-3, /*window=*/2, /*temperature=*/0.8});
+  BehaviourVerifier v(TinyConfig(), Options(0.8));
   v.Remember(MakeSnapshot(m.v0, 0).value());
   v.Remember(MakeSnapshot(m.v1, 1).value());
   contract::GroupRollout g = Sampled(m.v0, 0, 0);
@@ -135,6 +145,113 @@ TEST(BehaviourVerifierTest, EachTokenIsCheckedUnderItsOwnVersion) {
     for (data::Turn& t : e.turns)
       for (int64_t& version : t.versions) version = 1 - version;
   EXPECT_EQ(v.Check(swapped, false).value(), "logprob_mismatch");
+}
+
+// --- Seeded draws ----------------------------------------------------------------------------
+
+constexpr uint64_t kRunSeed = 11;
+
+VerifyOptions DrawOptions() {
+  VerifyOptions o = Options(1.0);
+  o.sampling.top_k = 12;  // a filter, so that the verifier applies the sampler's filters too
+  o.seed = kRunSeed;
+  o.draws = true;
+  return o;
+}
+
+// `rows` completions of `prompt` as an actor samples a group (contract::GroupSeed of the run
+// seed and the group), under `params` (DrawOptions' sampling and 6 new tokens).
+std::vector<model::Completion> Draw(model::Qwen3Model& m, const std::vector<int64_t>& prompt, uint64_t group_id,
+                                    int rows) {
+  model::SamplingParams sp = DrawOptions().sampling;
+  sp.max_new_tokens = 6;
+  sp.seed = contract::GroupSeed(kRunSeed, group_id);
+  at::NoGradGuard no_grad;
+  return model::Generate(m, std::vector<std::vector<int64_t>>(static_cast<size_t>(rows), prompt), sp);
+}
+
+contract::GroupRollout Group(const std::vector<int64_t>& prompt, uint64_t group_id,
+                             const std::vector<model::Completion>& completions) {
+  contract::GroupRollout g;
+  g.group_id = group_id;
+  g.lease_id = group_id + 1;
+  g.actor = "a#1";
+  for (const model::Completion& c : completions) {
+    data::Episode e;
+    e.turns.push_back({prompt, c.tokens, c.logprobs, ""});
+    g.episodes.push_back(e);
+  }
+  return g;
+}
+
+// 1,000 honest groups of echelon's engine: every token is its seeded draw, recomputed by the
+// verifier from teacher-forced logits (the engine decodes with a KV cache in batches).
+TEST(BehaviourVerifierTest, HonestSeededSamplesAreTheirDrawsTokenForToken) {
+  Versions m;
+  BehaviourVerifier v(TinyConfig(), DrawOptions());
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  int64_t tokens = 0;
+  for (uint64_t id = 0; id < 1000; ++id) {
+    const std::vector<int64_t> prompt = {1, static_cast<int64_t>(2 + id % 13), static_cast<int64_t>(3 + id % 7)};
+    const std::vector<model::Completion> c = Draw(m.v0, prompt, id, 2);
+    for (const model::Completion& x : c) tokens += static_cast<int64_t>(x.tokens.size());
+    ASSERT_EQ(v.Check(Group(prompt, id, c), false).value(), "") << "group " << id;
+  }
+  EXPECT_EQ(v.stats().draws_checked, tokens);
+  EXPECT_EQ(v.stats().draw_mismatched, 0);
+  EXPECT_EQ(v.stats().near_ties, 0) << "the same engine and dtype: no token needs the tolerance";
+}
+
+// A worker that draws 4G samples and submits the G it likes (true log-probs, so the log-prob
+// check passes) is refused: sample j must be the draw of sample index j.
+TEST(BehaviourVerifierTest, CherryPickedSamplesAreNotTheirDraws) {
+  Versions m;
+  BehaviourVerifier v(TinyConfig(), DrawOptions());
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  const std::vector<int64_t> prompt = {1, 5, 7};
+  const std::vector<model::Completion> many = Draw(m.v0, prompt, 3, 16);
+  // Pick 4 samples other than the first four whose tokens differ from the first four's.
+  std::vector<model::Completion> chosen;
+  for (size_t i = 4; i < many.size() && chosen.size() < 4; ++i)
+    if (many[i].tokens != many[chosen.size()].tokens) chosen.push_back(many[i]);
+  ASSERT_EQ(chosen.size(), 4u);
+  EXPECT_EQ(v.Check(Group(prompt, 3, chosen), false).value(), "sample_not_drawn");
+  EXPECT_EQ(v.stats().draw_mismatched, 1);
+  // The first four, as drawn, pass.
+  EXPECT_EQ(v.Check(Group(prompt, 3, std::vector<model::Completion>(many.begin(), many.begin() + 4)), false).value(), "");
+}
+
+// Text of the worker's own, teacher-forced (its true log-probs under the policy) is refused.
+TEST(BehaviourVerifierTest, TeacherForcedTextIsNotADraw) {
+  Versions m;
+  BehaviourVerifier v(TinyConfig(), DrawOptions());
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  const std::vector<int64_t> prompt = {1, 9};
+  std::vector<model::Completion> c = Draw(m.v0, prompt, 5, 2);
+  // Sample 1 replaced by a completion chosen by hand, with the log-probs the policy gives it.
+  model::Completion forced;
+  forced.tokens = {4, 4, 4, 4};
+  if (forced.tokens == c[1].tokens) forced.tokens = {6, 6, 6, 6};
+  {
+    at::NoGradGuard no_grad;
+    forced.logprobs = model::ScoreCompletion(m.v0, prompt, forced.tokens, 1.0);
+  }
+  c[1] = forced;
+  EXPECT_EQ(v.Check(Group(prompt, 5, c), false).value(), "sample_not_drawn");
+}
+
+// Without `draws` (a multi-turn task, or rollout.verify_draws off) the same group passes on its
+// log-probs, as before.
+TEST(BehaviourVerifierTest, DrawsAreCheckedOnlyWhenAsked) {
+  Versions m;
+  VerifyOptions o = DrawOptions();
+  o.draws = false;
+  BehaviourVerifier v(TinyConfig(), o);
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  const std::vector<int64_t> prompt = {1, 5, 7};
+  const std::vector<model::Completion> many = Draw(m.v0, prompt, 3, 8);
+  EXPECT_EQ(v.Check(Group(prompt, 3, std::vector<model::Completion>(many.begin() + 4, many.end())), false).value(), "");
+  EXPECT_EQ(v.stats().draws_checked, 0);
 }
 
 }  // namespace

@@ -111,8 +111,9 @@ class LearnerRun {
         dispatcher_.get(), task_.get(), &start_.vocab,
         IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens});
     verifier_ = std::make_unique<BehaviourVerifier>(
-        start_.model->config(), VerifyOptions{options_.verify_fraction, options_.verify_tolerance,
-                                              LargestStaleness(options_), options_.temperature});
+        start_.model->config(),
+        VerifyOptions{options_.verify_fraction, options_.verify_tolerance, LargestStaleness(options_),
+                      RolloutSampling(options_), options_.seed, options_.verify_draws && task_->SamplesWithGroupSeed()});
     intake_->SetVerifier(verifier_.get());
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (options_.staleness_control) control_.emplace(*options_.staleness_control);
@@ -165,7 +166,8 @@ class LearnerRun {
   // The transport starts serving, the current policy is published, enough actors are there.
   Status StartActors() {
     contract::RunSpec spec{options_.task_name, options_.task_options, start_.model->config(), start_.vocab,
-                          RolloutSampling(options_), options_.seed, options_.partial};
+                          RolloutSampling(options_), options_.seed, options_.partial,
+                          options_.verify_draws && task_->SamplesWithGroupSeed()};
     transport_started_ = true;
     ECHELON_RETURN_IF_ERROR(transport_.Start(intake_.get(), contract::RunSpecToJson(spec).dump(), progress_));
     if (args_.metrics_port >= 0) {
@@ -427,6 +429,8 @@ class LearnerRun {
     r.verified_groups = verified.checked;
     r.verify_gap_max = verified.max_gap;
     r.verify_unverifiable = verified.unverifiable;
+    r.verify_draws_checked = verified.draws_checked;
+    r.verify_near_ties = verified.near_ties;
     r.tokens = stats.tokens;
     r.moved_tokens = moved;
     r.entropy = stats.entropy;

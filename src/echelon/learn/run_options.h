@@ -43,11 +43,11 @@ struct RunOptions {
   double temperature = 0;
   double top_p = 0;
   int64_t top_k = 0;     // 0: off
-  bool partial = false;
+  bool partial = false;  // rollout.partial: generations move to newer snapshots midway (rollout::ActorOptions)
   // rl.dynamic_sampling: groups without a reward spread are dropped and more prompts drawn
   // (learn/batch_collector.h), up to dynamic_sampling_max x groups_per_step per update.
   bool dynamic_sampling = false;
-  int64_t dynamic_sampling_max = 8;  // rollout.partial: generations move to newer snapshots midway (rollout::ActorOptions)
+  int64_t dynamic_sampling_max = 8;
   double min_p = 0;    // 0: off
   int64_t max_new_tokens = 0;
   int64_t slots = 0;  // the builtin engine's sequence slots (model::SamplingParams::slots; 0: every row)
@@ -58,6 +58,8 @@ struct RunOptions {
   double stall_timeout_seconds = 0;
   double verify_fraction = 0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
   double verify_tolerance = 0;  // largest mean log-prob difference a checked group may have
+  bool verify_draws = true;      // checked groups' tokens must be the seeded draws (single-turn tasks)
+  double verify_draw_tolerance = 0;  // probability mass a token may miss its draw by (near-ties)
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
   int64_t checkpoint_every = 0;

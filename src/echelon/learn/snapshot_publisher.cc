@@ -34,10 +34,13 @@ Status SnapshotPublisher::Publish(const model::Qwen3Model& model, int64_t versio
                  static_cast<double>(base_->size()) / 1e6);
   }
   ECHELON_ASSIGN_OR_RETURN(contract::Snapshot snap, MakeSnapshot(model, version, base_));
-  Status st = transport_->Broadcast(version, *snap.weights);
+  // The intake first: an actor the broadcast reaches at once may submit a group of this version
+  // before Broadcast returns, and the intake must not refuse it as one never published.
+  const std::shared_ptr<const std::string> weights = snap.weights;
+  intake_->Publish(std::move(snap));
+  Status st = transport_->Broadcast(version, *weights);
   if (!st.ok())
     spdlog::warn("broadcast of snapshot v{} failed: {}; actors will pull it directly", version, st.message());
-  intake_->Publish(std::move(snap));
   return Status::Ok();
 }
 

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <map>
 #include <optional>
-#include <random>
 #include <stdexcept>
 
 #include "echelon/model/decode_attention.h"
@@ -68,21 +67,14 @@ uint64_t Mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// One random stream per row (see generate.h); mt19937_64 is specified to the bit, so a seed
-// draws the same numbers on every platform.
-class RowStreams {
- public:
-  RowStreams(uint64_t seed, int64_t first_row, int64_t rows) {
-    streams_.reserve(static_cast<size_t>(rows));
-    for (int64_t r = first_row; r < first_row + rows; ++r)
-      streams_.emplace_back(Mix64(seed ^ Mix64(static_cast<uint64_t>(r))));
-  }
-  // Uniform in [0, 1) with 53 random bits.
-  double Uniform(int64_t row) { return static_cast<double>(streams_[static_cast<size_t>(row)]() >> 11) * 0x1.0p-53; }
+}  // namespace
 
- private:
-  std::vector<std::mt19937_64> streams_;
-};
+double DrawUniform(uint64_t seed, int64_t sample, int64_t position) {
+  const uint64_t stream = Mix64(seed ^ Mix64(static_cast<uint64_t>(sample)));
+  return static_cast<double>(Mix64(stream ^ Mix64(~static_cast<uint64_t>(position))) >> 11) * 0x1.0p-53;
+}
+
+namespace {
 
 // Keeps the smallest set of most likely tokens whose mass reaches top_p (at least one).
 at::Tensor TopP(const at::Tensor& probs, double top_p) {
@@ -161,6 +153,18 @@ at::Tensor TopK(const at::Tensor& probs, int64_t k) {
   return probs.masked_fill(probs < kth, 0.0);
 }
 
+// Steps 4-6 of generate.h on probabilities [N, V].
+at::Tensor Filter(at::Tensor probs, const SamplingParams& params) {
+  const bool filtered = params.min_p > 0 || (params.top_k > 0 && params.top_k < probs.size(-1));
+  if (params.min_p > 0) probs = MinP(probs, params.min_p);
+  probs = TopK(probs, params.top_k);
+  if (params.top_p < 1.0) {
+    if (filtered) probs = probs / probs.sum(-1, /*keepdim=*/true);
+    probs = TopP(probs, params.top_p);
+  }
+  return probs;
+}
+
 // Inverse-CDF draw: in each row, the first token whose cumulative probability exceeds the
 // row's uniform times its total.
 at::Tensor Draw(const at::Tensor& probs, const std::vector<double>& uniforms) {
@@ -185,19 +189,39 @@ at::Tensor NextToken(const at::Tensor& device_logits, const SamplingParams& para
     token = drawn_from.argmax(-1);
   } else {
     logp = at::log_softmax(logits / params.temperature, -1);
-    at::Tensor probs = shifted ? at::softmax(drawn_from / params.temperature, -1) : logp.exp();
-    const bool filtered = params.min_p > 0 || (params.top_k > 0 && params.top_k < probs.size(-1));
-    if (params.min_p > 0) probs = MinP(probs, params.min_p);
-    probs = TopK(probs, params.top_k);
-    if (params.top_p < 1.0) {
-      if (filtered) probs = probs / probs.sum(-1, /*keepdim=*/true);
-      probs = TopP(probs, params.top_p);
-    }
+    const at::Tensor probs = shifted ? Filter(at::softmax(drawn_from / params.temperature, -1), params)
+                                     : Filter(logp.exp(), params);
     token = Draw(probs, uniforms);  // the draw needs no normalised row
   }
   *logprob = logp.gather(-1, token.unsqueeze(1)).squeeze(1);
   return token;
 }
+
+}  // namespace
+
+at::Tensor SamplingProbs(const at::Tensor& logits, const SamplingParams& params) {
+  return Filter(at::softmax(logits.to(at::kFloat) / params.temperature, -1), params);
+}
+
+DrawCheck SeededToken(const at::Tensor& probs, double uniform, int64_t token) {
+  const at::Tensor cdf = probs.to(at::kCPU, at::kDouble).contiguous().cumsum(-1);
+  const double* c = cdf.data_ptr<double>();
+  const int64_t vocab = cdf.numel();
+  const double total = c[vocab - 1], target = uniform * total;
+  DrawCheck out;
+  out.drawn = std::min<int64_t>(std::upper_bound(c, c + vocab, target) - c, vocab - 1);
+  if (token < 0 || token >= vocab) {
+    out.miss = 1.0;
+    return out;
+  }
+  // Token t is drawn for targets in [cdf[t-1], cdf[t]).
+  const double lo = token > 0 ? c[token - 1] : 0.0, hi = c[token];
+  const double gap = target < lo ? lo - target : target >= hi ? target - hi : 0.0;
+  out.miss = out.drawn == token ? 0.0 : total > 0 ? std::max(gap, 0.0) / total : 1.0;
+  return out;
+}
+
+namespace {
 
 class Engine {
  public:
@@ -217,8 +241,7 @@ class Engine {
         slot_prefix_(static_cast<size_t>(slots_)),
         by_reference_(params.use_cache &&
                       DecodeAttentionSupports(at::empty({0}, at::TensorOptions().dtype(model->dtype()).device(device_)))),
-        out_(prompts.size()),
-        streams_(params.seed, params.first_row, rows_) {
+        out_(prompts.size()) {
     int64_t longest = 0;
     for (const auto& p : prompts) {
       if (p.empty()) throw std::invalid_argument("Generate: empty prompt (every prompt needs at least one token)");
@@ -228,6 +251,10 @@ class Engine {
       throw std::invalid_argument("Generate: max_new_tokens_per_row holds " +
                                   std::to_string(params.max_new_tokens_per_row.size()) + " limits for " +
                                   std::to_string(prompts.size()) + " prompts");
+    for (const auto* v : {&params.sample_ids, &params.first_positions})
+      if (!v->empty() && v->size() != prompts.size())
+        throw std::invalid_argument("Generate: sample_ids / first_positions hold " + std::to_string(v->size()) +
+                                    " entries for " + std::to_string(prompts.size()) + " prompts");
     if (HasPenalties(params)) counts_ = TokenCounts::Start(prompts, model->config().vocab_size);
     if (params.use_cache) {
       // By reference a slot holds only its own tokens: the last prompt token and the generated.
@@ -270,7 +297,12 @@ class Engine {
       }
       std::vector<double> uniforms;
       if (params_.temperature > 0)
-        for (int64_t r : rows) uniforms.push_back(streams_.Uniform(r));
+        for (int64_t r : rows) {
+          const size_t i = static_cast<size_t>(r);
+          const int64_t sample = i < params_.sample_ids.size() ? params_.sample_ids[i] : params_.first_row + r;
+          const int64_t first = i < params_.first_positions.size() ? params_.first_positions[i] : 0;
+          uniforms.push_back(DrawUniform(params_.seed, sample, first + static_cast<int64_t>(out_[i].tokens.size())));
+        }
       std::optional<TokenCounts> counts;
       if (counts_) counts = counts_->Rows(rows_t);
       at::Tensor logprob;
@@ -533,7 +565,6 @@ class Engine {
   std::map<int64_t, KVPrefix> prefills_;  // std::map: slot_prefix_ points into it
   std::map<int64_t, int64_t> readers_;   // live rows reading each prefill in place
   std::vector<Completion> out_;
-  RowStreams streams_;
   std::optional<TokenCounts> counts_;
   GenerateStats stats_;
 };

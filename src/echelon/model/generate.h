@@ -27,10 +27,14 @@
 // min_tokens shift the draw away from the reported policy, so RL rollouts leave them off
 // (rollout.top_k and rollout.min_p exist; the penalties are `echelon serve`'s).
 //
-// Draws are reproducible per row: row r takes its uniforms from its own stream, seeded by
-// (seed, r), and draws by inverting the cumulative distribution. So a row's tokens depend on
-// the seed, its index and its prompt only, not on the slot count, the other rows or the order
-// rows were admitted in (up to float rounding of the batched arithmetic).
+// Draws are a function of (seed, sample, position): the token at completion position t of
+// sample j (row j, or sample_ids[j]) inverts the cumulative distribution of the filtered
+// probabilities (token ids in order) at the counter-based uniform DrawUniform(seed, j, t).
+// So a row's tokens depend on the seed, its sample index and its prompt only, not on the slot
+// count, the other rows, the order rows were admitted in or where generation was interrupted
+// and continued (up to float rounding of the batched arithmetic); and a verifier that
+// recomputes the logits by teacher forcing checks that each token is the seeded draw
+// (SamplingProbs, SeededToken) without sampling anything.
 //
 // Every prompt must hold at least one token (an empty one throws std::invalid_argument).
 //
@@ -73,9 +77,14 @@ struct SamplingParams {
   // With the cache: rows with the same prompt (a group's G samples) share one prefill, whose
   // keys and values are copied to each of them; false prefills every row (for benchmarks).
   bool share_prefix = true;
-  // Row r draws from the random stream of row first_row + r: a call over rows [a, b) of a
-  // larger batch, with first_row = a, draws what the whole batch's call draws for them.
+  // Row r draws as sample first_row + r: a call over rows [a, b) of a larger batch, with
+  // first_row = a, draws what the whole batch's call draws for them.
   int64_t first_row = 0;
+  // When not empty, one per prompt: row r draws as sample sample_ids[r] (instead of
+  // first_row + r), its first token at completion position first_positions[r] (instead of 0):
+  // a continuation of a partial completion draws what the uninterrupted row would have.
+  std::vector<int64_t> sample_ids;
+  std::vector<int64_t> first_positions;
 };
 
 struct Completion {
@@ -115,6 +124,21 @@ class DrawSource {
 // Generate with draws from `source`; completions carry the tokens and zero log-probs.
 std::vector<Completion> Replay(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
                                const SamplingParams& params, DrawSource& source);
+
+// The uniform in [0, 1) (53 bits) that sample `sample` draws its token at completion position
+// `position` with, under `seed`: splitmix64 of the three, the same on every platform.
+double DrawUniform(uint64_t seed, int64_t sample, int64_t position);
+// Steps 3-6 of the sampler on fp32 logits [N, V] (no penalties, no min_tokens): the filtered,
+// unnormalised probabilities a draw inverts (temperature > 0).
+at::Tensor SamplingProbs(const at::Tensor& logits, const SamplingParams& params);
+// Where a uniform lands in one row's filtered probabilities `probs` [V]: the drawn token, and
+// how far (in probability mass, as a fraction of the row's total) `token` is from being the
+// draw: 0 when it is, else the gap between its cumulative interval and the uniform's point.
+struct DrawCheck {
+  int64_t drawn = 0;
+  double miss = 0;
+};
+DrawCheck SeededToken(const at::Tensor& probs, double uniform, int64_t token);
 
 // Log-probabilities of `completion` tokens given `prompt` (one forward pass of the whole
 // sequence, no cache), at the same temperature as sampling; used by tests and the learner.

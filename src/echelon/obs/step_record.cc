@@ -63,6 +63,8 @@ void VisitFields(R& r, V& v) {
   v.Count("verified_groups", r.verified_groups);
   v.Number("verify_gap_max", r.verify_gap_max);
   v.Count("verify_unverifiable", r.verify_unverifiable);
+  v.Count("verify_draws_checked", r.verify_draws_checked);
+  v.Count("verify_near_ties", r.verify_near_ties);
   v.Count("tokens", r.tokens);
   v.Count("moved_tokens", r.moved_tokens);
   v.Number("entropy", r.entropy);

@@ -13,7 +13,8 @@
 //               clip_frac_high, clip_frac_dual, response_length_mean, response_length_max, truncated_frac, kl,
 //               behav_weight_mean, max_token_weight, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
-//               skipped_nonfinite, verified_groups, verify_gap_max, verify_unverifiable, tokens, moved_tokens,
+//               skipped_nonfinite, verified_groups, verify_gap_max, verify_unverifiable,
+//               verify_draws_checked, verify_near_ties, tokens, moved_tokens,
 //               entropy, lease_renewals, learner_pad_frac,
 //               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s,
 //               broadcast_bytes, broadcast_snapshot_bytes, learner_rss_mb, learner_ranks
@@ -98,6 +99,8 @@ struct StepRecord {
   double max_token_weight = kMissing;        // the largest token gradient weight w r (learn/grpo.h)
   double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
   std::optional<int64_t> verify_unverifiable;  // groups drawn whose version was no longer kept (total, this process)
+  std::optional<int64_t> verify_draws_checked;  // tokens whose seeded draw was recomputed (total, this process)
+  std::optional<int64_t> verify_near_ties;      // of which passed within the draw tolerance, not the exact draw
   std::optional<int64_t> tokens;                      // completion tokens trained on
   // Of them, those drawn by a newer version than their group's oldest (partial rollouts moved
   // the generation to a newer snapshot midway).

@@ -47,9 +47,13 @@ Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::Poli
     // rows to the next, which continues them (prompt + tokens so far) on the new weights.
     for (uint64_t segment = 0; !running.empty(); ++segment) {
       model::SamplingParams sp = params_;
-      sp.seed = segment == 0 ? seed : seed ^ (0x9e3779b97f4a7c15ULL * segment);  // fresh draws for a continuation
+      // A continued row draws as the same sample from the position it reached (generate.h), so
+      // its tokens are the seeded draws a verifier recomputes.
+      sp.seed = seed;
       std::vector<std::vector<int64_t>> now;
       for (size_t r : running) {
+        sp.sample_ids.push_back(static_cast<int64_t>(r));
+        sp.first_positions.push_back(static_cast<int64_t>(out[r].tokens.size()));
         now.push_back(ids[r]);
         now.back().insert(now.back().end(), out[r].tokens.begin(), out[r].tokens.end());
         sp.max_new_tokens_per_row.push_back(params_.max_new_tokens - static_cast<int64_t>(out[r].tokens.size()));
