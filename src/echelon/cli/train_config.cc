@@ -223,6 +223,9 @@ const TrainKeys& Keys() {
             "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped", kLearner, AT(learner.loss.icepop_beta));
     k.Float("rl.m2po_tau", 0.04, 1e-6, 100.0,
             "m2po: the budget of the harmful tokens' mean (log pi_theta / pi_behav)^2 that sets its clip's width", kLearner, AT(learner.loss.m2po_tau));
+    k.Bool("rl.m2po_within_clip", false,
+           "m2po: its clip is never wider than rl.clip_low / rl.clip_high (the budget only tightens it); "
+           "rl.staleness: auto turns it on", kLearner, AT(learner.loss.m2po_within_clip));
     k.Float("rl.router_aux_coef", 0.0, 0.0, 10.0,
             "mixture-of-experts models: weight of the router's load-balancing loss (transformers' Qwen3-MoE uses "
             "0.001); 0: off", kLearner, AT(learner.router_aux_coef));
@@ -403,6 +406,9 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
                              ") <= rl.staleness_start (" + std::to_string(c.start) + ") <= rl.staleness_max (" +
                              std::to_string(c.max) + ")");
     o.staleness = c.start;
+    // auto keeps S where the harmful tokens' second moment is mostly within M2PO's budget, and
+    // there M2PO alone clips nothing: one unclipped step per update (docs/RESULTS.md, m2po).
+    if (o.learner.loss.correction == learn::Correction::kM2po) o.learner.loss.m2po_within_clip = true;
   }
   // With S moving, a snapshot every update keeps every S reachable.
   const int64_t smallest_s = o.staleness_control ? o.staleness_control->min : o.staleness;

@@ -39,7 +39,8 @@ std::string Print(const RunOptions& o) {
   for (const std::string& t : o.lora.targets) s << ',' << t;
   s << '|' << l.loss.clip_low << ',' << l.loss.clip_high << ',' << l.loss.clip_ratio_c << ',' << l.loss.kl_coef << ','
     << static_cast<int>(l.loss.correction) << ',' << l.loss.tis_cap << ',' << l.loss.decoupled_cap << ','
-    << l.loss.icepop_beta << ',' << l.loss.m2po_tau << ',' << static_cast<int>(l.loss.ratio);
+    << l.loss.icepop_beta << ',' << l.loss.m2po_tau << ',' << l.loss.m2po_within_clip << ','
+    << static_cast<int>(l.loss.ratio);
   s << '|' << o.steps << ',' << o.groups_per_step << ',' << o.group_size << ',' << o.staleness << ',' << o.publish_period;
   if (o.staleness_control) {
     const sched::StalenessControlOptions& c = *o.staleness_control;
@@ -178,6 +179,18 @@ TEST(TrainSchema, RolloutTransportIsReadIntoTheRunOptions) {
     Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
     ASSERT_TRUE(o.ok()) << o.status().message();
     EXPECT_EQ(o->thread_actors, threads) << value;
+  }
+}
+
+// m2po under rl.staleness: auto keeps PPO's clip as its widest (auto holds S where M2PO's budget
+// alone clips nothing); a fixed S leaves the paper's clip unless asked.
+TEST(TrainSchema, AutoStalenessKeepsM2poWithinThePpoClip) {
+  for (const auto& [staleness, within] : std::vector<std::pair<std::string, bool>>{{"auto", true}, {"64", false}}) {
+    Result<Config> cfg = Config::Load(TrainSchema(), "", {"rl.correction=m2po", "rl.staleness=" + staleness});
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    EXPECT_EQ(o->learner.loss.m2po_within_clip, within) << staleness;
   }
 }
 

@@ -120,7 +120,9 @@ PolicyLossOutput PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   if (options.correction == Correction::kM2po) {
     const double bound = std::isnan(in.m2po_bound) ? M2poBound(in.logp - in.behav_logp, in.advantages, mask, options)
                                                    : in.m2po_bound;
-    clipped = at::clamp(ratio, std::exp(-bound), std::exp(bound));
+    const double low = options.m2po_within_clip ? std::max(std::exp(-bound), 1.0 - options.clip_low) : std::exp(-bound);
+    const double high = options.m2po_within_clip ? std::min(std::exp(bound), 1.0 + options.clip_high) : std::exp(bound);
+    clipped = at::clamp(ratio, low, high);
   }
   const at::Tensor unclipped_obj = ratio * adv;
   const at::Tensor clipped_obj = clipped * adv;

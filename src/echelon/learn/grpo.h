@@ -84,6 +84,9 @@ struct PolicyLossOptions {
   double tis_cap = 2.0;
   double icepop_beta = 2.0;  // kIcePop keeps tokens whose behaviour weight is in [1/beta, beta]
   double m2po_tau = 0.04;    // kM2po: the harmful tokens' budget of mean (log r)^2 (M2PO's default)
+  // kM2po: its clip never wider than PPO's [1 - clip_low, 1 + clip_high] (the budget may only
+  // tighten it); rl.staleness: auto turns it on (see RESULTS).
+  bool m2po_within_clip = false;
   double decoupled_cap = 5.0;  // kDecoupled drops tokens whose w exceeds it (AReaL's behaviour weight cap)
   double clip_ratio_c = 3.0;   // dual clip: with A < 0 the objective is at least c A (verl's clip_ratio_c)
   RatioLevel ratio = RatioLevel::kToken;  // kSequence: GSPO's length-normalised sequence ratio

@@ -224,6 +224,24 @@ TEST(PolicyLossTest, M2poClipsTheHarmfulTokensAtItsBound) {
   EXPECT_EQ(out.clip_frac, 0.0);
 }
 
+// With m2po_within_clip the budget only tightens PPO's clip: the same tokens at tau 1 (no M2PO
+// clip) are held at 1 + clip_high = 1.28, and at tau 0.04 (bound e^0.2345 = 1.264) at 1.264.
+TEST(PolicyLossTest, M2poWithinClipIsNeverWiderThanPpos) {
+  PolicyLossInputs in;
+  in.logp = Logs({0.6, 0.6, 0.6, 0.6}).requires_grad_(true);
+  in.behav_logp = in.logp.detach() - at::tensor({0.5f, 0.3f, 0.1f, -0.4f}).unsqueeze(0);
+  in.advantages = at::tensor({1.0f});
+  in.mask = at::ones({1, 4});
+  PolicyLossOptions opt;
+  opt.correction = Correction::kM2po;
+  opt.m2po_within_clip = true;
+  opt.m2po_tau = 1.0;
+  EXPECT_NEAR(PolicyLoss(in, opt).loss.item<double>(), -(2 * 1.28 + std::exp(0.1) + std::exp(-0.4)) / 4, 1e-5);
+  opt.m2po_tau = 0.04;
+  const double b = std::exp(std::sqrt(0.055));
+  EXPECT_NEAR(PolicyLoss(in, opt).loss.item<double>(), -(2 * b + std::exp(0.1) + std::exp(-0.4)) / 4, 1e-5);
+}
+
 // One forged token in a batch of many near-on-policy harmful tokens keeps the harmful mean
 // under the budget; the clip still holds it at max(c, 1 + clip_high), as under `none`.
 TEST(PolicyLossTest, M2poBoundIsNeverWiderThanTheDualClip) {

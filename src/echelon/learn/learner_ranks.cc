@@ -20,6 +20,7 @@ void VisitOptions(Options& o, Field&& field) {
   field("decoupled_cap", o.loss.decoupled_cap);
   field("icepop_beta", o.loss.icepop_beta);
   field("m2po_tau", o.loss.m2po_tau);
+  field("m2po_within_clip", o.loss.m2po_within_clip);
   field("kl_coef", o.loss.kl_coef);
   field("lr", o.lr);
   field("weight_decay", o.weight_decay);
