@@ -223,6 +223,10 @@ const TrainKeys& Keys() {
             "icepop: tokens whose behaviour weight pi_prox / pi_behav leaves [1/beta, beta] are dropped", kLearner, AT(learner.loss.icepop_beta));
     k.Float("rl.m2po_tau", 0.04, 1e-6, 100.0,
             "m2po: the budget of the harmful tokens' mean (log pi_theta / pi_behav)^2 that sets its clip's width", kLearner, AT(learner.loss.m2po_tau));
+    k.Float("rl.max_group_share", 0.0, 0.0, 1.0,
+            "the largest share of an update's loss one group may carry whatever its completions' length (0: no "
+            "cap); with untrusted workers, a few times 1 / rl.groups_per_step bounds a worker's long groups",
+            kLearner, AT(learner.max_group_share));
     k.Bool("rl.m2po_within_clip", false,
            "m2po: its clip is never wider than rl.clip_low / rl.clip_high (the budget only tightens it); "
            "rl.staleness: auto turns it on", kLearner, AT(learner.loss.m2po_within_clip));

@@ -33,7 +33,8 @@ std::string Print(const RunOptions& o) {
   s << '|' << l.lr << ',' << l.weight_decay << ',' << l.max_grad_norm << ',' << l.temperature << ',' << l.scale_by_std
     << ',' << l.minibatches << ',' << l.device << ',' << static_cast<int>(l.precision) << ',' << l.micro_batch_tokens
     << ',' << l.pack_sequences << ',' << static_cast<int>(l.shard) << ',' << l.activation_checkpointing << ',' << l.router_aux_coef
-    << ',' << static_cast<int>(l.loss_aggregation) << ',' << l.overlong.buffer << ',' << l.overlong.penalty << ','
+    << ',' << static_cast<int>(l.loss_aggregation) << ',' << l.max_group_share << ',' << l.overlong.buffer << ','
+    << l.overlong.penalty << ','
     << l.overlong.filter;
   s << '|' << o.lora.rank << ',' << o.lora.alpha;
   for (const std::string& t : o.lora.targets) s << ',' << t;

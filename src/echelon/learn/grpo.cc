@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -55,6 +56,22 @@ at::Tensor TokenShares(const at::Tensor& mask, LossAggregation how, int64_t max_
   if (how == LossAggregation::kSeqMeanTokenMean) return m / at::clamp_min(row_tokens, 1.0) / rows;
   TORCH_CHECK(max_new_tokens > 0, "seq_mean_token_sum_norm needs the token limit (rollout.max_new_tokens)");
   return m / (static_cast<double>(max_new_tokens) * rows);
+}
+
+at::Tensor CapGroupShares(const at::Tensor& shares, const std::vector<int64_t>& row_group, double cap) {
+  if (cap <= 0 || cap >= 1) return shares;
+  at::NoGradGuard no_grad;
+  TORCH_CHECK(static_cast<int64_t>(row_group.size()) == shares.size(0), "CapGroupShares: one group per row");
+  const at::Tensor row_share = shares.sum(1).to(at::kCPU, at::kDouble).contiguous();
+  const double* rs = row_share.data_ptr<double>();
+  std::map<int64_t, double> group_share;
+  for (size_t r = 0; r < row_group.size(); ++r) group_share[row_group[r]] += rs[r];
+  std::vector<double> scale(row_group.size(), 1.0);
+  for (size_t r = 0; r < row_group.size(); ++r) {
+    const double g = group_share[row_group[r]];
+    if (g > cap) scale[r] = cap / g;
+  }
+  return shares * at::tensor(scale, at::kDouble).to(shares.device(), shares.scalar_type()).unsqueeze(1);
 }
 
 std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps) {

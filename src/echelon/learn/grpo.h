@@ -108,6 +108,11 @@ double OverlongPenalty(int64_t length, int64_t max_new_tokens, const OverlongOpt
 // Each token's share of a minibatch's loss [N, T] (zero off `mask`), the rows of `mask` being the
 // minibatch's: see the top. max_new_tokens is seq_mean_token_sum_norm's constant.
 at::Tensor TokenShares(const at::Tensor& mask, LossAggregation how, int64_t max_new_tokens);
+// Caps each group's total share of `shares` [N, T] (rows of group row_group[r]) at `cap` by
+// scaling that group's tokens down; the others keep theirs (rl.max_group_share: one group of
+// maximum-length completions among B carries at most `cap` of an update, whatever its length).
+// cap <= 0 or >= 1: `shares` unchanged.
+at::Tensor CapGroupShares(const at::Tensor& shares, const std::vector<int64_t>& row_group, double cap);
 
 struct PolicyLossInputs {
   at::Tensor logp;        // [N, T], requires grad

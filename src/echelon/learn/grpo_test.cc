@@ -224,6 +224,23 @@ TEST(PolicyLossTest, M2poClipsTheHarmfulTokensAtItsBound) {
   EXPECT_EQ(out.clip_frac, 0.0);
 }
 
+// rl.max_group_share by hand: group 0 has two rows of 8 tokens, groups 1 and 2 one row of 2
+// each, so under token_mean group 0 carries 16/20 = 0.8 of the loss. A cap of 0.5 scales its
+// tokens to 0.5 in all (1/32 each) and leaves the others at 0.1; 0 or 1 leave everything.
+TEST(PolicyLossTest, MaxGroupShareCapsALongGroup) {
+  const at::Tensor mask = at::cat({at::ones({2, 8}), at::cat({at::ones({2, 2}), at::zeros({2, 6})}, 1)});
+  const at::Tensor shares = TokenShares(mask, LossAggregation::kTokenMean, 8);
+  const std::vector<int64_t> groups = {0, 0, 1, 2};
+  const at::Tensor capped = CapGroupShares(shares, groups, 0.5);
+  EXPECT_NEAR(capped.slice(0, 0, 2).sum().item<double>(), 0.5, 1e-6);
+  EXPECT_NEAR(capped[0][0].item<double>(), 1.0 / 32, 1e-7);
+  EXPECT_NEAR(capped[2].sum().item<double>(), 0.1, 1e-6);
+  EXPECT_NEAR(capped[3].sum().item<double>(), 0.1, 1e-6);
+  EXPECT_EQ(capped[2][5].item<float>(), 0.0f) << "padding keeps no share";
+  EXPECT_TRUE(at::equal(CapGroupShares(shares, groups, 0.0), shares));
+  EXPECT_TRUE(at::equal(CapGroupShares(shares, groups, 1.0), shares));
+}
+
 // With m2po_within_clip the budget only tightens PPO's clip: the same tokens at tau 1 (no M2PO
 // clip) are held at 1 + clip_high = 1.28, and at tau 0.04 (bound e^0.2345 = 1.264) at 1.264.
 TEST(PolicyLossTest, M2poWithinClipIsNeverWiderThanPpos) {

@@ -549,8 +549,12 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
   // Each token's share of this minibatch's loss (rl.loss_aggregation), over all its rows, so the
   // micro-batches' losses add up to the minibatch's however it is cut.
   at::Tensor shares = at::zeros_like(b.mask);
-  shares.index_put_({rows}, TokenShares(b.mask.index_select(0, rows), options_.loss_aggregation,
-                                        options_.max_new_tokens));
+  std::vector<int64_t> groups;
+  const auto row_index = rows.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < rows.size(0); ++i) groups.push_back(static_cast<int64_t>(b.row_group[row_index[i]]));
+  shares.index_put_({rows}, CapGroupShares(TokenShares(b.mask.index_select(0, rows), options_.loss_aggregation,
+                                                       options_.max_new_tokens),
+                                           groups, options_.max_group_share));
   if (!prox.defined()) mb->start_logp = at::zeros_like(b.mask);
   compute_->zero_grad();
   if (units_sharded_)

@@ -76,6 +76,8 @@ struct LearnerOptions {
   double router_aux_coef = 0;
   // How token losses add up to a minibatch's loss (rl.loss_aggregation, grpo.h TokenShares).
   LossAggregation loss_aggregation = LossAggregation::kTokenMean;
+  // rl.max_group_share: the largest share of a minibatch's loss one group may carry (0: no cap).
+  double max_group_share = 0;
   // DAPO's soft overlong punishment and overlong filter (rl.overlong, grpo.h).
   OverlongOptions overlong;
   // The rollouts' token limit and stop ids (rollout.max_new_tokens, the vocabulary's): what

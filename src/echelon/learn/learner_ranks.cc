@@ -29,6 +29,7 @@ void VisitOptions(Options& o, Field&& field) {
   field("max_grad_norm", o.max_grad_norm);
   field("temperature", o.temperature);
   field("scale_by_std", o.scale_by_std);
+  field("max_group_share", o.max_group_share);
   field("minibatches", o.minibatches);
   field("micro_batch_tokens", o.micro_batch_tokens);
   field("pack_sequences", o.pack_sequences);

@@ -119,8 +119,8 @@ TEST(LearnerRanks, PackSequencesReachesEveryRank) {
   EXPECT_GT(MaxWeightDiff(one.model(), init), 1e-3);
 }
 
-// The loss options (aggregation, sequence ratios, overlong shaping and the limit it reads) reach
-// the workers: two ranks give one rank's weights with every one of them away from its default.
+// The loss options (aggregation, the group share cap, sequence ratios, overlong shaping and the
+// limit it reads) reach the workers: two ranks give one rank's weights with every one of them away from its default.
 TEST(LearnerRanks, LossOptionsReachEveryRank) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(8);
@@ -138,6 +138,7 @@ TEST(LearnerRanks, LossOptionsReachEveryRank) {
   o.lr = 1e-3;
   o.micro_batch_tokens = 20;
   o.loss_aggregation = LossAggregation::kSeqMeanTokenSumNorm;
+  o.max_group_share = 0.2;  // three groups: each carries 1/3 uncapped
   o.loss.ratio = RatioLevel::kSequence;
   o.loss.correction = Correction::kTruncatedIS;
   o.overlong = {2, 0.5, true};
