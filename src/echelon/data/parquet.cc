@@ -7,6 +7,7 @@
 #include "echelon/data/parquet_codec.h"
 #include "echelon/data/parquet_column.h"
 #include "echelon/data/parquet_thrift.h"
+#include "echelon/tokenizer/unicode.h"
 
 namespace echelon::data {
 namespace {
@@ -20,7 +21,7 @@ std::string Num(uint64_t v) { return std::to_string(v); }
 // byte >= 0x80 when the name is not UTF-8) as \xNN.
 std::string Printable(const std::string& name) {
   static const char kHex[] = "0123456789abcdef";
-  const bool utf8 = IsValidUtf8(reinterpret_cast<const uint8_t*>(name.data()), name.size());
+  const bool utf8 = tokenizer::IsValidUtf8(name);
   std::string out;
   for (unsigned char c : name) {
     if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8)) out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
@@ -139,7 +140,7 @@ class SchemaBuilder {
     path.push_back(e.name);
     const std::string dotted = Dotted(path);
     // Names become the rows' keys, and JSON text must be UTF-8.
-    if (!IsValidUtf8(reinterpret_cast<const uint8_t*>(e.name.data()), e.name.size()))
+    if (!tokenizer::IsValidUtf8(e.name))
       return ColumnError(false, "the column name is not valid UTF-8", dotted);
     if (depth > limits_.max_depth) return ColumnError(true, "nested deeper than " + Num(limits_.max_depth), dotted);
     Node n;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "echelon/data/parquet_thrift.h"
+#include "echelon/tokenizer/unicode.h"
 
 namespace echelon::data::parquet {
 namespace {
@@ -90,7 +91,7 @@ Status AddBytes(const ValueType& t, const uint8_t* p, size_t len, TextBudget* bu
   }
   if (len > budget->bytes_left) return FailedPrecondition("the decoded text is larger than the reader's limit");
   budget->bytes_left -= len;
-  if (!IsValidUtf8(p, len)) {
+  if (!tokenizer::IsValidUtf8(std::string_view(reinterpret_cast<const char*>(p), len))) {
     if (t.text) return DataLoss("a string value of " + Num(len) + " bytes is not valid UTF-8");
     return InvalidArgument("a binary value of " + Num(len) +
                            " bytes is not valid UTF-8 text (a BYTE_ARRAY without a string annotation is read as text)");
@@ -434,31 +435,6 @@ Status DecodeValues(int encoding, const ValueType& type, const uint8_t* data, si
     case kByteStreamSplit: return DecodeByteStreamSplit(type, data, size, n, budget, out);
     default: return InvalidArgument("encoding " + EncodingName(encoding) + " is not supported");
   }
-}
-
-bool IsValidUtf8(const uint8_t* s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t cp = 0, min = 0;
-    if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f, min = 0x80;
-    else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f, min = 0x800;
-    else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07, min = 0x10000;
-    else return false;
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += len;
-  }
-  return true;
 }
 
 }  // namespace echelon::data::parquet

@@ -82,7 +82,4 @@ struct TextBudget {
 Status DecodeValues(int encoding, const ValueType& type, const uint8_t* data, size_t size, size_t n,
                     const std::vector<nlohmann::json>* dict, TextBudget* budget, std::vector<nlohmann::json>* out);
 
-// Whether `bytes` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-bool IsValidUtf8(const uint8_t* bytes, size_t size);
-
 }  // namespace echelon::data::parquet

@@ -41,6 +41,27 @@ struct TwoRanks {
   std::stringstream worker_log;
 };
 
+// `steps` updates on `groups` from `init` with options `o`, by one rank and by two: the weights
+// of each.
+struct OneAndTwo {
+  model::Qwen3Model one{nullptr}, two{nullptr};
+};
+OneAndTwo TrainOnOneAndTwoRanks(const model::Qwen3Model& init, const std::vector<LearnerGroup>& groups,
+                                const LearnerOptions& o, int steps) {
+  Learner one(Copy(init), o);
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  EXPECT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  for (int step = 0; step < steps; ++step) {
+    EXPECT_TRUE(one.Step(groups).ok());
+    EXPECT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    EXPECT_TRUE(rank0.Step(groups).ok());
+  }
+  two.ranks->Stop();
+  EXPECT_TRUE(two.worker.get().ok());
+  return {one.model(), rank0.model()};
+}
+
 // The same ten updates on the same batches, one rank against two: each of two ranks computes
 // the gradients of half the micro-batches and the sum is all-reduced, which is the one-rank
 // gradient summed in another order (float32 rounding, ~1e-7 relative); as for micro-batches,
@@ -104,23 +125,14 @@ TEST(LearnerRanks, PackSequencesReachesEveryRank) {
   o.lr = 1e-3;
   o.micro_batch_tokens = 28;
   o.pack_sequences = false;
-  Learner one(Copy(init), o);
-  TwoRanks two;
-  Learner rank0(Copy(init), o, two.ranks->group());
-  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
-  for (int step = 0; step < 5; ++step) {
-    ASSERT_TRUE(one.Step(groups).ok());
-    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-    ASSERT_TRUE(rank0.Step(groups).ok());
-  }
-  two.ranks->Stop();
-  ASSERT_TRUE(two.worker.get().ok());
-  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
-  EXPECT_GT(MaxWeightDiff(one.model(), init), 1e-3);
+  const OneAndTwo r = TrainOnOneAndTwoRanks(init, groups, o, 5);
+  EXPECT_LT(MaxWeightDiff(r.one, r.two), 1e-5);
+  EXPECT_GT(MaxWeightDiff(r.one, init), 1e-3);
 }
 
 // The loss options (aggregation, the group share cap, sequence ratios, overlong shaping and the
-// limit it reads) reach the workers: two ranks give one rank's weights with every one of them away from its default.
+// limit it reads) reach the workers: two ranks give one rank's weights with every one of them
+// away from its default.
 TEST(LearnerRanks, LossOptionsReachEveryRank) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(8);
@@ -144,19 +156,9 @@ TEST(LearnerRanks, LossOptionsReachEveryRank) {
   o.overlong = {2, 0.5, true};
   o.max_new_tokens = 5;
   o.stop_ids = {2};
-  Learner one(Copy(init), o);
-  TwoRanks two;
-  Learner rank0(Copy(init), o, two.ranks->group());
-  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
-  for (int step = 0; step < 4; ++step) {
-    ASSERT_TRUE(one.Step(groups).ok());
-    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-    ASSERT_TRUE(rank0.Step(groups).ok());
-  }
-  two.ranks->Stop();
-  ASSERT_TRUE(two.worker.get().ok());
-  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
-  EXPECT_GT(MaxWeightDiff(one.model(), init), 1e-4);
+  const OneAndTwo r = TrainOnOneAndTwoRanks(init, groups, o, 4);
+  EXPECT_LT(MaxWeightDiff(r.one, r.two), 1e-5);
+  EXPECT_GT(MaxWeightDiff(r.one, init), 1e-4);
 }
 
 // A worker that joins a run in progress gets rank 0's whole state: its next update is the

@@ -383,6 +383,19 @@ TEST(LearnerTest, OverlongShapingAndFilter) {
 namespace echelon::learn {
 namespace {
 
+// `steps` updates on `groups` from `init` with options `o`: the weights after them, and the
+// statistics of the last.
+model::Qwen3Model TrainedWith(const model::Qwen3Model& init, const std::vector<LearnerGroup>& groups,
+                              const LearnerOptions& o, int steps, StepStats* last = nullptr) {
+  Learner l(Copy(init), o);
+  for (int i = 0; i < steps; ++i) {
+    Result<StepStats> s = l.Step(groups);
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    if (s.ok() && last != nullptr) *last = s.value();
+  }
+  return Copy(l.model());
+}
+
 // Each aggregation is the minibatch's, however it is cut: micro-batches of 20 tokens give the
 // weights of one forward/backward, and the aggregations differ from each other.
 TEST(LearnerTest, LossAggregationDoesNotDependOnMicroBatches) {
@@ -398,9 +411,7 @@ TEST(LearnerTest, LossAggregationDoesNotDependOnMicroBatches) {
       o.loss_aggregation = how;
       o.max_new_tokens = 5;
       o.micro_batch_tokens = micro;
-      Learner l(Copy(init), o);
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(l.Step(groups).ok());
-      cut.push_back(Copy(l.model()));
+      cut.push_back(TrainedWith(init, groups, o, 3));
     }
     EXPECT_LT(MaxWeightDiff(cut[0], cut[1]), 1e-5) << static_cast<int>(how);
     ends.push_back(cut[0]);
@@ -426,11 +437,9 @@ TEST(LearnerTest, M2poBoundDoesNotDependOnMicroBatches) {
       o.loss.correction = Correction::kM2po;
       o.loss.m2po_tau = tau;
       o.micro_batch_tokens = micro;
-      Learner l(Copy(init), o);
-      Result<StepStats> s = l.Step(groups);
-      ASSERT_TRUE(s.ok()) << s.status().message();
-      if (tau < 1) EXPECT_GT(s->clip_frac, 0.0);
-      cut.push_back(Copy(l.model()));
+      StepStats s;
+      cut.push_back(TrainedWith(init, groups, o, 1, &s));
+      if (tau < 1) EXPECT_GT(s.clip_frac, 0.0);
     }
     EXPECT_LT(MaxWeightDiff(cut[0], cut[1]), 1e-5) << tau;
     ends.push_back(cut[0]);

@@ -8,6 +8,7 @@
 
 #include "echelon/common/fs.h"
 #include "echelon/model/safetensors.h"
+#include "echelon/model/testing.h"
 
 namespace echelon::model {
 namespace {
@@ -520,16 +521,7 @@ TEST(GenerateTest, AContinuedRowDrawsWhatTheUninterruptedRowDraws) {
 // Seeded draws follow the policy: 8,000 samples of one token from a 16-token model, counted
 // against the exact probabilities (top_k 10 renormalised), by a chi-square test at p = 0.001.
 TEST(GenerateTest, SeededDrawsFollowThePolicysDistribution) {
-  ModelConfig c;
-  c.vocab_size = 16;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 16;
-  c.intermediate_size = 64;
-  c.max_position_embeddings = 16;
-  Qwen3Model m(c);
+  Qwen3Model m(TinyTestConfig(/*vocab=*/16, /*hidden=*/32));
   m->InitWeights(3);
   const std::vector<int64_t> prompt = {1, 7, 4};
   SamplingParams sp;
