@@ -75,6 +75,19 @@ check "missing checkpoint names it" contains missing.err "nowhere"
 "$ECHELON" learner "$CONFIG" --out run4 > /dev/null 2> notoken.err
 check "learner without --token-file exits 2" test $? -eq 2
 check "learner without --token-file says what to do" contains notoken.err "needs --token-file"
+# A run open to untrusted workers takes per-worker tokens only, and says how to make them.
+"$ECHELON" learner "$CONFIG" --out run4 --insecure rollout.untrusted_workers=true > /dev/null 2> open.err
+check "rollout.untrusted_workers refuses --insecure (exit 2)" test $? -eq 2
+check "... and says how to issue per-worker tokens" contains open.err "echelon tokens --out DIR --workers N"
+echo "0123456789abcdef0123456789abcdef" > shared-token
+"$ECHELON" learner "$CONFIG" --out run4 --token-file shared-token rollout.untrusted_workers=true > /dev/null 2> shared.err
+check "rollout.untrusted_workers refuses a shared token (exit 2)" test $? -eq 2
+check "... naming the file" contains shared.err "shared-token holds one token shared by every worker"
+"$ECHELON" tokens --out issued --workers 2 > tokens.out 2>&1
+check "echelon tokens exits 0" test $? -eq 0
+check "echelon tokens writes the learner's file and one per worker" test -f issued/tokens -a -f issued/worker-0.token -a -f issued/worker-1.token
+check "the learner's token file is its owner's alone" test "$(stat -c %a issued/tokens)" = 600
+check "each worker's line holds that worker's token" grep -q "^worker-1 $(cat issued/worker-1.token)\$" issued/tokens
 echo "short" > short-token
 "$ECHELON" learner "$CONFIG" --out run4 --token-file short-token > /dev/null 2> short.err
 check "a short token is refused with file and line" contains short.err "short-token:1: token shorter than 16 characters"

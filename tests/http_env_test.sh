@@ -2,7 +2,8 @@
 # System test of multi-turn environments over HTTP (task.name: http-env) with the example game
 # examples/guess_env.py, a learner and two actor processes at S = 0. Checks: the run trains end
 # to end; every consumed group's seed was played G times by the actors and replayed G times by
-# the learner with the same actions and rewards (the game's own log); each update's reward_mean
+# the learner with the same actions and rewards (the game's own log), and is the one the run's
+# secret gives its group (`secret: seed`, recomputed here with Python's hmac); each update's reward_mean
 # and reward_metrics.guesses are the means over its groups' logged episodes; nothing was
 # refused or corrected; an environment that is down stops the run with one line naming its URL;
 # the warm-start is refused for a task without demonstrations.
@@ -19,6 +20,8 @@ start_server python3 "$EXAMPLE" --port 0 --log episodes.jsonl
 check "the example environment started" test -n "$PORT"
 B=4; G=4; STEPS=8; H=6
 cat > run.yaml <<YAML
+seed: 1
+secret: seed
 task: {name: http-env, server: "http://127.0.0.1:$PORT", max_turns: 3, eval_size: $H}
 $TINY_MODEL_YAML
 warmstart: {steps: 0}
@@ -32,24 +35,30 @@ check "two actor processes served it" test "$(grep -c 'registered from' train.er
 check "no group dropped or re-issued (S = 0)" contains run/metrics.jsonl '"event":"final".*"groups_dropped_stale":0,.*"groups_reissued":0'
 check "nothing refused, no reward corrected by the replay" contains run/metrics.jsonl '"event":"final".*"refused":{}'
 python3 - "$B" "$G" "$STEPS" > log.out 2>&1 <<'PY'
-import collections, json, sys
+import collections, hashlib, hmac, json, struct, sys
 b, g, steps_wanted = map(int, sys.argv[1:])
+# The run's secret under `secret: seed` (common/run_secret.h), and a group's episode seed from it.
+secret = hashlib.sha256(b"echelon run secret of seed 1").digest()
+def episode_seed(group):
+    mac = hmac.new(secret, b"environment seed\0" + struct.pack("<Q", group), hashlib.sha256).digest()
+    return struct.unpack("<Q", mac[:8])[0] % 2**50
 episodes = [json.loads(l) for l in open("episodes.jsonl")]
 train = [e for e in episodes if e["seed"] < 2**50]
-by_seed = collections.defaultdict(list)
+group_of = {episode_seed(gid): gid for gid in range(steps_wanted * b)}
+by_group = collections.defaultdict(list)
 for e in train:
-    by_seed[e["seed"]].append(e)
-assert sorted(by_seed) == list(range(1, steps_wanted * b + 1)), sorted(by_seed)  # group ids start at 1
-for seed, es in by_seed.items():
+    by_group[group_of.get(e["seed"], -1)].append(e)
+assert sorted(by_group) == list(range(steps_wanted * b)), sorted(by_group)
+for group, es in by_group.items():
     # G plays by the actors, G replays by the learner: every (actions, rewards) comes in pairs.
-    assert len(es) == 2 * g, (seed, len(es))
+    assert len(es) == 2 * g, (group, len(es))
     counts = collections.Counter(json.dumps([e["actions"], e["rewards"]]) for e in es)
-    assert all(c % 2 == 0 for c in counts.values()), (seed, counts)
+    assert all(c % 2 == 0 for c in counts.values()), (group, counts)
 assert any(len(e["actions"]) > 1 for e in train), "no episode took a second turn"
 steps = [json.loads(l) for l in open("run/metrics.jsonl") if '"step"' in l]
 assert len(steps) == steps_wanted, len(steps)
 for i, s in enumerate(steps):
-    es = [e for seed in range(1 + i * b, 1 + (i + 1) * b) for e in by_seed[seed]]
+    es = [e for group in range(i * b, (i + 1) * b) for e in by_group[group]]
     for key, got, want in (("reward", s["reward_mean"], sum(e["reward"] for e in es) / len(es)),
                            ("guesses", s["reward_metrics"]["guesses"], sum(len(e["actions"]) for e in es) / len(es))):
         assert abs(got - want) < 1e-9, (i, key, got, want)

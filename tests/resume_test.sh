@@ -121,7 +121,7 @@ sys.exit(0 if ok else 1)"
 cat check1.out
 
 # --- 2. S=0: killed and resumed == uninterrupted, bit for bit --------------------------
-EXACT=(--set rl.staleness=0 --set rl.steps=16 --set checkpoint.every=4 --set seed=7)
+EXACT=(--set rl.staleness=0 --set rl.steps=16 --set checkpoint.every=4 --set seed=7 --set secret=seed)
 exact_run() {  # DIR KILL_AT (0: no kill)
   start_learner "$1-a.out" "$CONFIG" --listen 127.0.0.1:0 --out "$1" "${TINY[@]}" "${EXACT[@]}"
   local p

@@ -27,7 +27,6 @@
 #include <thread>
 
 #include "echelon/common/fs.h"
-#include "echelon/contract/group_seed.h"
 #include "echelon/contract/run_spec.h"
 #include "echelon/data/adapter_kit.h"
 #include "echelon/net/auth.h"
@@ -243,7 +242,7 @@ class Attacker {
     // The cherry-picker draws four times the group and puts, in each sample's place, a later
     // draw whose tokens differ from that sample's where one does (true log-probs throughout);
     // with none differing there is nothing to choose and the group goes unsent (empty).
-    const uint64_t seed = contract::GroupSeed(setup_->seed, w.group_id());
+    const uint64_t seed = w.seed();
     const int rows = w.group_size() * (cherry_pick ? 4 : 1);
     ECHELON_ASSIGN_OR_RETURN(std::vector<data::Episode> episodes,
                              w.scored_by_learner() ? data::SampleSingleTurnGroup(p, rows, policy, seed)

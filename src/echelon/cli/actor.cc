@@ -303,7 +303,6 @@ int RunActor(const ActorArgs& args) {
   }
   rollout::ActorOptions ao;
   ao.name = args.name;
-  ao.seed = setup->seed;
   ao.slowdown = args.slowdown;
   ao.partial = setup->partial;
   if (ao.partial && args.backend == "openai-http")

@@ -21,6 +21,7 @@ void AddActorCommand(CLI::App& app, int* exit_code);
 void AddBroadcastCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
+void AddTokensCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
 void AddInitModelCommand(CLI::App& app, int* exit_code);
 void AddStageCommand(CLI::App& app, int* exit_code);

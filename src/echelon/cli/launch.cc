@@ -177,12 +177,25 @@ Result<net::GrpcActorsOptions> NetworkOptions(const LaunchArgs& args, LaunchMode
     if (args.token_file.empty() && !args.insecure)
       return InvalidArgument("echelon learner needs --token-file (the actors' tokens; see docs/DEPLOY.md), or "
                              "--insecure to let anyone who reaches " + args.listen + " join the run");
+    const std::string per_worker =
+        "every worker needs its own token: `echelon tokens --out DIR --workers N` writes DIR/tokens (this "
+        "learner's --token-file) and DIR/NAME.token for each worker";
     if (args.insecure) {
+      if (options.untrusted_workers)
+        return InvalidArgument("rollout.untrusted_workers: --insecure lets anyone join the run; " + per_worker);
       spdlog::warn("--insecure: any host that reaches {} can join this run", args.listen);
       return net;
     }
     Result<net::TokenTable> tokens = net::TokenTable::Load(args.token_file);
     if (!tokens.ok()) return tokens.status().WithContext("--token-file");
+    if (!tokens->per_actor()) {
+      if (options.untrusted_workers)
+        return InvalidArgument("rollout.untrusted_workers: " + args.token_file +
+                               " holds one token shared by every worker, whose names are their own choice; " + per_worker);
+      spdlog::warn("{} holds one token shared by every worker: for a fleet you trust (a worker's name is its own "
+                   "choice, so its lease cap and quarantine are only as good as its honesty); {}",
+                   args.token_file, per_worker);
+    }
     net.tokens = std::move(tokens).value();
     net.token_file = args.token_file;
     net.reload_tokens = &g_reload_tokens;

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   echelon::cli::AddBroadcastCommand(app, &exit_code);
   echelon::cli::AddReportCommand(app, &exit_code);
   echelon::cli::AddTokenizeCommand(app, &exit_code);
+  echelon::cli::AddTokensCommand(app, &exit_code);
   echelon::cli::AddServeCommand(app, &exit_code);
   echelon::cli::AddStageCommand(app, &exit_code);
   echelon::cli::AddGenerateCommand(app, &exit_code);

@@ -18,10 +18,9 @@ Status ThreadActors::Start(learn::TrajectoryIntake* intake, const std::string& r
                                                          setup_->sampling);
     rollout::ActorOptions ao;
     ao.name = "actor-" + std::to_string(i);
-    ao.seed = setup_->seed;
     ao.partial = setup_->partial;
     ao.slowdown = i < static_cast<int64_t>(slowdowns_.size()) ? slowdowns_[i] : 1.0;
-    actors_.push_back(std::make_unique<rollout::Actor>(ao, intake, intake, intake, setup_->task.get(),
+    actors_.push_back(std::make_unique<rollout::Actor>(ao, intake, intake, intake, &intake->task(),
                                                        std::move(policy), clock_));
   }
   for (auto& a : actors_) threads_.emplace_back([this, actor = a.get()] { actor->Run(stop_); });

@@ -1,7 +1,10 @@
 // ThreadActors: the actors of a run as threads of the learner's process (`rollout.transport:
 // threads`), each with its own model copy and ModelPolicy. They are set up from the run spec
-// exactly as a remote actor is, and reach the learner only through the intake (the
-// contract/transport.h interfaces), so the learner loop cannot tell them from remote ones.
+// as a remote actor is, and reach the learner only through the intake (the
+// contract/transport.h interfaces), so the learner loop cannot tell them from remote ones. A
+// multi-turn group they play themselves with the learner's own adapter (the intake's task),
+// which holds what the spec leaves out (an environment's server); in a process of its own the
+// learner plays such a group (learn/hosted_episodes.h).
 // Nothing is evicted (a thread does not vanish) and nothing is refused before the intake.
 // It lives in cli/, where the two planes are composed: the learning plane's ActorTransport
 // made of the rollout plane's Actor, so that neither plane includes the other.

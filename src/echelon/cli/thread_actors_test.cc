@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "echelon/cli/train_config.h"
+#include "echelon/common/fs.h"
 #include "echelon/learn/learner_run.h"
+#include "echelon/learn/run_start.h"
 #include "echelon/rollout/model_policy.h"
 
 namespace echelon::cli {
@@ -101,6 +103,7 @@ TEST(LearnerRunTest, StalenessBoundAndCountsHoldUnderRandomActorSpeeds) {
 TEST(LearnerRunTest, SynchronousRunWithOneActorIsReproducible) {
   auto run = [](const std::string& name) {
     learn::RunOptions o = TinyOptions(0, 1, 9);
+    o.secret_from_seed = true;  // `secret: seed`: the sampling seeds repeat with the seed
     const std::string dir = FreshDir(name);
     Result<learn::RunSummary> r = RunWithThreads(o, dir, "seed: 9\n");
     EXPECT_TRUE(r.ok()) << r.status().message();
@@ -130,6 +133,38 @@ TEST(LearnerRunTest, SynchronousRunWithOneActorIsReproducible) {
       EXPECT_EQ(l["staleness_max"].get<int64_t>(), 0);
     }
   }
+}
+
+// The default secret is drawn from the OS for each run, kept in RUN_DIR/secret for its owner
+// alone and read back by a resume; `secret: seed` derives it and keeps nothing.
+TEST(LearnerRunTest, ARandomSecretIsKeptOwnerOnlyAndReadBackOnResume) {
+  learn::RunOptions o = TinyOptions(1, 1, 3);
+  o.steps = 2;
+  const std::string dir = FreshDir("secret");
+  Result<learn::RunSummary> r = RunWithThreads(o, dir, "seed: 3\n");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::string file = dir + "/secret";
+  ASSERT_TRUE(std::filesystem::exists(file));
+  EXPECT_EQ(std::filesystem::status(file).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::string text = ReadFile(file).value();
+  ASSERT_EQ(text.size(), 65u);
+  text.pop_back();
+  std::stringstream progress;
+  const RunSecret kept = learn::RunSecretFor(o, dir, /*resume=*/true, progress).value();
+  EXPECT_EQ(kept.Hex(), text);
+  EXPECT_NE(kept, RunSecret::FromSeed(3)) << "drawn, not derived from the seed";
+  EXPECT_NE(learn::RunSecretFor(o, dir, /*resume=*/false, progress).value(), kept) << "a fresh run draws anew";
+  // A resume whose file is gone draws a new one, and says so.
+  std::filesystem::remove(file);
+  EXPECT_NE(learn::RunSecretFor(o, dir, /*resume=*/true, progress).value(), kept);
+  EXPECT_NE(progress.str().find("secret is missing"), std::string::npos) << progress.str();
+  // secret: seed.
+  o.secret_from_seed = true;
+  EXPECT_EQ(learn::RunSecretFor(o, dir, /*resume=*/true, progress).value(), RunSecret::FromSeed(3));
+  ASSERT_TRUE(learn::KeepRunSecret(o, dir, RunSecret::FromSeed(3)).ok());
+  EXPECT_FALSE(std::filesystem::exists(file));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LearnerRunTest, RefusesNonEmptyRunDirectory) {

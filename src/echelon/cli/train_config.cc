@@ -25,7 +25,9 @@ constexpr char kTrain[] = "train (starts the actors)";
 
 // task.*: every registered adapter's own option table.
 std::string AdapterOptionsHelp() {
-  std::string help = "options of the selected adapter (read by the learner; actors get them in the run spec):";
+  std::string help =
+      "options of the selected adapter (read by the learner; actors get them in the run spec, less what only the "
+      "learner reads: seed, secret, server and every *_file and *_url):";
   for (const std::string& name : data::AdapterNames()) {
     help += "\n      " + name + ":\n";
     help += data::DescribeOptions(*data::AdapterOptionTable(name), "        ");
@@ -62,6 +64,11 @@ Apply Into(Member member) {
 
 Status ReadCorrection(const Config& cfg, const std::string& key, RunOptions& o) {
   ECHELON_ASSIGN_OR_RETURN(o.learner.loss.correction, learn::ParseCorrection(cfg.String(key)));
+  return Status::Ok();
+}
+
+Status ReadSecretSource(const Config& cfg, const std::string& key, RunOptions& o) {
+  o.secret_from_seed = cfg.String(key) == "seed";
   return Status::Ok();
 }
 
@@ -181,7 +188,13 @@ struct TrainKeys {
 const TrainKeys& Keys() {
   static const TrainKeys keys = [] {
     TrainKeys k;
-    k.Int("seed", 1, 0, 1LL << 40, "seeds model init, data order and sampling", kLearnerActors, AT(seed));
+    k.Int("seed", 1, 0, 1LL << 40, "seeds model init, data order and held-out sets (and, with secret: seed, sampling)", kLearner, AT(seed));
+    k.String("secret", "random",
+             "what the learner's secret comes from, from which each group's sampling seed and a task's training deals "
+             "or episodes are drawn: random (32 bytes from the OS, kept in the run directory's `secret` file; a worker "
+             "cannot know a group's draws before the group is handed to it) or seed (derived from `seed`: a run "
+             "repeats exactly, and anyone who knows the seed knows every draw)",
+             {"random", "seed"}, kLearner, ReadSecretSource);
     k.String("task.name", "math", "data-plane adapter, by registered name", kLearnerActors, AT(task_name));
     k.schema.OpenSection("task.", AdapterOptionsHelp());
     k.String("model.init", "",
@@ -347,6 +360,10 @@ const TrainKeys& Keys() {
     k.Int("rollout.max_leases_per_worker", sched::kMaxLeasesPerWorker, 0, 1 << 20,
           "groups one worker's actors may hold at once (0: no cap); a worker that takes work and never "
           "returns it holds at most this much of the admission window", kLearner, AT(max_leases_per_worker));
+    k.Bool("rollout.untrusted_workers", false,
+           "the run is open to workers it does not trust: `echelon learner` then refuses --insecure and a token file "
+           "with one shared token (a worker's name would be its own choice), so every worker needs its own token "
+           "(`echelon tokens`)", kLearner, AT(untrusted_workers));
     k.Float("rollout.stall_timeout_seconds", sched::kDefaultStallTimeoutSeconds, 1.0, 86400.0,
             "abort when no rollout arrives for this long", kLearner, AT(stall_timeout_seconds));
     k.Float("rollout.verify_fraction", 0.05, 0.0, 1.0,
@@ -388,6 +405,9 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
   // What one key does to another's component, and the checks across keys.
   o.task_options = cfg.Section("task.");
   if (o.task_options.count("seed") == 0) o.task_options["seed"] = std::to_string(o.seed);
+  if (o.task_options.count("secret"))
+    return InvalidArgument(cfg.source() + ": task.secret is the learner's own (drawn as the key `secret` says); it is "
+                           "not set in a config");
   o.warmstart.seed = o.seed;
   o.learner.temperature = o.temperature;
   const model::ModelConfig& m = o.model;

@@ -22,7 +22,7 @@ namespace {
 std::string Print(const RunOptions& o) {
   std::ostringstream s;
   s.precision(17);
-  s << o.seed << '|' << o.task_name << '|';
+  s << o.seed << '|' << o.secret_from_seed << '|' << o.task_name << '|';
   for (const auto& [k, v] : o.task_options) s << k << '=' << v << ',';
   const model::ModelConfig& m = o.model;
   s << '|' << o.model_init << '|' << m.hidden_size << ',' << m.num_hidden_layers << ',' << m.num_attention_heads << ','
@@ -50,7 +50,7 @@ std::string Print(const RunOptions& o) {
   }
   s << '|' << o.actors << ',' << o.thread_actors << ',' << o.temperature << ',' << o.top_p << ',' << o.top_k << ',' << o.min_p << ','
     << o.max_new_tokens << ',' << o.slots << ',' << o.chat << ',' << o.enable_thinking << ',' << o.partial << ',' << o.dynamic_sampling << ','
-    << o.dynamic_sampling_max << ',' << o.lease_seconds << ',' << o.max_leases_per_worker
+    << o.dynamic_sampling_max << ',' << o.lease_seconds << ',' << o.max_leases_per_worker << ',' << o.untrusted_workers
     << ',' << o.stall_timeout_seconds << ',' << o.verify_fraction << ',' << o.verify_tolerance << ','
        << o.verify_draws << ',' << o.verify_draw_tolerance << '|';
   for (double d : o.actor_slowdowns) s << d << ',';

@@ -21,13 +21,14 @@ Result<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& bytes) {
-  return WriteFileAtomic(path, std::vector<std::string_view>{bytes});
+Status WriteFileAtomic(const std::string& path, const std::string& bytes, unsigned mode) {
+  return WriteFileAtomic(path, std::vector<std::string_view>{bytes}, mode);
 }
 
-Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts) {
+Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts, unsigned mode) {
   const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // a leftover keeps its own mode: O_CREAT applies `mode` only to a new file
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return Internal("cannot create " + tmp + ": " + std::strerror(errno));
   for (std::string_view bytes : parts) {
     size_t off = 0;

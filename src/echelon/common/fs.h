@@ -14,9 +14,10 @@
 namespace echelon {
 
 Result<std::string> ReadFile(const std::string& path);
-Status WriteFileAtomic(const std::string& path, const std::string& bytes);
+// `mode`: the file's permissions (0600: its owner's alone, from the first byte on).
+Status WriteFileAtomic(const std::string& path, const std::string& bytes, unsigned mode = 0644);
 // The same for the concatenation of `parts`, written one after another (no joined copy).
-Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts);
+Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts, unsigned mode = 0644);
 // Fsyncs a directory so that a rename inside it survives a power cut.
 Status SyncDir(const std::string& dir);
 // JSON text, or one error "<where>: not valid JSON: <the parser's reason>".

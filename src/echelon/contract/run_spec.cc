@@ -2,8 +2,24 @@
 
 namespace echelon::contract {
 
+bool LearnerOnlyTaskOption(const std::string& key) {
+  if (key == "seed" || key == "secret" || key == "server") return true;
+  for (const std::string suffix : {"_file", "_url"})
+    if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+  return false;
+}
+
+namespace {
+
+data::AdapterOptions WorkerTaskOptions(data::AdapterOptions options) {
+  for (auto it = options.begin(); it != options.end();) it = LearnerOnlyTaskOption(it->first) ? options.erase(it) : std::next(it);
+  return options;
+}
+
+}  // namespace
+
 nlohmann::json RunSpecToJson(const RunSpec& spec) {
-  return {{"task", {{"name", spec.task_name}, {"options", spec.task_options}}},
+  return {{"task", {{"name", spec.task_name}, {"options", WorkerTaskOptions(spec.task_options)}}},
           {"model", spec.model.ToJson()},
           {"vocabulary", spec.vocab.ToJson()},
           {"sampling",
@@ -13,7 +29,6 @@ nlohmann::json RunSpecToJson(const RunSpec& spec) {
             {"min_p", spec.sampling.min_p},
             {"max_new_tokens", spec.sampling.max_new_tokens},
             {"slots", spec.sampling.slots}}},
-          {"seed", spec.seed},
           {"partial", spec.partial},
           {"verify_draws", spec.verify_draws}};
 }
@@ -23,16 +38,9 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
   try {
     const nlohmann::json j = nlohmann::json::parse(json_text);
     ActorSetup s;
-    data::AdapterOptions task_options = j.at("task").at("options").get<data::AdapterOptions>();
-    // Data files and reward services are the learner's: an actor gets each prompt (and what
-    // its reward needs) with the work, so it builds the adapter without `*_file` / `*_url`.
-    auto learner_only = [](const std::string& k) {
-      for (const std::string suffix : {"_file", "_url"})
-        if (k.size() > suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
-      return false;
-    };
-    for (auto it = task_options.begin(); it != task_options.end();)
-      it = learner_only(it->first) ? task_options.erase(it) : std::next(it);
+    // An older learner's spec may carry learner-only options: the adapter is built without them.
+    const data::AdapterOptions task_options =
+        WorkerTaskOptions(j.at("task").at("options").get<data::AdapterOptions>());
     ECHELON_ASSIGN_OR_RETURN(s.task, data::CreateAdapter(j.at("task").at("name").get<std::string>(), task_options));
     ECHELON_ASSIGN_OR_RETURN(s.model, model::ModelConfig::FromJson(j.at("model"), where));
     ECHELON_ASSIGN_OR_RETURN(s.vocab, model::Vocabulary::FromJson(j.at("vocabulary"), where));
@@ -44,7 +52,6 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
     s.sampling.max_new_tokens = sp.at("max_new_tokens").get<int64_t>();
     s.sampling.slots = sp.at("slots").get<int64_t>();
     s.vocab.SetStops(&s.sampling);
-    s.seed = j.at("seed").get<uint64_t>();
     s.partial = j.at("partial").get<bool>();
     s.verify_draws = j.value("verify_draws", false);  // absent from older learners' specs
     return s;

@@ -23,7 +23,6 @@ RunSpec Spec() {
   spec.sampling.min_p = 0.05;
   spec.sampling.max_new_tokens = 11;
   spec.sampling.slots = 24;
-  spec.seed = 99;
   return spec;
 }
 
@@ -38,7 +37,28 @@ TEST(RunSpecTest, SamplingSurvivesTheRoundTrip) {
   EXPECT_EQ(s.min_p, 0.05);
   EXPECT_EQ(s.max_new_tokens, 11);
   EXPECT_EQ(s.slots, 24);
-  EXPECT_EQ(setup.value().seed, 99u);
+}
+
+// What a worker must not know leaves neither in the spec nor to the actor's adapter: the data
+// files and services, the seed of the data order and the run's secret.
+TEST(RunSpecTest, LearnerOnlyTaskOptionsStayOnTheLearner) {
+  RunSpec spec = Spec();
+  spec.task_options = {{"eval_size", "7"},  {"seed", "99"},          {"secret", std::string(64, 'a')},
+                       {"eval_file", "x"}, {"reward_url", "http://r"}, {"server", "http://env"}};
+  const nlohmann::json j = RunSpecToJson(spec);
+  EXPECT_EQ(j.at("task").at("options"), (nlohmann::json{{"eval_size", "7"}})) << j.dump();
+  EXPECT_EQ(j.dump().find("99"), std::string::npos) << j.dump();
+  EXPECT_FALSE(j.contains("seed"));
+  // An older learner's spec still carried them: the actor builds its adapter without.
+  nlohmann::json old = j;
+  old["task"]["options"]["eval_file"] = "/nonexistent/held-out.jsonl";
+  old["task"]["options"]["seed"] = "99";
+  old["seed"] = 99;
+  Result<ActorSetup> setup = ParseRunSpec(old.dump());
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  EXPECT_TRUE(LearnerOnlyTaskOption("data_file"));
+  EXPECT_FALSE(LearnerOnlyTaskOption("_file"));
+  EXPECT_FALSE(LearnerOnlyTaskOption("opponent"));
 }
 
 TEST(RunSpecTest, AMissingFieldIsNamed) {

@@ -25,6 +25,9 @@ struct Assignment {
   sched::WorkItem work;
   data::Prompt prompt;
   int group_size = 1;
+  // The seed of the group's sampling (contract::GroupSeed of the run's secret): the actor draws
+  // every token with it, and the learner checks the draws against it.
+  uint64_t seed = 0;
   // The learner scores the group itself (a single-turn task): the prompt comes without its
   // reference and the actor only samples (data::SampleSingleTurnGroup), its rewards left 0.
   bool scored_by_learner = false;

@@ -14,6 +14,19 @@ std::string OptionOr(const AdapterOptions& options, const OptionTable& table, co
   throw std::logic_error("task option \"" + key + "\" is not in its adapter's option table");
 }
 
+Result<std::optional<RunSecret>> ParseSecretOption(const std::string& task, const AdapterOptions& options) {
+  auto it = options.find("secret");
+  if (it == options.end() || it->second.empty()) return std::optional<RunSecret>();
+  ECHELON_ASSIGN_OR_RETURN(RunSecret s, RunSecret::FromHex(it->second, task + " task option secret"));
+  return std::optional<RunSecret>(s);
+}
+
+OptionSpec SecretOptionRow(const std::string& what) {
+  return {"secret", "",
+          what + " are drawn from it: the run's secret, which `echelon train` sets and never sends to a worker (empty: "
+                 "from seed)"};
+}
+
 Result<uint64_t> ParseUnsignedOption(const std::string& task, const std::string& key, const std::string& value,
                                      uint64_t lo, uint64_t hi) {
   const std::string expected = task + " task option " + key + ": expected an integer in " + std::to_string(lo) +

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "echelon/common/run_secret.h"
 #include "echelon/common/status.h"
 #include "echelon/data/adapter.h"
 
@@ -23,6 +25,11 @@ std::string OptionOr(const AdapterOptions& options, const OptionTable& table, co
 // A decimal integer in [lo, hi]; anything else (sign, spaces, overflow) is refused.
 Result<uint64_t> ParseUnsignedOption(const std::string& task, const std::string& key, const std::string& value,
                                      uint64_t lo, uint64_t hi);
+// The `secret` option (common/run_secret.h: 64 hex characters, set by the learner), or nullopt
+// when it is absent or empty.
+Result<std::optional<RunSecret>> ParseSecretOption(const std::string& task, const AdapterOptions& options);
+// Its table row: what `what` is drawn from.
+OptionSpec SecretOptionRow(const std::string& what);
 // Refuses the first option name not in `table`, listing the known ones (sorted).
 Status CheckOptionNames(const std::string& task, const AdapterOptions& options, const OptionTable& table);
 // "  seed (default 0): ...\n" lines, for --help.

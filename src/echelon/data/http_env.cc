@@ -1,6 +1,7 @@
 #include "echelon/data/http_env.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "echelon/common/fs.h"
@@ -21,6 +22,7 @@ struct EnvOptions {
   uint64_t max_turns = 8;
   uint64_t eval_size = 32;
   uint64_t seed = 0;
+  std::optional<RunSecret> secret;  // training episode seeds (held-out ones come from the seed)
   std::string eval_file;
   double timeout_seconds = 30;
 };
@@ -112,7 +114,13 @@ class HttpEnvAdapter final : public TaskAdapter {
     return Status::Ok();
   }
 
-  Prompt TrainPrompt(uint64_t group_id) const override { return PromptOfSeed(group_id, (opts_.seed + group_id) & kMaxSeed); }
+  // A training episode's seed: from the run's secret (below the held-out seeds), so a worker
+  // cannot know the episode of a group it plays; without one, from the seed.
+  Prompt TrainPrompt(uint64_t group_id) const override {
+    const uint64_t seed = opts_.secret ? opts_.secret->Draw("environment seed", group_id) % kEvalSeedBase
+                                       : (opts_.seed + group_id) & kMaxSeed;
+    return PromptOfSeed(group_id, seed);
+  }
 
   const std::vector<Prompt>& HeldOut() const override { return held_out_; }
 
@@ -225,11 +233,12 @@ Result<std::vector<Prompt>> ReadSeeds(const std::string& path) {
 
 const OptionTable& HttpEnvOptionTable() {
   static const OptionTable table = {
-      {"server", "", "the environment service, http://HOST:PORT (every actor and the learner reach it)"},
+      {"server", "", "the environment service, http://HOST:PORT (the learner reaches it and plays each group for its actors)"},
       {"max_turns", "8", "turns of one episode before it is cut off"},
       {"eval_size", "32", "held-out episodes (seeds the service is asked for); exclusive with eval_file"},
       {"eval_file", "", "JSONL held-out episodes"},
-      {"seed", "0", "episode seeds (`echelon train` sets the run's seed)"},
+      {"seed", "0", "held-out episode seeds, and training ones without a secret (`echelon train` sets the run's seed)"},
+      SecretOptionRow("training episode seeds"),
       {"timeout", "30", "seconds per request to the service"},
   };
   return table;
@@ -243,6 +252,7 @@ Result<std::unique_ptr<TaskAdapter>> CreateHttpEnvAdapter(const AdapterOptions& 
   ECHELON_ASSIGN_OR_RETURN(o.max_turns, ParseUnsignedOption("http-env", "max_turns", OptionOr(options, HttpEnvOptionTable(), "max_turns"), 1, 1000));
   ECHELON_ASSIGN_OR_RETURN(o.eval_size, ParseUnsignedOption("http-env", "eval_size", OptionOr(options, HttpEnvOptionTable(), "eval_size"), 1, 1000000));
   ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsignedOption("http-env", "seed", OptionOr(options, HttpEnvOptionTable(), "seed"), 0, uint64_t{1} << 40));
+  ECHELON_ASSIGN_OR_RETURN(o.secret, ParseSecretOption("http-env", options));
   ECHELON_ASSIGN_OR_RETURN(const uint64_t timeout,
                            ParseUnsignedOption("http-env", "timeout", OptionOr(options, HttpEnvOptionTable(), "timeout"), 1, 86400));
   o.timeout_seconds = static_cast<double>(timeout);

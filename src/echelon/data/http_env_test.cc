@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <set>
 
 #include "echelon/common/listen_thread.h"
 #include "echelon/common/testing.h"
@@ -239,6 +240,26 @@ TEST_F(HttpEnvFiles, HeldOutSeedsAreDisjointAndExportRoundTrips) {
   Result<std::unique_ptr<TaskAdapter>> bad = CreateAdapter("http-env", {{"eval_file", file}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(file + ":2: expected {\"seed\": N}"), std::string::npos) << bad.status().message();
+}
+
+// A training episode's seed comes from the learner's secret, below the held-out seeds; without
+// a secret, from the run seed.
+TEST(HttpEnv, TrainingSeedsComeFromTheSecret) {
+  auto plain = Make({{"seed", "5"}});
+  auto a = Make({{"seed", "5"}, {"secret", std::string(64, 'a')}});
+  auto b = Make({{"seed", "6"}, {"secret", std::string(64, 'b')}});
+  auto a_again = Make({{"seed", "7"}, {"secret", std::string(64, 'a')}});
+  EXPECT_EQ(plain->TrainPrompt(3).reference, "8");
+  std::set<std::string> seen;
+  for (uint64_t g = 0; g < 50; ++g) {
+    const std::string s = a->TrainPrompt(g).reference;
+    EXPECT_EQ(s, a_again->TrainPrompt(g).reference);
+    EXPECT_NE(s, b->TrainPrompt(g).reference);
+    EXPECT_LT(std::stoull(s), uint64_t{1} << 50) << s;
+    seen.insert(s);
+  }
+  EXPECT_EQ(seen.size(), 50u);
+  EXPECT_EQ(a->HeldOut()[0].reference, plain->HeldOut()[0].reference);
 }
 
 TEST(HttpEnv, OptionsAreChecked) {

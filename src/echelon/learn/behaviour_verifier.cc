@@ -137,7 +137,7 @@ double BehaviourVerifier::DrawMiss(const contract::GroupRollout& g, size_t sampl
                                    const std::vector<int64_t>& positions, const at::Tensor& hidden) {
   // Logits of 64 positions at a time: 64 x V fp32 (39 MB at Qwen3's 151,936 tokens).
   constexpr size_t kChunk = 64;
-  const uint64_t seed = contract::GroupSeed(options_.seed, g.group_id);
+  const uint64_t seed = contract::GroupSeed(options_.secret, g.group_id);
   const int64_t offset = static_cast<int64_t>(turn.prompt_ids.size()) - 1;  // hidden row of completion token 0
   double worst = 0;
   for (size_t begin = 0; begin < positions.size(); begin += kChunk) {

@@ -8,7 +8,7 @@
 // version, samples from other weights, or makes its log-probs up.
 // With `draws` (single-turn tasks, whose groups are sampled with their group seed), it also
 // checks that every token is the draw the seed gives: model/generate.h draws the token at
-// completion position t of sample j at the uniform DrawUniform(GroupSeed(seed, group), j, t)
+// completion position t of sample j at the uniform DrawUniform(GroupSeed(secret, group), j, t)
 // from the filtered probabilities, so the verifier recomputes those probabilities by teacher
 // forcing and refuses the group (`sample_not_drawn`) when a token misses its draw by more than
 // `draw_tolerance` of probability mass. That catches a worker that samples many completions and
@@ -17,7 +17,7 @@
 // engine's rounding at a near-tie) passes and is counted (VerifyStats::near_ties).
 //
 //   BehaviourVerifier v(model_config, {.fraction = 0.1, .tolerance = 0.02, .window = S,
-//                                      .sampling = rollout_sampling, .seed = run_seed});
+//                                      .sampling = rollout_sampling, .secret = run_secret});
 //   v.Remember(snapshot);                          // every published snapshot
 //   ECHELON_ASSIGN_OR_RETURN(std::string why, v.Check(group, /*suspect=*/false));
 //
@@ -36,6 +36,7 @@
 #include <mutex>
 #include <string>
 
+#include "echelon/common/run_secret.h"
 #include "echelon/common/status.h"
 #include "echelon/contract/transport.h"
 #include "echelon/model/generate.h"
@@ -49,7 +50,7 @@ struct VerifyOptions {
   int64_t window = 2;         // snapshots kept: versions at most this many behind the newest (the
                               // run's largest staleness: an older group cannot enter an update)
   model::SamplingParams sampling;  // the actors' temperature, top_k, top_p, min_p
-  uint64_t seed = 0;          // the run seed (contract::GroupSeed)
+  RunSecret secret;           // the run's secret (contract::GroupSeed)
   bool draws = false;         // check each token's seeded draw (see the top)
   double draw_tolerance = 0.02;  // probability mass a token may miss its draw by
 };

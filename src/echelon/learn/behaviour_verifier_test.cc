@@ -149,23 +149,23 @@ TEST(BehaviourVerifierTest, EachTokenIsCheckedUnderItsOwnVersion) {
 
 // --- Seeded draws ----------------------------------------------------------------------------
 
-constexpr uint64_t kRunSeed = 11;
+const RunSecret kRunSecret = RunSecret::FromSeed(11);
 
 VerifyOptions DrawOptions() {
   VerifyOptions o = Options(1.0);
   o.sampling.top_k = 12;  // a filter, so that the verifier applies the sampler's filters too
-  o.seed = kRunSeed;
+  o.secret = kRunSecret;
   o.draws = true;
   return o;
 }
 
-// `rows` completions of `prompt` as an actor samples a group (contract::GroupSeed of the run
-// seed and the group), under `params` (DrawOptions' sampling and 6 new tokens).
+// `rows` completions of `prompt` as an actor samples a group (contract::GroupSeed of the run's
+// secret and the group), under `params` (DrawOptions' sampling and 6 new tokens).
 std::vector<model::Completion> Draw(model::Qwen3Model& m, const std::vector<int64_t>& prompt, uint64_t group_id,
                                     int rows) {
   model::SamplingParams sp = DrawOptions().sampling;
   sp.max_new_tokens = 6;
-  sp.seed = contract::GroupSeed(kRunSeed, group_id);
+  sp.seed = contract::GroupSeed(kRunSecret, group_id);
   at::NoGradGuard no_grad;
   return model::Generate(m, std::vector<std::vector<int64_t>>(static_cast<size_t>(rows), prompt), sp);
 }

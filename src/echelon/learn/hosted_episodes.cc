@@ -6,7 +6,6 @@
 #include <limits>
 #include <thread>
 
-#include "echelon/contract/group_seed.h"
 
 namespace echelon::learn {
 
@@ -93,8 +92,10 @@ HostedEpisodes::~HostedEpisodes() {
   }
 }
 
+bool HostedEpisodes::PlaysEveryGroup() const { return intake_->task().MaxTurns() > 1; }
+
 bool HostedEpisodes::Host(const std::string& actor, const contract::Assignment& a) {
-  if (intake_->task().MaxTurns() <= 1) return false;
+  if (!PlaysEveryGroup()) return false;
   auto t = std::make_shared<Table>();
   t->actor = actor;
   t->work = a;
@@ -139,9 +140,8 @@ size_t HostedEpisodes::open_groups() const {
 
 void HostedEpisodes::RunTable(const std::shared_ptr<Table>& t) {
   ActorPolicy policy(t.get(), options_.turn_timeout_seconds);
-  const uint64_t seed = contract::GroupSeed(options_.seed, t->work.work.group_id);
   Result<std::vector<data::Episode>> episodes =
-      intake_->task().RunGroup(t->work.prompt, t->work.group_size, policy, seed);
+      intake_->task().RunGroup(t->work.prompt, t->work.group_size, policy, t->work.seed);
   bool cancelled, gone;
   contract::GroupRollout g;
   {

@@ -40,7 +40,6 @@ struct HostedEpisodesOptions {
   // How long one Play call waits for the environment's turn before it answers "call again"
   // (below the caller's deadline, net::kPlayDeadlineSeconds).
   double environment_wait_seconds = 50;
-  uint64_t seed = 0;  // with the group id, seeds each hosted group's environment and sampling
 };
 
 class HostedEpisodes : public contract::EpisodeHost {
@@ -53,6 +52,9 @@ class HostedEpisodes : public contract::EpisodeHost {
   // True when `a` is played here (the task has more than one turn): `actor` then plays it
   // through Play, and the work goes out without its prompt.
   bool Host(const std::string& actor, const contract::Assignment& a);
+  // True when every group of the run is played here (a multi-turn task): a worker's own
+  // submission of such a group skipped the environment and is refused.
+  bool PlaysEveryGroup() const;
   Result<contract::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,
                                  std::vector<data::Turn> turns, double generate_seconds) override;
   // Groups being played or waiting for their first Play.

@@ -88,7 +88,7 @@ TEST(HostedEpisodesTest, PlaysTheGroupTheActorWouldHavePlayedWithTheDealInHand) 
   // The same hands, turns and chips as the task playing it here with the same policy and seed.
   ScriptedPolicy same(&f.vocab, CallOrRaise);
   const std::vector<data::Episode> local =
-      f.task->RunGroup(a.prompt, kGroupSize, same, contract::GroupSeed(0, a.work.group_id)).value();
+      f.task->RunGroup(a.prompt, kGroupSize, same, a.seed).value();
   ASSERT_EQ(got[0].episodes.size(), local.size());
   size_t turns = 0;
   for (size_t i = 0; i < local.size(); ++i) {

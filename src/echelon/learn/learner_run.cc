@@ -82,11 +82,19 @@ class LearnerRun {
   // --- set-up ------------------------------------------------------------------------------
   Status Prepare() {
     WarnAboutUnclippedCorrection(options_);
-    ECHELON_ASSIGN_OR_RETURN(task_, data::CreateAdapter(options_.task_name, options_.task_options));
+    ECHELON_ASSIGN_OR_RETURN(secret_, RunSecretFor(options_, args_.run_dir, args_.resume, progress_));
+    // The learner's own adapter draws training deals and episodes from the secret (the task's
+    // `secret` option, which the run spec never carries).
+    data::AdapterOptions task_options = options_.task_options;
+    if (const data::OptionTable* table = data::AdapterOptionTable(options_.task_name))
+      for (const data::OptionSpec& o : *table)
+        if (o.name == "secret") task_options["secret"] = secret_.Hex();
+    ECHELON_ASSIGN_OR_RETURN(task_, data::CreateAdapter(options_.task_name, task_options));
     ECHELON_RETURN_IF_ERROR(task_->ReadyToTrain());
     ECHELON_ASSIGN_OR_RETURN(start_, args_.resume ? StartFromCheckpoint(options_, *task_, args_.run_dir, metrics_, progress_)
                                                   : StartFresh(options_, *task_, args_.run_dir, args_.resolved_yaml,
                                                                evaluate_, metrics_, progress_, clock_, t_start_));
+    ECHELON_RETURN_IF_ERROR(KeepRunSecret(options_, args_.run_dir, secret_));
     const RunState& rs = start_.state;
     ECHELON_RETURN_IF_ERROR(OpenSamples(rs));
     summary_.warmstart_accuracy = rs.warmstart_accuracy;
@@ -109,11 +117,11 @@ class LearnerRun {
         &clock_);
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
-        IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens});
+        IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens, secret_});
     verifier_ = std::make_unique<BehaviourVerifier>(
         start_.model->config(),
         VerifyOptions{options_.verify_fraction, options_.verify_tolerance, LargestStaleness(options_),
-                      RolloutSampling(options_), options_.seed, options_.verify_draws && task_->SamplesWithGroupSeed()});
+                      RolloutSampling(options_), secret_, options_.verify_draws && task_->SamplesWithGroupSeed()});
     intake_->SetVerifier(verifier_.get());
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (options_.staleness_control) control_.emplace(*options_.staleness_control);
@@ -166,7 +174,7 @@ class LearnerRun {
   // The transport starts serving, the current policy is published, enough actors are there.
   Status StartActors() {
     contract::RunSpec spec{options_.task_name, options_.task_options, start_.model->config(), start_.vocab,
-                          RolloutSampling(options_), options_.seed, options_.partial,
+                          RolloutSampling(options_), options_.partial,
                           options_.verify_draws && task_->SamplesWithGroupSeed()};
     transport_started_ = true;
     ECHELON_RETURN_IF_ERROR(transport_.Start(intake_.get(), contract::RunSpecToJson(spec).dump(), progress_));
@@ -557,6 +565,7 @@ class LearnerRun {
   const double t_start_;
   const fs::path ckpt_dir_;
   RunSummary summary_;
+  RunSecret secret_;  // never leaves this process (RunSecretFor)
   std::unique_ptr<data::TaskAdapter> task_;
   obs::MetricsLog metrics_;
   obs::MetricsLog samples_;  // samples.jsonl

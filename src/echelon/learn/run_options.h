@@ -23,6 +23,9 @@ namespace echelon::learn {
 
 struct RunOptions {
   uint64_t seed = 0;
+  // secret: seed. The run's secret (common/run_secret.h) is derived from the seed, not drawn
+  // from the OS and kept in the run directory (learn/run_checkpoint.h RunSecretFor).
+  bool secret_from_seed = false;
   std::string task_name;
   data::AdapterOptions task_options;
   std::string model_init;    // model directory to start from; empty: a new character model
@@ -55,6 +58,7 @@ struct RunOptions {
   bool enable_thinking = false;  // with chat: the template's thinking mode (Qwen3's enable_thinking)
   double lease_seconds = 0;
   int64_t max_leases_per_worker = 0;
+  bool untrusted_workers = false;  // `echelon learner` takes only per-worker tokens (cli/launch.cc)
   double stall_timeout_seconds = 0;
   double verify_fraction = 0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
   double verify_tolerance = 0;  // largest mean log-prob difference a checked group may have

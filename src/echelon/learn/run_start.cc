@@ -82,6 +82,24 @@ bool IsFreshRunDir(const std::string& run_dir) {
   return !ec;
 }
 
+Result<RunSecret> RunSecretFor(const RunOptions& options, const std::string& run_dir, bool resume,
+                               std::ostream& progress) {
+  if (options.secret_from_seed) return RunSecret::FromSeed(options.seed);
+  const std::string file = (fs::path(run_dir) / "secret").string();
+  if (resume && fs::exists(file)) {
+    ECHELON_ASSIGN_OR_RETURN(std::string text, ReadFile(file));
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    return RunSecret::FromHex(text, file);
+  }
+  if (resume) progress << file << " is missing: a new secret is drawn, and groups are seeded anew" << std::endl;
+  return RunSecret::Random();
+}
+
+Status KeepRunSecret(const RunOptions& options, const std::string& run_dir, const RunSecret& secret) {
+  if (options.secret_from_seed) return Status::Ok();
+  return WriteFileAtomic((fs::path(run_dir) / "secret").string(), secret.Hex() + "\n", 0600);
+}
+
 Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& task, const std::string& run_dir,
                             const std::string& resolved_yaml, const ModelEvaluator& evaluate,
                             obs::MetricsLog& metrics, std::ostream& progress, const Clock& clock, double t_start) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "echelon/common/clock.h"
+#include "echelon/common/run_secret.h"
 #include "echelon/common/status.h"
 #include "echelon/data/adapter.h"
 #include "echelon/learn/model_evaluator.h"
@@ -53,6 +54,15 @@ Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& 
 // checkpoint and opened into `metrics`.
 Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::TaskAdapter& task,
                                      const std::string& run_dir, obs::MetricsLog& metrics, std::ostream& progress);
+
+// The run's secret (common/run_secret.h): derived from the seed under `secret: seed`; otherwise
+// a fresh run draws one from the OS and a resumed run reads RUN_DIR/secret (when that file is
+// gone, a new one is drawn and said so: the run goes on with groups seeded anew).
+Result<RunSecret> RunSecretFor(const RunOptions& options, const std::string& run_dir, bool resume,
+                               std::ostream& progress);
+// Keeps a drawn secret as RUN_DIR/secret, readable by its owner alone (nothing under `secret:
+// seed`).
+Status KeepRunSecret(const RunOptions& options, const std::string& run_dir, const RunSecret& secret);
 
 // A lease id base above every lease an earlier process of this run can have handed out.
 uint64_t FreshLeaseBase(uint64_t saved_next_lease);

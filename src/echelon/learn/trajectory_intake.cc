@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "echelon/contract/group_seed.h"
+
 namespace echelon::learn {
 
 namespace {
@@ -25,7 +27,8 @@ TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::Ta
 std::optional<contract::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
   std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
   if (!w) return std::nullopt;
-  contract::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size)};
+  contract::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size),
+                         contract::GroupSeed(limits_.secret, w->group_id)};
   if (task_->MaxTurns() == 1) {
     // A single-turn group is scored here (Verify), so what scoring needs stays here: a worker
     // that saw the answer could hand in the answer.
@@ -141,7 +144,7 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
     }
   }
   if (!verdict.ok()) {
-    return Failed(rollout.group_id, failed,
+    return Failed(rollout.group_id, rollout.actor, failed,
                   verdict.status().WithContext("group " + std::to_string(rollout.group_id) + " from " + rollout.actor));
   }
   if (!verdict->refusal.empty()) {
@@ -154,6 +157,9 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
   {
     std::lock_guard<std::mutex> lock(mu_);
     reward_failures_in_a_row_ = 0;
+    failing_workers_.clear();
+    worker_failures_in_a_row_.erase(ActorName(rollout.actor));
+    workers_.insert(ActorName(rollout.actor));
     if (verdict->corrected > 0) refusals_["reward_corrected"] += verdict->corrected;
     accepted_tokens_ += tokens;
     ++actor_groups_[ActorName(rollout.actor)];
@@ -163,20 +169,36 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
   return {true, ""};
 }
 
-contract::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::string& failed, const Status& error) {
+contract::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::string& actor, const std::string& failed,
+                                                 const Status& error) {
   dispatcher_->Reissue(group_id);
   std::lock_guard<std::mutex> lock(mu_);
   ++refusals_[failed];
+  // The verifier's own failure (a snapshot it cannot load) stops the run at once.
+  if (failed == "verify_error") {
+    if (failure_.ok()) failure_ = error;
+    arrived_.notify_all();
+    return {false, failed};
+  }
   // The reward (a user's function, a scoring service, an environment) failed on this group. A
-  // worker's text may be made to break it, so the group is refused and the run goes on; when
-  // kRewardFailuresToStop groups in a row fail, the reward itself is broken and the run stops
-  // with its error. The verifier's own failure (a snapshot it cannot load) stops the run at once.
-  if (failed == "reward_error") spdlog::warn("refused {}", error.message());
-  if ((failed == "verify_error" || ++reward_failures_in_a_row_ >= kRewardFailuresToStop) && failure_.ok()) {
+  // worker's text may be made to break it, so the group is refused and the run goes on. When
+  // kRewardFailuresToStop groups in a row fail, from more than one worker (or from the only
+  // one), the reward itself is broken and the run stops with its error; failures from one
+  // worker among several are that worker's doing, and strike it.
+  spdlog::warn("refused {}", error.message());
+  const std::string worker = ActorName(actor);
+  workers_.insert(worker);
+  failing_workers_.insert(worker);
+  ++reward_failures_in_a_row_;
+  const bool alone = failing_workers_.size() == 1 && workers_.size() > 1;
+  const int64_t mine = ++worker_failures_in_a_row_[worker];  // since its last accepted group
+  const bool strike = alone && mine % kRewardFailuresPerStrike == 0;
+  if (strike) ++actor_forged_[worker];
+  if (reward_failures_in_a_row_ >= kRewardFailuresToStop && !alone && failure_.ok()) {
     failure_ = error;
     arrived_.notify_all();
   }
-  return {false, failed};
+  return {false, failed, strike};
 }
 
 contract::SubmitOutcome TrajectoryIntake::EnvironmentFailed(const sched::WorkItem& work, const std::string& actor,
@@ -188,7 +210,7 @@ contract::SubmitOutcome TrajectoryIntake::EnvironmentFailed(const sched::WorkIte
     g.actor = actor;
     return Refuse(g, settled);
   }
-  return Failed(work.group_id, "reward_error",
+  return Failed(work.group_id, actor, "reward_error",
                 error.WithContext("group " + std::to_string(work.group_id) + " played for " + actor));
 }
 

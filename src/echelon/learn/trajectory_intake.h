@@ -15,7 +15,9 @@
 // BehaviourVerifier, drawn groups (and every group of an actor caught forging before) also have
 // their behaviour log-probs recomputed under the version they claim. A reward that fails on a
 // group refuses that group (reward_error) and the run goes on, unless kRewardFailuresToStop
-// groups in a row fail.
+// groups in a row fail across more than one worker (or from the run's only worker): one
+// worker's failures alone cannot stop a run, and earn it a strike every
+// kRewardFailuresPerStrike of them in a row while no other worker's group fails.
 //
 //   TrajectoryIntake intake(&dispatcher, task.get(), &vocab, {model_vocab_size, group_size, max_new_tokens});
 //   intake.Publish(snapshot);                  // actors can start
@@ -35,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "echelon/common/run_secret.h"
 #include "echelon/contract/transport.h"
 #include "echelon/data/adapter.h"
 #include "echelon/learn/behaviour_verifier.h"
@@ -59,12 +62,17 @@ class ArrivalQueue {
 // error. One bad worker cannot reach it while honest groups score in between; 16 groups are a
 // few seconds of a run, and each failure costs only that group's reward call.
 inline constexpr int64_t kRewardFailuresToStop = 16;
+// A worker whose groups alone fail the reward this many times in a row (while other workers
+// take part) is aiming at it: a strike (three quarantine it, net/learner_server.h). An honest
+// worker whose text hits a bug in the reward now and then never gets there.
+inline constexpr int64_t kRewardFailuresPerStrike = 8;
 
 // What a well-formed group looks like to the intake.
 struct IntakeLimits {
   int64_t model_vocab_size = 0;       // token ids must be below it (the model's rows)
   int64_t group_size = 0;             // episodes per group
   int64_t max_completion_tokens = 0;  // tokens of one turn (rollout.max_new_tokens)
+  RunSecret secret;                   // each assignment's seed is contract::GroupSeed(secret, group)
 };
 
 class TrajectoryIntake : public contract::WorkSource,
@@ -83,8 +91,7 @@ class TrajectoryIntake : public contract::WorkSource,
   Status failure() const override;
 
   // A group the learner played for `actor` (HostedEpisodes) whose environment failed: refused
-  // as reward_error (no strike: a worker's actions may break the environment, as its text may
-  // break a reward) and re-issued; it counts toward kRewardFailuresToStop like a reward error.
+  // as reward_error and re-issued; it counts like a reward error (see the top).
   contract::SubmitOutcome EnvironmentFailed(const sched::WorkItem& work, const std::string& actor, const Status& error);
 
   const data::TaskAdapter& task() const { return *task_; }
@@ -118,8 +125,9 @@ class TrajectoryIntake : public contract::WorkSource,
   Result<Verdict> Verify(contract::GroupRollout* g) const;
   contract::SubmitOutcome Refuse(const contract::GroupRollout& g, const std::string& reason);
   // The group's reward (`failed`: "reward_error") or verification ("verify_error") failed with
-  // `error`: the group is re-issued and the failure counted (see Submit).
-  contract::SubmitOutcome Failed(uint64_t group_id, const std::string& failed, const Status& error);
+  // `error` on `actor`'s group: the group is re-issued and the failure counted (see the top).
+  contract::SubmitOutcome Failed(uint64_t group_id, const std::string& actor, const std::string& failed,
+                                 const Status& error);
 
   sched::Dispatcher* dispatcher_;
   const data::TaskAdapter* task_;
@@ -138,6 +146,9 @@ class TrajectoryIntake : public contract::WorkSource,
   std::set<int64_t> published_;      // versions published by this process
   int64_t first_published_ = -1;     // the first of them (a resumed run's start)
   int64_t reward_failures_in_a_row_ = 0;
+  std::set<std::string> failing_workers_;       // whose groups the failures in a row came from
+  std::map<std::string, int64_t> worker_failures_in_a_row_;  // since the worker's last accepted group
+  std::set<std::string> workers_;               // every worker whose group reached the reward
 };
 
 // The actor's name without its connection suffix ("actor-0#3" -> "actor-0"): metrics count

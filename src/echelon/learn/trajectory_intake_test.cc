@@ -70,13 +70,13 @@ struct HubFixture {
 
   // A well-formed group for the next hand-out: both samples answer correctly (the answer is
   // the task's: a single-turn hand-out comes without it).
-  contract::GroupRollout Valid() {
-    contract::Assignment a = hub.Acquire("a#1").value();
+  contract::GroupRollout Valid(const std::string& actor = "a#1") {
+    contract::Assignment a = hub.Acquire(actor).value();
     a.prompt.reference = task->TrainPrompt(a.work.group_id).reference;
     contract::GroupRollout g;
     g.group_id = a.work.group_id;
     g.lease_id = a.work.lease_id;
-    g.actor = "a#1";
+    g.actor = actor;
     for (int i = 0; i < 2; ++i) {
       data::Turn t;
       t.prompt_ids = tok.Encode(a.prompt.text).value();
@@ -357,6 +357,43 @@ TEST(TrajectoryIntakeTest, ARewardThatFailsOnAWorkersTextRefusesTheGroupAndTheRu
   for (int64_t i = 0; i < kRewardFailuresToStop; ++i) submit(breaking());
   EXPECT_FALSE(f.hub.failure().ok());
   EXPECT_NE(f.hub.failure().message().find("reward function raised"), std::string::npos) << f.hub.failure().message();
+}
+
+// One worker's burst of 16 texts that break the reward, sent in milliseconds, stopped the run
+// with no strike. Failures from one worker among several no longer stop it, and strike that
+// worker every kRewardFailuresPerStrike; failures across workers still do (a broken reward).
+TEST(TrajectoryIntakeTest, OneWorkersRewardFailuresStrikeItAndCannotStopTheRun) {
+  HubFixture f;
+  const auto breaking = [&f](const std::string& actor) {
+    contract::GroupRollout g = f.Valid(actor);
+    data::Turn& t = g.episodes[0].turns[0];
+    t.tokens = f.tok.Encode(ReplayingMath::kBreaksTheReward).value();
+    t.tokens.push_back(model::CharTokenizer::kEos);
+    t.logprobs.assign(t.tokens.size(), -0.1f);
+    return g;
+  };
+  const auto submit = [&f](const contract::GroupRollout& g) {
+    contract::SubmitOutcome out = f.hub.Submit(g);
+    f.clock.Advance(11);
+    f.dispatcher.ExpireLeases();
+    return out;
+  };
+  ASSERT_TRUE(submit(f.Valid("honest#1")).accepted);
+  int64_t strikes = 0;
+  for (int64_t i = 1; i <= 3 * kRewardFailuresToStop; ++i) {
+    const contract::SubmitOutcome out = submit(breaking("mallory#1"));
+    EXPECT_EQ(out.reason, "reward_error");
+    EXPECT_EQ(out.forged, i % kRewardFailuresPerStrike == 0) << i;
+    strikes += out.forged;
+  }
+  EXPECT_TRUE(f.hub.failure().ok()) << f.hub.failure().message();
+  EXPECT_EQ(strikes, 3 * kRewardFailuresToStop / kRewardFailuresPerStrike);
+  EXPECT_EQ(f.hub.actor_forged().at("mallory"), strikes);
+  // The honest worker's text breaks it too: the reward is broken, and the run stops.
+  const contract::SubmitOutcome honest = submit(breaking("honest#1"));
+  EXPECT_FALSE(honest.forged);
+  EXPECT_FALSE(f.hub.failure().ok());
+  EXPECT_EQ(f.hub.actor_forged().count("honest"), 0u);
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_context.h>
 
+#include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <iomanip>
 #include <random>
 #include <set>
@@ -26,14 +28,58 @@ std::optional<std::string> BearerToken(const grpc::ServerContext& ctx) {
 
 namespace {
 
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
-  return true;
-}
+bool NameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; }
 
 }  // namespace
+
+bool ValidName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), NameChar);
+}
+
+std::string SafeName(const std::string& asked) {
+  std::string name = asked.substr(0, 64);
+  for (char& c : name)
+    if (!NameChar(c)) c = '_';
+  return name.empty() ? "actor" : name;
+}
+
+Result<std::vector<std::string>> IssueWorkerTokens(const std::string& dir, int count, const std::string& prefix) {
+  if (!ValidName(prefix + "-0")) return InvalidArgument("--prefix \"" + prefix + "\": a worker name is 1-64 letters, digits, '-', '_' or '.'");
+  const std::string file = (std::filesystem::path(dir) / "tokens").string();
+  std::string text;
+  std::set<std::string> names;
+  if (std::filesystem::exists(file)) {
+    ECHELON_ASSIGN_OR_RETURN(TokenTable existing, TokenTable::Load(file));
+    if (!existing.per_actor())
+      return FailedPrecondition(file + " holds one shared token; per-worker tokens go in a file of their own");
+    for (const std::string& n : existing.names()) names.insert(n);
+    ECHELON_ASSIGN_OR_RETURN(text, ReadFile(file));
+    if (!text.empty() && text.back() != '\n') text += '\n';
+  } else {
+    std::filesystem::create_directories(dir);
+    text = "# NAME TOKEN, one line per worker: the learner's --token-file (delete a line, then SIGHUP the learner, to\n"
+           "# revoke that worker). Each worker's own token is in NAME.token beside this file.\n";
+  }
+  int next = 0;  // after the highest PREFIX-N already issued
+  for (const std::string& n : names)
+    if (n.rfind(prefix + "-", 0) == 0 && n.size() > prefix.size() + 1 &&
+        std::all_of(n.begin() + static_cast<std::ptrdiff_t>(prefix.size() + 1), n.end(),
+                    [](char c) { return c >= '0' && c <= '9'; }) &&
+        n.size() - prefix.size() - 1 < 9)
+      next = std::max(next, std::stoi(n.substr(prefix.size() + 1)) + 1);
+  std::vector<std::string> issued;
+  for (int i = 0; i < count; ++i) {
+    const std::string name = prefix + "-" + std::to_string(next + i);
+    const std::string own = (std::filesystem::path(dir) / (name + ".token")).string();
+    if (std::filesystem::exists(own)) return FailedPrecondition(own + " exists but " + file + " does not name " + name);
+    const std::string token = RandomToken() + RandomToken();  // 256 bits
+    ECHELON_RETURN_IF_ERROR(WriteFileAtomic(own, token + "\n", 0600));
+    text += name + " " + token + "\n";
+    issued.push_back(name);
+  }
+  ECHELON_RETURN_IF_ERROR(WriteFileAtomic(file, text, 0600));
+  return issued;
+}
 
 TokenTable TokenTable::Shared(const std::string& token) {
   TokenTable t;

@@ -60,6 +60,18 @@ std::optional<std::string> BearerToken(const grpc::ServerContext& ctx);
 // means authentication is off.
 bool TokenMatches(const grpc::ServerContext& ctx, const std::string& token);
 void AttachToken(grpc::ClientContext& ctx, const std::string& token);
+// A worker name: 1-64 letters, digits, '-', '_' or '.'.
+bool ValidName(const std::string& name);
+// The name an actor asked for, made one: at most 64 characters, each outside ValidName's '_'
+// (a '#' would let "alice#x" count as alice: sched::WorkerName cuts an actor id at its first
+// '#'); "actor" for an empty one.
+std::string SafeName(const std::string& asked);
+
+// `echelon tokens`: `count` new workers PREFIX-N (N after the highest already issued), each with
+// a random 256-bit token, added to DIR/tokens (the learner's --token-file, created when absent)
+// and written to DIR/PREFIX-N.token (that worker's --token-file); both owner-only. Their names.
+Result<std::vector<std::string>> IssueWorkerTokens(const std::string& dir, int count, const std::string& prefix);
+
 // 32 hex characters (128 bits) from the system's random source: tokens and identifiers that
 // must not be guessed.
 std::string RandomToken();

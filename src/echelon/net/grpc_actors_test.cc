@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "echelon/contract/group_seed.h"
 #include "echelon/learn/trajectory_intake.h"
 #include "echelon/net/remote_learner.h"
 
@@ -18,11 +19,12 @@ namespace {
 
 // A task's learning plane: its dispatcher and intake, with version 0 published.
 struct Plane {
-  Plane(const std::string& task_name, const data::AdapterOptions& options, int64_t max_new_tokens)
+  Plane(const std::string& task_name, const data::AdapterOptions& options, int64_t max_new_tokens,
+        const RunSecret& secret = RunSecret())
       : dispatcher({1, 2, 60}, &clock),
         task(data::CreateAdapter(task_name, options).value()),
         vocab(model::Vocabulary::Characters(task->Alphabet())),
-        intake(&dispatcher, task.get(), &vocab, learn::IntakeLimits{vocab.id_end(), 2, max_new_tokens}) {
+        intake(&dispatcher, task.get(), &vocab, learn::IntakeLimits{vocab.id_end(), 2, max_new_tokens, secret}) {
     intake.Publish({0, std::make_shared<const std::string>("weights")});
   }
   RealClock clock;
@@ -134,6 +136,65 @@ TEST(GrpcActorsTest, TheLearnerPlaysMultiTurnGroupsAndTheDealStaysThere) {
   EXPECT_TRUE(outcome->accepted) << outcome->reason;
   EXPECT_GE(rounds, 2);
   EXPECT_EQ(intake.Drain(0.0).size(), 1u);
+  stop = true;
+  learner.Close();
+  transport.StopWork();
+  transport.Finish();
+}
+
+// A worker handed in a played group itself, skipping the environment (a one-action hand
+// collected the pot): such a group reaches the intake only from the learner's own table.
+TEST(GrpcActorsTest, AWorkerCannotSubmitAGroupTheLearnerPlays) {
+  Plane plane("poker", {{"seed", "3"}}, 8);
+  GrpcActorsOptions o;
+  o.tokens = TokenTable::Shared("tok-0123456789abcdef");
+  o.broadcast = false;
+  GrpcActors transport(o, &plane.clock);
+  const int port = Serve(transport, &plane.intake);
+  ASSERT_GT(port, 0);
+  RemoteLearner learner(Worker(port, "tok-0123456789abcdef", "a"));
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(learner.Connect(stop).ok());
+  std::optional<contract::Assignment> a = learner.Acquire("a");
+  ASSERT_TRUE(a.has_value());
+  ASSERT_TRUE(a->played_by_learner);
+  contract::GroupRollout g;
+  g.group_id = a->work.group_id;
+  g.lease_id = a->work.lease_id;
+  data::Episode e;
+  e.turns.push_back({{1, 2}, {plane.vocab.Encode("r").value()[0], plane.vocab.stop_ids().front()}, {-0.1f, -0.1f}, "r"});
+  e.reward = 1.5;
+  g.episodes = {e, e};
+  const contract::SubmitOutcome out = learner.Submit(g);
+  EXPECT_FALSE(out.accepted);
+  EXPECT_EQ(out.reason, "played_group_submitted");
+  EXPECT_TRUE(plane.intake.Drain(0.0).empty());
+  stop = true;
+  learner.Close();
+  transport.StopWork();
+  transport.Finish();
+}
+
+// Each assignment carries its group's seed, drawn from the learner's secret: a worker samples
+// with it and learns nothing of another group's.
+TEST(GrpcActorsTest, AnAssignmentCarriesTheSeedItsGroupIsDrawnWith) {
+  const RunSecret secret = RunSecret::Random().value();
+  Plane plane("math", {{"eval_size", "10"}}, 8, secret);
+  GrpcActorsOptions o;
+  o.tokens = TokenTable::Shared("tok-0123456789abcdef");
+  o.broadcast = false;
+  GrpcActors transport(o, &plane.clock);
+  const int port = Serve(transport, &plane.intake);
+  ASSERT_GT(port, 0);
+  RemoteLearner learner(Worker(port, "tok-0123456789abcdef", "a"));
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(learner.Connect(stop).ok());
+  for (int i = 0; i < 2; ++i) {
+    std::optional<contract::Assignment> a = learner.Acquire("a");
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(a->seed, contract::GroupSeed(secret, a->work.group_id));
+    EXPECT_NE(a->seed, contract::GroupSeed(RunSecret(), a->work.group_id));
+  }
   stop = true;
   learner.Close();
   transport.StopWork();

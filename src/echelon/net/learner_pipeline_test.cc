@@ -230,6 +230,33 @@ TEST(LearnerPipelineTest, AStageFetchesOnlyItsLayersTensors) {
   EXPECT_EQ(l.Fetch(s1, -1, 2, &none).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Any actor could ask for a ranged snapshot of any (first, last): every pair was cached (a
+// 28-layer model: 406 ranges, ~145 x its layer weights). Only a formed pipeline's stage may
+// ask, and only for the layers the pipeline gave it.
+TEST(LearnerPipelineTest, ARangedSnapshotIsOnlyForAFormedStageAndItsOwnLayers) {
+  Learner l;
+  std::string plain, head, s1;
+  {
+    grpc::ClientContext ctx;
+    AttachToken(ctx, kToken);
+    v1::RegisterRequest req;
+    req.set_protocol_version(kProtocolVersion);
+    req.set_actor_name("plain");
+    v1::RegisterReply reply;
+    ASSERT_TRUE(l.stub->Register(&ctx, req, &reply).ok());
+    plain = reply.actor_id();
+  }
+  std::set<std::string> names;
+  EXPECT_EQ(l.Fetch(plain, 0, 2, &names).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(l.Join(0, 2, &head).ok());
+  EXPECT_EQ(l.Fetch(head, 0, 2, &names).error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "not formed yet";
+  ASSERT_TRUE(l.Join(1, 2, &s1).ok());
+  EXPECT_EQ(l.Fetch(head, 0, 1, &names).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(l.Fetch(s1, 0, 2, &names).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "the head's layers";
+  EXPECT_TRUE(l.Fetch(head, 0, 2, &names).ok());
+  EXPECT_EQ(l.server->Counters()["ranged_refused"], 4);
+}
+
 TEST(LearnerPipelineTest, HostileRolesAreRefusedWithTheirReason) {
   Learner l(TokenTable::Load([] {
               const std::string path = ::testing::TempDir() + "/pipeline-tokens";

@@ -39,8 +39,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
     }
     // A worker with its own token is named by it, whatever name it asks for.
-    std::string name = who->empty() ? req->actor_name().substr(0, 64) : *who;
-    if (name.empty()) name = "actor";
+    const std::string name = who->empty() ? SafeName(req->actor_name()) : *who;
     StageRole role;
     if (req->has_pipeline()) {
       Result<StageRole> r = CheckRole(req->pipeline());
@@ -50,9 +49,11 @@ class LearnerServer::Service final : public v1::Learner::Service {
       }
       role = std::move(r).value();
     }
-    // A shared token's actors choose their names, so a name cannot carry a quarantine (a liar
-    // would rename itself, or take an honest worker's name): its address does.
-    const std::string worker = who->empty() ? "address " + PeerHost(ctx->peer()) : *who;
+    // A shared token's actors choose their names: strikes and quarantine count against the name
+    // at its address, so a liar can neither take a name at another address nor evict a neighbour
+    // behind the same one (a NAT); one that renames itself escapes, which is why a fleet one does
+    // not trust needs a token per worker (`echelon tokens`).
+    const std::string worker = who->empty() ? name + " at " + PeerHost(ctx->peer()) : *who;
     std::lock_guard<std::mutex> lock(s_->mu_);
     if (s_->quarantined_.count(worker)) return QuarantinedLocked(worker);
     if (role.stage >= 0) {
@@ -69,6 +70,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
                                 " stages; this stage says " + std::to_string(role.stages));
       }
     }
+    DropOldestRegistrationLocked(worker);
     ActorInfo info;
     info.id = name + "#" + RandomToken();
     info.name = name;
@@ -161,12 +163,17 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_prompt_reference(a->prompt.reference);
     reply->set_prompt_system(a->prompt.system);
     reply->set_scored_by_learner(a->scored_by_learner);
+    reply->set_seed(a->seed);
     return grpc::Status::OK;
   }
 
   grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req, v1::SubmitReply* reply) override {
     if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
-    contract::SubmitOutcome out = s_->sink_->Submit(DecodeRollout(*req, req->actor_id()));
+    // A played group reaches the intake from the learner's own table (Play), never from a
+    // worker: one handed in here skipped the environment (a one-action hand "won" a pot).
+    const bool played_here = s_->options_.episodes != nullptr && s_->options_.episodes->PlaysEveryGroup();
+    const contract::SubmitOutcome out = played_here ? contract::SubmitOutcome{false, "played_group_submitted", true}
+                                                    : s_->sink_->Submit(DecodeRollout(*req, req->actor_id()));
     CountOutcome(req->actor_id(), out);
     reply->set_accepted(out.accepted);
     reply->set_reason(out.reason);
@@ -225,25 +232,74 @@ class LearnerServer::Service final : public v1::Learner::Service {
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this run's snapshots are whole: it has no LoRA base");
       weights = snap.base;
     } else if (req->ranged()) {
+      if (grpc::Status st = CheckStageRange(req->actor_id(), req->first_layer(), req->last_layer()); !st.ok())
+        return st;
       Result<std::shared_ptr<const std::string>> ranged =
           s_->RangedSnapshot(snap, req->first_layer(), req->last_layer());
       if (!ranged.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ranged.status().message());
       weights = std::move(ranged).value();
     }
     const std::string& bytes = *weights;
+    StreamWatch watch(s_, ctx);
     for (uint64_t off = 0; off < bytes.size() || off == 0; off += kSnapshotPieceBytes) {
       v1::SnapshotPiece piece;
       piece.set_version(snap.version);
       piece.set_total_bytes(bytes.size());
       piece.set_offset(off);
       piece.set_data(bytes.substr(off, kSnapshotPieceBytes));
-      if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "actor went away");
+      if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "actor went away, or stopped reading");
+      watch.Wrote();
       if (bytes.empty()) break;
     }
     return grpc::Status::OK;
   }
 
  private:
+  // A snapshot stream the learner may cut (LearnerServer::EvictSilent) once no piece could be
+  // written for kSnapshotStallSeconds; registered for as long as the handler runs.
+  class StreamWatch {
+   public:
+    StreamWatch(LearnerServer* s, grpc::ServerContext* ctx) : s_(s), ctx_(ctx) {
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      s_->streams_[ctx_] = s_->clock_->Now();
+    }
+    ~StreamWatch() {
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      s_->streams_.erase(ctx_);
+    }
+    void Wrote() {
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      if (auto it = s_->streams_.find(ctx_); it != s_->streams_.end()) it->second = s_->clock_->Now();
+    }
+
+   private:
+    LearnerServer* s_;
+    grpc::ServerContext* ctx_;
+  };
+
+  // A ranged snapshot is for a stage of a formed pipeline, of the layers the pipeline gave it:
+  // any other caller could ask for every (first, last) pair and fill the learner's cache.
+  grpc::Status CheckStageRange(const std::string& id, int64_t first, int64_t last) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    const auto found = s_->actors_.find(id);  // evicted since Admit: no pipeline's stage
+    if (found == s_->actors_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "actor is not registered");
+    const ActorInfo& a = found->second;
+    const auto p = s_->pipelines_.find(a.role.pipeline);
+    if (a.role.stage < 0 || p == s_->pipelines_.end() || !p->second.complete ||
+        p->second.active[static_cast<size_t>(a.role.stage)] != id) {
+      ++s_->counters_["ranged_refused"];
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "ranged snapshots are for the stages of a formed pipeline; this actor is none");
+    }
+    const auto [have_first, have_last] = p->second.layers[static_cast<size_t>(a.role.stage)];
+    if (first == have_first && last == have_last) return grpc::Status::OK;
+    ++s_->counters_["ranged_refused"];
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "layers [" + std::to_string(first) + ", " + std::to_string(last) + ") are not this stage's: " +
+                            "pipeline " + a.role.pipeline + " gave it [" + std::to_string(have_first) + ", " +
+                            std::to_string(have_last) + ")");
+  }
+
   static Result<StageRole> CheckRole(const v1::PipelineRole& r) {
     StageRole role;
     role.pipeline = r.pipeline();
@@ -319,6 +375,22 @@ class LearnerServer::Service final : public v1::Learner::Service {
     }
     it->second.last_seen = s_->clock_->Now();
     return grpc::Status::OK;
+  }
+
+  // At kMaxRegistrationsPerWorker live registrations, the worker's least recently seen one goes
+  // (its leases are re-issued, as an eviction's are), making room for the one now registering.
+  void DropOldestRegistrationLocked(const std::string& worker) {
+    int live = 0;
+    const ActorInfo* oldest = nullptr;
+    for (const auto& [id, a] : s_->actors_) {
+      if (a.worker != worker) continue;
+      ++live;
+      if (oldest == nullptr || a.last_seen < oldest->last_seen) oldest = &a;
+    }
+    if (live < kMaxRegistrationsPerWorker) return;
+    ++s_->counters_["registration_replaced"];
+    const std::string id = oldest->id;
+    s_->RemoveActorsLocked([&](const ActorInfo& a) { return a.id == id; });
   }
 
   grpc::Status QuarantinedLocked(const std::string& worker) {
@@ -525,9 +597,18 @@ Result<std::shared_ptr<const std::string>> LearnerServer::RangedSnapshot(const c
   std::lock_guard<std::mutex> lock(ranged_mu_);
   const auto key = std::make_tuple(snap.version, first, last);
   if (auto it = ranged_.find(key); it != ranged_.end()) return it->second;
-  // Only the newest version's ranges are kept.
-  for (auto it = ranged_.begin(); it != ranged_.end();)
-    it = std::get<0>(it->first) != snap.version ? ranged_.erase(it) : std::next(it);
+  // Only the newest version's ranges are kept (the ranges formed pipelines gave their stages),
+  // and at most twice the whole snapshot's bytes of them (pipelines split alike share them).
+  size_t kept = 0;
+  for (auto it = ranged_.begin(); it != ranged_.end();) {
+    if (std::get<0>(it->first) != snap.version) {
+      it = ranged_.erase(it);
+    } else {
+      kept += it->second->size();
+      ++it;
+    }
+  }
+  if (kept > snap.weights->size()) ranged_.clear();  // with the new range, it could pass twice the whole
   const std::string where = "snapshot v" + std::to_string(snap.version);
   ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ParseSafetensors(*snap.weights, where));
   std::map<std::string, at::Tensor> held;
@@ -566,6 +647,16 @@ std::set<std::string> LearnerServer::Quarantined() const {
 std::vector<std::string> LearnerServer::EvictSilent() {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = clock_->Now();
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    if (now - it->second <= kSnapshotStallSeconds) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("cutting a snapshot stream: nothing could be written to it for {:.0f} s", now - it->second);
+    ++counters_["snapshot_stream_cut"];
+    it->first->TryCancel();  // its handler's Write fails, and it returns
+    it = streams_.erase(it);
+  }
   RemoveActorsLocked([&](const ActorInfo& a) {
     if (now - a.last_seen <= options_.evict_after_seconds) return false;
     spdlog::warn("evicting actor {}: silent for {:.1f} s", a.id, now - a.last_seen);

@@ -102,8 +102,9 @@ struct ActorInfo {
   std::string id;
   std::string name;
   std::string identity;  // the name of the token it registered with ("" for a shared token)
-  // Whom strikes and quarantine count against: its token's name, or with a shared token (whose
-  // actors name themselves) the address it called from, "address HOST".
+  // Whom strikes, quarantine and the registration cap count against: its token's name, or with
+  // a shared token (whose actors name themselves) the name at the address it called from,
+  // "NAME at HOST".
   std::string worker;
   std::string peer;
   double registered_at = 0;
@@ -135,12 +136,12 @@ class LearnerServer {
 
   // Forgets actors silent for longer than evict_after_seconds, and returns their ids with
   // those of actors quarantined or revoked since the last call (the caller re-issues their
-  // work).
+  // work). Cuts the snapshot streams nothing could be written to for kSnapshotStallSeconds.
   std::vector<std::string> EvictSilent();
   // Re-reads options.token_file. Actors whose token is no longer listed are evicted; on an
   // error (the file is unreadable or malformed) the current tokens stay in force.
   Status ReloadTokens();
-  // Quarantined workers (token names, or "address HOST" with a shared token).
+  // Quarantined workers (token names, or "NAME at HOST" with a shared token).
   std::set<std::string> Quarantined() const;
   std::vector<ActorInfo> Actors() const;
   // Calls refused before reaching the hub, by reason ("unauthenticated", "protocol_version",
@@ -158,8 +159,8 @@ class LearnerServer {
   // epoch and split of the layers (options.split_layers) when the members changed, and the
   // head's groups re-issued when the rules say so: EvictSilent returns the head's id.
   void ReformLocked(const std::string& name);
-  // The tensors a stage of layers [first, last) holds, of the newest snapshot (cached per
-  // version and range).
+  // The tensors a stage of layers [first, last) holds, of the newest snapshot (cached per range
+  // of the newest version, within twice the whole snapshot's bytes).
   Result<std::shared_ptr<const std::string>> RangedSnapshot(const contract::Snapshot& snap, int64_t first, int64_t last);
 
   LearnerServerOptions options_;
@@ -183,6 +184,7 @@ class LearnerServer {
   bool done_ = false;
   const std::string incarnation_;  // random, per process
   std::optional<model::ModelConfig> model_;  // from the run spec; pipelines need it
+  std::map<grpc::ServerContext*, double> streams_;  // snapshot streams running: when a piece was last written
 
   std::mutex ranged_mu_;  // guards ranged_
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<const std::string>> ranged_;

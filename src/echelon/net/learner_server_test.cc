@@ -7,16 +7,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
 
+#include "echelon/common/fs.h"
 #include "echelon/common/sha256.h"
 #include "echelon/model/safetensors.h"
 #include "echelon/model/snapshot_weights.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/protocol.h"
 #include "echelon/net/remote_learner.h"
+#include "echelon/sched/dispatcher.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
 namespace echelon::net {
@@ -209,20 +212,122 @@ TEST(LearnerServerTest, AWorkerWhoseSubmissionsAreForgedIsQuarantinedAndItsActor
   EXPECT_TRUE(f.Acquire(kBobToken, b.actor_id(), &acquired).ok());
 }
 
-// With a shared token an actor names itself: quarantine keyed by that name let a liar come back
-// under a new one (and could have been aimed at an honest worker's name).
-TEST(LearnerServerTest, SharedTokenQuarantineSurvivesARename) {
+// With a shared token quarantine was keyed by the caller's address: a liar's forgeries
+// quarantined every honest worker behind the same address (a NAT, one host), and the run
+// stalled. It is keyed by the name at its address now: the liar is quarantined under its
+// name, its neighbour keeps working. (A liar that renames itself escapes: a shared token is
+// for a fleet one trusts, and the learner says so.)
+TEST(LearnerServerTest, SharedTokenQuarantineSparesANeighbourBehindTheSameAddress) {
   Fixture f{std::string(kAliceToken)};
-  v1::RegisterReply liar;
+  v1::RegisterReply liar, honest;
   ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &liar, "mallory").ok());
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &honest, "honest").ok());
   v1::SubmitReply reply;
   for (int i = 0; i < sched::kQuarantineAfterForged; ++i)
     ASSERT_TRUE(f.Submit(kAliceToken, liar.actor_id(), 999, &reply).ok());
-  EXPECT_EQ(f.server->Quarantined(), std::set<std::string>{"address 127.0.0.1"});
-  v1::RegisterReply renamed;
-  grpc::Status st = f.Register(kAliceToken, kProtocolVersion, &renamed, "honest-looking");
+  EXPECT_EQ(f.server->Quarantined(), std::set<std::string>{"mallory at 127.0.0.1"});
+  v1::AcquireReply acquired;
+  EXPECT_TRUE(f.Acquire(kAliceToken, honest.actor_id(), &acquired).ok());
+  v1::RegisterReply again;
+  grpc::Status st = f.Register(kAliceToken, kProtocolVersion, &again, "mallory");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(st.error_message().find("address 127.0.0.1"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("mallory at 127.0.0.1"), std::string::npos) << st.error_message();
+  v1::RegisterReply neighbour;
+  EXPECT_TRUE(f.Register(kAliceToken, kProtocolVersion, &neighbour, "honest-2").ok());
+}
+
+// A shared token's actor named itself "honest-a#x": its actor id began "honest-a#x#...", which
+// sched::WorkerName cut at the first '#', so it used up honest-a's lease cap. A chosen name is
+// made a worker name first.
+TEST(LearnerServerTest, AChosenNameWithAHashIsNotAnotherWorkersName) {
+  Fixture f{std::string(kAliceToken)};
+  v1::RegisterReply r;
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &r, "honest-a#x").ok());
+  EXPECT_EQ(sched::WorkerName(r.actor_id()), "honest-a_x");
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &r, "../\n\x01").ok());
+  EXPECT_EQ(sched::WorkerName(r.actor_id()), "..___");
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &r, "").ok());
+  EXPECT_EQ(sched::WorkerName(r.actor_id()), "actor");
+}
+
+// Registrations were unbounded: one token could fill the learner's tables. Past
+// kMaxRegistrationsPerWorker, a worker's least recently seen registration goes; another
+// worker's are untouched.
+TEST(LearnerServerTest, AWorkerPastItsRegistrationCapLosesItsOldestRegistration) {
+  Fixture f(TokenTable::Load(WriteTokens("alice " + std::string(kAliceToken) + "\nbob " + kBobToken + "\n")).value(), "");
+  v1::RegisterReply bob;
+  ASSERT_TRUE(f.Register(kBobToken, kProtocolVersion, &bob).ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < kMaxRegistrationsPerWorker; ++i) {
+    f.clock.Advance(1.0);
+    v1::RegisterReply r;
+    ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &r).ok());
+    ids.push_back(r.actor_id());
+  }
+  v1::AcquireReply acquired;
+  f.clock.Advance(1.0);
+  ASSERT_TRUE(f.Acquire(kAliceToken, ids[0], &acquired).ok());  // the first is now seen most recently
+  v1::RegisterReply past;
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &past).ok());
+  EXPECT_TRUE(f.Acquire(kAliceToken, ids[0], &acquired).ok());
+  EXPECT_EQ(f.Acquire(kAliceToken, ids[1], &acquired).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(f.Acquire(kAliceToken, past.actor_id(), &acquired).ok());
+  EXPECT_TRUE(f.Acquire(kBobToken, bob.actor_id(), &acquired).ok());
+  const std::vector<std::string> evicted = f.server->EvictSilent();  // its leases are re-issued
+  EXPECT_NE(std::find(evicted.begin(), evicted.end(), ids[1]), evicted.end());
+}
+
+// A snapshot stream whose reader stopped reading held its version's bytes and a server thread
+// for as long as the reader liked. The learner cuts a stream nothing could be written to for
+// kSnapshotStallSeconds.
+TEST(LearnerServerTest, ASnapshotStreamThatStopsReadingIsCut) {
+  Fixture f("tok");
+  f.hub.snapshot = contract::Snapshot{3, std::make_shared<const std::string>(64 << 20, 'w'), nullptr};
+  v1::RegisterReply r;
+  ASSERT_TRUE(f.Register("tok", kProtocolVersion, &r).ok());
+  grpc::ClientContext ctx;
+  AttachToken(ctx, "tok");
+  v1::SnapshotRequest req;
+  req.set_actor_id(r.actor_id());
+  auto reader = f.stub->GetSnapshot(&ctx, req);
+  v1::SnapshotPiece piece;
+  ASSERT_TRUE(reader->Read(&piece));  // then reads no more: the server's writes block
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(f.server->Counters()["snapshot_stream_cut"], 0);
+  (void)f.server->EvictSilent();
+  EXPECT_EQ(f.server->Counters()["snapshot_stream_cut"], 0) << "within the stall time";
+  f.clock.Advance(kSnapshotStallSeconds + 1);
+  (void)f.server->EvictSilent();
+  EXPECT_EQ(f.server->Counters()["snapshot_stream_cut"], 1);
+  int64_t pieces = 1;
+  while (reader->Read(&piece)) ++pieces;  // what was in flight, then the end
+  EXPECT_LT(pieces, 64) << "the whole snapshot went out";
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// `echelon tokens`: per-worker tokens, owner-only, numbered on from what was issued; the
+// learner's file loads as per-worker tokens and each worker's own file holds its token.
+TEST(TokenTableTest, IssuedWorkerTokensLoadAndGoOnFromTheLastName) {
+  const std::string dir = ::testing::TempDir() + "/issued-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(IssueWorkerTokens(dir, 2, "gpu").value(), (std::vector<std::string>{"gpu-0", "gpu-1"}));
+  ASSERT_EQ(IssueWorkerTokens(dir, 1, "gpu").value(), (std::vector<std::string>{"gpu-2"}));
+  Result<TokenTable> t = TokenTable::Load(dir + "/tokens");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE(t->per_actor());
+  std::vector<std::string> names = t->names();
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"gpu-0", "gpu-1", "gpu-2"}));
+  const auto owner_only = std::filesystem::perms::owner_read | std::filesystem::perms::owner_write;
+  for (const std::string f : {"/tokens", "/gpu-0.token", "/gpu-2.token"})
+    EXPECT_EQ(std::filesystem::status(dir + f).permissions() & std::filesystem::perms::all, owner_only) << f;
+  const std::string own = LoadToken(dir + "/gpu-1.token").value();
+  EXPECT_EQ(own.size(), 64u);
+  EXPECT_NE(ReadFile(dir + "/tokens").value().find("gpu-1 " + own + "\n"), std::string::npos);
+  EXPECT_NE(IssueWorkerTokens(dir, 1, "a b").status().message().find("--prefix"), std::string::npos);
+  std::ofstream(dir + "/tokens") << kAliceToken << "\n";
+  EXPECT_NE(IssueWorkerTokens(dir, 1, "gpu").status().message().find("one shared token"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LearnerServerTest, ReloadingTheTokenFileRevokesARemovedWorker) {

@@ -13,8 +13,10 @@ namespace echelon::net {
 // an older actor would score against "". 6: the learner plays multi-turn environments (Play),
 // and their work comes without a prompt. 7: tokens carry the version that drew them
 // (Turn.versions, partial rollouts), which an older learner would take for the oldest's and
-// refuse as a log-prob mismatch.
-inline constexpr uint32_t kProtocolVersion = 7;
+// refuse as a log-prob mismatch. 8: each group's sampling seed comes with its work
+// (AcquireReply.seed, drawn from the learner's secret); an older actor would sample with the
+// run seed it no longer gets, and be refused as sample_not_drawn.
+inline constexpr uint32_t kProtocolVersion = 8;
 
 // Stages one pipelined rollout worker may have (each a process and a gRPC hop per token).
 inline constexpr int kMaxPipelineStages = 64;
@@ -25,6 +27,10 @@ inline constexpr uint64_t kMaxStageCertBytes = 8192;
 // Progress reports one heartbeat carries that the learner reads (the rest are ignored): an
 // honest actor runs one group at a time, and a worker holds at most kMaxLeasesPerWorker leases.
 inline constexpr int kMaxProgressReports = 16;
+// Live registrations one worker may hold (its actors and pipeline stages together): a worker
+// that registers again past it loses its least recently seen registration, so a restarting
+// worker replaces its stale ones and no worker can fill the learner's tables.
+inline constexpr int kMaxRegistrationsPerWorker = 32;
 
 // Largest message either side accepts. A group of 8 x 6-token math samples is ~1 KiB; a
 // 64-sample group of 4k-token episodes is ~4 MiB. Anything larger is refused as hostile.
@@ -55,7 +61,9 @@ inline constexpr double kSubmitDeadlineSeconds = 30;
 // poker opponent), which is short; above learn::HostedEpisodesOptions::environment_wait_seconds.
 inline constexpr double kPlayDeadlineSeconds = 60;
 // A direct snapshot pull has no deadline as a whole (16 GB at 100 Mbit/s takes 22 minutes): it
-// is cancelled when no piece (kSnapshotPieceBytes) arrived for this long.
+// is cancelled when no piece (kSnapshotPieceBytes) arrived for this long, by the actor, and by
+// the learner when no piece could be written for this long (a reader that stops reading would
+// otherwise pin its version's bytes and a server thread).
 inline constexpr double kSnapshotStallSeconds = 30;
 // Joining the learner's broadcast; on failure snapshots come directly.
 inline constexpr double kBroadcastJoinSeconds = 5;

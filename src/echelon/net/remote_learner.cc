@@ -227,6 +227,7 @@ std::optional<contract::Assignment> RemoteLearner::Acquire(const std::string& /*
   a.group_size = reply.group_size();
   a.scored_by_learner = reply.scored_by_learner();
   a.played_by_learner = reply.played_by_learner();
+  a.seed = reply.seed();
   return a;
 }
 

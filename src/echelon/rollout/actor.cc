@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "echelon/contract/group_seed.h"
 #include "echelon/data/adapter_kit.h"
 
 namespace echelon::rollout {
@@ -184,9 +183,8 @@ Result<contract::SubmitOutcome> Actor::PlayHere(const contract::Assignment& a, c
   Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
   for (int attempt = 0;; ++attempt) {
     out.behavior_version = policy_->version();
-    const uint64_t seed = contract::GroupSeed(options_.seed, a.work.group_id);
-    episodes = a.scored_by_learner ? data::SampleSingleTurnGroup(a.prompt, a.group_size, *policy_, seed)
-                                   : task_->RunGroup(a.prompt, a.group_size, *policy_, seed);
+    episodes = a.scored_by_learner ? data::SampleSingleTurnGroup(a.prompt, a.group_size, *policy_, a.seed)
+                                   : task_->RunGroup(a.prompt, a.group_size, *policy_, a.seed);
     // Aborted: the policy's snapshot went out of date under it (a pipeline's stages moved
     // past it); the group runs again on the newest one.
     if (episodes.ok() || episodes.status().code() != StatusCode::kAborted || attempt + 1 >= kGroupAttempts ||

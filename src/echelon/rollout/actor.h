@@ -26,7 +26,6 @@ namespace echelon::rollout {
 
 struct ActorOptions {
   std::string name = "actor-0";
-  uint64_t seed = 0;             // with the group id, seeds each group's sampling
   double idle_sleep_seconds = sched::kActorIdleSleepSeconds;  // back-off when the gate admits no work,
   double max_idle_sleep_seconds = sched::kActorMaxIdleSleepSeconds;  // doubling up to this
   double slowdown = 1.0;         // >1 sleeps (slowdown-1) x generation time as it goes: emulates a slower worker

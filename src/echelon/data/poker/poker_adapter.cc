@@ -1,5 +1,6 @@
 #include "echelon/data/poker/poker_adapter.h"
 
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -23,6 +24,7 @@ constexpr uint64_t kMaxRedraws = 64;
 
 struct PokerOptions {
   uint64_t seed = 0;
+  std::optional<RunSecret> secret;  // training deals (held-out ones come from the seed)
   std::vector<OpponentKind> opponents;
   IllegalAction illegal = IllegalAction::kFold;
   int64_t eval_hands = 0;  // defaults: PokerOptionTable()
@@ -51,7 +53,8 @@ Result<std::vector<OpponentKind>> ParseOpponentList(const std::string& list) {
 // hands are about 1 s of greedy generation at each evaluation.
 const OptionTable& PokerOptionTable() {
   static const OptionTable table = {
-      {"seed", "0", "deals, seats and opponent draws (`echelon train` sets the run's seed)"},
+      {"seed", "0", "held-out deals, and training deals without a secret (`echelon train` sets the run's seed)"},
+      SecretOptionRow("training deals, seats and opponents"),
       {"opponent", "calling-station,tag", "one name or a comma list (random, calling-station, tag); each group's "
                                           "opponent is drawn from the list"},
       {"illegal_action", "fold", "consequence of an answer that is not f/c/r or not legal (f when a check is free, r "
@@ -67,6 +70,7 @@ Result<PokerOptions> ParseOptions(const AdapterOptions& options) {
   ECHELON_RETURN_IF_ERROR(CheckOptionNames("poker", options, PokerOptionTable()));
   PokerOptions o;
   ECHELON_ASSIGN_OR_RETURN(o.seed, ParseUnsigned("seed", OptionOr(options, PokerOptionTable(), "seed"), 0, UINT64_MAX));
+  ECHELON_ASSIGN_OR_RETURN(o.secret, ParseSecretOption("poker", options));
   ECHELON_ASSIGN_OR_RETURN(o.opponents, ParseOpponentList(OptionOr(options, PokerOptionTable(), "opponent")));
   Result<IllegalAction> illegal = ParseIllegalAction(OptionOr(options, PokerOptionTable(), "illegal_action"));
   if (!illegal.ok()) return InvalidArgument("poker task option illegal_action: " + illegal.status().message());
@@ -153,11 +157,19 @@ class PokerAdapter final : public TaskAdapter {
   }
 
  private:
+  // What stream index `index`'s deals are drawn from: a training deal from the run's secret, so
+  // a worker cannot know the hands of a group it plays (or will play); held-out ones from the
+  // seed, the same in every run with it.
+  uint64_t StreamKey(uint64_t stream, uint64_t index) const {
+    if (stream == kTrainStream && opts_.secret) return opts_.secret->Draw("poker deal", index);
+    return HashCombine(HashCombine(opts_.seed, stream), index);
+  }
+
   // The table of stream index `index`: the first redraw whose deal gives the policy a decision.
   TableSpec TableFor(uint64_t stream, uint64_t index) const {
     TableSpec t;
     for (uint64_t attempt = 0; attempt < kMaxRedraws; ++attempt) {
-      const uint64_t h = HashCombine(HashCombine(HashCombine(opts_.seed, stream), index), attempt);
+      const uint64_t h = HashCombine(StreamKey(stream, index), attempt);
       t.deal_seed = h;
       t.policy_seat = static_cast<int>(HashCombine(h, 1) & 1);
       t.opponent = opts_.opponents[HashCombine(h, 2) % opts_.opponents.size()];

@@ -93,12 +93,35 @@ TEST(PokerAdapter, RegisteredAndOptionsValidated) {
       {{{"eval_hands", "0"}}, "poker task option eval_hands: expected an integer in 1..100000, got \"0\""},
       {{{"seed", "-1"}}, "poker task option seed: expected an integer"},
       {{{"hands", "10"}}, "poker task: unknown option \"hands\""},
+      {{{"secret", "12ab"}}, "poker task option secret: a run secret is 64 hex characters"},
   };
   for (const Bad& b : bad) {
     Result<std::unique_ptr<TaskAdapter>> r = CreateAdapter("poker", b.options);
     ASSERT_FALSE(r.ok()) << b.message;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find(b.message), std::string::npos) << r.status().message();
+  }
+}
+
+// A training deal comes from the learner's secret, so a worker that knows the seed (or guesses
+// it) cannot know a group's hands; the held-out hands stay the seed's, the same in every run.
+TEST(PokerAdapter, TrainingDealsComeFromTheSecretHeldOutOnesFromTheSeed) {
+  const std::string a(64, 'a'), b(64, 'b');
+  std::unique_ptr<TaskAdapter> seed_only = Make({{"seed", "3"}});
+  std::unique_ptr<TaskAdapter> secret_a = Make({{"seed", "3"}, {"secret", a}});
+  std::unique_ptr<TaskAdapter> secret_a_other_seed = Make({{"seed", "4"}, {"secret", a}});
+  std::unique_ptr<TaskAdapter> secret_b = Make({{"seed", "3"}, {"secret", b}});
+  int differ_ab = 0, differ_seed = 0;
+  for (uint64_t g = 0; g < 20; ++g) {
+    EXPECT_EQ(secret_a->TrainPrompt(g).reference, secret_a_other_seed->TrainPrompt(g).reference) << g;
+    differ_ab += secret_a->TrainPrompt(g).reference != secret_b->TrainPrompt(g).reference;
+    differ_seed += secret_a->TrainPrompt(g).reference != seed_only->TrainPrompt(g).reference;
+  }
+  EXPECT_EQ(differ_ab, 20);
+  EXPECT_EQ(differ_seed, 20);
+  for (size_t i = 0; i < seed_only->HeldOut().size(); ++i) {
+    EXPECT_EQ(secret_a->HeldOut()[i].reference, seed_only->HeldOut()[i].reference) << i;
+    EXPECT_EQ(secret_b->HeldOut()[i].reference, seed_only->HeldOut()[i].reference) << i;
   }
 }
 
