@@ -6,7 +6,8 @@
 # from the first snapshot, behaviour log-probs 19.9 nats low inside the loss's clamp, samples
 # chosen from twice the group with their true log-probs, a version never published), then a log-prob of -1e30, another prompt's ids, zero- and
 # two-turn episodes claiming reward 1, another actor's lease, a 50,000-token completion, the
-# version lie and the cherry-pick as a suspect, an accepted group sent again; one token hoards leases.
+# version lie and the cherry-pick as a suspect, an accepted group sent again; one token hoards leases,
+# one asks for a layer-ranged snapshot of every range.
 # Checks: every structural forgery and unpublished version refused with its reason; the fresh
 # lies either refused by recomputation (rollout.verify_fraction 0.15 here: some must be) or
 # accepted, and then bounded: on every update no token's gradient weight exceeded the dual
@@ -66,6 +67,8 @@ check "every refused cherry_pick refused as sample_not_drawn" \
 check "cherry-picks refused" \
   test "$(jq -c 'select(.kind == "cherry_pick" and (.accepted | not))' hostile.jsonl | wc -l)" -ge 1
 expect replay already_settled
+check "a ranged snapshot was asked for every layer range" test "$(jq -c 'select(.kind == "ranged_flood" and .asked >= 6)' hostile.jsonl | wc -l)" -eq 1
+check "no ranged snapshot served to an actor that is no pipeline stage" test "$(jq -c 'select(.kind == "ranged_flood" and .served == 0)' hostile.jsonl | wc -l)" -eq 1
 expect unpublished_version unpublished_version
 # Lies told before any strike are checked only when drawn: refused by recomputation, or
 # accepted and bounded by the loss (below).

@@ -13,8 +13,10 @@
 // by that text, which the run's reward raises on (reward_crash: refused, no strike). The last
 // token hoards: it takes as many leases as it is given (up to 64), heartbeats for them
 // between attacks and never submits. When a worker is quarantined the next token
-// takes over. Every submission is logged as one JSON line {"kind", "worker", "accepted",
-// "reason"}; the hoard as {"kind": "hoard", "worker", "leases"}.
+// takes over. The first worker also asks for a layer-ranged snapshot of every layer range, as
+// only a pipeline stage may. Every submission is logged as one JSON line {"kind", "worker",
+// "accepted", "reason"}; the hoard as {"kind": "hoard", "worker", "leases"}, the ranged asks as
+// {"kind": "ranged_flood", "worker", "asked", "served"}.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -59,6 +61,7 @@ class Attacker {
     }
     if (!NextWorker()) return 1;
     Hoard();
+    RangedFlood();
     const std::vector<std::string> structural = {"bad_logprob", "swapped_prompt", "zero_turns",
                                                  "two_turns",   "too_long",       "foreign_lease"};
     std::vector<std::string> fresh = {"in_clamp", "fresh_version", "cherry_pick"};
@@ -144,6 +147,32 @@ class Attacker {
     }
     log_ << nlohmann::json{{"kind", "hoard"}, {"worker", worker_.name}, {"leases", leases}}.dump() << std::endl;
     std::swap(worker_, hoarder_);
+  }
+
+  // Asks for a layer-ranged snapshot of every (first, last) pair, as a pipeline stage would
+  // for its own layers, without being one: each was cut and cached (a 28-layer model: 406
+  // ranges, ~145 x its layer weights). Logs how many the learner served (none, now).
+  void RangedFlood() {
+    const int64_t layers = setup_ ? setup_->model.num_hidden_layers : 0;
+    int asked = 0, served = 0;
+    for (int64_t first = 0; first < layers; ++first)
+      for (int64_t last = first + 1; last <= layers; ++last) {
+        grpc::ClientContext ctx;
+        net::AttachToken(ctx, worker_.token);
+        v1::SnapshotRequest req;
+        req.set_actor_id(actor_);
+        req.set_ranged(true);
+        req.set_first_layer(first);
+        req.set_last_layer(last);
+        auto reader = stub_->GetSnapshot(&ctx, req);
+        v1::SnapshotPiece piece;
+        bool got = false;
+        while (reader->Read(&piece)) got = true;
+        ++asked;
+        served += reader->Finish().ok() && got;
+      }
+    log_ << nlohmann::json{{"kind", "ranged_flood"}, {"worker", worker_.name}, {"asked", asked}, {"served", served}}.dump()
+         << std::endl;
   }
 
   // Registers with the next token; false when none is left (every worker quarantined).

@@ -118,7 +118,8 @@ TEST(LearnerRunTest, SynchronousRunWithOneActorIsReproducible) {
       for (const char* live : {"groups_issued", "groups_in_flight", "actor_groups"}) l.erase(live);
       // Which groups the behaviour verifier draws is random per learner process, by design.
       for (const char* drawn :
-           {"verified_groups", "verify_gap_max", "verify_unverifiable", "verify_draws_checked", "verify_near_ties"})
+           {"verified_groups", "verify_gap_max", "verify_token_gap_max", "verify_unverifiable", "verify_draws_checked",
+            "verify_near_ties"})
         l.erase(drawn);
     }
     std::filesystem::remove_all(dir);

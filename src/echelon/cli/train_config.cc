@@ -375,6 +375,9 @@ const TrainKeys& Keys() {
            "a verified group's tokens must each be the draw its seed, sample and position give under the claimed "
            "version (single-turn tasks), so a worker cannot choose its samples; actors on the openai-http backend "
            "cannot draw them and are refused at start: set false to admit them", kLearner, AT(verify_draws));
+    k.Float("rollout.verify_token_tolerance", 1.0, 0.0, 1000.0,
+            "largest |recomputed - claimed| log-prob of any one token of a verified group (a sparse lie hides under "
+            "the group mean; honest actors' largest: verify_token_gap_max)", kLearner, AT(verify_token_tolerance));
     k.Float("rollout.verify_draw_tolerance", 0.02, 0.0, 1.0,
             "probability mass by which a token may miss its seeded draw and pass (near-ties of another engine's "
             "rounding; counted as verify_near_ties)", kLearner, AT(verify_draw_tolerance));

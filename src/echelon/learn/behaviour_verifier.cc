@@ -79,6 +79,7 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   }
   at::NoGradGuard no_grad;
   double sum = 0;
+  double token_gap = 0;  // the largest of any one token's
   int64_t n = 0;
   double miss = 0;  // the largest of any token's draw (options_.draws)
   const bool draws = options_.draws && options_.sampling.temperature > 0;
@@ -105,7 +106,9 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
           if (draws && g.episodes[j].turns.size() == 1) miss = std::max(miss, DrawMiss(g, j, t, mine, hidden[0]));
           const at::Tensor index = at::tensor(mine, at::kLong);
           const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat).index_select(0, index);
-          sum += (lp.index_select(0, index) - claimed).abs().sum().item<double>();
+          const at::Tensor gaps = (lp.index_select(0, index) - claimed).abs();
+          sum += gaps.sum().item<double>();
+          token_gap = std::max(token_gap, gaps.max().item<double>());
           n += static_cast<int64_t>(mine.size());
         }
     }
@@ -116,10 +119,11 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   // Log-probs first: a version lie fails both checks and is named by the first; a group whose
   // log-probs are right but whose tokens were chosen fails the second alone.
   const double gap = n > 0 ? sum / static_cast<double>(n) : 0.0;
-  if (!(gap <= options_.tolerance)) {
+  if (!(gap <= options_.tolerance) || !(token_gap <= options_.token_tolerance)) {
     ++stats_.mismatched;
-    spdlog::warn("group {} from {}: behaviour log-probs differ from version {}'s by {:.4g} on average (tolerance {})",
-                 g.group_id, g.actor, g.behavior_version, gap, options_.tolerance);
+    spdlog::warn("group {} from {}: behaviour log-probs differ from version {}'s by {:.4g} on average (tolerance {}) and "
+                 "by {:.4g} at most (token tolerance {})",
+                 g.group_id, g.actor, g.behavior_version, gap, options_.tolerance, token_gap, options_.token_tolerance);
     return std::string("logprob_mismatch");
   }
   if (miss > options_.draw_tolerance) {
@@ -130,6 +134,7 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
     return std::string("sample_not_drawn");
   }
   stats_.max_gap = std::max(stats_.max_gap, gap);
+  stats_.max_token_gap = std::max(stats_.max_token_gap, token_gap);
   return std::string();
 }
 

@@ -4,8 +4,10 @@
 // claim; for a fraction of groups, drawn by a keyed hash the actors cannot predict, and for
 // every group of an actor already caught forging, it recomputes the log-prob of each completion
 // token under the claimed version (each token's own, with partial rollouts) and refuses the group (`logprob_mismatch`) when the mean
-// absolute difference exceeds the tolerance. That catches a worker that lies about its
-// version, samples from other weights, or makes its log-probs up.
+// absolute difference exceeds the tolerance, or one token's exceeds the token tolerance (a
+// sparse lie: one token claimed 20 nats low hides under a group mean over 1,000 tokens). That
+// catches a worker that lies about its version, samples from other weights, or makes its
+// log-probs up.
 // With `draws` (single-turn tasks, whose groups are sampled with their group seed), it also
 // checks that every token is the draw the seed gives: model/generate.h draws the token at
 // completion position t of sample j at the uniform DrawUniform(GroupSeed(secret, group), j, t)
@@ -53,6 +55,7 @@ struct VerifyOptions {
   RunSecret secret;           // the run's secret (contract::GroupSeed)
   bool draws = false;         // check each token's seeded draw (see the top)
   double draw_tolerance = 0.02;  // probability mass a token may miss its draw by
+  double token_tolerance = 1.0;  // largest |recomputed - claimed| log-prob of any one token
 };
 
 struct VerifyStats {
@@ -60,6 +63,7 @@ struct VerifyStats {
   int64_t mismatched = 0;     // of which refused
   int64_t unverifiable = 0;   // drawn, but the claimed version is not kept (older than the window)
   double max_gap = 0;         // the largest mean gap among the groups that passed
+  double max_token_gap = 0;   // the largest one token's gap among the groups that passed
   int64_t draws_checked = 0;  // tokens whose seeded draw was recomputed
   int64_t near_ties = 0;      // of which passed within draw_tolerance without being the exact draw
   int64_t draw_mismatched = 0;  // groups refused as sample_not_drawn

@@ -61,6 +61,26 @@ TEST(BehaviourVerifierTest, HonestGroupsPassAndLiesAboutTheVersionOrTheLogprobsA
   EXPECT_EQ(v.stats().mismatched, 2);
 }
 
+// One token's log-prob claimed far from the truth among many right ones passed: the group's mean
+// gap stayed under the tolerance (20 nats low in a group of 1,000 tokens is 0.02 on average)
+// while the lie drove that token's importance weight. Each token's gap is checked too.
+TEST(BehaviourVerifierTest, ASparseLieUnderTheMeanToleranceIsCaughtByItsToken) {
+  Versions m;
+  VerifyOptions o = Options(0.8);
+  o.tolerance = 1.0;  // so loose that the lie's mean passes
+  o.token_tolerance = 1.0;
+  BehaviourVerifier v(TinyConfig(), o);
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  contract::GroupRollout sparse = Sampled(m.v0, 0, 0);
+  int64_t tokens = 0;
+  for (const data::Episode& e : sparse.episodes) tokens += static_cast<int64_t>(e.turns[0].logprobs.size());
+  ASSERT_GT(tokens, 3);
+  sparse.episodes[0].turns[0].logprobs[0] -= 3.0f;  // mean gap 3 / tokens, under 1
+  EXPECT_EQ(v.Check(sparse, false).value(), "logprob_mismatch");
+  EXPECT_EQ(v.Check(Sampled(m.v0, 0, 1), false).value(), "");
+  EXPECT_LT(v.stats().max_token_gap, 1e-4);
+}
+
 TEST(BehaviourVerifierTest, OnlyDrawnGroupsAndSuspectsAreCheckedAndOldVersionsAreForgotten) {
   Versions m;
   BehaviourVerifier none(TinyConfig(), {/*fraction=*/0.0, 1e-3, 2, 0.8});

@@ -119,9 +119,7 @@ class LearnerRun {
         dispatcher_.get(), task_.get(), &start_.vocab,
         IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens, secret_});
     verifier_ = std::make_unique<BehaviourVerifier>(
-        start_.model->config(),
-        VerifyOptions{options_.verify_fraction, options_.verify_tolerance, LargestStaleness(options_),
-                      RolloutSampling(options_), secret_, options_.verify_draws && task_->SamplesWithGroupSeed()});
+        start_.model->config(), VerifierOptions(options_, secret_, task_->SamplesWithGroupSeed()));
     intake_->SetVerifier(verifier_.get());
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (options_.staleness_control) control_.emplace(*options_.staleness_control);
@@ -436,6 +434,7 @@ class LearnerRun {
     const VerifyStats verified = verifier_->stats();
     r.verified_groups = verified.checked;
     r.verify_gap_max = verified.max_gap;
+    r.verify_token_gap_max = verified.max_token_gap;
     r.verify_unverifiable = verified.unverifiable;
     r.verify_draws_checked = verified.draws_checked;
     r.verify_near_ties = verified.near_ties;

@@ -19,4 +19,17 @@ int64_t LargestStaleness(const RunOptions& options) {
   return options.staleness_control ? std::max(options.staleness_control->max, options.staleness) : options.staleness;
 }
 
+VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret, bool task_draws) {
+  VerifyOptions v;
+  v.fraction = options.verify_fraction;
+  v.tolerance = options.verify_tolerance;
+  v.token_tolerance = options.verify_token_tolerance;
+  v.window = LargestStaleness(options);
+  v.sampling = RolloutSampling(options);
+  v.secret = secret;
+  v.draws = options.verify_draws && task_draws;
+  v.draw_tolerance = options.verify_draw_tolerance;
+  return v;
+}
+
 }  // namespace echelon::learn

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "echelon/data/adapter.h"
+#include "echelon/common/run_secret.h"
+#include "echelon/learn/behaviour_verifier.h"
 #include "echelon/learn/learner.h"
 #include "echelon/learn/warmstart.h"
 #include "echelon/model/generate.h"
@@ -64,6 +66,7 @@ struct RunOptions {
   double verify_tolerance = 0;  // largest mean log-prob difference a checked group may have
   bool verify_draws = true;      // checked groups' tokens must be the seeded draws (single-turn tasks)
   double verify_draw_tolerance = 0;  // probability mass a token may miss its draw by (near-ties)
+  double verify_token_tolerance = 0;  // largest |recomputed - claimed| log-prob of any one token
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
   int64_t checkpoint_every = 0;
@@ -76,6 +79,10 @@ struct RunOptions {
 
 // The sampling parameters of the run's actors (stop ids come from the vocabulary).
 model::SamplingParams RolloutSampling(const RunOptions& options);
+
+// The behaviour verifier's options (learn/behaviour_verifier.h) of a run whose secret is
+// `secret`; `task_draws`: the task samples a group with its seed (TaskAdapter::SamplesWithGroupSeed).
+VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret, bool task_draws);
 
 // The largest S the run can use: rl.staleness, or rl.staleness: auto's ceiling. A group older
 // than this never enters an update; the verifier keeps the snapshots of that many versions.

@@ -73,6 +73,8 @@ const std::map<std::string, Series>& Catalog() {
       {"skipped_nonfinite", {"echelon_skipped_nonfinite", G, "optimizer steps of the last update skipped for a non-finite loss or gradient"}},
       {"verified_groups", {"echelon_verified_groups_total", C, "groups whose behaviour log-probs were recomputed (this process)"}},
       {"verify_gap_max", {"echelon_verify_gap_max", G, "largest mean log-prob gap of a verified group that passed"}},
+      {"verify_token_gap_max",
+       {"echelon_verify_token_gap_max", G, "largest one token's log-prob gap in a verified group that passed"}},
       {"verify_draws_checked",
        {"echelon_verify_draws_checked_total", C, "tokens whose seeded draw the verifier recomputed (this process)"}},
       {"verify_near_ties",

@@ -62,6 +62,7 @@ void VisitFields(R& r, V& v) {
   v.Count("skipped_nonfinite", r.skipped_nonfinite);
   v.Count("verified_groups", r.verified_groups);
   v.Number("verify_gap_max", r.verify_gap_max);
+  v.Number("verify_token_gap_max", r.verify_token_gap_max);
   v.Count("verify_unverifiable", r.verify_unverifiable);
   v.Count("verify_draws_checked", r.verify_draws_checked);
   v.Count("verify_near_ties", r.verify_near_ties);

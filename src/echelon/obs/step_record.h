@@ -13,7 +13,7 @@
 //               clip_frac_high, clip_frac_dual, response_length_mean, response_length_max, truncated_frac, kl,
 //               behav_weight_mean, max_token_weight, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
 //               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
-//               skipped_nonfinite, verified_groups, verify_gap_max, verify_unverifiable,
+//               skipped_nonfinite, verified_groups, verify_gap_max, verify_token_gap_max, verify_unverifiable,
 //               verify_draws_checked, verify_near_ties, tokens, moved_tokens,
 //               entropy, lease_renewals, learner_pad_frac,
 //               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s,
@@ -98,6 +98,7 @@ struct StepRecord {
   std::optional<int64_t> verified_groups;    // groups whose behaviour log-probs were recomputed (total, this process)
   double max_token_weight = kMissing;        // the largest token gradient weight w r (learn/grpo.h)
   double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
+  double verify_token_gap_max = kMissing;    // the largest one token's gap in a verified group that passed
   std::optional<int64_t> verify_unverifiable;  // groups drawn whose version was no longer kept (total, this process)
   std::optional<int64_t> verify_draws_checked;  // tokens whose seeded draw was recomputed (total, this process)
   std::optional<int64_t> verify_near_ties;      // of which passed within the draw tolerance, not the exact draw

@@ -44,6 +44,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.verify_unverifiable = 2;
   r.verify_draws_checked = 40;
   r.verify_near_ties = 1;
+  r.verify_token_gap_max = 0.25;
   r.logprob_gap = 1e-7;
   r.actor_logprob_gap = {{"actor-0", 1e-7}};
   r.reward_metrics = {{"length", 12.5}};
@@ -79,7 +80,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 66u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 67u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 
