@@ -338,7 +338,8 @@ const OptionTable& PromptsOptionTable() {
       {"seed", "0", "shuffle order and held-out choice (`echelon train` sets the run's seed)"},
       {"reward", "math", "verifier or weighted sum: math, exact, choice, regex, format, python, http, "
                          "e.g. 0.9*math + 0.1*format (data/reward_spec.h)"},
-      {"regex", "", "the regex verifier's expression (ECMAScript)"},
+      {"regex", "", "the regex verifier's expression (ECMAScript syntax without backreferences or lookaround, matched "
+                    "in time linear in the completion: data/safe_regex.h)"},
       {"format", "think", "the format verifier's form: think (<think>...</think> then an answer) or a regular "
                           "expression the whole completion matches"},
       {"python_file", "", "a .py file with the reward function, called as verl calls it (learner only)"},

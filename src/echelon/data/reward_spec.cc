@@ -131,12 +131,9 @@ Result<RewardSpec> RewardSpec::Parse(const std::string& spec, const std::string&
     }
     r.terms_.push_back({kind, weight});
   }
-  auto compile = [](const std::string& pattern, const std::string& option) -> Result<std::shared_ptr<const std::regex>> {
-    try {
-      return std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      return InvalidArgument("task option " + option + " \"" + pattern + "\" is not a regular expression: " + e.what());
-    }
+  auto compile = [](const std::string& pattern, const std::string& option) -> Result<std::shared_ptr<const SafeRegex>> {
+    ECHELON_ASSIGN_OR_RETURN(SafeRegex re, SafeRegex::Compile(pattern, "task option " + option + " \"" + pattern + "\""));
+    return std::make_shared<const SafeRegex>(std::move(re));
   };
   for (const Term& t : r.terms_) {
     if (t.kind == Kind::kRegex && !r.regex_) {
@@ -162,15 +159,14 @@ double RewardSpec::ScoreTerm(Kind kind, const std::string& completion, const std
     }
     case Kind::kRegex: {
       const std::string text = AnswerPart(completion);
-      std::smatch last;
-      bool found = false;
-      for (std::sregex_iterator it(text.begin(), text.end(), *regex_), end; it != end; ++it) last = *it, found = true;
-      if (!found) return 0.0;
-      const std::string got = last.size() > 1 && last[1].matched ? last[1].str() : last[0].str();
-      return Trim(got) == Trim(ground_truth) ? 1.0 : 0.0;
+      const std::optional<SafeRegex::Match> last = regex_->LastMatch(text);
+      if (!last) return 0.0;
+      const auto [begin, end] =
+          !last->groups.empty() && last->groups[0] ? *last->groups[0] : std::pair<size_t, size_t>(last->begin, last->end);
+      return Trim(text.substr(begin, end - begin)) == Trim(ground_truth) ? 1.0 : 0.0;
     }
     case Kind::kFormat:
-      return (format_ ? std::regex_match(completion, *format_) : ThinkForm(completion)) ? 1.0 : 0.0;
+      return (format_ ? format_->FullMatch(completion) : ThinkForm(completion)) ? 1.0 : 0.0;
     case Kind::kPython:
     case Kind::kHttp:
       return 0.0;  // scored by the caller

@@ -14,8 +14,9 @@
 //                             from the caller (PromptsAdapter calls them)
 //   "0.9*math + 0.1*format"   a weighted sum (any finite weights)
 // The answer verifiers read the text after the last "</think>" when there is one, so a
-// thinking model's reasoning never counts as its answer. Regular expressions are ECMAScript
-// (std::regex).
+// thinking model's reasoning never counts as its answer. Regular expressions are ECMAScript's
+// syntax on a matcher whose time is linear in the text and which cannot overflow the stack
+// (data/safe_regex.h): a worker chooses the text.
 //
 //   ECHELON_ASSIGN_OR_RETURN(RewardSpec r, RewardSpec::Parse("0.9*math + 0.1*format", "", "think"));
 //   double reward = r.Score(completion, "42");
@@ -25,11 +26,11 @@
 
 #include <map>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "echelon/common/status.h"
+#include "echelon/data/safe_regex.h"
 
 namespace echelon::data {
 
@@ -74,8 +75,8 @@ class RewardSpec {
   bool Uses(Kind kind) const;
 
   std::vector<Term> terms_;
-  std::shared_ptr<const std::regex> regex_;
-  std::shared_ptr<const std::regex> format_;  // null: the "think" form
+  std::shared_ptr<const SafeRegex> regex_;
+  std::shared_ptr<const SafeRegex> format_;  // null: the "think" form
 };
 
 // The letter a multiple-choice completion picked ('\0' when none); exposed for tests.

@@ -48,6 +48,17 @@ TEST(RewardSpec, RegexTakesTheLastMatchsFirstGroup) {
   EXPECT_EQ(r.Score(std::string(100000, 'x') + " ANSWER: 42", "42"), 1.0);
 }
 
+// std::regex recursed per character: a worker's completion of a few hundred thousand characters
+// against `(a|b)*` or a `[\s\S]*` format overflowed the learner's stack (a crash), and
+// `(a*)*b` backtracked for ever. Both verifiers now match in one pass.
+TEST(RewardSpec, ARegexRewardOnAHugeCompletionNeitherOverflowsNorHangs) {
+  const std::string huge(1000000, 'a');
+  EXPECT_EQ(Spec("regex", "((a|b)*)c").Score(huge + "c", huge), 1.0);
+  EXPECT_EQ(Spec("regex", "(a*)*b").Score(huge, "a"), 0.0);
+  EXPECT_EQ(Spec("format", "", "<think>[\\s\\S]*</think>[\\s\\S]*").Score("<think>" + huge + "</think>42", ""), 1.0);
+  EXPECT_EQ(Spec("format", "", "(a|b)*").Score(huge + "c", ""), 0.0);
+}
+
 TEST(RewardSpec, FormatThinkNeedsOneThinkBlockAndAnAnswer) {
   const RewardSpec r = Spec("format");
   EXPECT_EQ(r.Score("<think>a</think>42", "x"), 1.0);
@@ -81,7 +92,9 @@ TEST(RewardSpec, BadSpecsNameTheTerm) {
   EXPECT_NE(message("inf*math").find("not a finite number"), std::string::npos);
   EXPECT_NE(message("math +").find("term \"\""), std::string::npos);
   EXPECT_NE(message("regex").find("set task option regex"), std::string::npos);
-  EXPECT_NE(message("regex", "(unclosed").find("task option regex \"(unclosed\" is not a regular expression"),
+  EXPECT_NE(message("regex", "(unclosed").find("task option regex \"(unclosed\": missing ')' for this '(' at offset 0"),
+            std::string::npos);
+  EXPECT_NE(message("regex", "(a)\\1").find("task option regex \"(a)\\1\": backreference \\1 is not supported"),
             std::string::npos);
   EXPECT_NE(message("format", "", "[").find("task option format"), std::string::npos);
 }
