@@ -9,7 +9,7 @@ bash scripts/install-deps.sh
 command -v clang++ >/dev/null || { apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
 export CCACHE_BASEDIR=$PWD
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DECHELON_FUZZ=ON >/dev/null
-targets=(submit safetensors config_yaml math_jsonl parquet)
+targets=(submit safetensors config_yaml math_jsonl parquet safe_regex)
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/%/_fuzz}"
 for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t"

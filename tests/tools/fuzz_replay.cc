@@ -20,15 +20,16 @@ extern "C" int FuzzMathJsonl(const uint8_t* data, size_t size);
 extern "C" int FuzzSafetensors(const uint8_t* data, size_t size);
 extern "C" int FuzzSubmit(const uint8_t* data, size_t size);
 extern "C" int FuzzParquet(const uint8_t* data, size_t size);
+extern "C" int FuzzSafeRegex(const uint8_t* data, size_t size);
 
 namespace echelon::testkit {
 
 int FuzzReplayMain(int argc, char** argv) {
   const std::map<std::string, int (*)(const uint8_t*, size_t)> targets = {
       {"config_yaml", FuzzConfigYaml}, {"math_jsonl", FuzzMathJsonl}, {"safetensors", FuzzSafetensors},
-      {"submit", FuzzSubmit}, {"parquet", FuzzParquet}};
+      {"submit", FuzzSubmit}, {"parquet", FuzzParquet}, {"safe_regex", FuzzSafeRegex}};
   if (argc < 3 || targets.count(argv[1]) == 0) {
-    std::cerr << "usage: echelon_testkit fuzz-replay config_yaml|math_jsonl|safetensors|submit|parquet PATH..." << std::endl;
+    std::cerr << "usage: echelon_testkit fuzz-replay config_yaml|math_jsonl|safetensors|submit|parquet|safe_regex PATH..." << std::endl;
     return 2;
   }
   std::vector<std::filesystem::path> files;

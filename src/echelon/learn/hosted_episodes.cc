@@ -6,7 +6,6 @@
 #include <limits>
 #include <thread>
 
-
 namespace echelon::learn {
 
 using SteadyClock = std::chrono::steady_clock;
