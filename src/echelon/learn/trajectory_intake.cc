@@ -117,7 +117,7 @@ contract::SubmitOutcome TrajectoryIntake::Refuse(const contract::GroupRollout& g
   ++refusals_[reason];
   const bool forged = !HonestRefusal(reason);
   if (forged) ++actor_forged_[ActorName(g.actor)];
-  spdlog::warn("refused group {} from {}: {}", g.group_id, g.actor, reason);
+  if (refusal_log_.Allow(reason)) spdlog::warn("refused group {} from {}: {}", g.group_id, g.actor, reason);
   return {false, reason, forged};
 }
 
@@ -185,7 +185,7 @@ contract::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::s
   // kRewardFailuresToStop groups in a row fail, from more than one worker (or from the only
   // one), the reward itself is broken and the run stops with its error; failures from one
   // worker among several are that worker's doing, and strike it.
-  spdlog::warn("refused {}", error.message());
+  if (refusal_log_.Allow(failed)) spdlog::warn("refused {}", error.message());
   const std::string worker = ActorName(actor);
   workers_.insert(worker);
   failing_workers_.insert(worker);

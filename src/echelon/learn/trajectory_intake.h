@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "echelon/common/log.h"
 #include "echelon/common/run_secret.h"
 #include "echelon/contract/transport.h"
 #include "echelon/data/adapter.h"
@@ -149,6 +150,7 @@ class TrajectoryIntake : public contract::WorkSource,
   std::set<std::string> failing_workers_;       // whose groups the failures in a row came from
   std::map<std::string, int64_t> worker_failures_in_a_row_;  // since the worker's last accepted group
   std::set<std::string> workers_;               // every worker whose group reached the reward
+  LogBudget refusal_log_;  // a worker can provoke a refusal at will: its lines are budgeted (common/log.h)
 };
 
 // The actor's name without its connection suffix ("actor-0#3" -> "actor-0"): metrics count

@@ -35,7 +35,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
       const std::string msg = "actor speaks protocol version " + std::to_string(req->protocol_version()) +
                               ", this learner speaks " + std::to_string(kProtocolVersion) +
                               "; run the same echelon release on both";
-      spdlog::warn("refused registration from {}: {}", ctx->peer(), msg);
+      if (s_->refusal_log_.Allow("protocol_version")) spdlog::warn("refused registration from {}: {}", ctx->peer(), msg);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
     }
     // A worker with its own token is named by it, whatever name it asks for.
@@ -357,7 +357,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
 
   grpc::Status Unauthenticated(const grpc::ServerContext& ctx) {
     Count("unauthenticated");
-    spdlog::warn("refused a call from {}: missing or wrong bearer token", ctx.peer());
+    if (s_->refusal_log_.Allow("unauthenticated"))
+      spdlog::warn("refused a call from {}: missing or wrong bearer token", ctx.peer());
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token (--token-file)");
   }
 
@@ -449,6 +450,7 @@ LearnerServer::LearnerServer(LearnerServerOptions options, contract::WorkSource*
       sink_(sink),
       snapshots_(snapshots),
       clock_(clock),
+      refusal_log_(LogBudget::kLines, LogBudget::kPeriodSeconds, clock),
       tokens_(options_.tokens),
       incarnation_([] {
         std::random_device rd;

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "echelon/common/clock.h"
+#include "echelon/common/log.h"
 #include "echelon/common/status.h"
 #include "echelon/model/model_config.h"
 #include "echelon/net/auth.h"
@@ -168,6 +169,7 @@ class LearnerServer {
   contract::TrajectorySink* sink_;
   contract::SnapshotSource* snapshots_;
   const Clock* clock_;
+  LogBudget refusal_log_;  // calls refused before a token is known (common/log.h)
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
