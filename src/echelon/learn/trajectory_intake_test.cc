@@ -94,6 +94,24 @@ struct HubFixture {
     return g;
   }
 
+  // A well-formed group whose second sample is the text the task's reward raises on.
+  contract::GroupRollout Breaking(const std::string& actor = "a#1") {
+    contract::GroupRollout g = Valid(actor);
+    data::Turn& t = g.episodes[1].turns[0];
+    t.tokens = tok.Encode(ReplayingMath::kBreaksTheReward).value();
+    t.tokens.push_back(model::CharTokenizer::kEos);
+    t.logprobs.assign(t.tokens.size(), -0.1f);
+    return g;
+  }
+
+  // Submits `g`, then lets its hand-out end (a refused group's lease expires; the window stays open).
+  contract::SubmitOutcome SubmitThenExpire(const contract::GroupRollout& g) {
+    contract::SubmitOutcome out = hub.Submit(g);
+    clock.Advance(11);
+    dispatcher.ExpireLeases();
+    return out;
+  }
+
   SimulatedClock clock;
   sched::Dispatcher dispatcher;
   std::unique_ptr<ReplayingMath> task;
@@ -330,20 +348,8 @@ TEST(TrajectoryIntakeTest, UnpublishedVersionsAreForgedAndVersionsBeforeARestart
 // kRewardFailuresToStop groups in a row is broken, and the run stops with its error.
 TEST(TrajectoryIntakeTest, ARewardThatFailsOnAWorkersTextRefusesTheGroupAndTheRunGoesOn) {
   HubFixture f;
-  const auto breaking = [&f] {
-    contract::GroupRollout g = f.Valid();
-    data::Turn& t = g.episodes[1].turns[0];
-    t.tokens = f.tok.Encode(ReplayingMath::kBreaksTheReward).value();
-    t.tokens.push_back(model::CharTokenizer::kEos);
-    t.logprobs.assign(t.tokens.size(), -0.1f);
-    return g;
-  };
-  const auto submit = [&f](const contract::GroupRollout& g) {
-    contract::SubmitOutcome out = f.hub.Submit(g);
-    f.clock.Advance(11);  // the refused group's hand-out ends; the window stays open
-    f.dispatcher.ExpireLeases();
-    return out;
-  };
+  const auto breaking = [&f] { return f.Breaking(); };
+  const auto submit = [&f](const contract::GroupRollout& g) { return f.SubmitThenExpire(g); };
   for (int round = 0; round < 3; ++round) {
     for (int64_t i = 0; i + 1 < kRewardFailuresToStop; ++i) {
       contract::SubmitOutcome out = submit(breaking());
@@ -364,20 +370,8 @@ TEST(TrajectoryIntakeTest, ARewardThatFailsOnAWorkersTextRefusesTheGroupAndTheRu
 // worker every kRewardFailuresPerStrike; failures across workers still do (a broken reward).
 TEST(TrajectoryIntakeTest, OneWorkersRewardFailuresStrikeItAndCannotStopTheRun) {
   HubFixture f;
-  const auto breaking = [&f](const std::string& actor) {
-    contract::GroupRollout g = f.Valid(actor);
-    data::Turn& t = g.episodes[0].turns[0];
-    t.tokens = f.tok.Encode(ReplayingMath::kBreaksTheReward).value();
-    t.tokens.push_back(model::CharTokenizer::kEos);
-    t.logprobs.assign(t.tokens.size(), -0.1f);
-    return g;
-  };
-  const auto submit = [&f](const contract::GroupRollout& g) {
-    contract::SubmitOutcome out = f.hub.Submit(g);
-    f.clock.Advance(11);
-    f.dispatcher.ExpireLeases();
-    return out;
-  };
+  const auto breaking = [&f](const std::string& actor) { return f.Breaking(actor); };
+  const auto submit = [&f](const contract::GroupRollout& g) { return f.SubmitThenExpire(g); };
   ASSERT_TRUE(submit(f.Valid("honest#1")).accepted);
   int64_t strikes = 0;
   for (int64_t i = 1; i <= 3 * kRewardFailuresToStop; ++i) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -54,6 +55,34 @@ int Serve(GrpcActors& transport, learn::TrajectoryIntake* intake) {
   return port;
 }
 
+// `plane` served by a GrpcActors transport (one shared token, no broadcast) and one worker
+// connected to it; the worker and the transport stop when it goes.
+struct Served {
+  explicit Served(Plane& plane) : transport(Options(), &plane.clock) {
+    const int port = Serve(transport, &plane.intake);
+    if (port == 0) return;
+    learner.emplace(Worker(port, kToken, "a"));
+    connected = learner->Connect(stop).ok();
+  }
+  ~Served() {
+    stop = true;
+    if (learner) learner->Close();
+    transport.StopWork();
+    transport.Finish();
+  }
+  static GrpcActorsOptions Options() {
+    GrpcActorsOptions o;
+    o.tokens = TokenTable::Shared(kToken);
+    o.broadcast = false;
+    return o;
+  }
+  static constexpr const char* kToken = "tok-0123456789abcdef";
+  GrpcActors transport;
+  std::atomic<bool> stop{false};
+  std::optional<RemoteLearner> learner;
+  bool connected = false;
+};
+
 // Regression: the run (and with it the intake) ended while the gRPC server went on serving
 // until the transport was destroyed later, so an actor's call landed in a freed intake
 // (a segfault in LearnerServer::Service::Acquire, seen at the end of a resumed run). Finish
@@ -100,16 +129,9 @@ TEST(GrpcActorsTest, IntakeMayGoAfterFinishWhileActorsKeepCalling) {
 TEST(GrpcActorsTest, TheLearnerPlaysMultiTurnGroupsAndTheDealStaysThere) {
   Plane plane("poker", {{"seed", "3"}}, 8);
   const model::Vocabulary& vocab = plane.vocab;
-  learn::TrajectoryIntake& intake = plane.intake;
-  GrpcActorsOptions o;
-  o.tokens = TokenTable::Shared("tok-0123456789abcdef");
-  o.broadcast = false;
-  GrpcActors transport(o, &plane.clock);
-  const int port = Serve(transport, &intake);
-  ASSERT_GT(port, 0);
-  RemoteLearner learner(Worker(port, "tok-0123456789abcdef", "a"));
-  std::atomic<bool> stop{false};
-  ASSERT_TRUE(learner.Connect(stop).ok());
+  Served served(plane);
+  ASSERT_TRUE(served.connected);
+  RemoteLearner& learner = *served.learner;
   std::optional<contract::Assignment> a = learner.Acquire("a");
   ASSERT_TRUE(a.has_value());
   EXPECT_TRUE(a->played_by_learner);
@@ -135,27 +157,16 @@ TEST(GrpcActorsTest, TheLearnerPlaysMultiTurnGroupsAndTheDealStaysThere) {
   ASSERT_TRUE(outcome.has_value());
   EXPECT_TRUE(outcome->accepted) << outcome->reason;
   EXPECT_GE(rounds, 2);
-  EXPECT_EQ(intake.Drain(0.0).size(), 1u);
-  stop = true;
-  learner.Close();
-  transport.StopWork();
-  transport.Finish();
+  EXPECT_EQ(plane.intake.Drain(0.0).size(), 1u);
 }
 
 // A worker handed in a played group itself, skipping the environment (a one-action hand
 // collected the pot): such a group reaches the intake only from the learner's own table.
 TEST(GrpcActorsTest, AWorkerCannotSubmitAGroupTheLearnerPlays) {
   Plane plane("poker", {{"seed", "3"}}, 8);
-  GrpcActorsOptions o;
-  o.tokens = TokenTable::Shared("tok-0123456789abcdef");
-  o.broadcast = false;
-  GrpcActors transport(o, &plane.clock);
-  const int port = Serve(transport, &plane.intake);
-  ASSERT_GT(port, 0);
-  RemoteLearner learner(Worker(port, "tok-0123456789abcdef", "a"));
-  std::atomic<bool> stop{false};
-  ASSERT_TRUE(learner.Connect(stop).ok());
-  std::optional<contract::Assignment> a = learner.Acquire("a");
+  Served served(plane);
+  ASSERT_TRUE(served.connected);
+  std::optional<contract::Assignment> a = served.learner->Acquire("a");
   ASSERT_TRUE(a.has_value());
   ASSERT_TRUE(a->played_by_learner);
   contract::GroupRollout g;
@@ -165,14 +176,10 @@ TEST(GrpcActorsTest, AWorkerCannotSubmitAGroupTheLearnerPlays) {
   e.turns.push_back({{1, 2}, {plane.vocab.Encode("r").value()[0], plane.vocab.stop_ids().front()}, {-0.1f, -0.1f}, "r"});
   e.reward = 1.5;
   g.episodes = {e, e};
-  const contract::SubmitOutcome out = learner.Submit(g);
+  const contract::SubmitOutcome out = served.learner->Submit(g);
   EXPECT_FALSE(out.accepted);
   EXPECT_EQ(out.reason, "played_group_submitted");
   EXPECT_TRUE(plane.intake.Drain(0.0).empty());
-  stop = true;
-  learner.Close();
-  transport.StopWork();
-  transport.Finish();
 }
 
 // Each assignment carries its group's seed, drawn from the learner's secret: a worker samples
@@ -180,25 +187,14 @@ TEST(GrpcActorsTest, AWorkerCannotSubmitAGroupTheLearnerPlays) {
 TEST(GrpcActorsTest, AnAssignmentCarriesTheSeedItsGroupIsDrawnWith) {
   const RunSecret secret = RunSecret::Random().value();
   Plane plane("math", {{"eval_size", "10"}}, 8, secret);
-  GrpcActorsOptions o;
-  o.tokens = TokenTable::Shared("tok-0123456789abcdef");
-  o.broadcast = false;
-  GrpcActors transport(o, &plane.clock);
-  const int port = Serve(transport, &plane.intake);
-  ASSERT_GT(port, 0);
-  RemoteLearner learner(Worker(port, "tok-0123456789abcdef", "a"));
-  std::atomic<bool> stop{false};
-  ASSERT_TRUE(learner.Connect(stop).ok());
+  Served served(plane);
+  ASSERT_TRUE(served.connected);
   for (int i = 0; i < 2; ++i) {
-    std::optional<contract::Assignment> a = learner.Acquire("a");
+    std::optional<contract::Assignment> a = served.learner->Acquire("a");
     ASSERT_TRUE(a.has_value());
     EXPECT_EQ(a->seed, contract::GroupSeed(secret, a->work.group_id));
     EXPECT_NE(a->seed, contract::GroupSeed(RunSecret(), a->work.group_id));
   }
-  stop = true;
-  learner.Close();
-  transport.StopWork();
-  transport.Finish();
 }
 
 // The snapshot broadcast had one token for the run: a worker removed from the token file (or
