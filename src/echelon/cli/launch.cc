@@ -23,6 +23,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/learn/learner_run.h"
 #include "echelon/learn/run_start.h"
+#include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/grpc_actors.h"
 #include "echelon/plan/pipeline_split.h"
@@ -173,6 +174,9 @@ Result<net::GrpcActorsOptions> NetworkOptions(const LaunchArgs& args, LaunchMode
   if (mode == LaunchMode::kLearnerOnly) {
     net.listen = args.listen;
     net.broadcast_listen = args.broadcast_listen;
+    for (const std::string& h : args.broadcast_peer_hosts)
+      if (!net::IsIpLiteral(h)) return InvalidArgument("--broadcast-peer-hosts " + h + ": expected an IP address, not a name");
+    net.broadcast_peer_hosts = args.broadcast_peer_hosts;
     if (!args.token_file.empty() && args.insecure) return InvalidArgument("--token-file and --insecure contradict each other");
     if (args.token_file.empty() && !args.insecure)
       return InvalidArgument("echelon learner needs --token-file (the actors' tokens; see docs/DEPLOY.md), or "

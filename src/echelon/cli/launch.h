@@ -20,6 +20,7 @@ struct LaunchArgs {
   // Learner service (echelon learner; echelon train with rollout.transport=processes).
   std::string listen = "127.0.0.1:7700";  // loopback unless told otherwise
   std::string broadcast_listen;  // snapshot broadcast origin; empty: listen's host, any port
+  std::vector<std::string> broadcast_peer_hosts;  // IPs any actor may advertise for its chunks
   std::string token_file;
   bool insecure = false;  // serve without a token (echelon learner refuses to otherwise)
   std::string tls_cert;

@@ -14,6 +14,10 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--broadcast-listen", args->broadcast_listen,
                   "address of the snapshot broadcast origin, HOST:PORT (default: --listen's host, any port)");
+  cmd->add_option("--broadcast-peer-hosts", args->broadcast_peer_hosts,
+                  "IP addresses an actor may advertise for its snapshot chunks besides the one it calls from "
+                  "(comma-separated; e.g. a relay seen here by its LAN address and by others by its public one)")
+      ->delimiter(',');
   cmd->add_option("--token-file", args->token_file,
                   "the token every actor presents, or one \"NAME TOKEN\" line per worker (re-read on SIGHUP; "
                   "see docs/DEPLOY.md)");

@@ -6,8 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 namespace echelon::net {
 
@@ -24,6 +27,41 @@ std::string PeerHost(const std::string& peer) {
     if (peer.rfind(scheme, 0) == 0) return HostOf(peer.substr(5));
   }
   return peer;  // unix sockets and others: the whole string
+}
+
+namespace {
+
+// 16 bytes of an IP literal (an IPv4 address as its IPv4-mapped IPv6 form), or nothing.
+std::optional<std::array<unsigned char, 16>> IpBytes(std::string host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::array<unsigned char, 16> out{};
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    out[10] = out[11] = 0xff;
+    std::memcpy(out.data() + 12, &v4, 4);
+    return out;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    std::memcpy(out.data(), &v6, 16);
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool SameIp(const std::string& a, const std::string& b) {
+  const auto x = IpBytes(a), y = IpBytes(b);
+  return x && y && *x == *y;
+}
+
+bool IsIpLiteral(const std::string& host) { return IpBytes(host).has_value(); }
+
+bool AdvertisesOwnHost(const std::string& grpc_peer, const std::string& advertised, const std::vector<std::string>& also) {
+  const std::string host = HostOf(advertised);
+  if (SameIp(host, PeerHost(grpc_peer))) return true;
+  return std::any_of(also.begin(), also.end(), [&](const std::string& h) { return SameIp(host, h); });
 }
 
 bool IsWildcardHost(const std::string& host) {

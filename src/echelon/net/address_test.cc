@@ -25,6 +25,16 @@ TEST(AddressTest, HostOfAndWildcards) {
   EXPECT_FALSE(IsWildcardHost("127.0.0.1"));
 }
 
+TEST(AddressTest, SameIpComparesAddressesNotSpellings) {
+  EXPECT_TRUE(SameIp("10.0.0.2", "10.0.0.2"));
+  EXPECT_TRUE(SameIp("[::ffff:10.0.0.2]", "10.0.0.2"));  // a dual-stack socket's IPv4 caller
+  EXPECT_TRUE(SameIp("[::1]", "0:0:0:0:0:0:0:1"));
+  EXPECT_FALSE(SameIp("10.0.0.2", "10.0.0.3"));
+  EXPECT_FALSE(SameIp("[::1]", "127.0.0.1"));
+  EXPECT_FALSE(SameIp("localhost", "localhost"));  // names are never resolved
+  EXPECT_FALSE(SameIp("", ""));
+}
+
 // A listening socket is reachable; the same port once closed is not, and the answer comes at
 // once (connection refused), not after the timeout.
 TEST(AddressTest, TcpReachableTellsAListeningPortFromAClosedOne) {

@@ -2,10 +2,15 @@
 // sockets, real verification. Chunks are small (256 KiB) so a few-MiB file has many chunks
 // to pipeline; a ServeFilter that sleeps makes every upload take long enough that a peer can
 // be killed mid-transfer.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -16,6 +21,7 @@
 
 #include "echelon/broadcast/delta.h"
 #include "echelon/common/sha256.h"
+#include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/net/broadcast_origin.h"
@@ -582,6 +588,66 @@ TEST(BroadcastNetTest, PeerAdvertisingAnUndialableAddressOnlyReceives) {
       EXPECT_EQ(r.address, "");
     }
   }
+}
+
+// A Hello used to make the origin dial whatever address it advertised (its reachability probe),
+// and then order other peers to fetch there: a lever to point the swarm at any host. Now only
+// the host a peer calls from (or one the origin lists) is kept; another is never dialled, and
+// the peer receives everything without relaying.
+TEST(BroadcastNetTest, AnAdvertisedAddressOtherThanThePeersOwnIsNeverDialled) {
+  const int trap = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);  // stands for a host inside the network
+  ASSERT_GE(trap, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2; peers call from 127.0.0.1
+  socklen_t len = sizeof at;
+  ASSERT_EQ(::bind(trap, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
+  ASSERT_EQ(::listen(trap, 4), 0);
+  ASSERT_EQ(::getsockname(trap, reinterpret_cast<sockaddr*>(&at), &len), 0);
+  const std::string elsewhere = "127.0.0.2:" + std::to_string(ntohs(at.sin_port));
+  BroadcastOriginOptions opts;
+  opts.serve_filter = Slow(0.005);
+  Swarm swarm(opts);
+  swarm.AddPeers(1);
+  BroadcastPeerOptions o = swarm.PeerOptions(30);
+  o.advertise = elsewhere;
+  o.upload_bps = 1e12;  // would be asked to relay first
+  BroadcastPeer pointer(o);
+  ASSERT_TRUE(pointer.Start().ok());
+  ASSERT_TRUE(swarm.origin->WaitForPeers(2, kWait));
+  const std::string blob = RandomBlob(12 * kChunk, 29);
+  ASSERT_TRUE(swarm.origin->Publish(1, blob).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  EXPECT_EQ(pointer.store().Assemble(1).value(), blob);
+  EXPECT_EQ(swarm.origin->Stats(1).failed, 0u);
+  for (const BroadcastPeerReport& r : swarm.origin->Report(1)) {
+    if (r.peer_id.rfind("p30#", 0) == 0) {
+      EXPECT_EQ(r.address, "");
+    }
+  }
+  EXPECT_LT(::accept(trap, nullptr, nullptr), 0) << "something dialled " << elsewhere;
+  EXPECT_EQ(errno, EAGAIN);
+  ::close(trap);
+}
+
+// A host the origin lists may be advertised by a peer calling from elsewhere: a relay whose
+// address toward the swarm is not the one the origin sees it call from.
+TEST(BroadcastNetTest, AListedHostMayBeAdvertisedFromAnotherAddress) {
+  BroadcastOriginOptions opts;
+  opts.advertise_hosts = {"127.0.0.2"};
+  Swarm swarm(opts);
+  BroadcastPeerOptions o = swarm.PeerOptions(31);
+  o.listen = "0.0.0.0:0";
+  o.advertise = "127.0.0.2:0";  // the bound port
+  BroadcastPeer relay(o);
+  ASSERT_TRUE(relay.Start().ok());
+  ASSERT_TRUE(swarm.origin->WaitForPeers(1, kWait));
+  ASSERT_TRUE(swarm.origin->Publish(1, RandomBlob(2 * kChunk, 31)).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  const std::vector<BroadcastPeerReport> report = swarm.origin->Report(1);
+  ASSERT_EQ(report.size(), 1u);
+  EXPECT_EQ(report[0].address, relay.address());
+  EXPECT_EQ(HostOf(report[0].address), "127.0.0.2");
 }
 
 // A receiver with a valid token that reports every fetch as failed (here: it gives each fetch

@@ -91,7 +91,8 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
   grpc::Status Control(grpc::ServerContext* ctx, Stream* stream) override {
     std::optional<std::string> holder = o_->Holder(*ctx);
     if (!holder) {
-      spdlog::warn("refused broadcast peer {}: missing, wrong or revoked bearer token", ctx->peer());
+      if (o_->log_budget_.Allow("unauthenticated"))
+        spdlog::warn("refused broadcast peer {}: missing, wrong or revoked bearer token", ctx->peer());
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing, wrong or revoked bearer token");
     }
     v1::PeerToOrigin first;
@@ -103,7 +104,7 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
       const std::string msg = "peer speaks broadcast protocol version " + std::to_string(hello.protocol_version()) +
                               ", this origin speaks " + std::to_string(kBroadcastProtocolVersion) +
                               "; run the same echelon release on both";
-      spdlog::warn("refused peer {}: {}", ctx->peer(), msg);
+      if (o_->log_budget_.Allow("protocol_version")) spdlog::warn("refused peer {}: {}", ctx->peer(), msg);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
     }
     auto conn = std::make_shared<Conn>();
@@ -114,6 +115,13 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
     if (!o_->options_.tls.empty() && !conn->address.empty() && conn->cert_pem.empty())
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this broadcast runs over TLS: the Hello must carry the peer's certificate");
+    if (!conn->address.empty() && !AdvertisesOwnHost(ctx->peer(), conn->address, o_->options_.advertise_hosts)) {
+      if (o_->log_budget_.Allow("advertised_elsewhere"))
+        spdlog::warn("peer {} advertises {}, not the address it calls from: it will receive but never relay (list "
+                     "that host with --broadcast-peer-hosts if it is the peer's own)",
+                     ctx->peer(), conn->address);
+      conn->address.clear();
+    }
     if (!conn->address.empty() && o_->options_.probe_peers && !TcpReachable(conn->address, kReachProbeSeconds)) {
       spdlog::warn("peer {} advertises {}, which this origin cannot dial: it will receive but never relay (a peer "
                    "behind NAT: start it with --no-listen, or an actor with --broadcast-listen none)",

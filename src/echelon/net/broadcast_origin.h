@@ -44,6 +44,7 @@
 #include "echelon/broadcast/relay_planner.h"
 #include "echelon/broadcast/tunables.h"
 #include "echelon/common/clock.h"
+#include "echelon/common/log.h"
 #include "echelon/common/status.h"
 #include "echelon/net/broadcast_protocol.h"
 #include "echelon/net/tls.h"
@@ -91,6 +92,11 @@ struct BroadcastOriginOptions {
   // Dial each peer's advertised address at join (kReachProbeSeconds); one that does not answer
   // (behind NAT, a firewalled port) is kept as a peer that receives but never relays.
   bool probe_peers = true;
+  // A peer's advertised address must be the address it calls from (its host; any port), so a
+  // Hello cannot make this origin, or the peers it orders to fetch there, dial a host of the
+  // peer's choosing. Hosts listed here may be advertised by any peer as well: a relay whose
+  // address toward the others differs from the one the origin sees (IP literals only).
+  std::vector<std::string> advertise_hosts;
   // Keep a record of every reported transfer (Transfers()); `broadcast origin --trace` sets it.
   bool record_transfers = false;
 };
@@ -204,6 +210,7 @@ class BroadcastOrigin {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread watchdog_;
+  LogBudget log_budget_;  // refusals a caller can provoke at will
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;  // peers joined, a version completed, shutdown

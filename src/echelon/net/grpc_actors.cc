@@ -33,6 +33,7 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
     ECHELON_ASSIGN_OR_RETURN(broadcast::SigningKey key, broadcast::SigningKey::Generate());
     BroadcastOriginOptions bo;
     bo.listen = options_.broadcast_listen.empty() ? HostOf(options_.listen) + ":0" : options_.broadcast_listen;
+    bo.advertise_hosts = options_.broadcast_peer_hosts;
     // Each registration gets a broadcast token of its own (never a worker token, which other
     // peers could see), revoked with the registration: a worker evicted, quarantined or
     // removed from the token file leaves the broadcast at the next EvictSilent.

@@ -50,6 +50,8 @@ struct GrpcActorsOptions {
   bool broadcast = true;  // snapshots by peer-assisted broadcast (else actors pull them)
   // Where the broadcast origin listens; empty: the host of `listen`, a port the system picks.
   std::string broadcast_listen;
+  // Hosts any peer may advertise besides its own (BroadcastOriginOptions::advertise_hosts).
+  std::vector<std::string> broadcast_peer_hosts;
   // How long a multi-turn group the learner plays waits for an actor's completions
   // (learn::HostedEpisodesOptions; the run's lease time).
   double play_turn_timeout_seconds = sched::kDefaultLeaseSeconds;
