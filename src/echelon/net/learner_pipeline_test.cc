@@ -15,6 +15,7 @@
 #include "echelon/net/auth.h"
 #include "echelon/net/learner_server.h"
 #include "echelon/net/protocol.h"
+#include "echelon/net/tls.h"
 #include "echelon/plan/pipeline_split.h"
 #include "echelon/v1/learner.grpc.pb.h"
 
@@ -49,7 +50,8 @@ class Hub : public contract::WorkSource, public contract::TrajectorySink, public
 };
 
 struct Learner {
-  explicit Learner(TokenTable tokens = TokenTable::Shared(kToken)) {
+  // With `tls`, the service runs over TLS with that identity (its files under TempDir()).
+  explicit Learner(TokenTable tokens = TokenTable::Shared(kToken), const TlsIdentity& tls = {}) {
     whole = model::PeakedModel(model::FourLayerConfig());
     LearnerServerOptions o;
     o.tokens = std::move(tokens);
@@ -57,14 +59,24 @@ struct Learner {
     o.evict_after_seconds = 3.0;
     o.split_layers = plan::SplitPipelineLayers;  // as cli/launch.cc wires it
     hub.snapshot = {7, std::make_shared<const std::string>(model::SerializeSafetensors(whole->StateDict()).value())};
+    if (!tls.empty()) {
+      o.tls_cert_file = ::testing::TempDir() + "/pipeline-learner.crt";
+      o.tls_key_file = ::testing::TempDir() + "/pipeline-learner.key";
+      std::ofstream(o.tls_cert_file) << tls.cert_pem;
+      std::ofstream(o.tls_key_file) << tls.key_pem;
+    }
     server = std::make_unique<LearnerServer>(o, &hub, &hub, &hub, &clock);
     EXPECT_TRUE(server->Start().ok());
-    stub = v1::Learner::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+    grpc::ChannelArguments args;
+    if (!tls.empty()) SetPeerTargetName(&args);
+    stub = v1::Learner::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(server->port()),
+        tls.empty() ? grpc::InsecureChannelCredentials() : ChannelCredentials(tls.cert_pem), args));
   }
   // Registers stage `stage` of `stages` of pipeline `name`; returns the actor id or the error.
   grpc::Status Join(int stage, int stages, std::string* id, const std::string& address = "",
-                    const std::string& name = "box", const std::string& token = kToken) {
+                    const std::string& name = "box", const std::string& token = kToken,
+                    const std::string& cert_pem = "") {
     grpc::ClientContext ctx;
     AttachToken(ctx, token);
     v1::RegisterRequest req;
@@ -75,6 +87,7 @@ struct Learner {
     r->set_stage(stage);
     r->set_stages(stages);
     r->set_address(address.empty() && stage > 0 ? "10.0.0." + std::to_string(stage) + ":7801" : address);
+    r->set_cert_pem(cert_pem);
     v1::RegisterReply reply;
     grpc::Status st = stub->Register(&ctx, req, &reply);
     *id = reply.actor_id();
@@ -278,6 +291,19 @@ TEST(LearnerPipelineTest, HostileRolesAreRefusedWithTheirReason) {
       << "another worker cannot join (and read the activations of) alice's pipeline";
   EXPECT_GE(l.server->Counters()["bad_pipeline_role"], 8);
   EXPECT_EQ(l.server->Counters()["foreign_pipeline"], 1);
+}
+
+// Under TLS the stage before dials a later stage with the worker's token and sends it the
+// activations; a stage that registered without a certificate used to be dialled in plaintext.
+TEST(LearnerPipelineTest, UnderTlsAStageWithoutACertificateIsRefused) {
+  const TlsIdentity learner = SelfSignedIdentity().value();
+  Learner l(TokenTable::Shared(kToken), learner);
+  std::string id;
+  ASSERT_TRUE(l.Join(0, 2, &id).ok());  // the head serves nothing: no certificate needed
+  const grpc::Status bare = l.Join(1, 2, &id);
+  EXPECT_EQ(bare.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(bare.error_message().find("must present the certificate"), std::string::npos) << bare.error_message();
+  EXPECT_TRUE(l.Join(1, 2, &id, "", "box", kToken, SelfSignedIdentity().value().cert_pem).ok());
 }
 
 }  // namespace

@@ -48,6 +48,15 @@ class LearnerServer::Service final : public v1::Learner::Service {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, r.status().message());
       }
       role = std::move(r).value();
+      // Under TLS the stage before dials this one with the worker's token and sends it
+      // activations: a stage that brings no certificate would be dialled in plaintext.
+      if (role.stage > 0 && role.cert_pem.empty() && !s_->options_.tls_cert_file.empty()) {
+        Count("bad_pipeline_role");
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "pipeline stage " + std::to_string(role.stage) + "/" + std::to_string(role.stages) +
+                                ": this learner runs TLS, so a stage must present the certificate it serves with "
+                                "(an echelon actor started with --tls-ca makes one)");
+      }
     }
     // A shared token's actors choose their names: strikes and quarantine count against the name
     // at its address, so a liar can neither take a name at another address nor evict a neighbour
