@@ -749,6 +749,97 @@ TEST(TicketBookTest, HonoursItsOwnTicketsTwiceAndNothingElse) {
   EXPECT_FALSE(book.Use(foreign));
 }
 
+// A receiver that speaks the control protocol by hand and reports every chunk a relay sends it
+// as corrupt, whatever arrived (it fetches nothing). Returns how many reports it made against
+// a relay, i.e. not against the origin.
+int ReportRelaysCorrupt(int origin_port, const std::string& token, const std::string& name, double seconds) {
+  auto stub = v1::BroadcastOrigin::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(origin_port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000)));
+  auto stream = stub->Control(&ctx);
+  v1::PeerToOrigin hello;
+  hello.mutable_hello()->set_protocol_version(kBroadcastProtocolVersion);
+  hello.mutable_hello()->set_name(name);
+  if (!stream->Write(hello)) return 0;
+  int against_relays = 0;
+  v1::OriginToPeer msg;
+  while (stream->Read(&msg)) {
+    v1::PeerToOrigin out;
+    if (msg.has_announce()) {
+      out.mutable_have()->set_version(msg.announce().version());
+    } else if (msg.has_order()) {
+      out.mutable_outcome()->set_transfer_id(msg.order().transfer_id());
+      out.mutable_outcome()->set_result(v1::BROADCAST_RESULT_CORRUPT);
+      out.mutable_outcome()->set_detail("sha256 mismatch (a lie)");
+      if (!msg.order().from_address().empty()) ++against_relays;
+    } else {
+      continue;
+    }
+    if (!stream->Write(out)) break;
+  }
+  ctx.TryCancel();
+  return against_relays;
+}
+
+// Whether an honest relay ends up banned from uploading after two liars, admitted for
+// `worker_a` and `worker_b`, report every chunk it sends them as corrupt.
+bool RelayBannedByLiars(const std::string& worker_a, const std::string& worker_b) {
+  BroadcastOriginOptions opts;
+  opts.admission = true;
+  opts.serve_filter = Slow(0.02);  // a slow origin: the relay is asked to upload
+  Swarm swarm(opts);
+  BroadcastPeerOptions o = swarm.PeerOptions(0);
+  o.token = swarm.origin->Admit("relay#1", "relay");
+  o.upload_bps = 1e12;
+  BroadcastPeer relay(o);
+  EXPECT_TRUE(relay.Start().ok());
+  const std::string a = swarm.origin->Admit("liar#1", worker_a), b = swarm.origin->Admit("liar#2", worker_b);
+  std::atomic<int> reports_a{0}, reports_b{0};
+  std::thread liar_a([&] { reports_a = ReportRelaysCorrupt(swarm.origin->port(), a, "liar-a", 4.0); });
+  std::thread liar_b([&] { reports_b = ReportRelaysCorrupt(swarm.origin->port(), b, "liar-b", 4.0); });
+  EXPECT_TRUE(swarm.origin->WaitForPeers(3, kWait));
+  EXPECT_TRUE(swarm.origin->Publish(1, RandomBlob(16 * kChunk, 37)).ok());
+  liar_a.join();
+  liar_b.join();
+  EXPECT_GE(reports_a.load(), 1) << "liar a was never sent to the relay: the scenario shows nothing";
+  EXPECT_GE(reports_b.load(), 1) << "liar b was never sent to the relay: the scenario shows nothing";
+  for (const BroadcastPeerReport& r : swarm.origin->Report(1))
+    if (r.peer_id.rfind("p0#", 0) == 0) return r.banned;
+  ADD_FAILURE() << "the relay is not in the report";
+  return false;
+}
+
+// A relay is banned from uploading after corrupt reports from two receivers. The receivers
+// were connections, and one token could open as many as it liked (and one worker holds up to
+// 32 registrations): one worker banned an honest relay. Now reports count per worker, and a
+// token holds one control stream at a time.
+TEST(BroadcastNetTest, OneWorkerOnTwoConnectionsCannotBanAnHonestRelay) {
+  EXPECT_FALSE(RelayBannedByLiars("mallory", "mallory"));
+  EXPECT_TRUE(RelayBannedByLiars("mallory", "eve")) << "two workers' reports ban it (the rule itself)";
+}
+
+TEST(BroadcastNetTest, ATokenHoldsOneControlStreamANewOneReplacesTheOld) {
+  BroadcastOriginOptions opts;
+  opts.admission = true;
+  Swarm swarm(opts);
+  BroadcastPeerOptions o = swarm.PeerOptions(0);
+  o.token = swarm.origin->Admit("actor#1", "alice");
+  BroadcastPeer first(o);
+  ASSERT_TRUE(first.Start().ok());
+  ASSERT_TRUE(swarm.origin->WaitForPeers(1, kWait));
+  o.name = "again";
+  BroadcastPeer second(o);
+  ASSERT_TRUE(second.Start().ok());
+  ASSERT_TRUE(swarm.origin->Publish(1, RandomBlob(2 * kChunk, 41)).ok());
+  ASSERT_TRUE(swarm.origin->WaitComplete(1, kWait));
+  EXPECT_EQ(second.WaitForVersion(1, kWait), std::optional<uint64_t>(1));
+  const std::vector<BroadcastPeerReport> report = swarm.origin->Report(1);
+  ASSERT_EQ(report.size(), 1u) << "the first stream was replaced before version 1";
+  EXPECT_EQ(report[0].peer_id.rfind("again#", 0), 0u);
+}
+
 // The broadcast had one token for the whole run: a worker the learner evicted, quarantined or
 // revoked kept receiving every snapshot and relaying. Now each registration is admitted with a
 // token of its own; Revoke cuts its stream at once, refuses the token from then on, and the

@@ -28,6 +28,10 @@ using Stream = grpc::ServerReaderWriter<v1::OriginToPeer, v1::PeerToOrigin>;
 struct BroadcastOrigin::Conn {
   std::string id;
   std::string holder;      // whom its token was admitted for ("" for the shared token)
+  // Whose reports against a sender count as one receiver's: the worker its token was admitted
+  // for, else (a shared token) this connection. A worker that opens many connections is still
+  // one reporter, so it cannot get an honest relay declared dead on its own.
+  std::string reporter;
   std::string ticket_key;  // its ChunkSource's (sent in the Welcome)
   std::string address;   // of its ChunkSource; empty: it dials out only (NAT) and never uploads
   std::string cert_pem;  // with TLS: what its ChunkSource serves with
@@ -44,7 +48,8 @@ struct BroadcastOrigin::Conn {
   std::map<uint64_t, NodeId> nodes;  // version -> this peer's node in that version's session
   std::map<uint64_t, bool> offered;  // versions announced and not yet answered with a Have
   int fetch_failures_in_a_row = 0;   // as a sender
-  std::set<std::string> failure_reporters;  // the receivers of those failures
+  std::set<std::string> failure_reporters;  // the receivers (reporters) of those failures
+  std::set<std::string> corrupt_reporters;  // reporters that said a chunk from it was corrupt
 
   bool Write(const v1::OriginToPeer& m) {
     std::lock_guard<std::mutex> lock(write_mu);
@@ -133,6 +138,7 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
     conn->upload_bps = DeclaredUploadBps(hello.upload_bps());
     conn->ctx = ctx;
     conn->stream = stream;
+    std::vector<std::shared_ptr<Conn>> replaced;
     std::string name = hello.name().substr(0, 64);
     if (name.empty()) name = "peer";
     {
@@ -140,7 +146,14 @@ class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
       if (o_->shutting_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "origin is shutting down");
       conn->id = name + "#" + std::to_string(++o_->next_conn_);
       conn->last_seen = o_->clock_->Now();
+      const auto worker = o_->admitted_workers_.find(conn->holder);
+      conn->reporter = worker != o_->admitted_workers_.end() && !worker->second.empty() ? worker->second : conn->id;
+      // One control stream per admitted token: a new one replaces the old (a reconnect).
+      if (!conn->holder.empty())
+        for (const auto& c : o_->conns_)
+          if (c->holder == conn->holder) replaced.push_back(c);
     }
+    for (const auto& c : replaced) o_->DeclareDead(c, "replaced by a new control stream with its token");
     o_->RunControl(conn);
     {
       std::lock_guard<std::mutex> lock(conn->write_mu);
@@ -197,10 +210,11 @@ std::optional<std::string> BroadcastOrigin::Holder(const grpc::ServerContext& ct
   return it->second;
 }
 
-std::string BroadcastOrigin::Admit(const std::string& holder) {
+std::string BroadcastOrigin::Admit(const std::string& holder, const std::string& worker) {
   std::string token = RandomToken();
   std::lock_guard<std::mutex> lock(mu_);
   admitted_[Sha256(token)] = holder;
+  admitted_workers_[holder] = worker;
   return token;
 }
 
@@ -212,6 +226,7 @@ void BroadcastOrigin::Revoke(const std::string& holder) {
       if (it->second == holder) it = admitted_.erase(it);
       else ++it;
     }
+    admitted_workers_.erase(holder);
     for (auto& c : conns_) {
       if (c->holder == holder) cut.push_back(c);
     }
@@ -482,8 +497,13 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
       // Dead as a sender only when the failures came from two receivers or more: one
       // receiver's reports (true or not) cost only its own fetches from that sender.
       Conn& s = *p->sender;
+      // A ban takes corrupt reports from several receivers (the planner counts nodes): a
+      // second report from a worker that made one already, on another connection, goes to the
+      // planner as a failure, which costs only that receiver its fetches from the sender.
+      if (outcome == TransferOutcome::kCorrupt && !s.corrupt_reporters.insert(conn->reporter).second)
+        outcome = TransferOutcome::kFailed;
       if (outcome == TransferOutcome::kFailed) {
-        s.failure_reporters.insert(conn->id);
+        s.failure_reporters.insert(conn->reporter);
         if (++s.fetch_failures_in_a_row >= kMaxFetchFailuresInARow && s.failure_reporters.size() >= 2 && s.alive)
           failing_sender = p->sender;
         failure_reporters = s.failure_reporters.size();
@@ -495,9 +515,11 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
   }
   const std::string from = p->sender ? p->sender->id : "origin";
   if (outcome == TransferOutcome::kCorrupt) {
-    spdlog::warn("version {} chunk {} from {} to {} failed verification ({}); {} is banned from uploading",
-                 p->version->manifest.version, p->transfer.chunk, from, conn->id, detail, from);
-  } else if (outcome == TransferOutcome::kFailed) {
+    if (log_budget_.Allow("chunk_corrupt"))
+      spdlog::warn("version {} chunk {} from {} to {} failed verification ({}); {} gets a strike toward a ban from "
+                   "uploading",
+                   p->version->manifest.version, p->transfer.chunk, from, conn->id, detail, from);
+  } else if (outcome == TransferOutcome::kFailed && log_budget_.Allow("chunk_failed")) {
     spdlog::warn("version {} chunk {} from {} to {} failed: {}", p->version->manifest.version, p->transfer.chunk, from,
                  conn->id, detail);
   }
@@ -505,7 +527,7 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
   if (failing_sender) {
     DeclareDead(failing_sender, std::to_string(kMaxFetchFailuresInARow) + " fetches from its ChunkSource at " +
                                     failing_sender->address + " failed in a row, reported by " +
-                                    std::to_string(failure_reporters) + " receivers");
+                                    std::to_string(failure_reporters) + " workers");
   }
   CheckComplete(p->version);
 }

@@ -10,7 +10,7 @@
 // ChunkSource checks, so a revoked peer fetches at most the Orders it already held and
 // relays nothing: nobody is ordered to fetch from a dead peer.
 // Dead peers (broken stream, heartbeats silent for dead_after_seconds, or a ChunkSource that
-// failed kMaxFetchFailuresInARow fetches in a row for two receivers or more) are reported to every session (PeerDied): their
+// failed kMaxFetchFailuresInARow fetches in a row for two workers or more) are reported to every session (PeerDied): their
 // in-flight chunks are re-planned from other holders and their receivers keep what they
 // verified.
 //
@@ -169,7 +169,9 @@ class BroadcastOrigin {
   std::vector<BroadcastTransferRecord> Transfers(uint64_t version) const;
 
   // A token for `holder` to join with (options.admission); it stays good until Revoke(holder).
-  std::string Admit(const std::string& holder);
+  // It opens one control stream at a time (a new one replaces the old). `worker` is whom the
+  // holder's reports count for: failures of a sender must come from two workers to kill it.
+  std::string Admit(const std::string& holder, const std::string& worker = "");
   // Forgets `holder`'s tokens and declares its peers dead: no more Orders to or from them, and
   // the Orders' tickets they still hold die with their transfers at the origin.
   void Revoke(const std::string& holder);
@@ -222,6 +224,7 @@ class BroadcastOrigin {
   struct Pending;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // by wire transfer id
   std::map<std::string, std::string> admitted_;            // SHA-256 of an Admit() token -> holder
+  std::map<std::string, std::string> admitted_workers_;    // holder -> its worker ("": none named)
 };
 
 }  // namespace echelon::net

@@ -38,7 +38,9 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
     // peers could see), revoked with the registration: a worker evicted, quarantined or
     // removed from the token file leaves the broadcast at the next EvictSilent.
     bo.admission = !options_.tokens.off();
-    if (bo.admission) so.broadcast_admit = [this](const std::string& actor_id) { return origin_->Admit(actor_id); };
+    if (bo.admission) so.broadcast_admit = [this](const std::string& actor_id, const std::string& worker) {
+        return origin_->Admit(actor_id, worker);
+      };
     if (!options_.tls_cert_file.empty()) {
       // Over TLS like the learner's own service, with the same certificate (same host).
       ECHELON_ASSIGN_OR_RETURN(bo.tls.cert_pem, ReadFile(options_.tls_cert_file));

@@ -107,7 +107,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_broadcast_port(static_cast<uint32_t>(s_->options_.broadcast_port));
     reply->set_broadcast_key_pem(s_->options_.broadcast_key_pem);
     // Pipeline stages take their layers from the learner, not the broadcast.
-    if (role.stage < 0 && s_->options_.broadcast_admit) reply->set_broadcast_token(s_->options_.broadcast_admit(info.id));
+    if (role.stage < 0 && s_->options_.broadcast_admit) reply->set_broadcast_token(s_->options_.broadcast_admit(info.id, info.worker));
     return grpc::Status::OK;
   }
 

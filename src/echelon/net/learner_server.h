@@ -69,7 +69,7 @@ struct LearnerServerOptions {
   std::string broadcast_key_pem;   // the broadcast origin's public key, for actors to pin
   // The token a registering actor joins the broadcast with (BroadcastOrigin::Admit), good until
   // the registration ends; unset: none (a broadcast without access control).
-  std::function<std::string(const std::string& actor_id)> broadcast_admit;
+  std::function<std::string(const std::string& actor_id, const std::string& worker)> broadcast_admit;
   // Plays multi-turn groups for the actors (their work goes out without its prompt, and the
   // actors answer Play); null: actors play the whole episode and submit it.
   learn::HostedEpisodes* episodes = nullptr;
