@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Checks the deployment files against the echelon binary they launch.
 
-Usage: deploy_check.py HELP_DIR REPO_ROOT
+Usage: deploy_check.py HELP_DIR REPO_ROOT ECHELON
 HELP_DIR holds `echelon SUB --help` as SUB.help for every subcommand the files may use.
 
 deploy/k8s/*.yaml: every document parses (python3-yaml); the kinds are the expected ones;
 every container's command line (the image's entrypoint is echelon) and every `echelon SUB`
 inside a shell script names only flags that `echelon SUB --help` lists; the learner listens on
 the Service's ports and keeps its run on the StatefulSet's volume claim; every --token-file
-lies on a Secret volume; no Secret or token is written into the files.
+lies on a Secret volume, or (actors) on a memory volume an init container fills with the
+pod's own token from a Secret the actor never mounts; that init script is run here against
+tokens `ECHELON tokens` issues, for two replicas and one too many; no Secret or token is
+written into the files.
 deploy/slurm/*.sbatch: the same flag check for each `echelon SUB` (bash -n is the caller's).
 Prints one line per failure and exits 1 if there was any.
 """
@@ -18,10 +21,11 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
-HELP_DIR, ROOT = sys.argv[1], sys.argv[2]
+HELP_DIR, ROOT, ECHELON = sys.argv[1], sys.argv[2], sys.argv[3]
 failures = []
 checked = 0
 
@@ -89,6 +93,64 @@ def value_after(tokens, flag):
 
 TOKENISH = re.compile(r"(token|secret|password|api[_-]?key)", re.I)
 
+def run_init_script(script, mounts, root, pod_name):
+    """Runs an init container's script with its mount paths moved under `root`."""
+    for m in sorted(mounts, key=lambda m: -len(m["mountPath"])):
+        script = script.replace(m["mountPath"], os.path.join(root, m["name"]))
+    return subprocess.run(["sh", "-c", script], env={"POD_NAME": pod_name, "PATH": os.environ["PATH"]},
+                          capture_output=True, text=True)
+
+
+def check_own_token(where, workload, pod, container, mount, token_file):
+    """Every actor replica presents a token of its own, and sees no other replica's."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if not ok(mount is not None and "emptyDir" in volumes.get(mount["name"], {}),
+              f"{where}: --token-file {token_file} is not on a pod-local volume (one token for every replica "
+              "makes them one worker: one bad replica's strikes take all of them down)"):
+        return
+    ok(volumes[mount["name"]]["emptyDir"].get("medium") == "Memory", f"{where}: the token volume is not in memory")
+    ok(not any("secret" in volumes.get(m["name"], {}) for m in container.get("volumeMounts", [])),
+       f"{where}: the actor mounts a Secret (every replica's tokens)")
+    ok(workload["kind"] == "StatefulSet", f"{where}: replicas need stable names to hold tokens of their own")
+    ok(pod.get("automountServiceAccountToken") is False, f"{where}: the actor pod mounts a service account token")
+    fillers = [ic for ic in pod.get("initContainers", [])
+               if any(m["name"] == mount["name"] for m in ic.get("volumeMounts", []))]
+    if not ok(len(fillers) == 1, f"{where}: no init container fills the token volume"):
+        return
+    ic = fillers[0]
+    script = ((ic.get("command") or []) + (ic.get("args") or []))[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        issued = subprocess.run([ECHELON, "tokens", "--out", os.path.join(tmp, "secrets"), "--workers", "2",
+                                 "--prefix", workload["metadata"]["name"]], capture_output=True, text=True)
+        if not ok(issued.returncode == 0, f"echelon tokens: {issued.stderr.strip()}"):
+            return
+        secrets = os.path.join(tmp, "secrets")
+        for i in range(3):  # two replicas with tokens, and one more without
+            pod_name = workload["metadata"]["name"] + "-" + str(i)
+            root = os.path.join(tmp, pod_name)
+            for m in ic["volumeMounts"]:
+                v = volumes[m["name"]]
+                os.makedirs(os.path.join(root, m["name"]))
+                if "secret" in v:  # what `kubectl create secret --from-file` of each NAME.token holds
+                    for f in os.listdir(secrets):
+                        if f.endswith(".token"):
+                            with open(os.path.join(secrets, f)) as src, open(os.path.join(root, m["name"], f), "w") as dst:
+                                dst.write(src.read())
+            r = run_init_script(script, ic["volumeMounts"], root, pod_name)
+            copied = os.path.join(root, mount["name"], os.path.relpath(token_file, mount["mountPath"]))
+            if i < 2:
+                with open(os.path.join(secrets, pod_name + ".token")) as f:
+                    own = f.read()
+                ok(r.returncode == 0 and os.path.exists(copied) and open(copied).read() == own,
+                   f"{where}: the init container does not give {pod_name} its own token: {r.stderr.strip()}")
+                ok(len(os.listdir(os.path.join(root, mount["name"]))) == 1,
+                   f"{where}: the token volume of {pod_name} holds more than its token")
+            else:
+                ok(r.returncode != 0 and pod_name in r.stderr and "echelon tokens" in r.stderr,
+                   f"{where}: a replica without a token ({pod_name}) does not stop naming `echelon tokens`: "
+                   f"rc {r.returncode}, {r.stderr.strip()}")
+
+
 # ---- Kubernetes --------------------------------------------------------------------------
 docs = []
 for path in sorted(glob.glob(os.path.join(ROOT, "deploy/k8s/*.yaml"))):
@@ -106,7 +168,7 @@ kinds = {}
 for name, d in docs:
     ok(isinstance(d, dict) and "kind" in d and "apiVersion" in d, f"{name}: a document without kind/apiVersion")
     kinds.setdefault(d.get("kind"), []).append((name, d))
-for kind in ("StatefulSet", "Deployment", "Service", "Kustomization"):
+for kind in ("StatefulSet", "Service", "Kustomization"):
     ok(kind in kinds, f"deploy/k8s has no {kind}")
 ok(set(kinds) <= {"StatefulSet", "Deployment", "Service", "Kustomization", "ConfigMap", "HorizontalPodAutoscaler",
                   "NetworkPolicy", "PodDisruptionBudget"}, f"deploy/k8s: unexpected kinds {sorted(kinds)}")
@@ -139,6 +201,11 @@ for kind in ("StatefulSet", "Deployment"):
                     syntax = subprocess.run(["bash", "-n", "-c", argv[2]], capture_output=True, text=True)
                     ok(syntax.returncode == 0, f"{where}: bash -n: {syntax.stderr.strip()}")
             ok(calls, f"{where}: runs no `echelon SUB`")
+            for ic in pod.get("initContainers", []):
+                iargv = (ic.get("command") or []) + (ic.get("args") or [])
+                if len(iargv) >= 3 and iargv[1] == "-c":
+                    syntax = subprocess.run(["bash", "-n", "-c", iargv[2]], capture_output=True, text=True)
+                    ok(syntax.returncode == 0, f"{where}: init container {ic['name']}: bash -n: {syntax.stderr.strip()}")
             for sub, tokens in calls:
                 check_invocation(where, sub, tokens)
                 if sub in found:
@@ -162,7 +229,9 @@ for kind in ("StatefulSet", "Deployment"):
                 ok(tf is not None or "--insecure" not in tokens, f"{where}: `echelon {sub}` runs --insecure")
                 if sub in ("learner", "actor"):
                     ok(tf is not None, f"{where}: `echelon {sub}` without --token-file")
-                if tf is not None:
+                if tf is not None and sub == "actor":
+                    check_own_token(where, d, pod, c, volume_at(tf), tf)
+                elif tf is not None:
                     m = volume_at(tf)
                     ok(m is not None and "secret" in volumes.get(m["name"], {}),
                        f"{where}: --token-file {tf} is not on a Secret volume")
@@ -183,7 +252,7 @@ for kind in ("StatefulSet", "Deployment"):
                     host, _, port = learner.rpartition(":")
                     ok(host in services and int(port) in {p["port"] for p in services[host]["spec"]["ports"]},
                        f"{where}: --learner {learner} is not a Service port")
-            if kind == "StatefulSet":
+            if kind == "StatefulSet" and any(sub == "learner" for sub, _ in calls):
                 run_mounts = [m for m in mounts if m["name"] in claims]
                 ok(run_mounts, f"{where}: no volume claim mounted for the run directory")
                 for e in c.get("env", []):
@@ -201,8 +270,9 @@ for kind in ("StatefulSet", "Deployment"):
             ok(d["spec"].get("serviceName") in services, f"{name}: serviceName is not a Service here")
 ok(found["learner"] >= 1, "no container runs `echelon learner`")
 ok(found["actor"] >= 1, "no container runs `echelon actor`")
-for name, d in kinds.get("Deployment", []):
-    ok("replicas" in d["spec"], f"{name}: the actor Deployment sets no replicas")
+for kind in ("StatefulSet", "Deployment"):
+    for name, d in kinds.get(kind, []):
+        ok("replicas" in d["spec"], f"{name}: {kind} {d['metadata']['name']} sets no replicas")
 
 # Nothing that looks like a token in any deployment file.
 for path in glob.glob(os.path.join(ROOT, "deploy/**/*"), recursive=True):

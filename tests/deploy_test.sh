@@ -3,6 +3,10 @@
 #   deploy/k8s/*.yaml and deploy/slurm/*.sbatch: tests/deploy_check.py (python3-yaml) checks the
 #     kinds, that every `echelon SUB --flag` is a flag `echelon SUB --help` lists, that tokens
 #     come from Secret volumes and are never written into the files; `bash -n` on the scripts.
+#   deploy/slurm/echelon.sbatch run for real on this host, with `srun` and `scontrol` standing in
+#     for Slurm's (a 3-node allocation: a learner task, two actor tasks): the run finishes, each
+#     actor task presented a token of its own (two workers in the learner's metrics), and the
+#     token directory is owner-only.
 #   Dockerfile (docker cannot run here): parsed by dockerfile-ast, the parser of the VS Code
 #     Docker language service (pinned npm package, installed under BUILD_DIR): multi-stage, the
 #     build stage runs scripts/install-deps.sh, the final stage installs the .deb from the build
@@ -27,10 +31,55 @@ subs=$(sed -n '/^Subcommands:/,$p' help/echelon.help | sed -n 's/^  \([a-z][a-z-
 check "echelon --help lists learner and actor" sh -c "echo '$subs' | grep -qx learner && echo '$subs' | grep -qx actor"
 for s in $subs; do "$ECHELON" "$s" --help > "help/$s.help" 2>&1; done
 
-check "deployment files match the binary's flags" python3 "$ROOT/tests/deploy_check.py" help "$ROOT"
+check "deployment files match the binary's flags, every actor replica its own token" \
+  python3 "$ROOT/tests/deploy_check.py" help "$ROOT" "$ECHELON"
 for f in "$ROOT"/deploy/slurm/*.sbatch; do
   check "bash -n $(basename "$f")" bash -n "$f"
 done
+
+# ---- The Slurm script, run here: srun starts --ntasks copies of its command on this host ----
+mkdir -p slurm/bin
+ln -s "$ECHELON" slurm/bin/echelon
+cat > slurm/bin/scontrol <<'EOF'
+#!/usr/bin/env bash
+# scontrol show hostnames LIST: this allocation's nodes, as addresses of this host.
+printf '%s\n' 127.0.0.1 127.0.0.2 127.0.0.3
+EOF
+cat > slurm/bin/srun <<'EOF'
+#!/usr/bin/env bash
+# srun [--OPTION=VALUE ...] COMMAND ARGS...: --ntasks copies of COMMAND here, task i with
+# SLURM_PROCID=i on "node" 127.0.0.(2+i); TERM is passed on.
+n=1
+while [[ "$1" == --* ]]; do
+  case "$1" in --ntasks=*) n=${1#--ntasks=} ;; esac
+  shift
+done
+pids=()
+for ((i = 0; i < n; i++)); do
+  SLURM_PROCID=$i SLURMD_NODENAME=127.0.0.$((i + 2)) "$@" &
+  pids+=($!)
+done
+trap 'kill -TERM "${pids[@]}" 2> /dev/null' TERM INT
+rc=0
+for p in "${pids[@]}"; do
+  while kill -0 "$p" 2> /dev/null; do wait "$p" || rc=$?; done
+done
+exit $rc
+EOF
+chmod +x slurm/bin/scontrol slurm/bin/srun
+SLURM_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+(cd slurm && PATH="$PWD/bin:$PATH" SLURM_JOB_NODELIST='node[0-2]' SLURM_JOB_NAME=t SLURM_SUBMIT_DIR="$PWD" \
+  SLURM_CPUS_PER_TASK=1 ECHELON_PORT=$SLURM_PORT timeout 300 bash "$ROOT/deploy/slurm/echelon.sbatch" \
+  "$ROOT/configs/math-tiny.yaml" warmstart.steps=5 rl.steps=30 rl.groups_per_step=4 rollout.wait_for_actors=2 task.eval_size=20 eval.every=0 \
+  model.num_hidden_layers=1 > sbatch.out 2> sbatch.err)
+check "the Slurm script's run finishes (exit 0)" test $? -eq 0
+check "the Slurm run wrote its final checkpoint" test -d slurm/runs/echelon-t/checkpoints/final
+final=$(tail -n 1 slurm/runs/echelon-t/metrics.jsonl 2> /dev/null)
+check "each actor task was a worker of its own (slurm-actor-0 and -1 in actor_groups)" \
+  jq -e '.actor_groups | has("slurm-actor-0") and has("slurm-actor-1")' <<< "$final" > /dev/null
+check "the token directory is owner-only" test "$(stat -c %a slurm/runs/echelon-t.tokens)" = 700
+check "each token file is owner-only" test "$(stat -c %a slurm/runs/echelon-t.tokens/slurm-actor-1.token)" = 600
+[ "$fails" -ne 0 ] && tail -n 20 slurm/sbatch.out slurm/sbatch.err
 
 cat > dockerfile_check.js <<'EOF'
 // node dockerfile_check.js DOCKERFILE: one "FAIL: ..." line per failed check.
