@@ -15,7 +15,7 @@
 namespace echelon {
 
 enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kDataLoss, kFailedPrecondition, kInternal, kUnavailable, kAborted,
-                        kDeadlineExceeded };
+                        kDeadlineExceeded, kResourceExhausted };
 
 class Status {
  public:
@@ -46,6 +46,7 @@ inline Status Internal(std::string m) { return Status(StatusCode::kInternal, std
 inline Status Aborted(std::string m) { return Status(StatusCode::kAborted, std::move(m)); }
 inline Status Unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
 inline Status DeadlineExceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
+inline Status ResourceExhausted(std::string m) { return Status(StatusCode::kResourceExhausted, std::move(m)); }
 
 template <typename T>
 class Result {

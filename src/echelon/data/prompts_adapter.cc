@@ -101,6 +101,7 @@ struct PromptsOptions {
   double eval_fraction = 0.1;
   uint64_t seed = 0;
   bool external_errors_score_zero = false;  // reward_on_error: zero
+  double reward_group_seconds = 0;          // Python reward time of one group (0: unbounded)
 };
 
 class PromptsAdapter final : public TaskAdapter {
@@ -187,7 +188,11 @@ class PromptsAdapter final : public TaskAdapter {
     for (const std::string& c : completions) samples.push_back({prompt.data_source, c, prompt.reference, extra_info});
     if (python_) {
       // On the pool's workers side by side (task.reward_workers), in order.
-      const std::vector<Result<ExternalScore>> scores = python_->ScoreAll(samples);
+      const std::vector<Result<ExternalScore>> scores = python_->ScoreAll(samples, opts_.reward_group_seconds);
+      // A group whose texts spend the budget is refused whatever reward_on_error says: the
+      // time is its worker's doing (net: reward_slow, counted against that worker).
+      for (const Result<ExternalScore>& s : scores)
+        if (!s.ok() && s.status().code() == StatusCode::kResourceExhausted) return s.status();
       for (size_t i = 0; i < n; ++i) ECHELON_RETURN_IF_ERROR(Take(scores[i], "python", &external[i].python, &out[i].metrics));
     }
     if (http_) {
@@ -307,6 +312,10 @@ Result<External> StartExternal(const AdapterOptions& options, const RewardSpec& 
   py.function = OptionOr(options, PromptsOptionTable(), "python_function");
   py.timeout_seconds = static_cast<double>(timeout);
   py.load_timeout_seconds = std::max(py.load_timeout_seconds, py.timeout_seconds);
+  ECHELON_ASSIGN_OR_RETURN(const uint64_t budget,
+                           ParseUnsignedOption("prompts", "reward_group_seconds",
+                                               OptionOr(options, PromptsOptionTable(), "reward_group_seconds"), 0, 86400));
+  o->reward_group_seconds = static_cast<double>(budget);
   if (!py.file.empty()) {
     if (!reward.uses_python())
       return InvalidArgument("prompts task: task.python_file is set but task.reward does not use it (reward: python, "
@@ -347,7 +356,11 @@ const OptionTable& PromptsOptionTable() {
       {"reward_workers", "1", "Python reward processes scoring a group's samples side by side (each call keeps its reward_timeout)"},
       {"reward_url", "", "a scoring service, http://HOST:PORT/PATH (learner only)"},
       {"reward_timeout", "30", "seconds per Python call or HTTP attempt"},
-      {"reward_on_error", "fail", "fail: a failed Python call or service request stops the run; zero: it scores 0 "
+      {"reward_group_seconds", "60", "seconds of Python reward calls one group may take in all (0: no bound); a group "
+                                     "past it is refused (reward_slow) and counts against its worker, so a text that "
+                                     "makes the function slow costs that worker, not the run"},
+      {"reward_on_error", "fail", "fail: a failed Python call or service request refuses the group (reward_error; "
+                                  "the run stops when groups of several workers fail in a row); zero: it scores 0 "
                                   "and reward_metrics.<python|http>_errors counts it"},
   };
   return table;

@@ -219,6 +219,30 @@ TEST_F(PromptsAdapterTest, PythonRewardErrorsStopOrScoreZeroAsConfigured) {
   EXPECT_EQ(zero.value()->Reward(p, p.reference)->metrics.at("python_errors"), 0.0);
 }
 
+// A group whose texts spend task.reward_group_seconds is refused (ResourceExhausted) even under
+// reward_on_error: zero, where a slow text used to score 0 and cost its worker nothing.
+TEST_F(PromptsAdapterTest, AGroupPastTheRewardBudgetIsRefusedWhateverRewardOnErrorSays) {
+  const std::string train = Write("train.jsonl", Rows(10));
+  const std::string py = Write("slow.py", "import time\n"
+                                          "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                          "    time.sleep(0.6 if solution_str == 'slow' else 0)\n"
+                                          "    return 1.0\n");
+  Result<std::unique_ptr<TaskAdapter>> t =
+      CreatePromptsAdapter({{"train_file", train}, {"python_file", py}, {"reward", "python"},
+                            {"reward_on_error", "zero"}, {"reward_group_seconds", "1"}});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const Prompt p = t.value()->TrainPrompt(0);
+  Result<std::vector<Scored>> slow = t.value()->RewardGroup(p, {"slow", "slow", "slow", "slow"});
+  ASSERT_FALSE(slow.ok());
+  EXPECT_EQ(slow.status().code(), StatusCode::kResourceExhausted) << slow.status().message();
+  Result<std::vector<Scored>> quick = t.value()->RewardGroup(p, {"a", "b", "c", "d"});
+  ASSERT_TRUE(quick.ok()) << quick.status().message();
+  EXPECT_EQ(quick->size(), 4u);
+  EXPECT_NE(Error({{"train_file", train}, {"python_file", py}, {"reward", "python"}, {"reward_group_seconds", "-1"}})
+                .find("reward_group_seconds"),
+            std::string::npos);
+}
+
 TEST_F(PromptsAdapterTest, PythonOptionsSayWhatIsMissing) {
   const std::string train = Write("train.jsonl", Rows(10));
   const std::string py = Write("r.py", "def compute_score(**kw):\n    return 0\n");

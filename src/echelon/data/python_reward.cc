@@ -196,7 +196,8 @@ Result<std::string> PythonReward::ReadLine(double timeout_seconds) {
 }
 
 Result<ExternalScore> PythonReward::Score(const std::string& data_source, const std::string& solution_str,
-                                        const std::string& ground_truth, const std::string& extra_info_json) {
+                                        const std::string& ground_truth, const std::string& extra_info_json,
+                                        double timeout_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string where = options_.file + ":" + options_.function + " " + SampleText(data_source, solution_str, ground_truth);
   if (pid_ < 0) ECHELON_RETURN_IF_ERROR(Spawn().WithContext(where));
@@ -215,7 +216,8 @@ Result<ExternalScore> PythonReward::Score(const std::string& data_source, const 
     }
     sent += static_cast<size_t>(n);
   }
-  Result<std::string> line = ReadLine(options_.timeout_seconds);
+  Result<std::string> line = ReadLine(timeout_seconds > 0 ? std::min(timeout_seconds, options_.timeout_seconds)
+                                                         : options_.timeout_seconds);
   if (!line.ok()) {
     Kill();  // a hung call is killed; the next call starts a fresh worker
     return Status(line.status().code(), where + ": " + line.status().message());
@@ -245,15 +247,38 @@ Result<std::unique_ptr<PythonRewardPool>> PythonRewardPool::Start(const PythonRe
   return pool;
 }
 
-Result<ExternalScore> PythonRewardPool::ScoreOne(const RewardSample& s) {
+Result<ExternalScore> PythonRewardPool::ScoreOne(const RewardSample& s,
+                                                std::optional<std::chrono::steady_clock::time_point> deadline) {
+  const auto spent = [&] {
+    return ResourceExhausted(options().file + ":" + options().function + ": the group's reward budget is spent " +
+                             SampleText(s.data_source, s.solution_str, s.ground_truth));
+  };
   size_t w = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    freed_.wait(lock, [&] { return !free_.empty(); });
+    const auto idle = [&] { return !free_.empty(); };
+    if (!deadline) {
+      freed_.wait(lock, idle);
+    } else if (!freed_.wait_until(lock, *deadline, idle)) {
+      return spent();
+    }
     w = free_.back();
     free_.pop_back();
   }
-  Result<ExternalScore> out = workers_[w]->Score(s.data_source, s.solution_str, s.ground_truth, s.extra_info_json);
+  double left = 0;  // no cut below the per-call limit
+  if (deadline) {
+    left = std::chrono::duration<double>(*deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.push_back(w);
+      freed_.notify_one();
+      return spent();
+    }
+  }
+  Result<ExternalScore> out = workers_[w]->Score(s.data_source, s.solution_str, s.ground_truth, s.extra_info_json, left);
+  // Cut by the budget rather than by the call's own limit.
+  if (!out.ok() && out.status().code() == StatusCode::kDeadlineExceeded && deadline && left < options().timeout_seconds)
+    out = spent();
   {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(w);
@@ -262,11 +287,16 @@ Result<ExternalScore> PythonRewardPool::ScoreOne(const RewardSample& s) {
   return out;
 }
 
-std::vector<Result<ExternalScore>> PythonRewardPool::ScoreAll(const std::vector<RewardSample>& samples) {
+std::vector<Result<ExternalScore>> PythonRewardPool::ScoreAll(const std::vector<RewardSample>& samples,
+                                                              double budget_seconds) {
   std::vector<Result<ExternalScore>> out(samples.size(), Result<ExternalScore>(Internal("not scored")));
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (budget_seconds > 0)
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(budget_seconds));
   // Every sample's result, failures included: ParallelFor's early stop is not wanted here.
   (void)ParallelFor(samples.size(), static_cast<int>(workers_.size()), [&](size_t i) -> Status {
-    out[i] = ScoreOne(samples[i]);
+    out[i] = ScoreOne(samples[i], deadline);
     return Status::Ok();
   });
   return out;

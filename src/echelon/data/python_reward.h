@@ -28,10 +28,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,9 +60,11 @@ class PythonReward {
   PythonReward(const PythonReward&) = delete;
   PythonReward& operator=(const PythonReward&) = delete;
 
-  // `extra_info_json`: the row's extra_info as JSON text ("null" when none).
+  // `extra_info_json`: the row's extra_info as JSON text ("null" when none). `timeout_seconds`
+  // > 0 cuts the call's time limit below the options' (a group's budget running out).
   Result<ExternalScore> Score(const std::string& data_source, const std::string& solution_str,
-                            const std::string& ground_truth, const std::string& extra_info_json);
+                            const std::string& ground_truth, const std::string& extra_info_json,
+                            double timeout_seconds = 0);
 
   const PythonRewardOptions& options() const { return options_; }
 
@@ -85,15 +89,19 @@ class PythonRewardPool {
   // Starts `workers` (at least 1) workers, one after another; the first that fails to load
   // fails the pool.
   static Result<std::unique_ptr<PythonRewardPool>> Start(const PythonRewardOptions& options, int workers);
-  // One result per sample, in order.
-  std::vector<Result<ExternalScore>> ScoreAll(const std::vector<RewardSample>& samples);
+  // One result per sample, in order. `budget_seconds` > 0 bounds the whole call: a sample
+  // still waiting for a worker when it is spent is not scored, and a call still running then is
+  // cut (its worker killed and started again), both ResourceExhausted. So one group's texts,
+  // however slow they make the function, hold the workers for at most that long.
+  std::vector<Result<ExternalScore>> ScoreAll(const std::vector<RewardSample>& samples, double budget_seconds = 0);
   size_t workers() const { return workers_.size(); }
   const PythonRewardOptions& options() const { return workers_.front()->options(); }
 
  private:
   PythonRewardPool() = default;
-  // On the first free worker (waiting for one).
-  Result<ExternalScore> ScoreOne(const RewardSample& sample);
+  // On the first free worker (waiting for one), by `deadline` when there is one.
+  Result<ExternalScore> ScoreOne(const RewardSample& sample,
+                                 std::optional<std::chrono::steady_clock::time_point> deadline);
 
   std::vector<std::unique_ptr<PythonReward>> workers_;
   std::mutex mu_;  // guards free_

@@ -206,5 +206,36 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
   EXPECT_TRUE(pool.value()->ScoreAll({samples[3]})[0].ok()) << "the killed worker was started again";
 }
 
+// A text that makes the function slow, but each call under its own limit, held the one reward
+// process for the group's size times that limit (8 x 29 s), and every other worker's group
+// waited behind it. A group's calls now end with its budget: the ones still waiting are not
+// made, the one running is cut, and the pool serves the next group at once.
+TEST_F(PythonRewardTest, AGroupOfSlowTextsEndsWithItsBudgetAndTheNextGroupScores) {
+  const std::string file = Write("slow.py", R"PY(
+import time
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if solution_str.startswith("slow"):
+        time.sleep(2.5)
+    return 1.0
+)PY");
+  Result<std::unique_ptr<PythonRewardPool>> pool = PythonRewardPool::Start({file, "compute_score", 5}, 1);
+  ASSERT_TRUE(pool.ok()) << pool.status().message();
+  std::vector<RewardSample> slow(8, {"toy", "slow text", "", "null"});
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Result<ExternalScore>> got = pool.value()->ScoreAll(slow, /*budget_seconds=*/3.0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 4.5) << "unbounded, it takes 8 x 2.5 s";
+  EXPECT_TRUE(got[0].ok()) << "the first call fits the budget: " << got[0].status().message();
+  for (size_t i = 1; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].status().code(), StatusCode::kResourceExhausted) << i << ": " << got[i].status().message();
+    EXPECT_NE(got[i].status().message().find("reward budget is spent"), std::string::npos);
+  }
+  const auto next = std::chrono::steady_clock::now();
+  const std::vector<Result<ExternalScore>> fast = pool.value()->ScoreAll({{"toy", "42", "", "null"}}, 3.0);
+  ASSERT_TRUE(fast[0].ok()) << fast[0].status().message();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - next).count(), 2.5)
+      << "the next group waited for the slow one";
+}
+
 }  // namespace
 }  // namespace echelon::data

@@ -144,6 +144,7 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
     }
   }
   if (!verdict.ok()) {
+    if (failed == "reward_error" && verdict.status().code() == StatusCode::kResourceExhausted) failed = "reward_slow";
     return Failed(rollout.group_id, rollout.actor, failed,
                   verdict.status().WithContext("group " + std::to_string(rollout.group_id) + " from " + rollout.actor));
   }
@@ -159,6 +160,7 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
     reward_failures_in_a_row_ = 0;
     failing_workers_.clear();
     worker_failures_in_a_row_.erase(ActorName(rollout.actor));
+    worker_slow_in_a_row_.erase(ActorName(rollout.actor));
     workers_.insert(ActorName(rollout.actor));
     if (verdict->corrected > 0) refusals_["reward_corrected"] += verdict->corrected;
     accepted_tokens_ += tokens;
@@ -192,7 +194,11 @@ contract::SubmitOutcome TrajectoryIntake::Failed(uint64_t group_id, const std::s
   ++reward_failures_in_a_row_;
   const bool alone = failing_workers_.size() == 1 && workers_.size() > 1;
   const int64_t mine = ++worker_failures_in_a_row_[worker];  // since its last accepted group
-  const bool strike = alone && mine % kRewardFailuresPerStrike == 0;
+  // A group past the reward-time budget held the reward's workers for the whole budget: a
+  // strike comes sooner than for a failure, which costs one call.
+  const int64_t slow = failed == "reward_slow" ? ++worker_slow_in_a_row_[worker] : 0;
+  const bool strike =
+      alone && (mine % kRewardFailuresPerStrike == 0 || (slow > 0 && slow % kSlowRewardsPerStrike == 0));
   if (strike) ++actor_forged_[worker];
   if (reward_failures_in_a_row_ >= kRewardFailuresToStop && !alone && failure_.ok()) {
     failure_ = error;

@@ -17,7 +17,8 @@
 // group refuses that group (reward_error) and the run goes on, unless kRewardFailuresToStop
 // groups in a row fail across more than one worker (or from the run's only worker): one
 // worker's failures alone cannot stop a run, and earn it a strike every
-// kRewardFailuresPerStrike of them in a row while no other worker's group fails.
+// kRewardFailuresPerStrike of them in a row while no other worker's group fails (every
+// kSlowRewardsPerStrike for groups refused as reward_slow, past the reward-time budget).
 //
 //   TrajectoryIntake intake(&dispatcher, task.get(), &vocab, {model_vocab_size, group_size, max_new_tokens});
 //   intake.Publish(snapshot);                  // actors can start
@@ -67,6 +68,11 @@ inline constexpr int64_t kRewardFailuresToStop = 16;
 // take part) is aiming at it: a strike (three quarantine it, net/learner_server.h). An honest
 // worker whose text hits a bug in the reward now and then never gets there.
 inline constexpr int64_t kRewardFailuresPerStrike = 8;
+// Groups of one worker alone that spend the reward-time budget (task.reward_group_seconds;
+// refused as reward_slow) earn a strike every this many in a row: each held the reward's
+// workers for the whole budget. A reward slow for every worker's text is slow, not attacked,
+// and counts toward kRewardFailuresToStop like any failure.
+inline constexpr int64_t kSlowRewardsPerStrike = 2;
 
 // What a well-formed group looks like to the intake.
 struct IntakeLimits {
@@ -149,6 +155,7 @@ class TrajectoryIntake : public contract::WorkSource,
   int64_t reward_failures_in_a_row_ = 0;
   std::set<std::string> failing_workers_;       // whose groups the failures in a row came from
   std::map<std::string, int64_t> worker_failures_in_a_row_;  // since the worker's last accepted group
+  std::map<std::string, int64_t> worker_slow_in_a_row_;      // of those, past the reward-time budget
   std::set<std::string> workers_;               // every worker whose group reached the reward
   LogBudget refusal_log_;  // a worker can provoke a refusal at will: its lines are budgeted (common/log.h)
 };

@@ -31,9 +31,11 @@ class ReplayingMath : public data::TaskAdapter {
   // A reward that fails on one text, as a user's function may on text a worker chose.
   Result<data::Scored> Reward(const data::Prompt& p, const std::string& c) const override {
     if (c == kBreaksTheReward) return Internal("reward function raised on \"" + c + "\"");
+    if (c == kSpendsTheBudget) return ResourceExhausted("the group's reward budget is spent on \"" + c + "\"");
     return math_->Reward(p, c);
   }
   static constexpr const char* kBreaksTheReward = "666";
+  static constexpr const char* kSpendsTheBudget = "777";  // as a text the function takes minutes over
   Result<std::optional<data::Replay>> ReplayEpisode(const data::Prompt& p,
                                                     const std::vector<std::string>& actions) const override {
     replayed.push_back(actions);
@@ -95,10 +97,10 @@ struct HubFixture {
   }
 
   // A well-formed group whose second sample is the text the task's reward raises on.
-  contract::GroupRollout Breaking(const std::string& actor = "a#1") {
+  contract::GroupRollout Breaking(const std::string& actor = "a#1", const char* text = ReplayingMath::kBreaksTheReward) {
     contract::GroupRollout g = Valid(actor);
     data::Turn& t = g.episodes[1].turns[0];
-    t.tokens = tok.Encode(ReplayingMath::kBreaksTheReward).value();
+    t.tokens = tok.Encode(text).value();
     t.tokens.push_back(model::CharTokenizer::kEos);
     t.logprobs.assign(t.tokens.size(), -0.1f);
     return g;
@@ -388,6 +390,30 @@ TEST(TrajectoryIntakeTest, OneWorkersRewardFailuresStrikeItAndCannotStopTheRun) 
   EXPECT_FALSE(honest.forged);
   EXPECT_FALSE(f.hub.failure().ok());
   EXPECT_EQ(f.hub.actor_forged().count("honest"), 0u);
+}
+
+// A text that makes the reward slow held the reward for the group's whole budget and cost its
+// worker nothing. A group past the budget is now refused as reward_slow (re-issued, no strike
+// on its own: an honest text can be slow), and one worker's slow groups alone strike it every
+// kSlowRewardsPerStrike; they cannot stop the run.
+TEST(TrajectoryIntakeTest, OneWorkersSlowRewardGroupsStrikeItAndCannotStopTheRun) {
+  HubFixture f;
+  const auto slow = [&f](const std::string& actor) { return f.Breaking(actor, ReplayingMath::kSpendsTheBudget); };
+  const auto submit = [&f](const contract::GroupRollout& g) { return f.SubmitThenExpire(g); };
+  ASSERT_TRUE(submit(f.Valid("honest#1")).accepted);
+  int64_t strikes = 0;
+  for (int64_t i = 1; i <= kRewardFailuresToStop + 2; ++i) {
+    const contract::SubmitOutcome out = submit(slow("mallory#1"));
+    EXPECT_EQ(out.reason, "reward_slow");
+    EXPECT_EQ(out.forged, i % kSlowRewardsPerStrike == 0) << i;
+    strikes += out.forged;
+  }
+  EXPECT_TRUE(f.hub.failure().ok()) << f.hub.failure().message();
+  EXPECT_EQ(strikes, (kRewardFailuresToStop + 2) / kSlowRewardsPerStrike);
+  EXPECT_EQ(f.hub.refusals().at("reward_slow"), kRewardFailuresToStop + 2);
+  // An accepted group of mallory's starts its count again.
+  ASSERT_TRUE(submit(f.Valid("mallory#1")).accepted);
+  EXPECT_FALSE(submit(slow("mallory#1")).forged);
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ grpc::Status ToGrpc(const Status& s) {
     case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
     case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
     case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
+    case StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
     default: break;
   }
   return grpc::Status(code, s.message());

@@ -154,7 +154,9 @@ TEST(PartialRolloutTest, ASnapshotPublishedMidwayIsTakenAndEveryTokenKeepsItsVer
     ASSERT_EQ(t.versions.size(), t.tokens.size());
     for (size_t i = 0; i < t.versions.size(); ++i) {
       (t.versions[i] == 0 ? old_tokens : new_tokens) += 1;
-      if (i > 0) EXPECT_GE(t.versions[i], t.versions[i - 1]) << "versions never go back along a turn";
+      if (i > 0) {
+        EXPECT_GE(t.versions[i], t.versions[i - 1]) << "versions never go back along a turn";
+      }
     }
     // Each token's log-prob under its own version, prefix included.
     const std::vector<float> under0 = model::ScoreCompletion(v0, t.prompt_ids, t.tokens, 1.0);
@@ -238,7 +240,9 @@ TEST(PartialRolloutTest, TheActorReportsProgressForItsLeaseWhileAGroupGenerates)
     for (size_t i = 0; i < plane.reports.size(); ++i) {
       EXPECT_EQ(plane.reports[i].actor, "slow");
       EXPECT_EQ(plane.reports[i].lease, 30u);
-      if (i > 0) EXPECT_GT(plane.reports[i].tokens, plane.reports[i - 1].tokens);
+      if (i > 0) {
+        EXPECT_GT(plane.reports[i].tokens, plane.reports[i - 1].tokens);
+      }
     }
     EXPECT_LE(plane.reports.back().tokens, 80);
   }
