@@ -4,16 +4,19 @@
 # throughout the run samples real groups and forges them (tests/tools/hostile_actor.cc): lies
 # told while the worker is not yet suspect (the newest version claimed for a group sampled
 # from the first snapshot, behaviour log-probs 19.9 nats low inside the loss's clamp, samples
-# chosen from twice the group with their true log-probs, a version never published), then a log-prob of -1e30, another prompt's ids, zero- and
+# chosen from twice the group with their true log-probs, text of its own writing with its true
+# log-probs, one token's log-prob 2.5 nats low, a completion of max_new_tokens tokens of its
+# own, a version never published), then a log-prob of -1e30, another prompt's ids, zero- and
 # two-turn episodes claiming reward 1, another actor's lease, a 50,000-token completion, the
 # version lie and the cherry-pick as a suspect, an accepted group sent again; one token hoards leases,
 # one asks for a layer-ranged snapshot of every range.
 # Checks: every structural forgery and unpublished version refused with its reason; the fresh
 # lies either refused by recomputation (rollout.verify_fraction 0.15 here: some must be) or
 # accepted, and then bounded: on every update no token's gradient weight exceeded the dual
-# clip's c = 3 (max_token_weight; e^19.9 before it); the hoarder held at most
-# rollout.max_leases_per_worker leases; each worker with three strikes quarantined, no honest
-# one; the run completes, the final weights are finite, and held-out accuracy is not below
+# clip's c = 3 (max_token_weight; e^19.9 before it) and no group carried more than
+# rl.max_group_share = 0.05 of the loss (group_share_max; 1/32 is a fair share); the hoarder
+# held at most rollout.max_leases_per_worker leases; each worker with three strikes
+# quarantined, no honest one; caught / tried is printed per kind; the run completes, the final weights are finite, and held-out accuracy is not below
 # the warm-start's.
 # Usage: tests/hostile_actor_test.sh path/to/echelon path/to/echelon_testkit
 set -uo pipefail
@@ -30,6 +33,7 @@ cat honest hostile > workers
 STEPS=400
 timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out run \
   --set rl.steps=$STEPS --set eval.every=0 --set rollout.verify_fraction=0.15 --set rl.publish_period=2 \
+  --set rl.max_group_share=0.05 \
   > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
@@ -72,23 +76,29 @@ check "no ranged snapshot served to an actor that is no pipeline stage" test "$(
 expect unpublished_version unpublished_version
 # Lies told before any strike are checked only when drawn: refused by recomputation, or
 # accepted and bounded by the loss (below).
-for kind in in_clamp fresh_version cherry_pick; do
+LIES='["in_clamp", "fresh_version", "cherry_pick", "teacher_forced", "sparse_liar", "length"]'
+for kind in $(jq -r '.[]' <<< "$LIES"); do
   check "$kind was tried" test "$(jq -c "select(.kind == \"$kind\")" hostile.jsonl | wc -l)" -ge 1
   check "every refused $kind refused by recomputation" \
     test "$(jq -c "select(.kind == \"$kind\" and (.accepted | not) and .reason != \"logprob_mismatch\" and .reason != \"sample_not_drawn\")" hostile.jsonl | wc -l)" -eq 0
+  echo "$kind: caught $(jq -c "select(.kind == \"$kind\" and (.accepted | not))" hostile.jsonl | wc -l) of $(jq -c "select(.kind == \"$kind\")" hostile.jsonl | wc -l)"
 done
-fresh=$(jq -c 'select(.kind == "in_clamp" or .kind == "fresh_version" or .kind == "cherry_pick")' hostile.jsonl | wc -l)
-caught=$(jq -c 'select((.kind == "in_clamp" or .kind == "fresh_version" or .kind == "cherry_pick") and (.accepted | not))' hostile.jsonl | wc -l)
+fresh=$(jq -c --argjson lies "$LIES" 'select(.kind | IN($lies[]))' hostile.jsonl | wc -l)
+caught=$(jq -c --argjson lies "$LIES" 'select((.kind | IN($lies[])) and (.accepted | not))' hostile.jsonl | wc -l)
 echo "fresh lies: $fresh, refused by recomputation: $caught"
 check "some fresh lies refused by recomputation ($caught of $fresh at verify_fraction 0.15)" test "$caught" -ge 1
 check "the honest group was accepted" test "$(jq -c 'select(.kind == "honest" and .accepted)' hostile.jsonl | wc -l)" -eq 1
 check "no structural forgery accepted" \
-  test "$(jq -c 'select(.kind != "honest" and .kind != "in_clamp" and .kind != "fresh_version" and .kind != "cherry_pick" and .accepted)' hostile.jsonl | wc -l)" -eq 0
+  test "$(jq -c --argjson lies "$LIES" 'select(.kind != "honest" and (.kind | IN($lies[]) | not) and .accepted)' hostile.jsonl | wc -l)" -eq 0
 # The bound: every update's largest token gradient weight w r is at most c = 3 (rl.correction
 # none: w = 1, the dual clip's c), whatever was accepted.
 steps_over=$(grep '"step"' run/metrics.jsonl | jq -c 'select(.max_token_weight > 3.000001)' | wc -l)
 check "no update let one token's gradient weigh more than 3 ($steps_over over)" test "$steps_over" -eq 0
 echo "largest token gradient weight: $(grep '"step"' run/metrics.jsonl | jq -s 'map(.max_token_weight) | max')"
+# A length attacker's accepted group weighs no more than the cap, whatever its length.
+shares_over=$(grep '"step"' run/metrics.jsonl | jq -c 'select(.group_share_max > 0.050001)' | wc -l)
+check "no update let one group carry more than 0.05 of the loss ($shares_over over)" test "$shares_over" -eq 0
+echo "largest group share of any update: $(grep '"step"' run/metrics.jsonl | jq -s 'map(.group_share_max) | max')"
 hoarded=$(jq -r 'select(.kind == "hoard") | .leases' hostile.jsonl)
 check "the hoarder held at most 8 leases ($hoarded)" test "${hoarded:-99}" -le 8
 check "the hoarder was held off" test "$(grep '"step"' run/metrics.jsonl | tail -1 | jq '.refused.lease_capped // 0')" -ge 1

@@ -5,7 +5,11 @@
 // the newest version claimed for a group sampled from the first snapshot (fresh_version),
 // every behaviour log-prob of a group sampled from the newest snapshot lowered by 19.9 nats,
 // inside the loss's clamp (in_clamp), a group whose samples it chose (cherry_pick: it draws 2G
-// samples with the group's seed and submits the second G, with their true log-probs), and,
+// samples with the group's seed and submits the second G, with their true log-probs), a
+// completion of its own writing with its true log-probs (teacher_forced), one token's
+// log-prob lowered by 2.5 nats in a real group (sparse_liar: under the group-mean tolerance
+// on a long group), a completion of rollout.max_new_tokens tokens of its own writing
+// (length: to weigh more of the update), and,
 // with PUBLISH_PERIOD > 1, a version that was never published (unpublished_version). Then: a
 // log-prob of -1e30, prompt ids of another prompt, zero- and two-turn episodes claiming reward
 // 1, another actor's lease, a 50,000-token completion, the version lie and the cherry-pick
@@ -31,6 +35,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/contract/run_spec.h"
 #include "echelon/data/adapter_kit.h"
+#include "echelon/model/generate.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
 #include "echelon/net/protocol.h"
@@ -64,7 +69,8 @@ class Attacker {
     RangedFlood();
     const std::vector<std::string> structural = {"bad_logprob", "swapped_prompt", "zero_turns",
                                                  "two_turns",   "too_long",       "foreign_lease"};
-    std::vector<std::string> fresh = {"in_clamp", "fresh_version", "cherry_pick"};
+    std::vector<std::string> fresh = {"in_clamp", "fresh_version", "cherry_pick", "teacher_forced", "sparse_liar",
+                                      "length"};
     if (publish_period_ > 1) fresh.push_back("unpublished_version");
     size_t k = 0, f = 0;
     bool replayed = false;
@@ -318,7 +324,9 @@ class Attacker {
     if (!w) return false;
     int64_t version = held_version_;
     rollout::ModelPolicy* policy = policy_.get();
-    if (kind == "in_clamp" || kind == "cherry_pick") {  // sampled from the newest snapshot (one the verifier keeps)
+    const bool newest = kind == "in_clamp" || kind == "cherry_pick" || kind == "teacher_forced" ||
+                        kind == "sparse_liar" || kind == "length";
+    if (newest) {  // sampled from (or scored under) the newest snapshot, one the verifier keeps
       Result<int64_t> newest = FetchSnapshot(actor_, *newest_);
       if (!newest.ok()) return false;
       version = newest.value();
@@ -359,6 +367,20 @@ class Attacker {
       for (data::Episode& e : g.episodes)
         for (data::Turn& turn : e.turns)
           for (float& lp : turn.logprobs) lp = std::max(lp - 19.9f, -109.0f);
+    } else if (kind == "teacher_forced" || kind == "length") {
+      // Text of its own writing, with its true log-probs under the snapshot it claims: every
+      // check but the seeded draws passes. `length` makes it as long as a completion may be.
+      const std::vector<int64_t> stop = setup_->vocab.stop_ids();
+      std::vector<int64_t> written = setup_->vocab.Encode(kind == "length" ? "9" : "99").value();
+      if (kind == "length") written.assign(static_cast<size_t>(setup_->sampling.max_new_tokens) - 1, written[0]);
+      if (!stop.empty()) written.push_back(stop[0]);
+      if (written == t.tokens) return true;  // the draw itself: nothing to lie about
+      t.tokens = written;
+      t.logprobs = model::ScoreCompletion(policy->model(), t.prompt_ids, t.tokens, setup_->sampling.temperature);
+    } else if (kind == "sparse_liar") {
+      // One token 2.5 nats low: a tenth of a nat spread over a 25-token group passes a check of
+      // the group's mean gap alone; the per-token check (rollout.verify_token_tolerance) does not.
+      t.logprobs[0] = std::max(t.logprobs[0] - 2.5f, -109.0f);
     } else if (kind == "reward_crash") {
       Result<std::vector<int64_t>> ids = setup_->vocab.Encode(crash_text_);
       if (!ids.ok() || ids->empty()) return false;

@@ -145,7 +145,9 @@ TEST(TrainSchema, AnAdapterRefusesNoOptionItsTableNames) {
   for (const std::string& name : data::AdapterNames()) {
     for (const data::OptionSpec& o : *data::AdapterOptionTable(name)) {
       Result<std::unique_ptr<data::TaskAdapter>> a = data::CreateAdapter(name, {{o.name, o.default_value}});
-      if (!a.ok()) EXPECT_EQ(a.status().message().find("unknown option"), std::string::npos) << a.status().message();
+      if (!a.ok()) {
+        EXPECT_EQ(a.status().message().find("unknown option"), std::string::npos) << a.status().message();
+      }
     }
   }
 }

@@ -58,20 +58,37 @@ at::Tensor TokenShares(const at::Tensor& mask, LossAggregation how, int64_t max_
   return m / (static_cast<double>(max_new_tokens) * rows);
 }
 
+namespace {
+
+// Each group's total of `shares` [N, T] (rows of group row_group[r]).
+std::map<int64_t, double> GroupTotals(const at::Tensor& shares, const std::vector<int64_t>& row_group) {
+  at::NoGradGuard no_grad;
+  TORCH_CHECK(static_cast<int64_t>(row_group.size()) == shares.size(0), "group shares: one group per row");
+  const at::Tensor row_share = shares.sum(1).to(at::kCPU, at::kDouble).contiguous();
+  const double* rs = row_share.data_ptr<double>();
+  std::map<int64_t, double> total;
+  for (size_t r = 0; r < row_group.size(); ++r) total[row_group[r]] += rs[r];
+  return total;
+}
+
+}  // namespace
+
 at::Tensor CapGroupShares(const at::Tensor& shares, const std::vector<int64_t>& row_group, double cap) {
   if (cap <= 0 || cap >= 1) return shares;
   at::NoGradGuard no_grad;
-  TORCH_CHECK(static_cast<int64_t>(row_group.size()) == shares.size(0), "CapGroupShares: one group per row");
-  const at::Tensor row_share = shares.sum(1).to(at::kCPU, at::kDouble).contiguous();
-  const double* rs = row_share.data_ptr<double>();
-  std::map<int64_t, double> group_share;
-  for (size_t r = 0; r < row_group.size(); ++r) group_share[row_group[r]] += rs[r];
+  std::map<int64_t, double> group_share = GroupTotals(shares, row_group);
   std::vector<double> scale(row_group.size(), 1.0);
   for (size_t r = 0; r < row_group.size(); ++r) {
     const double g = group_share[row_group[r]];
     if (g > cap) scale[r] = cap / g;
   }
   return shares * at::tensor(scale, at::kDouble).to(shares.device(), shares.scalar_type()).unsqueeze(1);
+}
+
+double LargestGroupShare(const at::Tensor& shares, const std::vector<int64_t>& row_group) {
+  double largest = 0;
+  for (const auto& [group, share] : GroupTotals(shares, row_group)) largest = std::max(largest, share);
+  return largest;
 }
 
 std::vector<double> GroupAdvantages(const std::vector<double>& rewards, bool scale_by_std, double eps) {

@@ -113,6 +113,9 @@ at::Tensor TokenShares(const at::Tensor& mask, LossAggregation how, int64_t max_
 // maximum-length completions among B carries at most `cap` of an update, whatever its length).
 // cap <= 0 or >= 1: `shares` unchanged.
 at::Tensor CapGroupShares(const at::Tensor& shares, const std::vector<int64_t>& row_group, double cap);
+// The largest group's total of `shares` [N, T]: what one group carried (the metric
+// group_share_max).
+double LargestGroupShare(const at::Tensor& shares, const std::vector<int64_t>& row_group);
 
 struct PolicyLossInputs {
   at::Tensor logp;        // [N, T], requires grad

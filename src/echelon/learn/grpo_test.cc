@@ -239,6 +239,8 @@ TEST(PolicyLossTest, MaxGroupShareCapsALongGroup) {
   EXPECT_EQ(capped[2][5].item<float>(), 0.0f) << "padding keeps no share";
   EXPECT_TRUE(at::equal(CapGroupShares(shares, groups, 0.0), shares));
   EXPECT_TRUE(at::equal(CapGroupShares(shares, groups, 1.0), shares));
+  EXPECT_NEAR(LargestGroupShare(shares, groups), 0.8, 1e-6);  // the metric group_share_max
+  EXPECT_NEAR(LargestGroupShare(capped, groups), 0.5, 1e-6);
 }
 
 // With m2po_within_clip the budget only tightens PPO's clip: the same tokens at tau 1 (no M2PO

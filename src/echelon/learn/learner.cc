@@ -405,6 +405,7 @@ struct Learner::Minibatch {
   double loss = 0, clip_frac = 0, kl = 0, behav_weight_mean = 0, router_aux_loss = 0, entropy = 0;
   double clip_frac_low = 0, clip_frac_high = 0, clip_frac_dual = 0;
   double max_token_weight = 0;  // this rank's (the ranks sum, not max, what they share)
+  double group_share_max = 0;   // of the whole minibatch's loss (every rank computes the same shares)
   ImportanceHealth health;
   int64_t computed_positions = 0, sequence_positions = 0;  // of this rank's gradient forwards
   at::Tensor start_logp;  // [rows, T] on the CPU; undefined when pi_prox was computed up front
@@ -552,9 +553,11 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
   std::vector<int64_t> groups;
   const auto row_index = rows.accessor<int64_t, 1>();
   for (int64_t i = 0; i < rows.size(0); ++i) groups.push_back(static_cast<int64_t>(b.row_group[row_index[i]]));
-  shares.index_put_({rows}, CapGroupShares(TokenShares(b.mask.index_select(0, rows), options_.loss_aggregation,
-                                                       options_.max_new_tokens),
-                                           groups, options_.max_group_share));
+  const at::Tensor capped = CapGroupShares(
+      TokenShares(b.mask.index_select(0, rows), options_.loss_aggregation, options_.max_new_tokens), groups,
+      options_.max_group_share);
+  shares.index_put_({rows}, capped);
+  mb->group_share_max = LargestGroupShare(capped, groups);
   if (!prox.defined()) mb->start_logp = at::zeros_like(b.mask);
   compute_->zero_grad();
   if (units_sharded_)
@@ -776,6 +779,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
       stats.kl += mb.kl;
       stats.behav_weight_mean += mb.behav_weight_mean;
       stats.max_token_weight = std::max(stats.max_token_weight, mb.max_token_weight);
+      stats.group_share_max = std::max(stats.group_share_max, mb.group_share_max);
       stats.router_aux_loss += mb.router_aux_loss;
       stats.entropy += mb.entropy;
       stats.health.Add(mb.health, 1.0);

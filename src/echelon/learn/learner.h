@@ -121,6 +121,7 @@ struct StepStats {
   double kl = 0;
   double behav_weight_mean = 1;
   double max_token_weight = 0;   // PolicyLossOutput's, the largest over the minibatches (rank 0's tokens)
+  double group_share_max = 0;    // the largest share of a minibatch's loss one group carried (after the cap)
   ImportanceHealth health;       // of the behaviour policy against pi_prox (grpo.h)
   double logprob_gap = 0;        // mean |learner log-prob - actor log-prob| at the start of the update
   std::vector<double> group_logprob_gap;  // the same per group, in the order given

@@ -134,7 +134,9 @@ TEST(LearnerPacking, PackingThatSavesTooLittleTakesThePaddedForward) {
         EXPECT_EQ(x->grad_norm, y->grad_norm) << "step " << step;
       }
     }
-    if (short_rows == 2) EXPECT_EQ(MaxWeightDiff(a.model(), b.model()), 0.0);
+    if (short_rows == 2) {
+      EXPECT_EQ(MaxWeightDiff(a.model(), b.model()), 0.0);
+    }
   }
 }
 

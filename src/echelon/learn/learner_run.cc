@@ -16,6 +16,7 @@
 #include "echelon/learn/run_start.h"
 #include "echelon/learn/snapshot_publisher.h"
 #include "echelon/learn/trajectory_intake.h"
+#include "echelon/learn/worker_stats.h"
 #include "echelon/model/checkpoint.h"
 #include "echelon/obs/metrics_http.h"
 #include "echelon/obs/prometheus_catalog.h"
@@ -361,7 +362,12 @@ class LearnerRun {
     std::map<std::string, ImportanceSums> by_bin;
     for (size_t i = 0; i < batch.groups.size(); ++i) {
       const contract::GroupRollout& g = batch.groups[i];
+      GroupSummary summary;
+      int64_t group_turns = 0;
       for (const data::Episode& e : g.episodes) {
+        summary.reward_mean += e.reward / static_cast<double>(g.episodes.size());
+        for (const data::Turn& turn : e.turns) summary.length_mean += static_cast<double>(turn.tokens.size());
+        group_turns += static_cast<int64_t>(e.turns.size());
         reward_sum += e.reward;
         success_sum += e.success ? 1 : 0;
         for (const data::Turn& turn : e.turns) {
@@ -383,8 +389,19 @@ class LearnerRun {
       // Learner/actor log-prob gap per actor name: a bad or mismatched worker stands out.
       r.actor_logprob_gap[ActorName(g.actor)] += stats.group_logprob_gap[i];
       ++gap_n[ActorName(g.actor)];
+      summary.length_mean /= static_cast<double>(std::max<int64_t>(group_turns, 1));
+      summary.zero_spread = std::all_of(g.episodes.begin(), g.episodes.end(),
+                                        [&](const data::Episode& e) { return e.reward == g.episodes.front().reward; });
+      summary.gap = stats.group_logprob_gap[i];
+      worker_stats_.Add(ActorName(g.actor), summary);
     }
     for (auto& [name, gap] : r.actor_logprob_gap) gap /= gap_n[name];
+    r.actor_stats = worker_stats_.ToJson();
+    for (const auto& [worker, row] : r.actor_stats.items())
+      for (const std::string stat : row.value("outlier", nlohmann::json::array()))
+        if (warned_outlier_.insert(worker + " " + stat).second)
+          spdlog::warn("worker {} is an outlier on {} ({} over {} groups; metrics.jsonl actor_stats has the fleet's)",
+                       worker, stat, row[stat].get<double>(), row["groups"].get<int64_t>());
     for (const auto& [bin, sums] : by_bin) {
       const ImportanceHealth h = sums.Health();
       r.is_ess_frac_by_staleness[bin] = h.ess_frac();
@@ -424,6 +441,7 @@ class LearnerRun {
     r.kl = stats.kl;
     r.behav_weight_mean = stats.behav_weight_mean;
     r.max_token_weight = stats.max_token_weight;
+    r.group_share_max = stats.group_share_max;
     r.is_ess_frac = stats.health.ess_frac();
     r.is_weight_m2 = stats.health.weight_m2;
     r.is_logratio_m2 = stats.health.logratio_m2;
@@ -583,6 +601,8 @@ class LearnerRun {
   double busy_seconds_ = 0;
   double last_train_seconds_ = 0;
   std::set<std::string> warned_capped_;  // workers told they reached the lease cap
+  WorkerStats worker_stats_;             // each worker's consumed groups beside the fleet's
+  std::set<std::string> warned_outlier_;  // "WORKER STATISTIC" already warned about
   std::optional<sched::StalenessControl> control_;  // rl.staleness: auto
   int64_t consumed_tokens_ = 0;
 };

@@ -323,7 +323,9 @@ TEST(LearnerMinibatches, SeveralOptimizerStepsPerUpdateAndATrustRegionAroundTheS
     const auto [one, w1] = run(1);
     const auto [three, w3] = run(3);
     const auto [many, wmany] = run(50);
-    if (c == Correction::kDecoupled) EXPECT_EQ(one.clip_frac, 0.0) << "one step: the ratio to pi_prox is 1";
+    if (c == Correction::kDecoupled) {
+      EXPECT_EQ(one.clip_frac, 0.0) << "one step: the ratio to pi_prox is 1";
+    }
     EXPECT_GT(three.clip_frac, 0.0) << "later minibatches are clipped against the starting policy";
     EXPECT_FALSE(at::equal(w1, w3));
     EXPECT_TRUE(at::equal(w3, wmany)) << "more minibatches than groups is one per group";
@@ -439,7 +441,9 @@ TEST(LearnerTest, M2poBoundDoesNotDependOnMicroBatches) {
       o.micro_batch_tokens = micro;
       StepStats s;
       cut.push_back(TrainedWith(init, groups, o, 1, &s));
-      if (tau < 1) EXPECT_GT(s.clip_frac, 0.0);
+      if (tau < 1) {
+        EXPECT_GT(s.clip_frac, 0.0);
+      }
     }
     EXPECT_LT(MaxWeightDiff(cut[0], cut[1]), 1e-5) << tau;
     ends.push_back(cut[0]);

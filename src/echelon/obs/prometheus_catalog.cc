@@ -59,6 +59,8 @@ const std::map<std::string, Series>& Catalog() {
       {"behav_weight_mean", {"echelon_behaviour_weight_mean", G, "mean importance weight against the behaviour policy"}},
       {"max_token_weight",
        {"echelon_max_token_weight", G, "largest gradient weight of one token (bounded whatever workers claim)"}},
+      {"group_share_max",
+       {"echelon_group_share_max", G, "largest share of a minibatch's loss one group carried (rl.max_group_share caps it)"}},
       {"is_ess_frac", {"echelon_importance_ess_ratio", G, "effective sample size fraction of the importance weights pi_prox / pi_behav (1: on-policy)"}},
       {"is_weight_m2", {"echelon_importance_weight_second_moment", G, "second moment of the importance weights pi_prox / pi_behav"}},
       {"is_logratio_m2", {"echelon_importance_logratio_second_moment", G, "mean squared log importance weight (M2PO's second moment)"}},

@@ -48,6 +48,7 @@ void VisitFields(R& r, V& v) {
   v.Number("kl", r.kl);
   v.Number("behav_weight_mean", r.behav_weight_mean);
   v.Number("max_token_weight", r.max_token_weight);
+  v.Number("group_share_max", r.group_share_max);
   v.Number("is_ess_frac", r.is_ess_frac);
   v.Number("is_weight_m2", r.is_weight_m2);
   v.Number("is_logratio_m2", r.is_logratio_m2);
@@ -57,6 +58,7 @@ void VisitFields(R& r, V& v) {
   v.Numbers("masked_frac_by_staleness", r.masked_frac_by_staleness);
   v.Number("logprob_gap", r.logprob_gap);
   v.Numbers("actor_logprob_gap", r.actor_logprob_gap);
+  v.Json("actor_stats", r.actor_stats);
   v.Numbers("reward_metrics", r.reward_metrics);
   v.Count("zero_spread_groups", r.zero_spread_groups);
   v.Count("skipped_nonfinite", r.skipped_nonfinite);

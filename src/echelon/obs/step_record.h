@@ -11,8 +11,8 @@
 //   learner     reward_mean, reward_metrics, accuracy, heldout_accuracy (evaluation steps), consumed_groups,
 //               refused, actors, actor_groups, actor_forged, loss, grad_norm, clip_frac, clip_frac_low,
 //               clip_frac_high, clip_frac_dual, response_length_mean, response_length_max, truncated_frac, kl,
-//               behav_weight_mean, max_token_weight, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
-//               also *_by_staleness), logprob_gap, actor_logprob_gap, zero_spread_groups,
+//               behav_weight_mean, max_token_weight, group_share_max, is_ess_frac, is_weight_m2, is_logratio_m2, masked_frac, (the last three
+//               also *_by_staleness), logprob_gap, actor_logprob_gap, actor_stats, zero_spread_groups,
 //               skipped_nonfinite, verified_groups, verify_gap_max, verify_token_gap_max, verify_unverifiable,
 //               verify_draws_checked, verify_near_ties, tokens, moved_tokens,
 //               entropy, lease_renewals, learner_pad_frac,
@@ -97,6 +97,7 @@ struct StepRecord {
   std::optional<int64_t> skipped_nonfinite;  // optimizer steps skipped: non-finite loss or gradient
   std::optional<int64_t> verified_groups;    // groups whose behaviour log-probs were recomputed (total, this process)
   double max_token_weight = kMissing;        // the largest token gradient weight w r (learn/grpo.h)
+  double group_share_max = kMissing;         // the largest share of a minibatch's loss one group carried
   double verify_gap_max = kMissing;          // the largest mean log-prob gap of a verified group that passed
   double verify_token_gap_max = kMissing;    // the largest one token's gap in a verified group that passed
   std::optional<int64_t> verify_unverifiable;  // groups drawn whose version was no longer kept (total, this process)
@@ -129,6 +130,9 @@ struct StepRecord {
   std::map<std::string, int64_t> billed_by_class;
   double cost = kMissing;                // dollars so far
   nlohmann::json price_changes;          // null, or the re-activations at this update
+  // Per worker over the run (learn/worker_stats.h): {"NAME": {"groups", "reward_mean",
+  // "zero_spread_frac", "length_mean", "gap_mean"[, "outlier": [statistic, ...]]}}; null: none.
+  nlohmann::json actor_stats;
 
   nlohmann::json ToJson() const;
   // Errors name `where` (e.g. "run/metrics.jsonl:7") and the field: a line without an

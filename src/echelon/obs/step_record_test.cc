@@ -41,6 +41,8 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.kl = 0.001;
   r.behav_weight_mean = 1.0;
   r.max_token_weight = 1.28;
+  r.group_share_max = 0.31;
+  r.actor_stats = {{"w-0", {{"groups", 3}, {"reward_mean", 0.5}}}};
   r.verify_unverifiable = 2;
   r.verify_draws_checked = 40;
   r.verify_near_ties = 1;
@@ -80,7 +82,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 67u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 69u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 

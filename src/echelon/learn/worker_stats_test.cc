@@ -1,0 +1,74 @@
+#include "echelon/learn/worker_stats.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+namespace echelon::learn {
+namespace {
+
+// An honest worker's group: 8 episodes of a task it solves half the time, ~120-token turns,
+// log-probs matching the learner's to 1e-6.
+GroupSummary HonestGroup(std::mt19937& rng) {
+  std::bernoulli_distribution solved(0.5);
+  std::normal_distribution<double> length(120, 25);
+  int right = 0;
+  for (int e = 0; e < 8; ++e) right += solved(rng);
+  return {right / 8.0, right == 0 || right == 8, std::max(1.0, length(rng)), 1e-6};
+}
+
+// Five honest workers never flagged, over 200 runs of 40 groups each: the floors and the scale
+// keep sampling noise under the bar.
+TEST(WorkerStatsTest, AnHonestFleetIsNotFlagged) {
+  int flagged = 0;
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    std::mt19937 rng(seed);
+    WorkerStats s;
+    for (int g = 0; g < 40; ++g)
+      for (int w = 0; w < 5; ++w) s.Add("honest-" + std::to_string(w), HonestGroup(rng));
+    for (const auto& [worker, row] : s.Rows()) flagged += !row.outlier.empty();
+  }
+  EXPECT_EQ(flagged, 0);
+}
+
+// A worker whose groups all score (it games the reward) and whose texts run three times as long
+// stands out on those two statistics and no other; the honest ones stay unflagged.
+TEST(WorkerStatsTest, AWorkerUnlikeTheFleetIsFlaggedOnWhatDiffers) {
+  std::mt19937 rng(7);
+  WorkerStats s;
+  for (int g = 0; g < 40; ++g) {
+    for (int w = 0; w < 4; ++w) s.Add("honest-" + std::to_string(w), HonestGroup(rng));
+    GroupSummary gamed = HonestGroup(rng);
+    gamed.reward_mean = 1.0;
+    gamed.zero_spread = false;
+    gamed.length_mean *= 3;
+    s.Add("mallory", gamed);
+  }
+  const auto rows = s.Rows();
+  EXPECT_EQ(rows.at("mallory").outlier, (std::vector<std::string>{"reward_mean", "length_mean"}));
+  for (int w = 0; w < 4; ++w) EXPECT_TRUE(rows.at("honest-" + std::to_string(w)).outlier.empty()) << w;
+  const nlohmann::json j = s.ToJson();
+  EXPECT_EQ(j["mallory"]["groups"], 40);
+  EXPECT_EQ(j["mallory"]["reward_mean"], 1.0);
+  EXPECT_EQ(j["mallory"]["outlier"], nlohmann::json({"reward_mean", "length_mean"}));
+  EXPECT_FALSE(j["honest-0"].contains("outlier"));
+}
+
+// No fleet, no flags: under kOutlierMinWorkers workers with kOutlierMinGroups groups each, a
+// worker unlike the others is only reported.
+TEST(WorkerStatsTest, WithoutAFleetToCompareWithNothingIsFlagged) {
+  std::mt19937 rng(3);
+  WorkerStats s;
+  for (int g = 0; g < 40; ++g) {
+    s.Add("honest-0", HonestGroup(rng));
+    s.Add("mallory", {1.0, false, 500, 3.0});
+  }
+  for (int g = 0; g < kOutlierMinGroups - 1; ++g) s.Add("newcomer", HonestGroup(rng));
+  for (const auto& [worker, row] : s.Rows()) EXPECT_TRUE(row.outlier.empty()) << worker;
+  EXPECT_EQ(s.Rows().at("mallory").gap_mean, 3.0);
+}
+
+}  // namespace
+}  // namespace echelon::learn
