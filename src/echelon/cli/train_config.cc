@@ -381,6 +381,10 @@ const TrainKeys& Keys() {
     k.Float("rollout.verify_draw_tolerance", 0.02, 0.0, 1.0,
             "probability mass by which a token may miss its seeded draw and pass (near-ties of another engine's "
             "rounding; counted as verify_near_ties)", kLearner, AT(verify_draw_tolerance));
+    k.Int("rollout.verify_memory_mb", 0, 0, int64_t{1} << 30,
+          "MiB of older snapshots the verifier keeps in memory besides the newest; the others it keeps in "
+          "RUN_DIR/verifier on disk (one per version within the staleness bound) and maps when a check needs one",
+          kLearner, AT(verify_memory_mb));
     k.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)", kTrain, ReadSlowActors);
     // rollout.slowdown: read by ReadSlowActors.
     k.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group", kTrain, nullptr);

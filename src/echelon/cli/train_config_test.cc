@@ -52,7 +52,8 @@ std::string Print(const RunOptions& o) {
     << o.max_new_tokens << ',' << o.slots << ',' << o.chat << ',' << o.enable_thinking << ',' << o.partial << ',' << o.dynamic_sampling << ','
     << o.dynamic_sampling_max << ',' << o.lease_seconds << ',' << o.max_leases_per_worker << ',' << o.untrusted_workers
     << ',' << o.stall_timeout_seconds << ',' << o.verify_fraction << ',' << o.verify_tolerance << ','
-       << o.verify_draws << ',' << o.verify_draw_tolerance << ',' << o.verify_token_tolerance << '|';
+       << o.verify_draws << ',' << o.verify_draw_tolerance << ',' << o.verify_token_tolerance << ','
+       << o.verify_memory_mb << '|';
   for (double d : o.actor_slowdowns) s << d << ',';
   s << '|' << o.eval_every << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ',' << o.snapshot_broadcast << ','
     << o.wait_for_actors << ',' << o.learner_ranks << ',' << o.rank_timeout_seconds;
@@ -191,18 +192,20 @@ TEST(TrainSchema, VerifyDrawToleranceReachesTheVerifier) {
   Result<Config> cfg = Config::Load(TrainSchema(), "",
                                     {"rollout.verify_draw_tolerance=0.07", "rollout.verify_token_tolerance=2.5",
                                      "rollout.verify_tolerance=0.03", "rollout.verify_fraction=0.3",
-                                     "rollout.verify_draws=true", "rl.staleness=5"});
+                                     "rollout.verify_draws=true", "rl.staleness=5", "rollout.verify_memory_mb=64"});
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
   ASSERT_TRUE(o.ok()) << o.status().message();
   const RunSecret secret = RunSecret::FromSeed(4);
-  const learn::VerifyOptions v = learn::VerifierOptions(o.value(), secret, /*task_draws=*/true);
+  const learn::VerifyOptions v = learn::VerifierOptions(o.value(), secret, /*task_draws=*/true, "run/verifier");
   EXPECT_EQ(v.draw_tolerance, 0.07);
   EXPECT_EQ(v.token_tolerance, 2.5);
   EXPECT_EQ(v.tolerance, 0.03);
   EXPECT_EQ(v.fraction, 0.3);
   EXPECT_EQ(v.window, 5);
   EXPECT_TRUE(v.draws);
+  EXPECT_EQ(v.spill_dir, "run/verifier");
+  EXPECT_EQ(v.memory_bytes, int64_t{64} << 20);
   EXPECT_EQ(v.secret, secret);
   EXPECT_FALSE(learn::VerifierOptions(o.value(), secret, /*task_draws=*/false).draws);
 }

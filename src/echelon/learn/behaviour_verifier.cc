@@ -4,8 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <set>
+
+#include "echelon/common/fs.h"
+#include "echelon/common/mapped_file.h"
 
 #include "echelon/contract/group_seed.h"
 #include "echelon/learn/learner.h"
@@ -14,6 +18,8 @@
 
 namespace echelon::learn {
 namespace {
+
+namespace fs = std::filesystem;
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ULL;
@@ -35,12 +41,49 @@ BehaviourVerifier::BehaviourVerifier(const model::ModelConfig& config, const Ver
   for (auto& p : model_->parameters()) p.requires_grad_(false);
 }
 
+BehaviourVerifier::~BehaviourVerifier() {
+  std::error_code ec;
+  for (const auto& [version, k] : kept_)
+    if (!k.path.empty()) fs::remove(k.path, ec);
+}
+
 void BehaviourVerifier::Remember(const contract::Snapshot& snapshot) {
   if (!snapshot.weights) return;
   std::lock_guard<std::mutex> lock(mu_);
-  snapshots_[snapshot.version] = snapshot;
-  const int64_t oldest = snapshots_.rbegin()->first - std::max<int64_t>(options_.window, 0);
-  while (snapshots_.begin()->first < oldest) snapshots_.erase(snapshots_.begin());
+  kept_[snapshot.version] = Kept{snapshot, ""};
+  const int64_t oldest = kept_.rbegin()->first - std::max<int64_t>(options_.window, 0);
+  std::error_code ec;
+  while (kept_.begin()->first < oldest) {
+    if (!kept_.begin()->second.path.empty()) fs::remove(kept_.begin()->second.path, ec);
+    kept_.erase(kept_.begin());
+  }
+  // Newest first: the newest stays (the publisher holds it), the next ones while they fit
+  // memory_bytes, and the rest go to disk.
+  int64_t resident = 0, held = 0, spilled = 0;
+  for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {
+    Kept& k = it->second;
+    if (!k.snapshot.weights) {
+      spilled += static_cast<int64_t>(fs::file_size(k.path, ec));
+      continue;
+    }
+    const int64_t bytes = static_cast<int64_t>(k.snapshot.weights->size());
+    if (options_.spill_dir.empty() || it == kept_.rbegin() || held + bytes <= options_.memory_bytes) {
+      if (it != kept_.rbegin()) held += bytes;
+      resident += bytes;
+      continue;
+    }
+    const std::string path = (fs::path(options_.spill_dir) / ("v" + std::to_string(it->first) + ".safetensors")).string();
+    if (Status st = WriteFileAtomic(path, *k.snapshot.weights, 0600); !st.ok()) {
+      spdlog::warn("the verifier keeps snapshot v{} in memory: {}", it->first, st.message());
+      resident += bytes;
+      continue;
+    }
+    k.path = path;
+    k.snapshot.weights.reset();
+    spilled += bytes;
+  }
+  stats_.resident_bytes = resident;
+  stats_.spilled_bytes = spilled;
 }
 
 bool BehaviourVerifier::Drawn(const contract::GroupRollout& g) const {
@@ -51,7 +94,8 @@ bool BehaviourVerifier::Drawn(const contract::GroupRollout& g) const {
 }
 
 Status BehaviourVerifier::Load(int64_t version) {
-  const contract::Snapshot& snap = snapshots_.at(version);
+  const Kept& kept = kept_.at(version);
+  const contract::Snapshot& snap = kept.snapshot;
   if (loaded_ == version && snap.base == loaded_base_) return Status::Ok();
   const std::string where = "snapshot v" + std::to_string(version) + " (verifier)";
   loaded_ = -1;
@@ -59,7 +103,12 @@ Status BehaviourVerifier::Load(int64_t version) {
     ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap.base, &base_sha_, where + " base"));
     loaded_base_ = snap.base;
   }
-  ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap.weights, &base_sha_, where));
+  if (snap.weights) {
+    ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap.weights, &base_sha_, where));
+  } else {
+    ECHELON_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(kept.path));
+    ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, file.bytes(), &base_sha_, where + ", " + kept.path));
+  }
   loaded_ = version;
   return Status::Ok();
 }
@@ -73,7 +122,7 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   for (const data::Episode& e : g.episodes)
     for (const data::Turn& t : e.turns) versions.insert(t.versions.begin(), t.versions.end());
   for (int64_t v : versions) {
-    if (snapshots_.count(v) > 0) continue;
+    if (kept_.count(v) > 0) continue;
     ++stats_.unverifiable;
     return std::string();
   }

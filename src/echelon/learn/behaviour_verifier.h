@@ -23,6 +23,11 @@
 //   v.Remember(snapshot);                          // every published snapshot
 //   ECHELON_ASSIGN_OR_RETURN(std::string why, v.Check(group, /*suspect=*/false));
 //
+// Memory: with `spill_dir`, only the newest snapshot (the one the publisher holds anyway) and
+// older ones within `memory_bytes` stay in RAM; the others are written to spill_dir (owner-only
+// files, deleted as they leave the window) and memory-mapped when a check needs them, so a run
+// with a large staleness bound holds S snapshots on disk instead of in the learner's memory.
+//
 // The tolerance must cover honest differences: an actor on the learner's engine and dtype
 // matches within 1e-5 (a run of the default job: 1.05e-6 at most); a bf16 inference server
 // differs more. metrics.jsonl's verify_gap_max (VerifyStats::max_gap) is the largest gap that
@@ -56,6 +61,8 @@ struct VerifyOptions {
   bool draws = false;         // check each token's seeded draw (see the top)
   double draw_tolerance = 0.02;  // probability mass a token may miss its draw by
   double token_tolerance = 1.0;  // largest |recomputed - claimed| log-prob of any one token
+  std::string spill_dir;      // where older snapshots go (see the top); empty: all kept in RAM
+  int64_t memory_bytes = 0;   // with spill_dir: bytes of snapshots besides the newest kept in RAM
 };
 
 struct VerifyStats {
@@ -67,13 +74,19 @@ struct VerifyStats {
   int64_t draws_checked = 0;  // tokens whose seeded draw was recomputed
   int64_t near_ties = 0;      // of which passed within draw_tolerance without being the exact draw
   int64_t draw_mismatched = 0;  // groups refused as sample_not_drawn
+  int64_t resident_bytes = 0;   // snapshot bytes kept in RAM (the newest included)
+  int64_t spilled_bytes = 0;    // snapshot bytes kept on disk (VerifyOptions::spill_dir)
 };
 
 class BehaviourVerifier {
  public:
   BehaviourVerifier(const model::ModelConfig& config, const VerifyOptions& options);
 
+  // Keeps `snapshot` (and forgets versions older than the window); with spill_dir, writes the
+  // older ones past memory_bytes to disk (one it cannot write, a full disk, stays in RAM, with
+  // a warning).
   void Remember(const contract::Snapshot& snapshot);
+  ~BehaviourVerifier();
   // "" when the group passes or is not drawn; "logprob_mismatch" when it fails. An error is the
   // learner's own (a snapshot it cannot load).
   Result<std::string> Check(const contract::GroupRollout& g, bool suspect);
@@ -95,7 +108,12 @@ class BehaviourVerifier {
   int64_t loaded_ = -1;  // the version model_ holds
   std::shared_ptr<const std::string> loaded_base_;  // and its LoRA base (contract::Snapshot::base)
   std::string base_sha_;
-  std::map<int64_t, contract::Snapshot> snapshots_;
+  // A kept version: its snapshot, whose weights are null once written to `path`.
+  struct Kept {
+    contract::Snapshot snapshot;
+    std::string path;
+  };
+  std::map<int64_t, Kept> kept_;
   VerifyStats stats_;
 };
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "echelon/contract/group_seed.h"
 #include "echelon/learn/run_options.h"
 #include "echelon/learn/snapshot_publisher.h"
@@ -126,6 +128,45 @@ TEST(BehaviourVerifierTest, KeepsEveryVersionWithinTheLargestStaleness) {
   EXPECT_EQ(v.stats().checked, 2);
   EXPECT_EQ(v.Check(Sampled(m.v1, 1, 0), /*suspect=*/true).value(), "");  // 9 behind: gone
   EXPECT_EQ(v.stats().unverifiable, 1);
+}
+
+// Under rl.staleness: auto the verifier held up to 65 whole snapshots in the learner's memory.
+// With a spill directory only the newest (the publisher's own) and what fits memory_bytes stay
+// in RAM; the rest are files, mapped when a check needs them, and deleted as they leave the
+// window; checks give the same answers either way.
+TEST(BehaviourVerifierTest, OlderSnapshotsLiveOnDiskAndAreCheckedTheSame) {
+  Versions m;
+  const std::string dir = ::testing::TempDir() + "/verifier-spill";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  VerifyOptions o = Options(0.8);
+  o.window = 3;
+  o.spill_dir = dir;
+  const int64_t snapshot_bytes = static_cast<int64_t>(MakeSnapshot(m.v0, 0).value().weights->size());
+  o.memory_bytes = snapshot_bytes;  // room for one besides the newest
+  {
+    BehaviourVerifier v(TinyConfig(), o);
+    for (int64_t version = 0; version <= 4; ++version)
+      v.Remember(MakeSnapshot(version % 2 == 0 ? m.v0 : m.v1, version).value());
+    // Kept: v1..v4. In RAM: v4 (newest) and v3; on disk: v1 and v2; v0 gone with the window.
+    EXPECT_EQ(v.stats().resident_bytes, 2 * snapshot_bytes);
+    EXPECT_EQ(v.stats().spilled_bytes, 2 * snapshot_bytes);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/v0.safetensors"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/v1.safetensors"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/v2.safetensors"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/v3.safetensors"));
+    EXPECT_EQ(std::filesystem::status(dir + "/v1.safetensors").permissions() & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    EXPECT_EQ(v.Check(Sampled(m.v1, 1, 0), false).value(), "");  // from the file
+    EXPECT_EQ(v.Check(Sampled(m.v0, 2, 1), false).value(), "");  // from the other file
+    EXPECT_EQ(v.Check(Sampled(m.v0, 1, 2), false).value(), "logprob_mismatch");  // v0's sample claimed as v1
+    EXPECT_EQ(v.Check(Sampled(m.v1, 3, 0), false).value(), "");  // from RAM
+    v.Remember(MakeSnapshot(m.v1, 5).value());
+    EXPECT_FALSE(std::filesystem::exists(dir + "/v1.safetensors")) << "left the window";
+    EXPECT_TRUE(std::filesystem::exists(dir + "/v3.safetensors")) << "no longer fits beside v4 and v5";
+    EXPECT_EQ(v.Check(Sampled(m.v1, 3, 1), false).value(), "");
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the verifier removes its files";
 }
 
 }  // namespace

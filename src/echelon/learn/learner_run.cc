@@ -53,6 +53,18 @@ void WarnAboutUnclippedCorrection(const RunOptions& options) {
                c == Correction::kTruncatedIS ? "tis" : c == Correction::kDecoupled ? "decoupled" : "icepop");
 }
 
+// RUN_DIR/verifier, owner-only and empty: where the verifier keeps its older snapshots (files a
+// run that stopped left behind are of versions the new process never published).
+Result<std::string> VerifierSpillDir(const std::string& run_dir) {
+  const fs::path dir = fs::path(run_dir) / "verifier";
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return Internal(dir.string() + ": cannot create the verifier's directory: " + ec.message());
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  return dir.string();
+}
+
 // One run of the learning plane; RunLearner's body, cut into its named steps.
 class LearnerRun {
  public:
@@ -119,8 +131,9 @@ class LearnerRun {
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
         IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens, secret_});
+    ECHELON_ASSIGN_OR_RETURN(const std::string spill, VerifierSpillDir(args_.run_dir));
     verifier_ = std::make_unique<BehaviourVerifier>(
-        start_.model->config(), VerifierOptions(options_, secret_, task_->SamplesWithGroupSeed()));
+        start_.model->config(), VerifierOptions(options_, secret_, task_->SamplesWithGroupSeed(), spill));
     intake_->SetVerifier(verifier_.get());
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (options_.staleness_control) control_.emplace(*options_.staleness_control);

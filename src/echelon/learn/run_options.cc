@@ -19,7 +19,8 @@ int64_t LargestStaleness(const RunOptions& options) {
   return options.staleness_control ? std::max(options.staleness_control->max, options.staleness) : options.staleness;
 }
 
-VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret, bool task_draws) {
+VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret, bool task_draws,
+                              const std::string& spill_dir) {
   VerifyOptions v;
   v.fraction = options.verify_fraction;
   v.tolerance = options.verify_tolerance;
@@ -29,6 +30,8 @@ VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret
   v.secret = secret;
   v.draws = options.verify_draws && task_draws;
   v.draw_tolerance = options.verify_draw_tolerance;
+  v.spill_dir = spill_dir;
+  v.memory_bytes = options.verify_memory_mb << 20;
   return v;
 }
 

@@ -67,6 +67,7 @@ struct RunOptions {
   bool verify_draws = true;      // checked groups' tokens must be the seeded draws (single-turn tasks)
   double verify_draw_tolerance = 0;  // probability mass a token may miss its draw by (near-ties)
   double verify_token_tolerance = 0;  // largest |recomputed - claimed| log-prob of any one token
+  int64_t verify_memory_mb = 0;  // snapshots besides the newest the verifier keeps in RAM; the rest on disk
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
   int64_t checkpoint_every = 0;
@@ -81,8 +82,10 @@ struct RunOptions {
 model::SamplingParams RolloutSampling(const RunOptions& options);
 
 // The behaviour verifier's options (learn/behaviour_verifier.h) of a run whose secret is
-// `secret`; `task_draws`: the task samples a group with its seed (TaskAdapter::SamplesWithGroupSeed).
-VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret, bool task_draws);
+// `secret`; `task_draws`: the task samples a group with its seed (TaskAdapter::SamplesWithGroupSeed);
+// `spill_dir`: where its older snapshots go (VerifyOptions::spill_dir; empty: RAM).
+VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret, bool task_draws,
+                              const std::string& spill_dir = "");
 
 // The largest S the run can use: rl.staleness, or rl.staleness: auto's ceiling. A group older
 // than this never enters an update; the verifier keeps the snapshots of that many versions.

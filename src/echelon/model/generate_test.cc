@@ -308,9 +308,10 @@ TEST(GenerateTest, SharedPrefixLogprobsEqualUnshared) {
     const auto b = Generate(m, rows, unshared);
     EXPECT_EQ(Tokens(a), Tokens(b)) << "T=" << temperature;
     EXPECT_LT(MaxLogprobDiff(a, b), 1e-5) << "T=" << temperature;
-    if (temperature > 0)
+    if (temperature > 0) {
       EXPECT_TRUE(a[0].tokens != a[1].tokens || a[0].tokens != a[3].tokens || a[0].tokens != a[6].tokens)
           << "rows of one prompt draw independently";
+    }
   }
 }
 

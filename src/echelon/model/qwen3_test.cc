@@ -531,7 +531,9 @@ TEST(ModelConfigTest, RejectsInconsistentOrUnsupportedConfigs) {
     j[field] = value;
     Result<ModelConfig> c = ModelConfig::FromJson(j, "moe.json");
     EXPECT_FALSE(c.ok()) << field;
-    if (!c.ok()) EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status().message();
+    if (!c.ok()) {
+      EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status().message();
+    }
   };
   bad_moe("num_experts_per_tok", 5);
   bad_moe("num_experts_per_tok", 0);

@@ -134,7 +134,7 @@ Result<at::Tensor> MakeTensor(const Entry& e, const char* data, const std::strin
 
 }  // namespace
 
-Result<SafetensorsFile> ParseSafetensors(const std::string& bytes, const std::string& where) {
+Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& where) {
   if (bytes.size() < 8) {
     return DataLoss(where + ": " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
   }

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -26,7 +27,7 @@ struct SafetensorsFile {
 
 // Parses bytes already in memory; `where` names the source in errors. BF16 and F16 tensors
 // keep their dtype (the caller converts).
-Result<SafetensorsFile> ParseSafetensors(const std::string& bytes, const std::string& where);
+Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& where);
 Result<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 // Serialises tensors (F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL), names sorted.

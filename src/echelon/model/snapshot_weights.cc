@@ -29,7 +29,7 @@ std::string AdapterBaseOf(const std::string& bytes) {
   return meta[kLoraBaseKey].get<std::string>();
 }
 
-Status LoadPolicyWeights(Qwen3ModelImpl& model, const std::string& bytes, std::string* held_base,
+Status LoadPolicyWeights(Qwen3ModelImpl& model, std::string_view bytes, std::string* held_base,
                          const std::string& where) {
   ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, ParseSafetensors(bytes, where));
   const std::string base = AdapterBase(f);

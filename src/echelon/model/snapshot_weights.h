@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "echelon/common/status.h"
 #include "echelon/model/qwen3.h"
@@ -32,7 +33,7 @@ std::string AdapterBaseOf(const std::string& bytes);
 // *held_base becomes their SHA-256 when the model has adapters (a LoRA run's base), else
 // empty. An adapter replaces the adapter tensors only, and only over the base it names:
 // FailedPrecondition when *held_base is another. Nothing changes on error.
-Status LoadPolicyWeights(Qwen3ModelImpl& model, const std::string& bytes, std::string* held_base,
+Status LoadPolicyWeights(Qwen3ModelImpl& model, std::string_view bytes, std::string* held_base,
                          const std::string& where);
 
 }  // namespace echelon::model
