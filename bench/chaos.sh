@@ -122,14 +122,20 @@ final=$(tail -1 run/metrics.jsonl)
 cat check.out
 echo "final counts: $(echo "$final" | jq -c '{groups_issued, groups_consumed, groups_dropped_stale, groups_reissued, groups_in_flight}')"
 echo "refused by reason (last learner life): $(echo "$final" | jq -c .refused)"
-# Lies told before any strike (in_clamp, fresh_version) pass when not drawn for verification:
-# they count as accepted, and the loss bounds them (max_token_weight below).
-fresh='.kind == "in_clamp" or .kind == "fresh_version"'
+# Lies told before any strike pass when not drawn for verification: they count as accepted,
+# and the loss bounds them (max_token_weight, group_share_max below).
+fresh='.kind == "in_clamp" or .kind == "fresh_version" or .kind == "cherry_pick" or .kind == "teacher_forced" or .kind == "sparse_liar" or .kind == "length"'
 forged_accepted=$(cat hostile-*.jsonl | jq -c "select(.kind != \"honest\" and .kind != \"hoard\" and .accepted and ($fresh | not))" | wc -l)
 fresh_accepted=$(cat hostile-*.jsonl | jq -c "select(.accepted and ($fresh))" | wc -l)
 forged=$(cat hostile-*.jsonl | jq -c 'select(.kind != "honest" and .kind != "hoard")' | wc -l)
 crashes=$(cat hostile-*.jsonl | jq -c 'select(.kind == "reward_crash")' | wc -l)
 crashes_refused=$(cat hostile-*.jsonl | jq -c 'select(.kind == "reward_crash" and (.accepted | not) and .reason == "reward_error")' | wc -l)
+burst=$(cat hostile-*.jsonl | jq -c 'select(.kind == "reward_burst")' | wc -l)
+burst_refused=$(cat hostile-*.jsonl | jq -c 'select(.kind == "reward_burst" and (.accepted | not) and .reason == "reward_error")' | wc -l)
+for kind in in_clamp fresh_version cherry_pick teacher_forced sparse_liar length; do
+  echo "$kind: refused $(cat hostile-*.jsonl | jq -c "select(.kind == \"$kind\" and (.accepted | not))" | wc -l) of $(cat hostile-*.jsonl | jq -c "select(.kind == \"$kind\")" | wc -l)"
+done
+echo "largest group share of an update $(grep '"step"' run/metrics.jsonl | jq -s 'map(.group_share_max // 0) | max'); learner peak resident set $(grep '"step"' run/metrics.jsonl | jq -s 'map(.learner_peak_rss_mb // .learner_rss_mb // 0) | max') MB"
 hoard_max=$(cat hostile-*.jsonl | jq -s '[.[] | select(.kind == "hoard") | .leases] | max')
 weight_max=$(grep '"step"' run/metrics.jsonl | jq -s 'map(.max_token_weight) | max')
 echo "actors SIGKILLed $kills, SIGSTOPped $stops, learner SIGKILLed $learner_kills; forgeries sent $forged, structural accepted $forged_accepted, fresh lies accepted $fresh_accepted"
@@ -141,6 +147,9 @@ check "no hoard above 8 leases" test "$hoard_max" -le 8
 if [ "$REWARD_CRASH" = 1 ]; then
   check "reward-crashing groups were sent" test "$crashes" -ge 1
   check "every one refused as reward_error, the run going on" test "$crashes_refused" -eq "$crashes"
+  echo "reward-failure bursts: $burst groups sent, $burst_refused refused as reward_error"
+  check "bursts of reward failures were sent" test "$burst" -ge 16
+  check "every burst group refused as reward_error, the run going on" test "$burst_refused" -eq "$burst"
 fi
 check "no honest worker quarantined" test "$(cat l*.err | grep -c 'quarantined worker honest-')" -eq 0
 check "the learner was killed twice" test "$learner_kills" -eq 2

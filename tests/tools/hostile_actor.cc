@@ -14,7 +14,9 @@
 // log-prob of -1e30, prompt ids of another prompt, zero- and two-turn episodes claiming reward
 // 1, another actor's lease, a 50,000-token completion, the version lie and the cherry-pick
 // again (now suspect: always checked), and an accepted group sent again. With CRASH_TEXT, each worker also submits a real group with one completion replaced
-// by that text, which the run's reward raises on (reward_crash: refused, no strike). The last
+// by that text, which the run's reward raises on (reward_crash: refused, no strike), and the
+// first worker opens with a burst of kRewardFailuresToStop such groups in a row, as fast as it
+// gets work (reward_burst: each refused, a strike every 8, and the run goes on). The last
 // token hoards: it takes as many leases as it is given (up to 64), heartbeats for them
 // between attacks and never submits. When a worker is quarantined the next token
 // takes over. The first worker also asks for a layer-ranged snapshot of every layer range, as
@@ -35,6 +37,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/contract/run_spec.h"
 #include "echelon/data/adapter_kit.h"
+#include "echelon/learn/trajectory_intake.h"
 #include "echelon/model/generate.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/codec.h"
@@ -67,6 +70,9 @@ class Attacker {
     if (!NextWorker()) return 1;
     Hoard();
     RangedFlood();
+    if (!crash_text_.empty())
+      for (int64_t i = 0; i < learn::kRewardFailuresToStop && !done_; ++i)
+        if (!Attack("reward_burst")) break;  // quarantined: the burst's strikes and others'
     const std::vector<std::string> structural = {"bad_logprob", "swapped_prompt", "zero_turns",
                                                  "two_turns",   "too_long",       "foreign_lease"};
     std::vector<std::string> fresh = {"in_clamp", "fresh_version", "cherry_pick", "teacher_forced", "sparse_liar",
@@ -381,7 +387,7 @@ class Attacker {
       // One token 2.5 nats low: a tenth of a nat spread over a 25-token group passes a check of
       // the group's mean gap alone; the per-token check (rollout.verify_token_tolerance) does not.
       t.logprobs[0] = std::max(t.logprobs[0] - 2.5f, -109.0f);
-    } else if (kind == "reward_crash") {
+    } else if (kind == "reward_crash" || kind == "reward_burst") {
       Result<std::vector<int64_t>> ids = setup_->vocab.Encode(crash_text_);
       if (!ids.ok() || ids->empty()) return false;
       t.tokens = ids.value();

@@ -373,7 +373,8 @@ const TrainKeys& Keys() {
             "largest mean |recomputed - claimed| log-prob of a verified group (honest actors' gap: verify_gap_max)", kLearner, AT(verify_tolerance));
     k.Bool("rollout.verify_draws", true,
            "a verified group's tokens must each be the draw its seed, sample and position give under the claimed "
-           "version (single-turn tasks), so a worker cannot choose its samples; actors on the openai-http backend "
+           "version (single-turn tasks; multi-turn turns the learner plays, by each turn's seed and row), so a worker "
+           "cannot choose its samples; actors on the openai-http backend "
            "cannot draw them and are refused at start: set false to admit them", kLearner, AT(verify_draws));
     k.Float("rollout.verify_token_tolerance", 1.0, 0.0, 1000.0,
             "largest |recomputed - claimed| log-prob of any one token of a verified group (a sparse lie hides under "

@@ -39,6 +39,12 @@ struct Turn {
   // The policy version that drew each token (partial rollouts: a generation that moved to a
   // newer snapshot midway); empty: all of them the group's behaviour version.
   std::vector<int64_t> versions;
+  // Where the learner knows this turn's draws from (a turn of a group it played for an actor:
+  // the seed and row of the Policy::Sample call it asked for): the verifier checks each token
+  // is DrawUniform(draw_seed, draw_row, position)'s draw. Set by the learner alone, never read
+  // from a worker; draw_row -1: not known.
+  uint64_t draw_seed = 0;
+  int64_t draw_row = -1;
 };
 
 // A whole episode (one GRPO sample); every turn receives the episode's advantage.

@@ -131,7 +131,7 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   double token_gap = 0;  // the largest of any one token's
   int64_t n = 0;
   double miss = 0;  // the largest of any token's draw (options_.draws)
-  const bool draws = options_.draws && options_.sampling.temperature > 0;
+  const bool sampled = options_.sampling.temperature > 0;  // greedy decoding draws nothing
   try {
     for (int64_t v : versions) {
       ECHELON_RETURN_IF_ERROR(Load(v));
@@ -152,7 +152,12 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
           const at::Tensor lp = model::TokenLogProbs(hidden, model_->head(), target, options_.sampling.temperature)
                                     .squeeze(0)
                                     .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
-          if (draws && g.episodes[j].turns.size() == 1) miss = std::max(miss, DrawMiss(g, j, t, mine, hidden[0]));
+          if (sampled && options_.turn_draws && t.draw_row >= 0) {
+            miss = std::max(miss, DrawMiss(t.draw_seed, t.draw_row, t, mine, hidden[0]));
+          } else if (sampled && options_.draws && g.episodes[j].turns.size() == 1) {  // sample j of the group's seed
+            miss = std::max(miss, DrawMiss(contract::GroupSeed(options_.secret, g.group_id), static_cast<int64_t>(j), t,
+                                           mine, hidden[0]));
+          }
           const at::Tensor index = at::tensor(mine, at::kLong);
           const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat).index_select(0, index);
           const at::Tensor gaps = (lp.index_select(0, index) - claimed).abs();
@@ -187,11 +192,10 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   return std::string();
 }
 
-double BehaviourVerifier::DrawMiss(const contract::GroupRollout& g, size_t sample, const data::Turn& turn,
+double BehaviourVerifier::DrawMiss(uint64_t seed, int64_t row, const data::Turn& turn,
                                    const std::vector<int64_t>& positions, const at::Tensor& hidden) {
   // Logits of 64 positions at a time: 64 x V fp32 (39 MB at Qwen3's 151,936 tokens).
   constexpr size_t kChunk = 64;
-  const uint64_t seed = contract::GroupSeed(options_.secret, g.group_id);
   const int64_t offset = static_cast<int64_t>(turn.prompt_ids.size()) - 1;  // hidden row of completion token 0
   double worst = 0;
   for (size_t begin = 0; begin < positions.size(); begin += kChunk) {
@@ -204,7 +208,7 @@ double BehaviourVerifier::DrawMiss(const contract::GroupRollout& g, size_t sampl
     for (size_t k = begin; k < end; ++k) {
       const int64_t pos = positions[k];
       const model::DrawCheck c = model::SeededToken(probs[static_cast<int64_t>(k - begin)],
-                                                    model::DrawUniform(seed, static_cast<int64_t>(sample), pos),
+                                                    model::DrawUniform(seed, row, pos),
                                                     turn.tokens[static_cast<size_t>(pos)]);
       ++stats_.draws_checked;
       if (c.miss > 0 && c.miss <= options_.draw_tolerance) ++stats_.near_ties;

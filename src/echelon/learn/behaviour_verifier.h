@@ -16,7 +16,10 @@
 // `draw_tolerance` of probability mass. That catches a worker that samples many completions and
 // submits the ones it likes, teacher-forces text of its own or biases its sampler, all of which
 // the log-probs alone let through. A token within the tolerance but not the exact draw (another
-// engine's rounding at a near-tie) passes and is counted (VerifyStats::near_ties).
+// engine's rounding at a near-tie) passes and is counted (VerifyStats::near_ties). With
+// `turn_draws`, a turn the learner asked for itself (a multi-turn group it played for the
+// actor: data::Turn::draw_seed and draw_row, the seed and row of that Sample call) is checked
+// the same way, whatever the task.
 //
 //   BehaviourVerifier v(model_config, {.fraction = 0.1, .tolerance = 0.02, .window = S,
 //                                      .sampling = rollout_sampling, .secret = run_secret});
@@ -59,6 +62,9 @@ struct VerifyOptions {
   model::SamplingParams sampling;  // the actors' temperature, top_k, top_p, min_p
   RunSecret secret;           // the run's secret (contract::GroupSeed)
   bool draws = false;         // check each token's seeded draw (see the top)
+  // Check the draws of turns that carry their own (data::Turn::draw_row: the turns of a
+  // multi-turn group the learner played for an actor), whatever the task.
+  bool turn_draws = false;
   double draw_tolerance = 0.02;  // probability mass a token may miss its draw by
   double token_tolerance = 1.0;  // largest |recomputed - claimed| log-prob of any one token
   std::string spill_dir;      // where older snapshots go (see the top); empty: all kept in RAM
@@ -96,10 +102,11 @@ class BehaviourVerifier {
   bool Drawn(const contract::GroupRollout& g) const;
   // Puts `version`'s weights (a kept snapshot) into model_.
   Status Load(int64_t version);
-  // The largest miss of the tokens at `positions` of `turn` (sample `sample` of group `g`), whose
-  // final hidden states `hidden` [len, H] the loaded model gave; counts into stats_.
-  double DrawMiss(const contract::GroupRollout& g, size_t sample, const data::Turn& turn,
-                  const std::vector<int64_t>& positions, const at::Tensor& hidden);
+  // The largest miss of the tokens at `positions` of `turn`, drawn as row `row` of a Sample call
+  // with `seed`, whose final hidden states `hidden` [len, H] the loaded model gave; counts into
+  // stats_.
+  double DrawMiss(uint64_t seed, int64_t row, const data::Turn& turn, const std::vector<int64_t>& positions,
+                  const at::Tensor& hidden);
 
   const VerifyOptions options_;
   const uint64_t salt_;  // random per process: which groups are drawn is not predictable

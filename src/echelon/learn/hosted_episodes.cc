@@ -62,6 +62,11 @@ class ActorPolicy final : public data::Policy {
     }
     t_->has_turns = false;
     t_->phase = Phase::kPlaying;
+    // The learner asked for these: the verifier checks each token against this call's draws.
+    for (size_t i = 0; i < t_->turns.size(); ++i) {
+      t_->turns[i].draw_seed = seed;
+      t_->turns[i].draw_row = static_cast<int64_t>(i);
+    }
     return std::move(t_->turns);
   }
 

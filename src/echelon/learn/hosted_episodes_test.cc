@@ -11,6 +11,10 @@
 
 #include "echelon/contract/group_seed.h"
 #include "echelon/data/adapter.h"
+#include "echelon/learn/behaviour_verifier.h"
+#include "echelon/learn/snapshot_publisher.h"
+#include "echelon/learn/testing.h"
+#include "echelon/rollout/model_policy.h"
 
 namespace echelon::learn {
 namespace {
@@ -165,6 +169,89 @@ TEST(HostedEpisodesTest, CompletionsAreReadAsAHostileWorkerWritesThem) {
     ASSERT_TRUE(late->outcome.has_value());
     EXPECT_EQ(late->outcome->reason, "play_timeout");
     EXPECT_FALSE(late->outcome->accepted);
+  }
+}
+
+// The actor's side with echelon's engine, seeded as an actor samples; with `forge_first`, the
+// first completion of the first call is replaced by a different one of its own writing, with
+// its true log-probs (teacher-forced): everything but the draw is right.
+class SeededPolicy : public data::Policy {
+ public:
+  SeededPolicy(model::Qwen3Model m, const model::Vocabulary& vocab, model::SamplingParams sp, bool forge_first)
+      : model_(m), inner_(m, vocab, sp), temperature_(sp.temperature), forge_(forge_first), vocab_(vocab) {}
+  Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) override {
+    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Turn> turns, inner_.Sample(prompts, seed));
+    if (forge_ && !turns.empty()) {
+      forge_ = false;
+      data::Turn& t = turns[0];
+      std::vector<int64_t> mine = vocab_.Encode(t.tokens.size() > 1 && t.text.rfind("c", 0) == 0 ? "f" : "c").value();
+      mine.push_back(vocab_.stop_ids().front());
+      t.tokens = mine;
+      t.logprobs = model::ScoreCompletion(model_, t.prompt_ids, t.tokens, temperature_);
+      t.versions.clear();
+      t.text = vocab_.DecodeCompletion(t.tokens);
+    }
+    return turns;
+  }
+
+ private:
+  model::Qwen3Model model_;
+  rollout::ModelPolicy inner_;
+  double temperature_;
+  bool forge_;
+  const model::Vocabulary& vocab_;
+};
+
+// A multi-turn group the learner plays for an actor went unchecked for draws: the actor chose
+// each turn's tokens (a cherry-pick or a teacher-forced answer with its true log-probs passed).
+// The learner knows each turn's Sample call (its seed and row), so a verified hosted group's
+// tokens must be their seeded draws: an honest seeded actor's group passes with every token
+// checked, one turn of the actor's own writing is refused as sample_not_drawn.
+TEST(HostedEpisodesTest, AVerifiedHostedGroupsTurnsMustBeTheirSeededDraws) {
+  for (const bool forge : {false, true}) {
+    SimulatedClock clock;
+    sched::Dispatcher dispatcher({/*max_staleness=*/1, /*batch_groups=*/2, /*lease_seconds=*/60}, &clock);
+    std::unique_ptr<data::TaskAdapter> task = data::CreateAdapter("poker", {{"seed", "3"}}).value();
+    const model::Vocabulary vocab = model::Vocabulary::Characters(task->Alphabet());
+    model::ModelConfig config = TinyConfig();
+    config.vocab_size = vocab.id_end();
+    config.max_position_embeddings = 512;
+    model::Qwen3Model m(config);
+    m->InitWeights(5);
+    model::SamplingParams sp;
+    sp.temperature = 1.0;
+    sp.max_new_tokens = kMaxNewTokens;
+    sp.eos_token_id = vocab.stop_ids().front();
+    sp.stop_token_ids = vocab.stop_ids();
+    VerifyOptions vo;
+    vo.fraction = 1.0;
+    vo.tolerance = 1e-3;
+    vo.sampling = sp;
+    vo.turn_draws = true;
+    BehaviourVerifier verifier(config, vo);
+    TrajectoryIntake intake(&dispatcher, task.get(), &vocab, {vocab.id_end(), kGroupSize, kMaxNewTokens});
+    intake.SetVerifier(&verifier);
+    intake.Publish(MakeSnapshot(m, 0).value());
+    HostedEpisodes host(&intake, HostedEpisodesOptions{2, 2});
+    contract::Assignment a = intake.Acquire("w#1").value();
+    ASSERT_TRUE(host.Host("w#1", a));
+    SeededPolicy policy(m, vocab, sp, forge);
+    std::vector<data::Turn> turns;
+    std::optional<contract::SubmitOutcome> outcome;
+    while (!outcome) {
+      Result<contract::PlayStep> step = host.Play("w#1", a.work, 0, std::move(turns), 0.1);
+      ASSERT_TRUE(step.ok()) << step.status().message();
+      if (step->outcome) outcome = step->outcome;
+      else turns = policy.Sample(step->prompts, step->seed).value();
+    }
+    if (forge) {
+      EXPECT_FALSE(outcome->accepted);
+      EXPECT_EQ(outcome->reason, "sample_not_drawn");
+    } else {
+      EXPECT_TRUE(outcome->accepted) << outcome->reason;
+      EXPECT_GE(verifier.stats().draws_checked, kGroupSize) << "every turn's tokens checked";
+      EXPECT_EQ(verifier.stats().near_ties, 0);
+    }
   }
 }
 

@@ -187,7 +187,8 @@ class LearnerRun {
   Status StartActors() {
     contract::RunSpec spec{options_.task_name, options_.task_options, start_.model->config(), start_.vocab,
                           RolloutSampling(options_), options_.partial,
-                          options_.verify_draws && task_->SamplesWithGroupSeed()};
+                          // multi-turn groups are played here, each turn's draws known
+                          options_.verify_draws && (task_->SamplesWithGroupSeed() || task_->MaxTurns() > 1)};
     transport_started_ = true;
     ECHELON_RETURN_IF_ERROR(transport_.Start(intake_.get(), contract::RunSpecToJson(spec).dump(), progress_));
     if (args_.metrics_port >= 0) {

@@ -29,6 +29,7 @@ VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret
   v.sampling = RolloutSampling(options);
   v.secret = secret;
   v.draws = options.verify_draws && task_draws;
+  v.turn_draws = options.verify_draws;
   v.draw_tolerance = options.verify_draw_tolerance;
   v.spill_dir = spill_dir;
   v.memory_bytes = options.verify_memory_mb << 20;

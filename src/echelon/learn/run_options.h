@@ -64,7 +64,7 @@ struct RunOptions {
   double stall_timeout_seconds = 0;
   double verify_fraction = 0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
   double verify_tolerance = 0;  // largest mean log-prob difference a checked group may have
-  bool verify_draws = true;      // checked groups' tokens must be the seeded draws (single-turn tasks)
+  bool verify_draws = true;      // checked groups' tokens must be the seeded draws (learn/behaviour_verifier.h)
   double verify_draw_tolerance = 0;  // probability mass a token may miss its draw by (near-ties)
   double verify_token_tolerance = 0;  // largest |recomputed - claimed| log-prob of any one token
   int64_t verify_memory_mb = 0;  // snapshots besides the newest the verifier keeps in RAM; the rest on disk
