@@ -187,15 +187,24 @@ class Attacker {
          << std::endl;
   }
 
-  // Registers with the next token; false when none is left (every worker quarantined).
+  // Registers with the next token; false when none is left (every worker quarantined). While
+  // the learner is not serving (a resumed learner warming up) it waits, up to two minutes,
+  // instead of spending its tokens on connection errors.
   bool NextWorker() {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
     while (next_worker_ < workers_.size()) {
-      worker_ = workers_[next_worker_++];
+      worker_ = workers_[next_worker_];
       Result<std::string> id = Register();
       if (id.ok()) {
+        ++next_worker_;
         actor_ = id.value();
         return true;
       }
+      if (id.status().code() == StatusCode::kUnavailable && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
+      ++next_worker_;
       std::cerr << "hostile actor: " << id.status().message() << std::endl;
     }
     return false;
@@ -209,6 +218,7 @@ class Attacker {
     req.set_actor_name("honest-looking");
     v1::RegisterReply reply;
     grpc::Status st = stub_->Register(&ctx, req, &reply);
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return Unavailable(worker_.name + ": " + st.error_message());
     if (!st.ok()) return FailedPrecondition(worker_.name + ": " + st.error_message());
     if (!setup_) {
       ECHELON_ASSIGN_OR_RETURN(contract::ActorSetup s, contract::ParseRunSpec(reply.run_spec_json()));

@@ -10,7 +10,6 @@
 
 #include "echelon/common/fs.h"
 #include "echelon/common/mapped_file.h"
-
 #include "echelon/contract/group_seed.h"
 #include "echelon/learn/learner.h"
 #include "echelon/model/snapshot_weights.h"
