@@ -340,9 +340,9 @@ class Attacker {
     if (!w) return false;
     int64_t version = held_version_;
     rollout::ModelPolicy* policy = policy_.get();
-    const bool newest = kind == "in_clamp" || kind == "cherry_pick" || kind == "teacher_forced" ||
-                        kind == "sparse_liar" || kind == "length";
-    if (newest) {  // sampled from (or scored under) the newest snapshot, one the verifier keeps
+    const bool on_newest = kind == "in_clamp" || kind == "cherry_pick" || kind == "teacher_forced" ||
+                           kind == "sparse_liar" || kind == "length";
+    if (on_newest) {  // sampled from (or scored under) the newest snapshot, one the verifier keeps
       Result<int64_t> newest = FetchSnapshot(actor_, *newest_);
       if (!newest.ok()) return false;
       version = newest.value();
