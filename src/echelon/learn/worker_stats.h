@@ -1,7 +1,7 @@
 // WorkerStats: what each worker's consumed groups look like, beside the other workers'. A
 // worker that lies only where the verifier does not look (a reward it games, samples it
 // shapes, texts made long) still stands out from the fleet in what its groups contain, so
-// the learner keeps per worker, over the whole run:
+// the learner keeps per worker, over the learner process's life (a resume starts afresh):
 //   reward_mean       mean reward of its episodes
 //   zero_spread_frac  share of its groups whose episodes all got the same reward
 //   length_mean       mean completion tokens of a turn
