@@ -11,7 +11,8 @@ Result<std::unique_ptr<HttpReward>> HttpReward::Create(const std::string& url, d
   return std::unique_ptr<HttpReward>(new HttpReward(std::move(service)));
 }
 
-Result<std::vector<ExternalScore>> HttpReward::Score(const std::vector<RewardSample>& samples) const {
+Result<std::vector<ExternalScore>> HttpReward::Score(const std::vector<RewardSample>& samples,
+                                                     double budget_seconds) const {
   json request = {{"samples", json::array()}};
   for (const RewardSample& s : samples) {
     const json extra = json::parse(s.extra_info_json, nullptr, /*allow_exceptions=*/false);
@@ -21,7 +22,7 @@ Result<std::vector<ExternalScore>> HttpReward::Score(const std::vector<RewardSam
                                   {"extra_info", extra.is_discarded() ? json() : extra}});
   }
   const std::string where = "reward service POST " + service_.url();
-  ECHELON_ASSIGN_OR_RETURN(const json j, service_.Post("", request));
+  ECHELON_ASSIGN_OR_RETURN(const json j, service_.Post("", request, budget_seconds));
   if (!j.is_object() || !j.contains("scores") || !j["scores"].is_array() || j["scores"].size() != samples.size())
     return InvalidArgument(where + ": expected {\"scores\": [...]} with " + std::to_string(samples.size()) +
                            " entries, got " + Clip(j.dump(), 300));

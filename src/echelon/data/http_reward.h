@@ -29,7 +29,8 @@ class HttpReward {
   // `url`: http://HOST:PORT/PATH. Errors name a malformed URL.
   static Result<std::unique_ptr<HttpReward>> Create(const std::string& url, double timeout_seconds);
 
-  Result<std::vector<ExternalScore>> Score(const std::vector<RewardSample>& samples) const;
+  // `budget_seconds` > 0 bounds the request, retries included (JsonHttp::Post).
+  Result<std::vector<ExternalScore>> Score(const std::vector<RewardSample>& samples, double budget_seconds = 0) const;
 
  private:
   explicit HttpReward(JsonHttp service) : service_(std::move(service)) {}

@@ -130,6 +130,25 @@ TEST(HttpReward, ASlowServiceHitsTheTimeLimit) {
   EXPECT_LT(took, 8.0);  // three 1 s attempts and 1.5 s of back-off
 }
 
+// A text that makes the service slow took three attempts of the whole time limit and the
+// back-off between them. With a group budget the request and its retries end with the budget,
+// as ResourceExhausted (the worker's doing: reward_slow), not as a broken service.
+TEST(HttpReward, AGroupBudgetBoundsTheRequestWithItsRetries) {
+  Service s([](const httplib::Request&, httplib::Response& r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    r.set_content(R"({"scores": [1, 1]})", "application/json");
+  });
+  auto http = HttpReward::Create(s.url(), 2).value();
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::vector<ExternalScore>> got = http->Score(Samples(), /*budget_seconds=*/1.5);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kResourceExhausted) << got.status().message();
+  EXPECT_NE(got.status().message().find("budget"), std::string::npos) << got.status().message();
+  EXPECT_LT(took, 2.5) << "unbounded: three 2 s attempts and 1.5 s of back-off";
+  EXPECT_EQ(s.requests.load(), 1);
+}
+
 TEST(HttpReward, MalformedUrlsAreRefused) {
   EXPECT_NE(HttpReward::Create("https://x/score", 1).status().message().find("expected http://HOST:PORT/PATH"),
             std::string::npos);

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -29,24 +30,41 @@ Result<JsonHttp> JsonHttp::Create(const std::string& url, double timeout_seconds
   return JsonHttp(url, root, path, timeout_seconds, what);
 }
 
-Result<nlohmann::json> JsonHttp::Post(const std::string& subpath, const nlohmann::json& body) const {
+Result<nlohmann::json> JsonHttp::Post(const std::string& subpath, const nlohmann::json& body,
+                                      double budget_seconds) const {
   const std::string path = (path_ + subpath).empty() ? "/" : path_ + subpath;
   const std::string where = what_ + " POST " + root_ + path;
   const std::string text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  using SteadyClock = std::chrono::steady_clock;
+  const SteadyClock::time_point start = SteadyClock::now();
+  // Seconds the next attempt may take: the time limit, or what is left of the budget.
+  const auto allowed = [&] {
+    if (budget_seconds <= 0) return timeout_seconds_;
+    return std::min(timeout_seconds_, budget_seconds - std::chrono::duration<double>(SteadyClock::now() - start).count());
+  };
+  const auto spent = [&] {
+    return ResourceExhausted(where + ": the reward budget of " + std::to_string(budget_seconds) + " s is spent");
+  };
   httplib::Client client(root_);
-  const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(timeout_seconds_));
-  client.set_connection_timeout(limit);
-  client.set_read_timeout(limit);
-  client.set_write_timeout(limit);
+  const auto attempt_post = [&] {
+    const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(allowed()));
+    client.set_connection_timeout(limit);
+    client.set_read_timeout(limit);
+    client.set_write_timeout(limit);
+    return client.Post(path, text, "application/json");
+  };
+  if (budget_seconds > 0 && allowed() <= 0) return spent();
   double backoff = kRetrySeconds;
-  httplib::Result r = client.Post(path, text, "application/json");
+  httplib::Result r = attempt_post();
   for (int attempt = 2; attempt <= kAttempts && (!r || r->status >= 500); ++attempt) {
+    if (budget_seconds > 0 && allowed() <= backoff) return spent();
     spdlog::warn("{}: {} (attempt {} of {}; retrying in {} s)", where,
                  r ? "HTTP " + std::to_string(r->status) : httplib::to_string(r.error()), attempt - 1, kAttempts, backoff);
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
     backoff *= 2;
-    r = client.Post(path, text, "application/json");
+    r = attempt_post();
   }
+  if (!r && budget_seconds > 0 && allowed() <= 0) return spent();
   if (!r) return Unavailable(where + ": " + httplib::to_string(r.error()) + " after " + std::to_string(kAttempts) + " attempts");
   if (r->status != 200) return Unavailable(where + ": HTTP " + std::to_string(r->status) + " " + Clip(r->body, 300));
   nlohmann::json j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);

@@ -24,8 +24,11 @@ class JsonHttp {
   // `url`: http://HOST:PORT[/PATH]; `what` names the service in errors ("reward service").
   static Result<JsonHttp> Create(const std::string& url, double timeout_seconds, const std::string& what);
 
-  // POSTs `body` to the URL's path followed by `subpath` ("" or "/reset").
-  Result<nlohmann::json> Post(const std::string& subpath, const nlohmann::json& body) const;
+  // POSTs `body` to the URL's path followed by `subpath` ("" or "/reset"). `budget_seconds` > 0
+  // bounds the whole call, retries included: an attempt gets at most what is left, and a call
+  // that runs out of it is ResourceExhausted (a reward group's budget, not a broken service).
+  Result<nlohmann::json> Post(const std::string& subpath, const nlohmann::json& body,
+                              double budget_seconds = 0) const;
 
   const std::string& url() const { return url_; }
 

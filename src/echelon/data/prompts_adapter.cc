@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -186,17 +187,25 @@ class PromptsAdapter final : public TaskAdapter {
     const std::string extra_info = prompt.extra_info.empty() ? "null" : prompt.extra_info;
     std::vector<RewardSample> samples;
     for (const std::string& c : completions) samples.push_back({prompt.data_source, c, prompt.reference, extra_info});
+    // One budget for the group's external calls (task.reward_group_seconds). A group whose texts
+    // spend it is refused whatever reward_on_error says: the time is its worker's doing
+    // (learn/trajectory_intake.h: reward_slow, counted against that worker).
+    const auto start = std::chrono::steady_clock::now();
+    const auto left = [&] {
+      if (opts_.reward_group_seconds <= 0) return 0.0;  // no budget
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return std::max(1e-3, opts_.reward_group_seconds - elapsed);
+    };
     if (python_) {
       // On the pool's workers side by side (task.reward_workers), in order.
-      const std::vector<Result<ExternalScore>> scores = python_->ScoreAll(samples, opts_.reward_group_seconds);
-      // A group whose texts spend the budget is refused whatever reward_on_error says: the
-      // time is its worker's doing (net: reward_slow, counted against that worker).
+      const std::vector<Result<ExternalScore>> scores = python_->ScoreAll(samples, left());
       for (const Result<ExternalScore>& s : scores)
         if (!s.ok() && s.status().code() == StatusCode::kResourceExhausted) return s.status();
       for (size_t i = 0; i < n; ++i) ECHELON_RETURN_IF_ERROR(Take(scores[i], "python", &external[i].python, &out[i].metrics));
     }
     if (http_) {
-      Result<std::vector<ExternalScore>> s = http_->Score(samples);
+      Result<std::vector<ExternalScore>> s = http_->Score(samples, left());
+      if (!s.ok() && s.status().code() == StatusCode::kResourceExhausted) return s.status();
       for (size_t i = 0; i < n; ++i)
         ECHELON_RETURN_IF_ERROR(Take(s.ok() ? Result<ExternalScore>(s.value()[i]) : Result<ExternalScore>(s.status()),
                                      "http", &external[i].http, &out[i].metrics));
@@ -356,9 +365,10 @@ const OptionTable& PromptsOptionTable() {
       {"reward_workers", "1", "Python reward processes scoring a group's samples side by side (each call keeps its reward_timeout)"},
       {"reward_url", "", "a scoring service, http://HOST:PORT/PATH (learner only)"},
       {"reward_timeout", "30", "seconds per Python call or HTTP attempt"},
-      {"reward_group_seconds", "60", "seconds of Python reward calls one group may take in all (0: no bound); a group "
-                                     "past it is refused (reward_slow) and counts against its worker, so a text that "
-                                     "makes the function slow costs that worker, not the run"},
+      {"reward_group_seconds", "60", "seconds of Python calls and scoring-service requests one group may take in all "
+                                     "(retries included; 0: no bound); a group past it is refused (reward_slow) and "
+                                     "counts against its worker, so a text that makes the reward slow costs that "
+                                     "worker, not the run"},
       {"reward_on_error", "fail", "fail: a failed Python call or service request refuses the group (reward_error; "
                                   "the run stops when groups of several workers fail in a row); zero: it scores 0 "
                                   "and reward_metrics.<python|http>_errors counts it"},
