@@ -71,5 +71,18 @@ TEST(PrometheusCatalogTest, TotalsAreCountersInBaseUnitsAndUnknownKeysAreGauges)
   EXPECT_EQ(text.find("consumed"), std::string::npos);
 }
 
+// actor_stats is an object of objects: each worker's count of flagged statistics is what a
+// dashboard alerts on (it used to publish a metric name with no samples).
+TEST(PrometheusCatalogTest, EachWorkersFlaggedStatisticsAreAGauge) {
+  MetricsRegistry reg;
+  PublishStepLine(nlohmann::json::parse(R"({"step": 9, "actor_stats": {
+      "honest-0": {"groups": 40, "reward_mean": 0.5},
+      "mallory": {"groups": 40, "reward_mean": 1.0, "outlier": ["reward_mean", "length_mean"]}}})"),
+                  reg);
+  const std::string text = reg.Render();
+  EXPECT_NE(text.find("echelon_actor_outlier_statistics{actor=\"honest-0\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("echelon_actor_outlier_statistics{actor=\"mallory\"} 2\n"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace echelon::obs

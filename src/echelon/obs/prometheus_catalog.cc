@@ -59,6 +59,10 @@ const std::map<std::string, Series>& Catalog() {
       {"behav_weight_mean", {"echelon_behaviour_weight_mean", G, "mean importance weight against the behaviour policy"}},
       {"max_token_weight",
        {"echelon_max_token_weight", G, "largest gradient weight of one token (bounded whatever workers claim)"}},
+      {"actor_stats",
+       {"echelon_actor_outlier_statistics", G,
+        "statistics of a worker's groups flagged as outliers against the fleet's (learn/worker_stats.h), by actor",
+        "actor"}},
       {"group_share_max",
        {"echelon_group_share_max", G, "largest share of a minibatch's loss one group carried (rl.max_group_share caps it)"}},
       {"is_ess_frac", {"echelon_importance_ess_ratio", G, "effective sample size fraction of the importance weights pi_prox / pi_behav (1: on-policy)"}},
@@ -122,8 +126,12 @@ void PublishStepLine(const nlohmann::json& line, MetricsRegistry& registry) {
       registry.Set(name, value.get<double>() * s.scale);
       continue;
     }
-    for (const auto& [k, v] : value.items())
+    for (const auto& [k, v] : value.items()) {
       if (v.is_number()) registry.Set(name, v.get<double>() * s.scale, {{s.label, k}});
+      // A worker's row of actor_stats: how many of its statistics are flagged.
+      if (key == "actor_stats" && v.is_object())
+        registry.Set(name, static_cast<double>(v.value("outlier", nlohmann::json::array()).size()), {{s.label, k}});
+    }
   }
 }
 
