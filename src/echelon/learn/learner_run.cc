@@ -380,8 +380,6 @@ class LearnerRun {
       int64_t group_turns = 0;
       for (const data::Episode& e : g.episodes) {
         summary.reward_mean += e.reward / static_cast<double>(g.episodes.size());
-        for (const data::Turn& turn : e.turns) summary.length_mean += static_cast<double>(turn.tokens.size());
-        group_turns += static_cast<int64_t>(e.turns.size());
         reward_sum += e.reward;
         success_sum += e.success ? 1 : 0;
         for (const data::Turn& turn : e.turns) {
@@ -389,6 +387,8 @@ class LearnerRun {
           const int64_t length = static_cast<int64_t>(turn.tokens.size());
           length_sum += static_cast<double>(length);
           length_max = std::max(length_max, length);
+          summary.length_mean += static_cast<double>(length);
+          ++group_turns;
           ++turns;
         }
         for (const auto& [name, value] : e.metrics) r.reward_metrics[name] += value;
