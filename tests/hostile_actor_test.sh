@@ -8,14 +8,16 @@
 # log-probs, one token's log-prob 2.5 nats low, a completion of max_new_tokens tokens of its
 # own, a version never published), then a log-prob of -1e30, another prompt's ids, zero- and
 # two-turn episodes claiming reward 1, another actor's lease, a 50,000-token completion, the
-# version lie and the cherry-pick as a suspect, an accepted group sent again; one token hoards leases,
-# one asks for a layer-ranged snapshot of every range.
+# version lie and the cherry-pick as a suspect, an accepted group sent again; one token hoards leases
+# under 12 names, one asks for a layer-ranged snapshot of every range. The run is open to
+# untrusted workers (rollout.untrusted_workers), as such a fleet's should be.
 # Checks: every structural forgery and unpublished version refused with its reason; the fresh
 # lies either refused by recomputation (rollout.verify_fraction 0.15 here: some must be) or
 # accepted, and then bounded: on every update no token's gradient weight exceeded the dual
 # clip's c = 3 (max_token_weight; e^19.9 before it) and no group carried more than
 # rl.max_group_share = 0.05 of the loss (group_share_max; 1/32 is a fair share); the hoarder
-# held at most rollout.max_leases_per_worker leases; each worker with three strikes
+# held at most rollout.max_leases_per_worker leases across its 12 names; the learner's peak
+# resident set once the ranged flood is over is printed; each worker with three strikes
 # quarantined, no honest one; caught / tried is printed per kind; the run completes, the final weights are finite, and held-out accuracy is not below
 # the warm-start's.
 # Usage: tests/hostile_actor_test.sh path/to/echelon path/to/echelon_testkit
@@ -33,7 +35,7 @@ cat honest hostile > workers
 STEPS=400
 timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out run \
   --set rl.steps=$STEPS --set eval.every=0 --set rollout.verify_fraction=0.15 --set rl.publish_period=2 \
-  --set rl.max_group_share=0.05 \
+  --set rl.max_group_share=0.05 --set rollout.untrusted_workers=true \
   > learner.out 2> learner.err &
 LEARNER=$!
 PIDS+=("$LEARNER")
@@ -47,6 +49,10 @@ done
 "$TESTKIT" hostile-actor "127.0.0.1:$port" hostile hostile.jsonl 600 1 2 > hostile.out 2> hostile.err &
 HOSTILE=$!
 PIDS+=("$HOSTILE")
+# The learner's peak resident set once the ranged flood is over (the flood comes before the lies).
+for _ in $(seq 600); do grep -q ranged_flood hostile.jsonl 2>/dev/null && break; sleep 0.5; done
+learner_pid=$(cat /proc/$LEARNER/task/$LEARNER/children 2>/dev/null | awk '{print $1}')  # under timeout
+flood_rss=$(awk '/VmHWM/ {print $2}' /proc/${learner_pid:-$LEARNER}/status 2>/dev/null)
 wait "$LEARNER"
 check "learner completes the run with an attacker" test $? -eq 0
 check "all steps ran" test "$(grep -c '^step ' learner.out)" -eq $STEPS
@@ -100,7 +106,9 @@ shares_over=$(grep '"step"' run/metrics.jsonl | jq -c 'select(.group_share_max >
 check "no update let one group carry more than 0.05 of the loss ($shares_over over)" test "$shares_over" -eq 0
 echo "largest group share of any update: $(grep '"step"' run/metrics.jsonl | jq -s 'map(.group_share_max) | max')"
 hoarded=$(jq -r 'select(.kind == "hoard") | .leases' hostile.jsonl)
-check "the hoarder held at most 8 leases ($hoarded)" test "${hoarded:-99}" -le 8
+check "the hoarder registered 12 names with its one token" test "$(jq -r 'select(.kind == "hoard") | .names' hostile.jsonl)" = 12
+check "the hoarder held at most 8 leases across its 12 names ($hoarded)" test "${hoarded:-99}" -le 8
+echo "learner peak resident set after the ranged-snapshot flood: $((${flood_rss:-0} / 1024)) MiB"
 check "the hoarder was held off" test "$(grep '"step"' run/metrics.jsonl | tail -1 | jq '.refused.lease_capped // 0')" -ge 1
 # A worker is quarantined at its third refused forgery (an honest refusal is no strike).
 forgers=$(jq -r 'select(.accepted | not) | select(.reason != "already_settled" and .reason != "not_lease_holder") | .worker' \

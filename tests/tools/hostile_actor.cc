@@ -17,11 +17,11 @@
 // by that text, which the run's reward raises on (reward_crash: refused, no strike), and the
 // first worker opens with a burst of kRewardFailuresToStop such groups in a row, as fast as it
 // gets work (reward_burst: each refused, a strike every 8, and the run goes on). The last
-// token hoards: it takes as many leases as it is given (up to 64), heartbeats for them
+// token hoards under 12 names: it takes as many leases as it is given, heartbeats for them
 // between attacks and never submits. When a worker is quarantined the next token
 // takes over. The first worker also asks for a layer-ranged snapshot of every layer range, as
 // only a pipeline stage may. Every submission is logged as one JSON line {"kind", "worker",
-// "accepted", "reason"}; the hoard as {"kind": "hoard", "worker", "leases"}, the ranged asks as
+// "accepted", "reason"}; the hoard as {"kind": "hoard", "worker", "names", "leases"}, the ranged asks as
 // {"kind": "ranged_flood", "worker", "asked", "served"}.
 #include <grpcpp/grpcpp.h>
 
@@ -49,6 +49,8 @@
 
 namespace echelon::testkit {
 namespace {
+
+constexpr int kHoardNames = 12;
 
 class Attacker {
  public:
@@ -115,7 +117,7 @@ class Attacker {
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(pace_));
     while (Clock::now() < end) {
       std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(500), end - Clock::now()));
-      if (!hoarder_actor_.empty()) Heartbeat(hoarder_, hoarder_actor_);  // the hoard stays alive
+      HeartbeatHoard(hoarder_);  // the hoard stays alive
       if (!Heartbeat(worker_, actor_)) return false;
     }
     return true;
@@ -130,35 +132,49 @@ class Attacker {
     return stub_->Heartbeat(&ctx, req, &reply).ok() && reply.known();
   }
 
-  // The hoarding worker registers, takes every lease it is given and never submits; Pause
-  // keeps it alive. It asks until it holds the cap and then 8 times more (each refused as
-  // lease_capped), waiting while the admission window has nothing to give (honest actors may
-  // hold it at first: asking only then, 64 times at once, sometimes never reached the cap),
-  // for 20 s at most.
+  // The hoarding worker registers under kHoardNames names with its one token, as a shared
+  // token's actors could (each name had its own lease cap: 12 names x 8 leases stalled a run),
+  // takes every lease it is given on each in turn and never submits; Pause keeps them alive.
+  // It asks until it holds the cap and then 8 times more (each refused as lease_capped),
+  // waiting while the admission window has nothing to give (honest actors may hold it at first:
+  // asking only then, 64 times at once, sometimes never reached the cap), for 20 s at most.
   void Hoard() {
     if (hoarder_.name.empty()) return;
     std::swap(worker_, hoarder_);
-    Result<std::string> id = Register();
+    for (int i = 0; i < kHoardNames; ++i) {
+      Result<std::string> id = Register("hoard-" + std::to_string(i));
+      if (id.ok()) hoarder_actors_.push_back(id.value());
+    }
     int leases = 0;
-    if (id.ok()) {
-      hoarder_actor_ = id.value();
+    if (!hoarder_actors_.empty()) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
       int past_cap = 0;
-      while (past_cap < 8 && std::chrono::steady_clock::now() < until) {
-        std::optional<v1::AcquireReply> reply = AcquireOnce(hoarder_actor_);
+      for (size_t i = 0; past_cap < 8 && std::chrono::steady_clock::now() < until; ++i) {
+        std::optional<v1::AcquireReply> reply = AcquireOnce(hoarder_actors_[i % hoarder_actors_.size()]);
         if (reply && reply->has_work()) {
           ++leases;
         } else if (leases >= sched::kMaxLeasesPerWorker) {
           ++past_cap;
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          Heartbeat(worker_, hoarder_actor_);
+          HeartbeatHoard(worker_);
           if (!actor_.empty()) Heartbeat(hoarder_, actor_);  // the attacker, swapped out meanwhile
         }
       }
     }
-    log_ << nlohmann::json{{"kind", "hoard"}, {"worker", worker_.name}, {"leases", leases}}.dump() << std::endl;
+    log_ << nlohmann::json{{"kind", "hoard"},
+                           {"worker", worker_.name},
+                           {"names", hoarder_actors_.size()},
+                           {"leases", leases}}
+                .dump()
+         << std::endl;
     std::swap(worker_, hoarder_);
+  }
+
+  // Keeps the hoard's registrations alive (`hoarder`: whichever of worker_ and hoarder_ now
+  // holds the hoarding token).
+  void HeartbeatHoard(const Worker& hoarder) {
+    for (const std::string& id : hoarder_actors_) Heartbeat(hoarder, id);
   }
 
   // Asks for a layer-ranged snapshot of every (first, last) pair, as a pipeline stage would
@@ -210,12 +226,12 @@ class Attacker {
     return false;
   }
 
-  Result<std::string> Register() {
+  Result<std::string> Register(const std::string& name = "honest-looking") {
     grpc::ClientContext ctx;
     net::AttachToken(ctx, worker_.token);
     v1::RegisterRequest req;
     req.set_protocol_version(net::kProtocolVersion);
-    req.set_actor_name("honest-looking");
+    req.set_actor_name(name);
     v1::RegisterReply reply;
     grpc::Status st = stub_->Register(&ctx, req, &reply);
     if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return Unavailable(worker_.name + ": " + st.error_message());
@@ -432,7 +448,7 @@ class Attacker {
   Worker worker_;
   std::string actor_;
   Worker hoarder_;
-  std::string hoarder_actor_;
+  std::vector<std::string> hoarder_actors_;
   std::unique_ptr<contract::ActorSetup> setup_;
   std::unique_ptr<rollout::ModelPolicy> policy_;  // the first snapshot
   std::unique_ptr<rollout::ModelPolicy> newest_;  // the newest, fetched for each in_clamp lie and cherry-pick
