@@ -58,6 +58,8 @@ done
 check "report exits 0" test $? -eq 0
 check "report says what it wrote" contains report.out "wrote report.html (2 runs)"
 check "report is non-trivial" test "$(stat -c %s report.html 2>/dev/null || echo 0)" -gt 10000
+check "each run's workers in the worker statistics table" \
+  test "$(grep -o '<tr><td>S[02]</td><td>[^<]*</td><td class="num">[1-9]' report.html | wc -l)" -ge 3
 
 # Bad input: one clear line naming what is wrong.
 "$ECHELON" report S0 nowhere --out bad.html > /dev/null 2> missing.err

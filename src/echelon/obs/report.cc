@@ -147,7 +147,7 @@ std::string Css() {
          ".note{color:#555;font-size:13px;max-width:560px}"
          "table{border-collapse:collapse;font-size:13px;background:#fff}"
          "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-         "tr.diff td{background:#fff3c4}td.num{text-align:right}";
+         "tr.diff td{background:#fff3c4}td.num{text-align:right}td.outlier{background:#ffd6d6}";
 }
 
 void ChartBox(std::ostringstream& out, const std::string& id, const std::string& svg, const std::string& note) {
@@ -194,6 +194,53 @@ void SummaryTable(std::ostringstream& out, const std::vector<RunData>& runs) {
         << "</td></tr>";
   }
   out << "</table>";
+}
+
+// Per run, each worker's statistics from the last step line that carries actor_stats
+// (learn/worker_stats.h) beside its accepted and forged submissions; a statistic flagged as an
+// outlier is marked. Nothing when no run carries actor_stats.
+void WorkerTable(std::ostringstream& out, const std::vector<RunData>& runs) {
+  static const char* const kStats[] = {"reward_mean", "zero_spread_frac", "length_mean", "gap_mean"};
+  bool header = false;
+  for (const RunData& run : runs) {
+    const StepRecord* carrier = nullptr;
+    for (const StepRecord& r : run.steps)
+      if (r.actor_stats.is_object() && !r.actor_stats.empty()) carrier = &r;
+    if (carrier == nullptr) continue;
+    if (!header) {
+      out << "<table id=\"workers\"><tr><th>run</th><th>worker</th><th>groups</th><th>accepted</th><th>forged</th>"
+             "<th>reward mean</th><th>zero-spread share</th><th>length mean</th><th>log-prob gap mean</th></tr>";
+      header = true;
+    }
+    const StepRecord& last = run.steps.back();
+    for (const auto& [worker, row] : carrier->actor_stats.items()) {
+      if (!row.is_object()) continue;
+      auto number = [&](const char* key) {
+        auto it = row.find(key);
+        return it != row.end() && it->is_number() ? it->get<double>() : kMissing;
+      };
+      auto count = [&](const std::map<std::string, int64_t>& m) {
+        auto it = m.find(worker);
+        return it == m.end() ? kMissing : static_cast<double>(it->second);
+      };
+      std::set<std::string> flagged;
+      if (auto it = row.find("outlier"); it != row.end() && it->is_array())
+        for (const auto& f : *it)
+          if (f.is_string()) flagged.insert(f.get<std::string>());
+      out << "<tr><td>" << XmlEscape(run.label) << "</td><td>" << XmlEscape(worker) << "</td><td class=\"num\">"
+          << Fixed(number("groups"), 0) << "</td><td class=\"num\">" << Fixed(count(last.actor_groups), 0)
+          << "</td><td class=\"num\">" << Fixed(count(last.actor_forged), 0) << "</td>";
+      for (const char* stat : kStats)
+        out << "<td class=\"num" << (flagged.count(stat) ? " outlier" : "") << "\">"
+            << Fixed(number(stat), stat == std::string("gap_mean") ? 4 : 3) << (flagged.count(stat) ? " (outlier)" : "")
+            << "</td>";
+      out << "</tr>";
+    }
+  }
+  if (header)
+    out << "</table><p class=\"note\">Per worker over the learner process's life, from the last step line that "
+           "carries actor_stats; a statistic the learner found far from the fleet's median (in robust "
+           "deviations) is marked as an outlier: a reason to look at the worker, not a verdict.</p>";
 }
 
 void ConfigTable(std::ostringstream& out, const std::vector<RunData>& runs) {
@@ -442,7 +489,9 @@ std::string RenderReport(const std::vector<RunData>& runs) {
     if (mean.DataBars() > 0) ChartBox(out, "actor-mean", mean.Render(), "");
   }
   emit("broadcast");
-  out << "</div><h2>Configuration</h2>";
+  out << "</div>";
+  WorkerTable(out, runs);
+  out << "<h2>Configuration</h2>";
   ConfigTable(out, runs);
   out << "</body></html>\n";
   return out.str();

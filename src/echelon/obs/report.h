@@ -16,8 +16,9 @@
 //   warm-start event's wall_s), so runs with different warm-starts line up.
 // A chart whose data no run carries is replaced by a note saying what is missing, so every
 // <svg class="chart"> in the file has at least one class="data" mark with finite coordinates.
-// Tables: a per-run summary (final numbers) and the config of every run side by side, with
-// the keys whose values differ between runs marked.
+// Tables: a per-run summary (final numbers); each worker's statistics (from the last line
+// carrying "actor_stats", beside its accepted and forged counts, outlier flags marked); and the
+// config of every run side by side, with the keys whose values differ between runs marked.
 //
 // Thread contract: free functions over values; no shared state.
 #pragma once

@@ -170,6 +170,29 @@ TEST(RenderReportTest, ConfigTableMarksDifferingKeys) {
   EXPECT_EQ(Count(html, "<tr><td>seed</td><td>1</td><td>1</td></tr>"), 1u);
 }
 
+// The per-worker statistics the learner logs (actor_stats) are a table beside each worker's
+// accepted and forged counts, taken from the last line that carries them, flagged statistics
+// marked; a run without them has no table.
+TEST(RenderReportTest, WorkerStatisticsTableShowsOutliers) {
+  std::vector<RunData> runs = {MakeRun("a", 4, true, false), MakeRun("b", 4, false, false)};
+  runs[0].steps[1].actor_stats = nlohmann::json::parse(R"({"actor-0": {"groups": 1, "reward_mean": 0.1}})");
+  runs[0].steps[2].actor_stats = nlohmann::json::parse(
+      R"({"actor-0": {"groups": 20, "reward_mean": 0.25, "zero_spread_frac": 0.5, "length_mean": 31.5, "gap_mean": 0.0012},
+          "actor-1": {"groups": 18, "reward_mean": 0.95, "zero_spread_frac": 0.1, "length_mean": 30, "gap_mean": 0.001,
+                      "outlier": ["reward_mean"]}})");
+  runs[0].steps.back().actor_forged = {{"actor-1", 2}};
+  const std::string html = RenderReport(runs);
+  EXPECT_EQ(Count(html, "<table id=\"workers\">"), 1u);
+  EXPECT_EQ(Count(html, "<tr><td>a</td><td>actor-0</td><td class=\"num\">20</td><td class=\"num\">8</td>"
+                        "<td class=\"num\">&ndash;</td><td class=\"num\">0.250</td>"),
+            1u)
+      << html;
+  EXPECT_EQ(Count(html, "<td class=\"num outlier\">0.950 (outlier)</td>"), 1u);
+  EXPECT_EQ(Count(html, "<td class=\"num\">2</td><td class=\"num outlier\">"), 1u);  // actor-1's forged count
+  EXPECT_EQ(Count(html, "<td>b</td><td>actor-"), 0u);
+  EXPECT_EQ(Count(RenderReport({MakeRun("b", 4, false, false)}), "id=\"workers\""), 0u);
+}
+
 // Three seeds of S = 64 and one of S = 0: the seeds of a setting become one series, the mean
 // with a min .. max band, at the updates every seed evaluated, drawn at the mean RL seconds.
 TEST(SeedBandsTest, SettingsRunWithSeveralSeedsAreDrawnAsMeanAndBand) {
