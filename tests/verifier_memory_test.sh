@@ -5,12 +5,14 @@
 # files in RUN_DIR/verifier. Two runs of the same job, S = 8 and a snapshot every update, one
 # with the default (0 MB: older snapshots on disk) and one keeping them all in memory: the
 # learner's peak resident set (VmHWM, learner_peak_rss_mb) is lower by at least half of the
-# 8 snapshots' bytes, and the run leaves no snapshot file behind.
+# 8 snapshots' bytes and within 20% of what the learner memory model says the older snapshots
+# take (`echelon plan --learner-memory`), and the run leaves no snapshot file behind.
 # Usage: tests/verifier_memory_test.sh path/to/echelon
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
+PRICES=$(realpath "$(dirname "$0")/../data/prices.yaml")
 enter_workdir
 command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
 
@@ -31,6 +33,11 @@ want=$(jq -n "$S * $snapshot / 2 / 1048576")
 echo "peak resident set: $in_ram MB with every snapshot in memory, $on_disk MB with the older ones on disk" \
   "(saved $saved MB; $S snapshots of $((snapshot / 1048576)) MB)"
 check "older snapshots on disk save at least half of $S snapshots ($saved >= $want MB)" jq -ne "$saved >= $want" > /dev/null
+"$ECHELON" plan --learner-memory run-0/checkpoints/final --staleness $S --verify-memory-mb -1 --prices "$PRICES" > plan.out 2> plan.err
+model=$(sed -n 's/.*older snapshots \([0-9.]*\) MiB in RAM.*/\1/p' plan.out)
+echo "the memory model's older snapshots in RAM: ${model:-?} MiB; measured saving $saved MB"
+check "the memory model's older snapshots within 20% of the measured saving" \
+  jq -ne "${model:-0} > 0 and ($saved - ${model:-0} | fabs) <= 0.2 * ${model:-0}" > /dev/null
 check "the run leaves no verifier snapshot behind" test -z "$(ls run-0/verifier 2> /dev/null)"
 [ "$fails" -eq 0 ] || tail -n 5 train-0.err train-100000.err
 finish

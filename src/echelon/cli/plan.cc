@@ -59,6 +59,8 @@ struct PlanArgs {
   std::string prices = "data/prices.yaml";
   // Reasoning lengths: the DAPO recipes' 4k-20k responses and Qwen3's 32k context.
   std::vector<int64_t> micro_batch_tokens = {4096, 10240, 20480, 32768};
+  int64_t staleness = 2;         // the verifier's window (rl.staleness)
+  int64_t verify_memory_mb = 0;  // rollout.verify_memory_mb; -1: every snapshot in RAM
 };
 
 // `--learner-memory MODEL`: the learner's bytes per rank for set-ups of ranks, shard mode and
@@ -114,6 +116,8 @@ int RunLearnerMemory(const PlanArgs& args) {
   std::cout << "weights, grads, adamw: held between updates (as Learner keeps them); gathered: the most one rank "
                "holds gathered at once under shard params; activ.: an estimate of one micro-batch's; lora: the "
                "rank of adapters (learner.lora) on every projection that takes one, the base frozen\n";
+  std::cout << learn::VerifierMemoryLine(c, args.staleness,
+                                         args.verify_memory_mb < 0 ? -1.0 : args.verify_memory_mb * 1048576.0);
   return 0;
 }
 
@@ -189,6 +193,13 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "with --learner-memory: tokens of one forward/backward, a comma list (default 4096,10240,20480,32768)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--staleness", args->staleness,
+                  "with --learner-memory: rl.staleness, the snapshots the behaviour verifier keeps (default 2)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--verify-memory-mb", args->verify_memory_mb,
+                  "with --learner-memory: rollout.verify_memory_mb, older snapshots the verifier keeps in RAM "
+                  "(default 0; -1: all of them)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   cmd->add_option("--config-keys", args->config_keys, "print the config's keys as text or markdown, and exit")
       ->check(CLI::IsMember({"text", "markdown"}));
   cmd->footer("Config keys:\n" + plan::PlanConfigKeys().Describe());

@@ -39,6 +39,16 @@ std::string Gib(double bytes) {
   return buf;
 }
 
+// Bytes with a unit: MiB below a GiB, so a small model's terms are not all "0.0".
+std::string Bytes(double bytes) {
+  char buf[32];
+  if (bytes < kGiB)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / kGiB);
+  return buf;
+}
+
 }  // namespace
 
 int64_t LoraParameters(const model::ModelConfig& c, const model::LoraConfig& lora) {
@@ -119,6 +129,33 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
   const double head = setup.lora.on() ? 0 : 4 * vocab * c.hidden_size;
   m.activations += std::max(4.0 * 4 * model::kTileElements, chunk * (4 + 4 + d) + head);
   return m;
+}
+
+VerifierMemory EstimateVerifierMemory(const model::ModelConfig& c, int64_t window, double memory_bytes) {
+  VerifierMemory m;
+  const double adapters = static_cast<double>(LoraParameters(c, c.lora));
+  m.model = (static_cast<double>(c.NumParameters()) + adapters) * 4;
+  const double snapshot = c.lora.on() ? adapters * 4 : m.model;
+  if (c.lora.on()) m.base = m.model;  // the base snapshot is the whole storage state
+  m.newest = snapshot;
+  const double older = static_cast<double>(std::max<int64_t>(window, 0)) * snapshot;
+  // Whole snapshots stay in RAM while they fit the budget (BehaviourVerifier::Remember).
+  const double fit = memory_bytes < 0 ? older : std::min(older, std::floor(memory_bytes / snapshot) * snapshot);
+  m.older = fit;
+  m.on_disk = older - fit;
+  return m;
+}
+
+std::string VerifierMemoryLine(const model::ModelConfig& c, int64_t window, double memory_bytes) {
+  const VerifierMemory m = EstimateVerifierMemory(c, window, memory_bytes);
+  std::ostringstream out;
+  out << "verifier, rank 0's host memory, rl.staleness " << window << ", rollout.verify_memory_mb "
+      << (memory_bytes < 0 ? std::string("unbounded") : std::to_string(static_cast<int64_t>(memory_bytes / (1 << 20))))
+      << ": model copy " << Bytes(m.model);
+  if (m.base > 0) out << ", LoRA base " << Bytes(m.base);
+  out << ", newest snapshot " << Bytes(m.newest) << " (the publisher's), older snapshots " << Bytes(m.older)
+      << " in RAM + " << Bytes(m.on_disk) << " on disk; in RAM " << Bytes(m.ram()) << "\n";
+  return out.str();
 }
 
 std::string LearnerMemoryTable(const model::ModelConfig& c, const std::vector<LearnerSetup>& setups,

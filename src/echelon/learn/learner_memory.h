@@ -27,6 +27,12 @@
 // of logits with the head's fp32 gradient. bench/long_sequence.sh checks the estimate against
 // the measured peak resident set on the CPU.
 //
+// The behaviour verifier (learn/behaviour_verifier.h) lives in the host memory of rank 0, beside
+// the training state: its own fp32 model copy, the newest snapshot (the publisher's, shared)
+// and the older ones of the staleness window, in RAM up to rollout.verify_memory_mb and the rest
+// memory-mapped files. EstimateVerifierMemory counts them; tests/verifier_memory_test.sh checks
+// the older snapshots' term against the peak resident set two runs measure.
+//
 // Thread contract: pure functions.
 #pragma once
 
@@ -61,12 +67,29 @@ struct LearnerMemory {
 };
 
 LearnerMemory EstimateLearnerMemory(const model::ModelConfig& model, const LearnerSetup& setup);
+
+struct VerifierMemory {
+  double model = 0;     // its own fp32 copy of the model, on the CPU
+  double base = 0;      // LoRA: the frozen base snapshot, held once
+  double newest = 0;    // the newest snapshot (shared with the publisher)
+  double older = 0;     // older snapshots of the window kept in RAM
+  double on_disk = 0;   // older snapshots written to RUN_DIR/verifier and memory-mapped when checked
+  double ram() const { return model + base + newest + older; }
+};
+
+// `window`: rl.staleness (the snapshots kept besides the newest; rl.staleness_max under auto);
+// `memory_bytes`: rollout.verify_memory_mb in bytes, or < 0 for every snapshot in RAM.
+// Snapshots hold the storage weights in fp32 (the adapters alone under LoRA).
+VerifierMemory EstimateVerifierMemory(const model::ModelConfig& model, int64_t window, double memory_bytes);
 // Parameters of `lora`'s adapters on `model` (rank x (in + out) per adapted projection).
 int64_t LoraParameters(const model::ModelConfig& model, const model::LoraConfig& lora);
 
 // One line per set-up: ranks, precision, shard, checkpointing, LoRA rank, micro-batch tokens, the
 // terms in GiB and whether the total fits `gpu_gib` with `headroom` (fraction kept free for the
 // allocator and CUDA context).
+// One line: the verifier's terms in GiB for `window` and `memory_bytes`.
+std::string VerifierMemoryLine(const model::ModelConfig& model, int64_t window, double memory_bytes);
+
 std::string LearnerMemoryTable(const model::ModelConfig& model, const std::vector<LearnerSetup>& setups,
                                const std::vector<std::pair<std::string, double>>& gpus, double headroom = 0.1);
 

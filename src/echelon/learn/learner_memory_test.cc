@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 
+#include "echelon/learn/snapshot_publisher.h"
 #include "echelon/learn/testing.h"
 
 namespace echelon::learn {
@@ -125,6 +127,38 @@ TEST(LearnerMemory, HeadlineModelShardedOverFourRanks) {
   EXPECT_NEAR(a32 - a16, 2 * (a16 - a8), 1e-6 * a32);
   s.lora = {16, 32, {"q_proj", "k_proj", "v_proj", "o_proj"}};
   EXPECT_LT(EstimateLearnerMemory(c, s).total(), 0.9 * 141e9);
+}
+
+// Tensor bytes of a safetensors file (its size less the length and the JSON header).
+double Payload(const std::string& file) {
+  uint64_t header = 0;
+  std::memcpy(&header, file.data(), 8);  // little-endian, as on every host this runs on
+  return static_cast<double>(file.size() - 8 - header);
+}
+
+// The verifier's terms are the tensor bytes of a published snapshot and of its model copy,
+// whole or LoRA; older snapshots fill rollout.verify_memory_mb whole, the rest go to
+// disk. (tests/verifier_memory_test.sh checks the older snapshots' term against peak RSS.)
+TEST(VerifierMemory, SnapshotsAsPublishedAndTheBudgetFilledWhole) {
+  for (bool lora : {false, true}) {
+    model::ModelConfig c = TinyConfig();
+    if (lora) c.lora = {4, 8, {"q_proj", "v_proj"}};
+    model::Qwen3Model m(c);
+    Result<std::shared_ptr<const std::string>> base = MakeBase(m);
+    ASSERT_TRUE(base.ok());
+    Result<contract::Snapshot> snap = MakeSnapshot(m, 1, lora ? base.value() : nullptr);
+    ASSERT_TRUE(snap.ok()) << snap.status().message();
+    const VerifierMemory v = EstimateVerifierMemory(c, 8, 0);
+    EXPECT_EQ(v.newest, Payload(*snap->weights)) << "lora " << lora;
+    EXPECT_EQ(v.older, 0);
+    EXPECT_EQ(v.on_disk, 8 * v.newest);
+    EXPECT_EQ(v.model, Payload(*base.value()));  // every parameter, adapters included
+    EXPECT_EQ(v.base, lora ? v.model : 0);
+    const VerifierMemory budget = EstimateVerifierMemory(c, 8, 3.5 * v.newest);
+    EXPECT_EQ(budget.older, 3 * v.newest);
+    EXPECT_EQ(budget.on_disk, 5 * v.newest);
+    EXPECT_EQ(EstimateVerifierMemory(c, 8, -1).older, 8 * v.newest);
+  }
 }
 
 }  // namespace
