@@ -19,7 +19,8 @@
 # held at most rollout.max_leases_per_worker leases across its 12 names; the learner's peak
 # resident set once the ranged flood is over is printed; each worker with three strikes
 # quarantined, no honest one; caught / tried is printed per kind; the run completes, the final weights are finite, and held-out accuracy is not below
-# the warm-start's.
+# the warm-start's; it is printed beside that of an attack-free run of the same job and length
+# (the two honest actors alone).
 # Usage: tests/hostile_actor_test.sh path/to/echelon path/to/echelon_testkit
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -142,5 +143,21 @@ for name, t in header.items():
 print(bad)
 PY
 check "final weights finite" test "$(cat finite.out)" = 0
+
+# The same job without the attacker, for the held-out accuracy side by side.
+timeout 900 "$ECHELON" learner "$CONFIG" --listen 127.0.0.1:0 --token-file workers --out clean \
+  --set rl.steps=$STEPS --set eval.every=0 --set rollout.verify_fraction=0.15 --set rl.publish_period=2 \
+  --set rl.max_group_share=0.05 --set rollout.untrusted_workers=true > clean.out 2> clean.err &
+LEARNER=$!
+PIDS+=("$LEARNER")
+port=$(learner_port clean.out)
+for w in honest-0 honest-1; do
+  "$ECHELON" actor --learner "127.0.0.1:$port" --name $w --token-file $w.token > clean-$w.out 2> clean-$w.err &
+  PIDS+=("$!")
+done
+wait "$LEARNER"
+check "the attack-free run completes" test $? -eq 0
+clean_acc=$(grep '"event":"final"' clean/metrics.jsonl | jq .heldout_accuracy)
+echo "held-out accuracy after $STEPS updates: $acc with the attacker, ${clean_acc:-?} without (warm-start $warm)"
 [ "$fails" -eq 0 ] || { tail -n 5 learner.err hostile.err; }
 finish

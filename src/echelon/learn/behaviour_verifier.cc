@@ -83,6 +83,15 @@ void BehaviourVerifier::Remember(const contract::Snapshot& snapshot) {
   }
   stats_.resident_bytes = resident;
   stats_.spilled_bytes = spilled;
+  ViewNewestIfOnDisk();  // the string of a snapshot just written to disk is freed
+}
+
+void BehaviourVerifier::ViewNewestIfOnDisk() {
+  if (model_->config().lora.on() || loaded_ < 0) return;
+  auto it = kept_.find(loaded_);
+  if (it != kept_.end() && it->second.snapshot.weights) return;
+  if (Status st = Load(kept_.rbegin()->first); !st.ok())
+    spdlog::warn("the verifier's model could not view the newest snapshot: {}", st.message());
 }
 
 bool BehaviourVerifier::Drawn(const contract::GroupRollout& g) const {
@@ -98,6 +107,27 @@ Status BehaviourVerifier::Load(int64_t version) {
   if (loaded_ == version && snap.base == loaded_base_) return Status::Ok();
   const std::string where = "snapshot v" + std::to_string(version) + " (verifier)";
   loaded_ = -1;
+  if (!model_->config().lora.on()) {
+    std::shared_ptr<const void> holder;
+    std::string_view bytes;
+    if (snap.weights) {
+      holder = snap.weights;
+      bytes = *snap.weights;
+    } else {
+      ECHELON_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(kept.path));
+      auto mapped = std::make_shared<MappedFile>(std::move(file));
+      bytes = mapped->bytes();
+      holder = std::move(mapped);
+    }
+    const std::string source = snap.weights ? where : where + ", " + kept.path;
+    ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile f, model::ViewSafetensors(bytes, source));
+    if (!model::AdapterBase(f).empty()) return FailedPrecondition(source + ": LoRA adapters, but this run has no LoRA");
+    bound_.push_back(std::move(holder));
+    ECHELON_RETURN_IF_ERROR(model_->BindStateDict(f.tensors, source));
+    bound_.erase(bound_.begin(), bound_.end() - 1);  // no parameter views an older one now
+    loaded_ = version;
+    return Status::Ok();
+  }
   if (snap.base && snap.base != loaded_base_) {
     ECHELON_RETURN_IF_ERROR(model::LoadPolicyWeights(*model_, *snap.base, &base_sha_, where + " base"));
     loaded_base_ = snap.base;
@@ -126,6 +156,10 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
     return std::string();
   }
   at::NoGradGuard no_grad;
+  struct Unmap {  // however the check ends, a snapshot from disk stays mapped no longer
+    BehaviourVerifier* v;
+    ~Unmap() { v->ViewNewestIfOnDisk(); }
+  } unmap{this};
   double sum = 0;
   double token_gap = 0;  // the largest of any one token's
   int64_t n = 0;

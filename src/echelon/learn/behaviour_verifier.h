@@ -30,6 +30,10 @@
 // older ones within `memory_bytes` stay in RAM; the others are written to spill_dir (owner-only
 // files, deleted as they leave the window) and memory-mapped when a check needs them, so a run
 // with a large staleness bound holds S snapshots on disk instead of in the learner's memory.
+// The verifier's model holds no weights of its own: its parameters are views of the checked
+// version's snapshot (Qwen3ModelImpl::BindStateDict), in memory or mapped, whose pages are read
+// layer by layer as the forward reaches them; a mapped one only while its check runs. (Under
+// LoRA the adapters are copied over a base copy: an adapter snapshot is small.)
 //
 // The tolerance must cover honest differences: an actor on the learner's engine and dtype
 // matches within 1e-5 (a run of the default job: 1.05e-6 at most); a bf16 inference server
@@ -45,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "echelon/common/run_secret.h"
 #include "echelon/common/status.h"
@@ -100,8 +105,13 @@ class BehaviourVerifier {
 
  private:
   bool Drawn(const contract::GroupRollout& g) const;
-  // Puts `version`'s weights (a kept snapshot) into model_.
+  // Puts `version`'s weights (a kept snapshot) into model_: bound to the snapshot's bytes in
+  // memory or its mapped file (no copy), or under LoRA copied over the base.
   Status Load(int64_t version);
+  // Without LoRA, when model_ views a snapshot that is not in memory (a mapped file, or a string
+  // just written to disk and dropped), has it view the newest instead, so that nothing but a
+  // running check keeps a spilled snapshot's pages resident.
+  void ViewNewestIfOnDisk();
   // The largest miss of the tokens at `positions` of `turn`, drawn as row `row` of a Sample call
   // with `seed`, whose final hidden states `hidden` [len, H] the loaded model gave; counts into
   // stats_.
@@ -115,6 +125,10 @@ class BehaviourVerifier {
   int64_t loaded_ = -1;  // the version model_ holds
   std::shared_ptr<const std::string> loaded_base_;  // and its LoRA base (contract::Snapshot::base)
   std::string base_sha_;
+  // What model_'s parameters are views of, without LoRA: the snapshot's bytes in memory (the
+  // publisher's) or its MappedFile; the last one, and any before it until a bind succeeds (a
+  // bind that failed part-way leaves some parameters viewing the previous one).
+  std::vector<std::shared_ptr<const void>> bound_;
   // A kept version: its snapshot, whose weights are null once written to `path`.
   struct Kept {
     contract::Snapshot snapshot;

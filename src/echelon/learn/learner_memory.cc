@@ -134,15 +134,16 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
 VerifierMemory EstimateVerifierMemory(const model::ModelConfig& c, int64_t window, double memory_bytes) {
   VerifierMemory m;
   const double adapters = static_cast<double>(LoraParameters(c, c.lora));
-  m.model = (static_cast<double>(c.NumParameters()) + adapters) * 4;
-  const double snapshot = c.lora.on() ? adapters * 4 : m.model;
-  if (c.lora.on()) m.base = m.model;  // the base snapshot is the whole storage state
+  const double whole = (static_cast<double>(c.NumParameters()) + adapters) * 4;
+  const double snapshot = c.lora.on() ? adapters * 4 : whole;
+  if (c.lora.on()) m.model = m.base = whole;  // the base snapshot is the whole storage state
   m.newest = snapshot;
   const double older = static_cast<double>(std::max<int64_t>(window, 0)) * snapshot;
   // Whole snapshots stay in RAM while they fit the budget (BehaviourVerifier::Remember).
   const double fit = memory_bytes < 0 ? older : std::min(older, std::floor(memory_bytes / snapshot) * snapshot);
   m.older = fit;
   m.on_disk = older - fit;
+  if (m.on_disk > 0) m.mapped = snapshot;
   return m;
 }
 
@@ -151,10 +152,11 @@ std::string VerifierMemoryLine(const model::ModelConfig& c, int64_t window, doub
   std::ostringstream out;
   out << "verifier, rank 0's host memory, rl.staleness " << window << ", rollout.verify_memory_mb "
       << (memory_bytes < 0 ? std::string("unbounded") : std::to_string(static_cast<int64_t>(memory_bytes / (1 << 20))))
-      << ": model copy " << Bytes(m.model);
-  if (m.base > 0) out << ", LoRA base " << Bytes(m.base);
-  out << ", newest snapshot " << Bytes(m.newest) << " (the publisher's), older snapshots " << Bytes(m.older)
-      << " in RAM + " << Bytes(m.on_disk) << " on disk; in RAM " << Bytes(m.ram()) << "\n";
+      << ": ";
+  if (m.model > 0) out << "model copy " << Bytes(m.model) << ", LoRA base " << Bytes(m.base) << ", ";
+  out << "newest snapshot " << Bytes(m.newest) << " (the publisher's), older snapshots " << Bytes(m.older)
+      << " in RAM + " << Bytes(m.on_disk) << " on disk (" << Bytes(m.mapped) << " mapped); in RAM " << Bytes(m.ram())
+      << "\n";
   return out.str();
 }
 

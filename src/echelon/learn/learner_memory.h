@@ -28,10 +28,13 @@
 // the measured peak resident set on the CPU.
 //
 // The behaviour verifier (learn/behaviour_verifier.h) lives in the host memory of rank 0, beside
-// the training state: its own fp32 model copy, the newest snapshot (the publisher's, shared)
-// and the older ones of the staleness window, in RAM up to rollout.verify_memory_mb and the rest
-// memory-mapped files. EstimateVerifierMemory counts them; tests/verifier_memory_test.sh checks
-// the older snapshots' term against the peak resident set two runs measure.
+// the training state: the newest snapshot (the publisher's, shared) and the older ones of the
+// staleness window, in RAM up to rollout.verify_memory_mb and the rest memory-mapped files, one
+// of which is mapped while a check of its version runs. Its model holds no weights of its own (its parameters
+// view the checked snapshot), except under LoRA: a copy of the base with the adapters.
+// EstimateVerifierMemory counts them; tests/verifier_memory_test.sh checks the difference
+// between all snapshots in RAM and the older ones on disk against the peak resident set of two
+// runs.
 //
 // Thread contract: pure functions.
 #pragma once
@@ -69,12 +72,13 @@ struct LearnerMemory {
 LearnerMemory EstimateLearnerMemory(const model::ModelConfig& model, const LearnerSetup& setup);
 
 struct VerifierMemory {
-  double model = 0;     // its own fp32 copy of the model, on the CPU
+  double model = 0;     // LoRA: the model's own fp32 copy (base and adapters); else none
   double base = 0;      // LoRA: the frozen base snapshot, held once
   double newest = 0;    // the newest snapshot (shared with the publisher)
   double older = 0;     // older snapshots of the window kept in RAM
+  double mapped = 0;    // a snapshot from disk while its check runs (its pages resident once read)
   double on_disk = 0;   // older snapshots written to RUN_DIR/verifier and memory-mapped when checked
-  double ram() const { return model + base + newest + older; }
+  double ram() const { return model + base + newest + older + mapped; }
 };
 
 // `window`: rl.staleness (the snapshots kept besides the newest; rl.staleness_max under auto);

@@ -136,8 +136,8 @@ double Payload(const std::string& file) {
   return static_cast<double>(file.size() - 8 - header);
 }
 
-// The verifier's terms are the tensor bytes of a published snapshot and of its model copy,
-// whole or LoRA; older snapshots fill rollout.verify_memory_mb whole, the rest go to
+// The verifier's terms are the tensor bytes of a published snapshot and (LoRA) of its model
+// copy; older snapshots fill rollout.verify_memory_mb whole, the rest go to
 // disk. (tests/verifier_memory_test.sh checks the older snapshots' term against peak RSS.)
 TEST(VerifierMemory, SnapshotsAsPublishedAndTheBudgetFilledWhole) {
   for (bool lora : {false, true}) {
@@ -152,12 +152,15 @@ TEST(VerifierMemory, SnapshotsAsPublishedAndTheBudgetFilledWhole) {
     EXPECT_EQ(v.newest, Payload(*snap->weights)) << "lora " << lora;
     EXPECT_EQ(v.older, 0);
     EXPECT_EQ(v.on_disk, 8 * v.newest);
-    EXPECT_EQ(v.model, Payload(*base.value()));  // every parameter, adapters included
-    EXPECT_EQ(v.base, lora ? v.model : 0);
+    EXPECT_EQ(v.mapped, v.newest);  // one from disk while its check runs
+    // No weights of its own but under LoRA: every parameter, adapters included.
+    EXPECT_EQ(v.model, lora ? Payload(*base.value()) : 0);
+    EXPECT_EQ(v.base, v.model);
     const VerifierMemory budget = EstimateVerifierMemory(c, 8, 3.5 * v.newest);
     EXPECT_EQ(budget.older, 3 * v.newest);
     EXPECT_EQ(budget.on_disk, 5 * v.newest);
     EXPECT_EQ(EstimateVerifierMemory(c, 8, -1).older, 8 * v.newest);
+    EXPECT_EQ(EstimateVerifierMemory(c, 8, -1).mapped, 0);
   }
 }
 

@@ -70,11 +70,10 @@ std::string ShapeString(at::IntArrayRef shape) {
   return os.str();
 }
 
-// Copies `weights` into `targets` by name (converting dtype and device): every target must be
-// there, floating-point and of its shape, and no other name but `ignored`. Everything is checked
-// before anything is copied, so bad input leaves the model unchanged.
-Status CopyInto(const std::map<std::string, at::Tensor>& targets, const std::map<std::string, at::Tensor>& weights,
-                const std::string& where, const std::string& ignored) {
+// Checks `weights` against `targets` by name: every target there, floating-point and of its
+// shape, and no other name but `ignored`.
+Status CheckWeights(const std::map<std::string, at::Tensor>& targets, const std::map<std::string, at::Tensor>& weights,
+                    const std::string& where, const std::string& ignored) {
   for (const auto& [name, target] : targets) {
     auto it = weights.find(name);
     if (it == weights.end()) return NotFound(where + ": missing tensor " + name);
@@ -88,6 +87,14 @@ Status CopyInto(const std::map<std::string, at::Tensor>& targets, const std::map
     if (targets.count(name) > 0 || (!ignored.empty() && name == ignored)) continue;
     return InvalidArgument(where + ": unexpected tensor " + name + " (not a parameter of this config)");
   }
+  return Status::Ok();
+}
+
+// Copies `weights` into `targets` by name (converting dtype and device). Everything is checked
+// before anything is copied, so bad input leaves the model unchanged.
+Status CopyInto(const std::map<std::string, at::Tensor>& targets, const std::map<std::string, at::Tensor>& weights,
+                const std::string& where, const std::string& ignored) {
+  ECHELON_RETURN_IF_ERROR(CheckWeights(targets, weights, where, ignored));
   try {
     at::NoGradGuard no_grad;
     for (const auto& [name, target] : targets) {
@@ -572,6 +579,23 @@ Status Qwen3ModelImpl::LoadStateDict(const std::map<std::string, at::Tensor>& we
   std::map<std::string, at::Tensor> params;
   for (const auto& item : named_parameters(/*recurse=*/true)) params.emplace(item.key(), item.value());
   return CopyInto(params, weights, where, cfg_.tie_word_embeddings ? "lm_head.weight" : "");
+}
+
+Status Qwen3ModelImpl::BindStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where) {
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : named_parameters(/*recurse=*/true)) params.emplace(item.key(), item.value());
+  ECHELON_RETURN_IF_ERROR(CheckWeights(params, weights, where, cfg_.tie_word_embeddings ? "lm_head.weight" : ""));
+  try {
+    at::NoGradGuard no_grad;
+    for (auto& [name, p] : params) {
+      at::Tensor w = weights.at(name);
+      if (w.scalar_type() != p.scalar_type() || w.device() != p.device()) w = w.to(p.device(), p.scalar_type());
+      p.set_data(w);
+    }
+  } catch (const c10::Error& e) {
+    return Internal(where + ": binding weights failed: " + e.what_without_backtrace());
+  }
+  return Status::Ok();
 }
 
 void Qwen3ModelImpl::InitWeights(uint64_t seed) {

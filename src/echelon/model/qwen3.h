@@ -138,6 +138,11 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // Copies weights in; every parameter must be present with the right shape, and no extra
   // names (lm_head.weight is ignored when tied). Converts dtype and device.
   Status LoadStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where);
+  // The same checks, but each parameter becomes `weights`' tensor itself (converted only where
+  // its dtype or device differs): no copy of views (ViewSafetensors), which must outlive the
+  // binding. A bound model is for forward passes alone: nothing may write its parameters (no
+  // LoadStateDict, LoadAdapter or optimizer step) until every one is bound anew.
+  Status BindStateDict(const std::map<std::string, at::Tensor>& weights, const std::string& where);
   // Re-initialises weights (normal(0, 0.02), norms to 1; LoRA's A uniform in +-1/sqrt(in), as
   // PEFT's, and B zero) from a seed; deterministic.
   void InitWeights(uint64_t seed);

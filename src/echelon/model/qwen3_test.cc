@@ -581,5 +581,39 @@ TEST(ModelConfigTest, JsonRoundTripAndParameterCount) {
   EXPECT_EQ(c.NumParameters(), 23 * 32 + 2 * (4096 + 2048 + 32 + 4608 + 64) + 32);
 }
 
+// BindStateDict makes each parameter a view of the snapshot's bytes (no copy: the verifier's
+// model held a whole fp32 copy of every version it checked), gives the logits a copied load
+// gives, and refuses what LoadStateDict refuses, leaving the model as it was.
+TEST(Qwen3BindTest, ParametersViewTheBytesAndTheForwardMatchesACopy) {
+  for (bool tied : {false, true}) {
+    Qwen3Model source = TinyModel(tied, 7);
+    Result<std::string> bytes = SerializeSafetensors(source->StorageStateDict());
+    ASSERT_TRUE(bytes.ok());
+    Result<SafetensorsFile> view = ViewSafetensors(bytes.value(), "snapshot");
+    ASSERT_TRUE(view.ok()) << view.status().message();
+    Qwen3Model bound(TinyConfig(tied));
+    ASSERT_TRUE(bound->BindStateDict(view->tensors, "snapshot").ok());
+    const auto* begin = reinterpret_cast<const char*>(bytes->data());
+    for (const auto& p : bound->parameters()) {
+      const auto* at = static_cast<const char*>(p.data_ptr());
+      EXPECT_TRUE(at >= begin && at < begin + bytes->size()) << "a parameter was copied (tied " << tied << ")";
+    }
+    const at::Tensor ids = at::randint(23, {2, 5}, at::kLong);
+    at::NoGradGuard no_grad;
+    EXPECT_EQ(MaxDiff(bound->Forward(ids, Positions(2, 5), at::Tensor(), nullptr),
+                      source->Forward(ids, Positions(2, 5), at::Tensor(), nullptr)),
+              0);
+
+    std::map<std::string, at::Tensor> bad = view->tensors;
+    bad.begin()->second = at::zeros({3}, at::kFloat);
+    const at::Tensor before = bound->parameters()[0].clone();
+    Status st = bound->BindStateDict(bad, "bad snapshot");
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("bad snapshot: tensor " + bad.begin()->first + " has shape [3]"), std::string::npos)
+        << st.message();
+    EXPECT_TRUE(bound->parameters()[0].equal(before));
+  }
+}
+
 }  // namespace
 }  // namespace echelon::model

@@ -118,9 +118,14 @@ Result<std::map<std::string, std::string>> ParseMetadata(const json& m, const st
   return out;
 }
 
-Result<at::Tensor> MakeTensor(const Entry& e, const char* data, const std::string& where) {
-  at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
+Result<at::Tensor> MakeTensor(const Entry& e, const char* data, const std::string& where, bool view) {
   const size_t n = e.end - e.begin;
+  const auto address = reinterpret_cast<uintptr_t>(data + e.begin);
+  if (view && n > 0 && e.dtype->type != at::kBool && address % e.dtype->itemsize == 0) {
+    // Never written through: the bytes are the caller's (ViewSafetensors' contract).
+    return at::from_blob(const_cast<char*>(data + e.begin), e.shape, at::TensorOptions().dtype(e.dtype->type));
+  }
+  at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
   if (n > 0) std::memcpy(t.data_ptr(), data + e.begin, n);
   if (e.dtype->type == at::kBool) {
     // A bool byte other than 0/1 is undefined behaviour once read as bool.
@@ -132,9 +137,7 @@ Result<at::Tensor> MakeTensor(const Entry& e, const char* data, const std::strin
   return t;
 }
 
-}  // namespace
-
-Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& where) {
+Result<SafetensorsFile> Parse(std::string_view bytes, const std::string& where, bool view) {
   if (bytes.size() < 8) {
     return DataLoss(where + ": " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
   }
@@ -161,9 +164,19 @@ Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::stri
   ECHELON_RETURN_IF_ERROR(CheckLayout(&entries, data_size, where));
   const char* data = bytes.data() + 8 + n;
   for (const Entry& e : entries) {
-    ECHELON_ASSIGN_OR_RETURN(out.tensors[e.name], MakeTensor(e, data, where));
+    ECHELON_ASSIGN_OR_RETURN(out.tensors[e.name], MakeTensor(e, data, where, view));
   }
   return out;
+}
+
+}  // namespace
+
+Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& where) {
+  return Parse(bytes, where, /*view=*/false);
+}
+
+Result<SafetensorsFile> ViewSafetensors(std::string_view bytes, const std::string& where) {
+  return Parse(bytes, where, /*view=*/true);
 }
 
 Result<SafetensorsFile> ReadSafetensors(const std::string& path) {

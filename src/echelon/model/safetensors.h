@@ -28,6 +28,10 @@ struct SafetensorsFile {
 // Parses bytes already in memory; `where` names the source in errors. BF16 and F16 tensors
 // keep their dtype (the caller converts).
 Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& where);
+// The same without copying: each tensor is a view of `bytes` where its data is aligned to its
+// element size (a copy otherwise, and for BOOL). The views are valid while `bytes` lives and
+// must never be written (the bytes may be a read-only mapping or another owner's buffer).
+Result<SafetensorsFile> ViewSafetensors(std::string_view bytes, const std::string& where);
 Result<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 // Serialises tensors (F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL), names sorted.
