@@ -26,7 +26,10 @@ constexpr const char* kMasterFile = "master_weights.safetensors";
 nlohmann::json CountsToJson(const sched::DispatchCounts& c) {
   return {{"handed_out", c.handed_out}, {"consumed", c.consumed},       {"dropped_stale", c.dropped_stale},
           {"filtered", c.filtered},     {"reissued", c.reissued},       {"outstanding", c.outstanding},
-          {"pending", c.pending},       {"refused", c.refused},         {"awaiting_reissue", c.awaiting_reissue}};
+          {"pending", c.pending},       {"refused", c.refused},         {"awaiting_reissue", c.awaiting_reissue},
+          {"predicted_late", c.predicted_late},     {"tokens_consumed", c.tokens_consumed},
+          {"tokens_stale", c.tokens_stale},         {"tokens_filtered", c.tokens_filtered},
+          {"tokens_preempted", c.tokens_preempted}, {"tokens_refused", c.tokens_refused}};
 }
 
 // Reads typed fields of one JSON object, remembering the first problem.
@@ -147,7 +150,8 @@ nlohmann::json RunStateToJson(const RunState& s) {
             {"next_group", s.dispatcher.next_group},
             {"next_lease", s.dispatcher.next_lease},
             {"counts", CountsToJson(s.dispatcher.counts)},
-            {"unsettled", s.dispatcher.unsettled}}},
+            {"unsettled", s.dispatcher.unsettled},
+            {"drawn", s.dispatcher.drawn}}},
           {"refusals", s.refusals},
           {"accepted_tokens", s.accepted_tokens},
           {"actor_groups", s.actor_groups},
@@ -182,6 +186,7 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   s.dispatcher.next_group = d.Get<uint64_t>("next_group");
   s.dispatcher.next_lease = d.Get<uint64_t>("next_lease");
   s.dispatcher.unsettled = d.Get<std::vector<uint64_t>>("unsettled");
+  s.dispatcher.drawn = d.GetOr<std::vector<uint64_t>>("drawn", {});
   Reader c(d.Sub("counts"), where + " dispatcher.counts");
   sched::DispatchCounts& k = s.dispatcher.counts;
   k.handed_out = c.Get<uint64_t>("handed_out");
@@ -193,6 +198,13 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   k.pending = c.Get<uint64_t>("pending");
   k.refused = c.Get<uint64_t>("refused");
   k.awaiting_reissue = c.Get<uint64_t>("awaiting_reissue");
+  // Checkpoints from before deadline-aware dispatch lack these.
+  k.predicted_late = c.GetOr<uint64_t>("predicted_late", 0);
+  k.tokens_consumed = c.GetOr<uint64_t>("tokens_consumed", 0);
+  k.tokens_stale = c.GetOr<uint64_t>("tokens_stale", 0);
+  k.tokens_filtered = c.GetOr<uint64_t>("tokens_filtered", 0);
+  k.tokens_preempted = c.GetOr<uint64_t>("tokens_preempted", 0);
+  k.tokens_refused = c.GetOr<uint64_t>("tokens_refused", 0);
   for (const Reader* each : {&r, &d, &c}) ECHELON_RETURN_IF_ERROR(each->status());
   if (s.version < 0 || s.dispatcher.version != s.version)
     return DataLoss(where + ": learner version " + std::to_string(s.version) + " and dispatcher version " +

@@ -20,7 +20,13 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
     return std::nullopt;
   }
   WorkItem item;
-  if (!reissue_queue_.empty()) {
+  if (options_.lookahead > 0) {
+    std::optional<std::pair<uint64_t, bool>> chosen = ChooseLocked(worker);
+    if (!chosen) return std::nullopt;
+    item.group_id = chosen->first;
+    item.reissue = chosen->second;
+    if (!item.reissue) admitted_staleness_[item.group_id] = max_staleness_;
+  } else if (!reissue_queue_.empty()) {
     item.group_id = reissue_queue_.front();
     item.reissue = true;
     reissue_queue_.pop_front();
@@ -39,16 +45,22 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   return item;
 }
 
-SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor) {
+SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLeasesLocked();
+  // A count no group can hold is not counted (it comes from the worker).
+  if (tokens < 0 || (options_.max_group_tokens > 0 && tokens > options_.max_group_tokens)) tokens = 0;
   if (group_id >= next_group_) return RefuseLocked(SubmitResult::kUnknownGroup);
   auto run = running_.find(group_id);
   if (run != running_.end()) {
-    if (run->second.lease_id != lease_id) return RefuseLocked(SubmitResult::kNotLeaseHolder);
+    if (run->second.lease_id != lease_id) return RefuseLocked(SubmitResult::kNotLeaseHolder, tokens);
     if (run->second.actor != actor) return RefuseLocked(SubmitResult::kForeignLease);
+    if (tokens > 0)
+      forecast_.ObserveGroup(WorkerName(actor), PromptKey(group_id), static_cast<double>(tokens),
+                             clock_->Now() - run->second.handed_at);
     EndLeaseLocked(run);
     pending_[group_id] = lease_id;
+    pending_tokens_[group_id] = tokens;
     return SubmitResult::kAccepted;
   }
   // Not running: pending, settled, or waiting for re-issue. Only the lease that already
@@ -57,7 +69,7 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std:
   auto settled = settled_.find(group_id);
   const bool same_lease = (pending != pending_.end() && pending->second == lease_id) ||
                           (settled != settled_.end() && settled->second == lease_id);
-  return RefuseLocked(same_lease ? SubmitResult::kAlreadySettled : SubmitResult::kNotLeaseHolder);
+  return same_lease ? RefuseLocked(SubmitResult::kAlreadySettled) : RefuseLocked(SubmitResult::kNotLeaseHolder, tokens);
 }
 
 bool Dispatcher::Renew(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens) {
@@ -78,6 +90,8 @@ bool Dispatcher::Renew(uint64_t group_id, uint64_t lease_id, const std::string& 
 void Dispatcher::Reissue(uint64_t group_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_.erase(group_id) == 0) return;
+  counts_.tokens_refused += static_cast<uint64_t>(pending_tokens_[group_id]);
+  pending_tokens_.erase(group_id);
   reissue_queue_.push_back(group_id);
   ++counts_.reissued;
 }
@@ -89,10 +103,12 @@ void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {
   settled_[group_id] = it->second;
   pending_.erase(it);
   admitted_staleness_.erase(group_id);
+  const auto tokens = static_cast<uint64_t>(pending_tokens_[group_id]);
+  pending_tokens_.erase(group_id);
   switch (outcome) {
-    case Outcome::kConsumed: ++counts_.consumed; break;
-    case Outcome::kDroppedStale: ++counts_.dropped_stale; break;
-    case Outcome::kFiltered: ++counts_.filtered; break;
+    case Outcome::kConsumed: ++counts_.consumed, counts_.tokens_consumed += tokens; break;
+    case Outcome::kDroppedStale: ++counts_.dropped_stale, counts_.tokens_stale += tokens; break;
+    case Outcome::kFiltered: ++counts_.filtered, counts_.tokens_filtered += tokens; break;
   }
 }
 
@@ -118,7 +134,50 @@ int Dispatcher::ExpireLeases() {
 
 void Dispatcher::SetVersion(int64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (version > version_) forecast_.ObserveVersion(version, clock_->Now());
   version_ = std::max(version_, version);
+}
+
+std::optional<double> Dispatcher::PredictSeconds(const std::string& actor, uint64_t group_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return forecast_.GroupSeconds(WorkerName(actor), PromptKey(group_id));
+}
+
+uint64_t Dispatcher::PromptKey(uint64_t group_id) const {
+  return options_.prompt_key ? options_.prompt_key(group_id) : group_id;
+}
+
+std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::string& worker) {
+  const bool admit = CapacityLocked() > 0;
+  while (admit && static_cast<int64_t>(drawn_.size()) < options_.lookahead) drawn_.push_back(next_group_++);
+  // Candidates in order of waiting: re-issues (no admission needed), then the drawn ones.
+  std::vector<std::pair<uint64_t, bool>> candidates;
+  for (uint64_t g : reissue_queue_) candidates.emplace_back(g, true);
+  if (admit)
+    for (uint64_t g : drawn_) candidates.emplace_back(g, false);
+  if (candidates.empty()) return std::nullopt;
+  std::optional<size_t> best;
+  double best_slack = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const uint64_t g = candidates[i].first;
+    if (passed_over_[g] >= kMaxPassOvers) {  // waited long enough: this worker takes it
+      best = i;
+      break;
+    }
+    const double slack = forecast_.Slack(worker, PromptKey(g), max_staleness_);
+    if (slack >= 0 && (!best || slack < best_slack)) best = i, best_slack = slack;
+  }
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (!best || i < *best) ++passed_over_[candidates[i].first];
+  if (!best) {
+    ++counts_.predicted_late;
+    return std::nullopt;
+  }
+  const auto [group, reissue] = candidates[*best];
+  passed_over_.erase(group);
+  std::deque<uint64_t>& from = reissue ? reissue_queue_ : drawn_;
+  from.erase(std::find(from.begin(), from.end(), group));
+  return candidates[*best];
 }
 
 int64_t Dispatcher::version() const {
@@ -172,17 +231,19 @@ DispatcherState Dispatcher::Export() const {
   s.counts.outstanding = running_.size();
   s.counts.pending = pending_.size();
   s.counts.awaiting_reissue = reissue_queue_.size();
+  s.drawn.assign(drawn_.begin(), drawn_.end());
   return s;
 }
 
 Status Dispatcher::Restore(const DispatcherState& state, uint64_t lease_base) {
   std::vector<uint64_t> seen = state.unsettled;
+  seen.insert(seen.end(), state.drawn.begin(), state.drawn.end());
   std::sort(seen.begin(), seen.end());
   if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
-    return DataLoss("dispatcher state lists a group twice among unsettled groups");
+    return DataLoss("dispatcher state lists a group twice among unsettled and drawn groups");
   if (!seen.empty() && seen.back() >= state.next_group)
     return DataLoss("dispatcher state lists group " + std::to_string(seen.back()) +
-                    " as unsettled but only " + std::to_string(state.next_group) + " were ever handed out");
+                    " as unsettled or drawn but only " + std::to_string(state.next_group) + " were ever drawn");
   if (state.version < 0) return DataLoss("dispatcher state has a negative version");
   const DispatchCounts& c = state.counts;
   // Every hand-out ended (consumed, dropped, filtered, re-issued) or is one of the unsettled
@@ -200,8 +261,11 @@ Status Dispatcher::Restore(const DispatcherState& state, uint64_t lease_base) {
   running_.clear();
   worker_leases_.clear();
   pending_.clear();
+  pending_tokens_.clear();
   settled_.clear();
+  passed_over_.clear();
   reissue_queue_.assign(state.unsettled.begin(), state.unsettled.end());
+  drawn_.assign(state.drawn.begin(), state.drawn.end());
   return Status::Ok();
 }
 
@@ -248,13 +312,15 @@ std::set<std::string> Dispatcher::capped_workers() const {
 }
 
 void Dispatcher::ReissueLocked(std::map<uint64_t, Lease>::iterator it) {
+  counts_.tokens_preempted += static_cast<uint64_t>(it->second.tokens);
   reissue_queue_.push_back(it->first);
   EndLeaseLocked(it);
   ++counts_.reissued;
 }
 
-SubmitResult Dispatcher::RefuseLocked(SubmitResult why) {
+SubmitResult Dispatcher::RefuseLocked(SubmitResult why, int64_t tokens) {
   ++counts_.refused;
+  counts_.tokens_refused += static_cast<uint64_t>(tokens);
   return why;
 }
 

@@ -32,6 +32,18 @@
 //   handed_out == consumed + dropped_stale + filtered + reissued + outstanding + pending
 // Dropped and filtered groups free their admission slot, so more prompts are drawn in their place.
 //
+// Deadline-aware dispatch (lookahead > 0): instead of the next group in line, a worker gets the
+// waiting group it is predicted to return before the learner would drop it as stale with the
+// least time to spare (sched/completion_forecast.h: the worker's measured rate, the prompt's
+// measured length, the learner's seconds per update), so long prompts go to fast workers and
+// short ones to slow ones. The waiting groups are those queued for re-issue and up to
+// `lookahead` new ones drawn ahead (ids taken in order, handed out in any order; a new one
+// still needs admission). A worker for whom no waiting group fits gets nothing
+// (counts().predicted_late); a group passed over kMaxPassOvers times goes to the next worker
+// that asks. Where nothing is known yet the order is first come, first served, as with
+// lookahead 0. Submit's `tokens` (the group's completion tokens) and SetVersion feed the
+// forecast; they also count the tokens consumed and wasted, by cause.
+//
 //   Dispatcher d({.max_staleness = 2, .batch_groups = 32, .lease_seconds = 60}, &clock);
 //   if (auto w = d.Acquire("actor-0")) { ...; d.Submit(w->group_id, w->lease_id); }
 //   d.Settle(group_id, Outcome::kConsumed);  d.SetVersion(v + 1);
@@ -41,15 +53,18 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "echelon/common/clock.h"
 #include "echelon/common/status.h"
+#include "echelon/sched/completion_forecast.h"
 #include "echelon/sched/tunables.h"
 #include "echelon/sched/work_item.h"
 
@@ -62,6 +77,10 @@ struct DispatcherOptions {
   int64_t max_leases_per_worker = kMaxLeasesPerWorker;  // running leases of one worker's actors; 0: no cap
   double max_lease_life_factor = kMaxLeaseLifeFactor;  // progress renews a lease up to this x lease_seconds
   int64_t max_group_tokens = 0;  // the most tokens a group can hold (G x max_new_tokens); 0: unchecked
+  int64_t lookahead = 0;         // deadline-aware dispatch: new groups drawn ahead (0: in order)
+  // The prompt a group id stands for (a dataset row), whose lengths the forecast learns; null:
+  // the group id itself (every group a prompt of its own).
+  std::function<uint64_t(uint64_t group_id)> prompt_key;
 };
 
 // The worker an actor id belongs to: the id without its connection suffix ("actor-0#3" ->
@@ -83,6 +102,13 @@ struct DispatchCounts {
   uint64_t pending = 0;         // submitted, waiting for the learner to settle
   uint64_t refused = 0;         // submissions refused (unknown group, not holder, settled)
   uint64_t awaiting_reissue = 0;  // groups whose hand-out ended, queued for the next Acquire
+  uint64_t predicted_late = 0;  // Acquire calls that got nothing: no waiting group fit the worker
+  // Completion tokens (Submit's `tokens`, the progress a lost lease had reported):
+  uint64_t tokens_consumed = 0;
+  uint64_t tokens_stale = 0;      // of groups dropped as stale
+  uint64_t tokens_filtered = 0;   // of groups dropped by dynamic sampling
+  uint64_t tokens_preempted = 0;  // reported by leases that expired or whose holder left
+  uint64_t tokens_refused = 0;    // of submissions refused (late, forged content)
 };
 
 // What a checkpoint keeps of a dispatcher. Hand-outs not yet settled (running, submitted
@@ -94,6 +120,7 @@ struct DispatcherState {
   uint64_t next_lease = 1;
   DispatchCounts counts;            // outstanding/pending/awaiting_reissue are ignored on restore
   std::vector<uint64_t> unsettled;  // re-issue order
+  std::vector<uint64_t> drawn;      // drawn ahead, never handed out (deadline-aware dispatch)
 };
 
 class Dispatcher {
@@ -109,7 +136,9 @@ class Dispatcher {
   // leases are collected first, so a late holder gets kNotLeaseHolder whether or not anyone
   // called ExpireLeases; the same lease submitting twice gets kAlreadySettled; a lease is
   // bound to the actor it was handed to.
-  SubmitResult Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor);
+  // `tokens`: the group's completion tokens in all (0: not known), for the forecast and the
+  // counts.
+  SubmitResult Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens = 0);
   // The holder of a running lease reports `tokens` generated for its group so far: when the
   // count grows (and stays within max_group_tokens) the lease's deadline moves to lease_seconds
   // from now, up to the life limit. Returns whether it did; a report for another lease or
@@ -126,7 +155,7 @@ class Dispatcher {
   int Evict(const std::string& actor);
   // Re-issues hand-outs whose lease expired; returns how many.
   int ExpireLeases();
-  // The learner's current version v (monotonic).
+  // The learner's current version v (monotonic); its time feeds the forecast.
   void SetVersion(int64_t version);
   int64_t version() const;
   // The staleness budget S of admission from now on, and the one a group was first handed out
@@ -144,6 +173,9 @@ class Dispatcher {
   uint64_t lease_capped() const;
   // The workers such a call came from.
   std::set<std::string> capped_workers() const;
+
+  // What the forecast now predicts for `actor`'s worker and a group (seconds; nullopt: unknown).
+  std::optional<double> PredictSeconds(const std::string& actor, uint64_t group_id) const;
 
   DispatcherState Export() const;
   // Replaces all state with `state` (a fresh dispatcher, before any actor calls it). Every
@@ -167,7 +199,11 @@ class Dispatcher {
   void ReissueLocked(std::map<uint64_t, Lease>::iterator it);
   // Removes the running lease `it` (submitted or ended).
   void EndLeaseLocked(std::map<uint64_t, Lease>::iterator it);
-  SubmitResult RefuseLocked(SubmitResult why);
+  SubmitResult RefuseLocked(SubmitResult why, int64_t tokens = 0);
+  uint64_t PromptKey(uint64_t group_id) const;
+  // Deadline-aware choice among the waiting groups for `worker` (lookahead > 0): the group id
+  // and whether it is a re-issue, or nullopt when none fits (see the top).
+  std::optional<std::pair<uint64_t, bool>> ChooseLocked(const std::string& worker);
 
   const DispatcherOptions options_;
   const Clock* clock_;
@@ -185,6 +221,10 @@ class Dispatcher {
   std::map<uint64_t, uint64_t> pending_;  // submitted, unsettled: group id -> submitting lease
   std::map<uint64_t, uint64_t> settled_;  // consumed or dropped: group id -> submitting lease
   std::deque<uint64_t> reissue_queue_;    // groups without a lease, handed out first
+  std::deque<uint64_t> drawn_;            // new groups drawn ahead, not yet handed out
+  std::map<uint64_t, int64_t> passed_over_;  // waiting group -> times another was chosen instead
+  std::map<uint64_t, int64_t> pending_tokens_;  // submitted, unsettled: group id -> its tokens
+  CompletionForecast forecast_;
   DispatchCounts counts_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -382,6 +383,116 @@ TEST(DispatcherLeases, ProgressRenewsALeaseAndSilenceEndsIt) {
   EXPECT_NEAR(clock.Now() - handed, 10 * kMaxLeaseLifeFactor + 1, 1.0);
   EXPECT_GE(d.renewals(), 50u);
   ExpectCountsAddUp(d);
+}
+
+// Deadline-aware dispatch, taught by two finished groups: the fast worker did a long prompt
+// (2,000 tokens) in 20 s, 100 tokens/s; the slow one a short prompt (200) in 8 s, 25 tokens/s;
+// the learner takes 10 s an update, and with S = 2 a group must be back within 20 s.
+struct TwoSpeeds {
+  SimulatedClock clock;
+  Dispatcher d;
+  explicit TwoSpeeds(std::function<uint64_t(uint64_t)> key) : d(Make(std::move(key)), &clock) {
+    std::optional<WorkItem> a = d.Acquire("fast#1"), b = d.Acquire("slow#1");  // groups 0 and 1
+    clock.Advance(8);
+    EXPECT_EQ(d.Submit(b->group_id, b->lease_id, "slow#1", 200), SubmitResult::kAccepted);
+    clock.Advance(12);
+    EXPECT_EQ(d.Submit(a->group_id, a->lease_id, "fast#1", 2000), SubmitResult::kAccepted);
+    d.Settle(0, Outcome::kConsumed);
+    d.Settle(1, Outcome::kConsumed);
+    d.SetVersion(1);
+    clock.Advance(10);
+    d.SetVersion(2);
+  }
+  static DispatcherOptions Make(std::function<uint64_t(uint64_t)> key) {
+    DispatcherOptions o = Options(/*s=*/2, /*b=*/8, /*lease=*/25);
+    o.lookahead = 8;
+    o.prompt_key = std::move(key);
+    return o;
+  }
+};
+
+// The slow worker would take 80 s over a long prompt: it only gets short ones (8 s); the fast
+// one gets the long ones, where it has the least time to spare (20 s of 20), not the short
+// ones (2 s).
+TEST(DeadlineDispatch, APredictedLateGroupIsNotHandedToTheSlowWorker) {
+  TwoSpeeds t([](uint64_t g) { return g % 2; });  // even groups: the long prompt, odd: the short
+  EXPECT_EQ(*t.d.PredictSeconds("slow#2", 2), 80);
+  EXPECT_EQ(*t.d.PredictSeconds("fast#2", 3), 2);
+  for (int i = 0; i < 6; ++i) {
+    std::optional<WorkItem> s = t.d.Acquire("slow#1");
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->group_id % 2, 1u) << "a long prompt for the slow worker";
+    std::optional<WorkItem> f = t.d.Acquire("fast#1");
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->group_id % 2, 0u) << "a short prompt for the fast worker, a long one waiting";
+  }
+  EXPECT_EQ(t.d.counts().predicted_late, 0u);
+  ExpectCountsAddUp(t.d);
+}
+
+// When every waiting group would be late on the slow worker it gets nothing, counted; a group
+// passed over kMaxPassOvers times goes to the next worker that asks, so none waits for ever.
+TEST(DeadlineDispatch, NothingThatWouldBeLateButNoGroupWaitsForEver) {
+  // One prompt, learned at 200 and then 2,000 tokens: 650, 26 s on the slow worker, 6.5 on the fast.
+  TwoSpeeds t([](uint64_t) { return 0; });
+  int refused = 0;
+  std::optional<WorkItem> forced;
+  while (!forced && refused < 2 * kMaxPassOvers) {
+    forced = t.d.Acquire("slow#1");
+    if (!forced) ++refused;
+  }
+  ASSERT_TRUE(forced);
+  EXPECT_EQ(refused, kMaxPassOvers);
+  EXPECT_EQ(t.d.counts().predicted_late, static_cast<uint64_t>(kMaxPassOvers));
+  EXPECT_EQ(forced->group_id, 2u);  // the longest waiting
+  EXPECT_TRUE(t.d.Acquire("fast#1"));
+}
+
+// Groups drawn ahead and never handed out survive a restart (they are neither lost nor counted
+// as hand-outs); tokens consumed and wasted are counted by cause.
+TEST(DeadlineDispatch, DrawnGroupsSurviveARestoreAndTokensAreCountedByCause) {
+  TwoSpeeds t([](uint64_t g) { return g % 2; });
+  std::optional<WorkItem> s = t.d.Acquire("slow#1");  // group 3, a short one
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(t.d.Renew(s->group_id, s->lease_id, "slow#1", 150));
+  t.clock.Advance(30);  // past the 25 s lease: re-issued, its progress lost
+  EXPECT_EQ(t.d.ExpireLeases(), 1);
+  EXPECT_EQ(t.d.counts().tokens_preempted, 150u);
+  DispatchCounts c = t.d.counts();
+  EXPECT_EQ(c.tokens_consumed, 2200u);
+  DispatcherState state = t.d.Export();
+  EXPECT_EQ(state.drawn.size(), 7u);  // 2 and 4..9
+  Dispatcher back(TwoSpeeds::Make([](uint64_t g) { return g % 2; }), &t.clock);
+  ASSERT_TRUE(back.Restore(state, 100).ok());
+  std::set<uint64_t> handed;
+  for (int i = 0; i < 8; ++i)
+    if (auto w = back.Acquire("a#1")) handed.insert(w->group_id);
+  EXPECT_EQ(handed, (std::set<uint64_t>{2, 3, 4, 5, 6, 7, 8, 9}));  // the re-issue and the drawn
+  ExpectCountsAddUp(back);
+  state.drawn.push_back(state.unsettled.front());
+  EXPECT_FALSE(Dispatcher(TwoSpeeds::Make(nullptr), &t.clock).Restore(state, 100).ok());  // listed twice
+}
+
+// A progress report lost with its lease counts as preempted tokens; a refused submission's and
+// a stale group's tokens under their causes; a count past max_group_tokens is not counted.
+TEST(DeadlineDispatch, WastedTokensByCause) {
+  SimulatedClock clock;
+  DispatcherOptions o = Options(/*s=*/1, /*b=*/4, /*lease=*/10);
+  o.max_group_tokens = 1000;
+  Dispatcher d(o, &clock);
+  std::optional<WorkItem> a = d.Acquire("a#1"), b = d.Acquire("b#1"), c = d.Acquire("c#1");
+  EXPECT_TRUE(d.Renew(a->group_id, a->lease_id, "a#1", 300));
+  EXPECT_EQ(d.Evict("a#1"), 1);
+  EXPECT_EQ(d.Submit(a->group_id, a->lease_id, "a#1", 400), SubmitResult::kNotLeaseHolder);  // late
+  EXPECT_EQ(d.Submit(b->group_id, b->lease_id, "b#1", 500), SubmitResult::kAccepted);
+  d.Settle(b->group_id, Outcome::kDroppedStale);
+  EXPECT_EQ(d.Submit(c->group_id, c->lease_id, "c#1", 5000), SubmitResult::kAccepted);  // more than a group holds
+  d.Settle(c->group_id, Outcome::kConsumed);
+  const DispatchCounts n = d.counts();
+  EXPECT_EQ(n.tokens_preempted, 300u);
+  EXPECT_EQ(n.tokens_refused, 400u);
+  EXPECT_EQ(n.tokens_stale, 500u);
+  EXPECT_EQ(n.tokens_consumed, 0u);
 }
 
 }  // namespace
