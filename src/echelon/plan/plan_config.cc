@@ -208,6 +208,17 @@ Status ReadSimulate(YamlMap& top, PlanConfig* c) {
                                 Help("steps left out of the steady-state figures (-1: 20% of the steps)")));
   ECHELON_RETURN_IF_ERROR(m.Bool("reactivate", &s.reactivate,
                                  Help("re-run activation when workers fail or return, or prices change")));
+  ECHELON_RETURN_IF_ERROR(m.Choice("dispatch", &s.dispatch, {"fifo", "deadline"},
+                                 Help("which group goes to which worker: fifo (in order) or deadline (only groups a worker "
+                                      "is predicted to return before they go stale; rollout.dispatch)")));
+  ECHELON_RETURN_IF_ERROR(m.Float("length_sigma", &s.length_sigma, 0, 5,
+                                  Help("per-prompt response lengths: lognormal sigma around shape.completion_tokens "
+                                       "(0: every group that long)")));
+  ECHELON_RETURN_IF_ERROR(m.Float("length_max_tokens", &s.length_max_tokens, 0, 1e7,
+                                  Help("the longest a prompt's responses average (0: 10 x shape.completion_tokens)")));
+  ECHELON_RETURN_IF_ERROR(m.Int("prompts", &s.prompts, 0, INT64_MAX,
+                                Help("dataset rows: group g is prompt g mod prompts, whose length repeats (0: every "
+                                     "group a new prompt)")));
   ECHELON_RETURN_IF_ERROR(m.EachMap("price_changes", Help("price changes during the run, each re-running activation"),
                                     [c](YamlMap& e, size_t i) { return ReadPriceChange(e, i, c); }));
   std::stable_sort(s.price_changes.begin(), s.price_changes.end(),

@@ -64,6 +64,15 @@ struct SimulateConfig {
   int64_t warmup_steps = -1;       // steps left out of steady-state figures (-1: 20% of steps)
   bool reactivate = true;          // re-run activation when workers fail or return (or prices change)
   std::vector<PriceChange> price_changes;  // by at_step
+  // Which group goes to which worker: "fifo" (in order) or "deadline" (sched/dispatcher.h,
+  // deadline-aware dispatch), as the learner's rollout.dispatch.
+  std::string dispatch = "fifo";
+  // Response lengths: with length_sigma > 0 each prompt's completions average a length drawn
+  // once from a lognormal of mean shape.completion_tokens and this sigma, at most
+  // length_max_tokens; 0: every group shape.completion_tokens, as before.
+  double length_sigma = 0;
+  double length_max_tokens = 0;  // 0: 10 x shape.completion_tokens
+  int64_t prompts = 0;           // dataset rows: group g is prompt g mod prompts (0: each group new)
 };
 
 struct PlanConfig {

@@ -29,7 +29,7 @@ TEST(PlanPrices, ShippedCatalogueHasTheGpusTheIssueNames) {
 TEST(PlanConfigLoad, ShippedConfigsLoadAndPlan) {
   for (const char* name : {"configs/plan-qwen3-8b.yaml", "configs/plan-qwen3-4b.yaml", "configs/simulate-qwen3-8b.yaml",
                            "configs/simulate-large.yaml", "configs/plan-qwen3-30b-a3b.yaml",
-                           "configs/plan-qwen3-30b-a3b-5090.yaml"}) {
+                           "configs/plan-qwen3-30b-a3b-5090.yaml", "configs/simulate-mixed-fleet.yaml"}) {
     Result<PlanConfig> c = LoadPlanConfig(RepoPath(name));
     ASSERT_TRUE(c.ok()) << c.status().message();
     Result<Plan> p = MakePlan(c.value());

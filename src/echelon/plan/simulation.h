@@ -49,6 +49,11 @@ struct Worker {
   bool draining = false;  // surplus: gets no new work, retires when its groups are done
   int64_t wanted = -1;  // newest published version not yet being downloaded
   std::vector<sched::WorkItem> waiting;  // leased, waiting for a fresh enough snapshot
+  // Running groups: group id -> start and end times and its completion tokens.
+  struct Running {
+    double start = 0, end = 0, tokens = 0;
+  };
+  std::map<uint64_t, Running> running;
 };
 
 class Simulation {
@@ -75,6 +80,9 @@ class Simulation {
 
   // Hands admitted work to idle slots, lowest worker id first.
   void Pump();
+  void PumpDeadline();  // the same under deadline-aware dispatch (simulate.dispatch)
+  // Mean completion tokens per sample of a prompt (simulate.length_sigma), fixed by the seed.
+  double PromptLength(uint64_t prompt) const;
   void StartGroup(int id, const sched::WorkItem& item);
   void OnGroupDone(const Event& e);
 
@@ -121,6 +129,7 @@ class Simulation {
   sched::BatchAssembler intake_;  // submitted groups waiting for the learner
   std::mt19937_64 rng_;
   std::lognormal_distribution<double> noise_;
+  bool deadline_ = false;  // simulate.dispatch: deadline
   int64_t steps_ = 0, fixed_workers_ = 0, S_ = 0, B_ = 1, kappa_ = 1;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;

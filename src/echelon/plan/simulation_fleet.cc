@@ -77,6 +77,7 @@ void Simulation::BeginEpoch(int id, WorkerState state) {
   w.draining = false;
   w.wanted = -1;
   w.waiting.clear();
+  w.running.clear();
   SetBilled(w, true);
   const double f = Cls(w).failures_per_hour / 3600;
   if (f > 0) {
@@ -126,6 +127,12 @@ void Simulation::OnFail(const Event& e) {
   ++result_.failures;
   SetBilled(w, false);
   Push({now_ + cfg_.sim.detect_seconds, 0, EventType::kEvict, e.worker, w.epoch});
+  for (const auto& [group, r] : w.running) {  // the part of each running group made so far
+    const double made = r.tokens * std::clamp((now_ - r.start) / std::max(r.end - r.start, 1e-9), 0.0, 1.0);
+    result_.tokens_generated += made;
+    result_.tokens_preempted += made;
+  }
+  w.running.clear();
   ++w.epoch;  // in-flight groups and downloads of this worker are lost
   w.state = WorkerState::kDown;
   w.waiting.clear();

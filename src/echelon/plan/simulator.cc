@@ -8,6 +8,14 @@
 
 namespace echelon::plan {
 namespace sim {
+namespace {
+
+// The prompt group `group` stands for (simulate.prompts: a dataset seen again and again).
+uint64_t PromptOf(uint64_t group, int64_t prompts) {
+  return prompts > 0 ? group % static_cast<uint64_t>(prompts) : group;
+}
+
+}  // namespace
 
 Simulation::Simulation(const Plan& plan, const SimOptions& opt)
     : plan_(plan), cfg_(plan_.config), opt_(opt), dispatcher_(DispatchOptions(plan), &clock_),
@@ -25,6 +33,7 @@ Simulation::Simulation(const Plan& plan, const SimOptions& opt)
   billed_by_class_.assign(plan_.classes.size(), 0);
   target_.assign(plan_.classes.size(), 0);
   rate_.assign(plan_.classes.size(), 0);
+  deadline_ = cfg_.sim.dispatch == "deadline";
 }
 
 Result<SimResult> Simulation::Run() {
@@ -55,7 +64,20 @@ sched::DispatcherOptions Simulation::DispatchOptions(const Plan& plan) {
   // Simulated workers are honest and run decode.slots groups at once (more than the real
   // learner's per-worker cap for a large GPU class): no cap, or Pump would stop at one.
   o.max_leases_per_worker = 0;
+  if (plan.config.sim.dispatch == "deadline") o.lookahead = sched::kDeadlineLookahead;
+  o.prompt_key = [prompts = plan.config.sim.prompts](uint64_t g) { return PromptOf(g, prompts); };
   return o;
+}
+
+double Simulation::PromptLength(uint64_t prompt) const {
+  const double mean = cfg_.shape.completion_tokens;
+  const double sigma = cfg_.sim.length_sigma;
+  if (sigma <= 0) return mean;
+  // Drawn from the prompt alone (and the seed), so every dispatch rule sees the same dataset.
+  std::mt19937_64 gen(cfg_.sim.seed * 0x9E3779B97F4A7C15ULL + prompt);
+  std::lognormal_distribution<double> length(std::log(mean) - sigma * sigma / 2, sigma);
+  const double cap = cfg_.sim.length_max_tokens > 0 ? cfg_.sim.length_max_tokens : 10 * mean;
+  return std::min(length(gen), cap);
 }
 
 bool Simulation::Billed(const Worker& w) const {
@@ -92,6 +114,7 @@ void Simulation::Handle(const Event& e) {
 }
 
 void Simulation::Pump() {
+  if (deadline_) return PumpDeadline();
   while (!idle_.empty()) {
     const int id = *idle_.begin();
     std::optional<sched::WorkItem> item = dispatcher_.Acquire(workers_[id].actor);
@@ -106,9 +129,38 @@ void Simulation::Pump() {
   }
 }
 
+// A worker the forecast passes over gets nothing while another may take work, so every idle
+// worker is asked in turn; when nothing runs anywhere (no event would call Pump again) the
+// rounds repeat until a passed-over group is handed out anyway (sched::kMaxPassOvers).
+void Simulation::PumpDeadline() {
+  for (int quiet = 0; !idle_.empty() && quiet <= sched::kMaxPassOvers;) {
+    bool handed = false;
+    for (const int id : std::vector<int>(idle_.begin(), idle_.end())) {
+      while (idle_.count(id) > 0) {
+        std::optional<sched::WorkItem> item = dispatcher_.Acquire(workers_[id].actor);
+        if (!item) break;
+        handed = true;
+        Worker& w = workers_[id];
+        if (--w.free_slots == 0) idle_.erase(id);
+        if (w.held >= item->dispatch_version - S_) {
+          StartGroup(id, *item);
+        } else {
+          w.waiting.push_back(*item);
+        }
+      }
+    }
+    if (handed || dispatcher_.counts().outstanding > 0) return;
+    ++quiet;
+  }
+}
+
 void Simulation::StartGroup(int id, const sched::WorkItem& item) {
   Worker& w = workers_[id];
-  const double seconds = Cls(w).decode.group_seconds * (cfg_.sim.throughput_cv > 0 ? noise_(rng_) : 1.0);
+  const double scale = PromptLength(PromptOf(item.group_id, cfg_.sim.prompts)) / cfg_.shape.completion_tokens;
+  const double noise = cfg_.sim.throughput_cv > 0 ? noise_(rng_) : 1.0;
+  const double seconds = Cls(w).decode.group_seconds * scale * noise;
+  w.running[item.group_id] = {now_, now_ + seconds,
+                              cfg_.shape.group_size * cfg_.shape.completion_tokens * scale * noise};
   Event e{now_ + seconds, 0, EventType::kGroupDone, id, w.epoch};
   e.group = item.group_id;
   e.lease = item.lease_id;
@@ -119,11 +171,17 @@ void Simulation::StartGroup(int id, const sched::WorkItem& item) {
 void Simulation::OnGroupDone(const Event& e) {
   Worker& w = workers_[e.worker];
   if (e.epoch != w.epoch) return;  // the worker failed meanwhile; the group is re-issued
-  if (dispatcher_.Submit(e.group, e.lease, w.actor) == sched::SubmitResult::kAccepted) {
+  const double tokens = w.running[e.group].tokens;
+
+  w.running.erase(e.group);
+  result_.tokens_generated += tokens;
+  if (dispatcher_.Submit(e.group, e.lease, w.actor, static_cast<int64_t>(std::llround(tokens)), e.version) ==
+      sched::SubmitResult::kAccepted) {
     intake_.Add(e.group, e.version);
     if (opt_.on_arrival) opt_.on_arrival(now_, e.group, e.version);
   } else {
     ++result_.groups_wasted;
+    result_.tokens_refused += tokens;
   }
   if (w.state == WorkerState::kActive) {
     ++w.free_slots;
@@ -140,6 +198,7 @@ void Simulation::OnGroupDone(const Event& e) {
 void Simulation::TryLearner() {
   if (training_ || overhead_ || version_ >= steps_) return;
   const sched::IntakeDecision d = intake_.Assemble(version_);
+
   if (d.batch.empty()) {
     if (!d.dropped.empty()) Pump();  // dropped groups free their admission slots
     return;
@@ -277,6 +336,8 @@ void Simulation::Finish() {
   r.steady_cost_per_step = (cost_ - c0) / (steps_ - k0);
   r.rollouts_per_second = static_cast<double>(steps_ * B_ * cfg_.shape.group_size) / now_;
   r.counts = dispatcher_.counts();
+  r.tokens_consumed = static_cast<double>(r.counts.tokens_consumed);
+  r.tokens_stale = static_cast<double>(r.counts.tokens_stale);
   r.final_billed_by_class = BilledByClass();
 }
 
@@ -316,6 +377,14 @@ nlohmann::json SimResultJson(const SimResult& r) {
           {"groups_issued", r.counts.handed_out},
           {"groups_reissued", r.counts.reissued},
           {"groups_wasted", r.groups_wasted},
+          {"groups_predicted_late", r.counts.predicted_late},
+          {"tokens_generated", r.tokens_generated},
+          {"tokens_consumed", r.tokens_consumed},
+          {"tokens_stale", r.tokens_stale},
+          {"tokens_preempted", r.tokens_preempted},
+          {"tokens_refused", r.tokens_refused},
+          {"wasted_fraction", r.wasted_fraction()},
+          {"cost_per_million_consumed_tokens", r.tokens_consumed > 0 ? r.cost_total / r.tokens_consumed * 1e6 : 0.0},
           {"failures", r.failures},
           {"activations", r.activations},
           {"retirements", r.retirements},

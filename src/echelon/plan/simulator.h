@@ -88,6 +88,15 @@ struct SimResult {
   double rollouts_per_second = 0;   // consumed rollouts per simulated second
   std::vector<int64_t> staleness_hist;  // consumed groups by t - x, 0..S
   uint64_t groups_wasted = 0;     // finished by a worker but refused (re-issued meanwhile)
+  // Completion tokens: generated (whole groups, and the part of a group a failure cut off),
+  // consumed by updates, and wasted by cause; the rest were in flight at the end.
+  double tokens_generated = 0, tokens_consumed = 0;
+  double tokens_stale = 0;      // of groups dropped as stale
+  double tokens_preempted = 0;  // generated before the worker failed
+  double tokens_refused = 0;    // of groups finished after their lease ended
+  double wasted_fraction() const {
+    return tokens_generated > 0 ? (tokens_stale + tokens_preempted + tokens_refused) / tokens_generated : 0;
+  }
   uint64_t failures = 0;
   uint64_t activations = 0;       // workers activated after the start
   uint64_t retirements = 0;

@@ -39,13 +39,14 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   item.lease_id = next_lease_++;
   item.dispatch_version = version_;
   const double now = clock_->Now();
-  running_[item.group_id] = Lease{item.lease_id, actor, now + options_.lease_seconds, now};
+  running_[item.group_id] = Lease{item.lease_id, actor, now + options_.lease_seconds, now, version_};
   ++worker_leases_[worker];
   ++counts_.handed_out;
   return item;
 }
 
-SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens) {
+SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens,
+                                int64_t behavior_version) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLeasesLocked();
   // A count no group can hold is not counted (it comes from the worker).
@@ -55,9 +56,13 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std:
   if (run != running_.end()) {
     if (run->second.lease_id != lease_id) return RefuseLocked(SubmitResult::kNotLeaseHolder, tokens);
     if (run->second.actor != actor) return RefuseLocked(SubmitResult::kForeignLease);
-    if (tokens > 0)
-      forecast_.ObserveGroup(WorkerName(actor), PromptKey(group_id), static_cast<double>(tokens),
-                             clock_->Now() - run->second.handed_at);
+    // A version the worker claims is checked elsewhere; here it only moves its own lag, and a
+    // lie about it can only lose the worker work.
+    const double lag = behavior_version >= 0 && behavior_version <= run->second.version
+                           ? static_cast<double>(run->second.version - behavior_version)
+                           : -1.0;
+    forecast_.ObserveGroup(WorkerName(actor), PromptKey(group_id), static_cast<double>(tokens),
+                           clock_->Now() - run->second.handed_at, lag);
     EndLeaseLocked(run);
     pending_[group_id] = lease_id;
     pending_tokens_[group_id] = tokens;
@@ -160,11 +165,11 @@ std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::str
   double best_slack = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const uint64_t g = candidates[i].first;
-    if (passed_over_[g] >= kMaxPassOvers) {  // waited long enough: this worker takes it
+    if (passed_over_[g] >= kMaxPassOvers && forecast_.AmongTheFastest(worker)) {  // waited long enough
       best = i;
       break;
     }
-    const double slack = forecast_.Slack(worker, PromptKey(g), max_staleness_);
+    const double slack = forecast_.Slack(worker, PromptKey(g), max_staleness_, clock_->Now());
     if (slack >= 0 && (!best || slack < best_slack)) best = i, best_slack = slack;
   }
   for (size_t i = 0; i < candidates.size(); ++i)

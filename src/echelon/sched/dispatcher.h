@@ -137,8 +137,10 @@ class Dispatcher {
   // called ExpireLeases; the same lease submitting twice gets kAlreadySettled; a lease is
   // bound to the actor it was handed to.
   // `tokens`: the group's completion tokens in all (0: not known), for the forecast and the
-  // counts.
-  SubmitResult Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens = 0);
+  // counts; `behavior_version`: the snapshot it was sampled from (-1: not known), for the
+  // worker's lag in the forecast.
+  SubmitResult Submit(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens = 0,
+                      int64_t behavior_version = -1);
   // The holder of a running lease reports `tokens` generated for its group so far: when the
   // count grows (and stays within max_group_tokens) the lease's deadline moves to lease_seconds
   // from now, up to the life limit. Returns whether it did; a report for another lease or
@@ -191,7 +193,8 @@ class Dispatcher {
     std::string actor;
     double deadline;
     double handed_at;
-    int64_t tokens = 0;  // the most progress reported
+    int64_t version = 0;  // the learner's at the hand-out
+    int64_t tokens = 0;   // the most progress reported
   };
   int ExpireLeasesLocked();
   int64_t CapacityLocked() const;
