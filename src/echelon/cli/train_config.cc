@@ -360,6 +360,11 @@ const TrainKeys& Keys() {
     k.Int("rollout.max_leases_per_worker", sched::kMaxLeasesPerWorker, 0, 1 << 20,
           "groups one worker's actors may hold at once (0: no cap); a worker that takes work and never "
           "returns it holds at most this much of the admission window", kLearner, AT(max_leases_per_worker));
+    k.String("rollout.dispatch", "fifo",
+             "which waiting group goes to which worker: fifo (in order) or deadline (only a group the worker is "
+             "predicted to return before it would go stale, from its measured rate and snapshot lag and the prompt's "
+             "measured lengths; long prompts to fast workers, short ones to slow ones: sched/dispatcher.h)",
+             {"fifo", "deadline"}, kLearner, AT(dispatch));
     k.Bool("rollout.untrusted_workers", false,
            "the run is open to workers it does not trust: `echelon learner` then refuses --insecure and a token file "
            "with one shared token (a worker's name would be its own choice), so every worker needs its own token "

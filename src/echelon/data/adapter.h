@@ -106,6 +106,10 @@ class TaskAdapter {
   virtual Status ReadyToTrain() const { return Status::Ok(); }
   // The training prompt for a group id; deterministic, so a re-issued group is identical.
   virtual Prompt TrainPrompt(uint64_t group_id) const = 0;
+  // Which training prompt a group id stands for: groups with one key are the same prompt (a
+  // dataset row seen again in a later epoch), whose response lengths deadline-aware dispatch
+  // learns (sched/completion_forecast.h). By default every group is a prompt of its own.
+  virtual uint64_t TrainPromptKey(uint64_t group_id) const { return group_id; }
   // The held-out evaluation set (disjoint from training prompts).
   virtual const std::vector<Prompt>& HeldOut() const = 0;
   // Plays `group_size` episodes of one prompt with the policy (one batched call for

@@ -142,6 +142,10 @@ class MathAdapter final : public TaskAdapter {
   std::string name() const override { return "math"; }
   std::string Alphabet() const override { return kMathAlphabet; }
 
+  uint64_t TrainPromptKey(uint64_t group_id) const override {
+    return train_.empty() ? group_id : order_[group_id % order_.size()];
+  }
+
   Prompt TrainPrompt(uint64_t group_id) const override {
     if (!train_.empty()) {
       Prompt p = train_[order_[group_id % order_.size()]];

@@ -158,6 +158,10 @@ class PromptsAdapter final : public TaskAdapter {
   // Actors have neither python_file nor reward_url: the learner computes those rewards.
   bool ActorsCanScore() const override { return !reward_.uses_python() && !reward_.uses_http(); }
 
+  uint64_t TrainPromptKey(uint64_t group_id) const override {
+    return train_.empty() ? group_id : order_[group_id % order_.size()];
+  }
+
   Prompt TrainPrompt(uint64_t group_id) const override {
     if (train_.empty()) return Prompt{group_id, "", ""};
     Prompt p = train_[order_[group_id % order_.size()]].prompt;

@@ -126,7 +126,9 @@ class LearnerRun {
         sched::DispatcherOptions{options_.staleness, options_.groups_per_step, options_.lease_seconds,
                                  options_.max_leases_per_worker, sched::kMaxLeaseLifeFactor,
                                  // the most a group's progress reports can count
-                                 options_.group_size * static_cast<int64_t>(task_->MaxTurns()) * options_.max_new_tokens},
+                                 options_.group_size * static_cast<int64_t>(task_->MaxTurns()) * options_.max_new_tokens,
+                                 options_.dispatch == "deadline" ? sched::kDeadlineLookahead : 0,
+                                 [task = task_.get()](uint64_t group) { return task->TrainPromptKey(group); }},
         &clock_);
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
@@ -436,6 +438,8 @@ class LearnerRun {
     if (options_.dynamic_sampling) r.filtered_groups = batch.filtered;
     r.groups_reissued = static_cast<int64_t>(c.reissued);
     r.groups_in_flight = static_cast<int64_t>(c.outstanding + c.pending);
+    if (options_.dispatch == "deadline") r.groups_predicted_late = static_cast<int64_t>(c.predicted_late);
+    r.tokens_by_fate = sched::TokensByFate(c);
     r.refused = AllRefusals();
     r.actors = transport_.live_actors();
     r.actor_groups = intake_->actor_groups();
@@ -556,6 +560,8 @@ class LearnerRun {
                                             {"groups_filtered", c.filtered},
                                             {"groups_reissued", c.reissued},
                                             {"groups_in_flight", c.outstanding + c.pending},
+                                            {"groups_predicted_late", c.predicted_late},
+                                            {"tokens_by_fate", sched::TokensByFate(c)},
                                             {"actor_groups", intake_->actor_groups()},
                                             {"actor_forged", intake_->actor_forged()},
                                             {"refused", AllRefusals()},

@@ -123,7 +123,12 @@ contract::SubmitOutcome TrajectoryIntake::Refuse(const contract::GroupRollout& g
 
 contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout) {
   std::string reason = Validate(rollout);
-  if (reason.empty()) reason = RefusalName(dispatcher_->Submit(rollout.group_id, rollout.lease_id, rollout.actor));
+  int64_t tokens = 0;
+  for (const data::Episode& e : rollout.episodes)
+    for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
+  if (reason.empty())
+    reason = RefusalName(
+        dispatcher_->Submit(rollout.group_id, rollout.lease_id, rollout.actor, tokens, rollout.behavior_version));
   if (!reason.empty()) return Refuse(rollout, reason);
   // The lease was current: from here on a refusal hands the group to another actor.
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
@@ -152,9 +157,6 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
     dispatcher_->Reissue(rollout.group_id);
     return Refuse(rollout, verdict->refusal);
   }
-  int64_t tokens = 0;
-  for (const data::Episode& e : rollout.episodes)
-    for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     reward_failures_in_a_row_ = 0;

@@ -32,6 +32,8 @@ void VisitFields(R& r, V& v) {
   v.Count("groups_reissued", r.groups_reissued);
   v.Count("groups_issued", r.groups_issued);
   v.Count("groups_in_flight", r.groups_in_flight);
+  v.Count("groups_predicted_late", r.groups_predicted_late);
+  v.Counts("tokens_by_fate", r.tokens_by_fate);
   v.Count("actors", r.actors);
   v.Counts("actor_groups", r.actor_groups);
   v.Counts("actor_forged", r.actor_forged);

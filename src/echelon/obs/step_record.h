@@ -67,6 +67,11 @@ struct StepRecord {
   std::optional<int64_t> groups_issued, groups_consumed, groups_dropped_stale, groups_reissued, groups_in_flight;
   std::optional<int64_t> groups_filtered;  // total dropped by dynamic sampling (counts in the sum above when present)
   std::optional<int64_t> filtered_groups;  // dynamic sampling: groups dropped while this update's batch was collected
+  // Deadline-aware dispatch: Acquire calls that got nothing because no waiting group fit (total).
+  std::optional<int64_t> groups_predicted_late;
+  // Completion tokens by fate (totals, sched::TokensByFate): consumed, stale, filtered,
+  // preempted (reported by leases that ended), refused.
+  std::map<std::string, int64_t> tokens_by_fate;
   std::map<std::string, int64_t> refused;       // refused submissions and calls, by reason (totals)
   std::optional<int64_t> actors;                // live actors
   std::map<std::string, int64_t> actor_groups;  // accepted groups per actor name (totals)

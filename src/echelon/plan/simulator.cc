@@ -258,6 +258,9 @@ obs::StepRecord Simulation::Record(double previous_end, size_t changes_before) {
   r.groups_dropped_stale = static_cast<int64_t>(c.dropped_stale);
   r.groups_reissued = static_cast<int64_t>(c.reissued);
   r.groups_in_flight = static_cast<int64_t>(c.outstanding + c.pending);
+  if (deadline_) r.groups_predicted_late = static_cast<int64_t>(c.predicted_late);
+  r.tokens_by_fate = sched::TokensByFate(c);
+  r.tokens_by_fate["preempted"] = static_cast<int64_t>(result_.tokens_preempted);  // the dispatcher sees no progress here
   r.learner_busy_frac = version_ * plan_.inputs.train_seconds / std::max(now_, 1e-9);
   r.active_workers = billed_count_;
   r.billed_by_class = BilledByClass();

@@ -9,6 +9,12 @@ Dispatcher::Dispatcher(const DispatcherOptions& options, const Clock* clock)
 
 std::string WorkerName(const std::string& actor_id) { return actor_id.substr(0, actor_id.find('#')); }
 
+std::map<std::string, int64_t> TokensByFate(const DispatchCounts& c) {
+  return {{"consumed", static_cast<int64_t>(c.tokens_consumed)}, {"stale", static_cast<int64_t>(c.tokens_stale)},
+          {"filtered", static_cast<int64_t>(c.tokens_filtered)}, {"preempted", static_cast<int64_t>(c.tokens_preempted)},
+          {"refused", static_cast<int64_t>(c.tokens_refused)}};
+}
+
 std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLeasesLocked();

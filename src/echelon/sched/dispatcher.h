@@ -111,6 +111,10 @@ struct DispatchCounts {
   uint64_t tokens_refused = 0;    // of submissions refused (late, forged content)
 };
 
+// The token counts by fate, as metrics.jsonl's tokens_by_fate: {"consumed", "stale",
+// "filtered", "preempted", "refused"}.
+std::map<std::string, int64_t> TokensByFate(const DispatchCounts& c);
+
 // What a checkpoint keeps of a dispatcher. Hand-outs not yet settled (running, submitted
 // and waiting for the learner, or queued for re-issue) are listed in `unsettled`; restoring
 // queues them all for re-issue, because the rollouts they stood for died with the process.
