@@ -386,12 +386,13 @@ TEST(DispatcherLeases, ProgressRenewsALeaseAndSilenceEndsIt) {
 }
 
 // Deadline-aware dispatch, taught by two finished groups: the fast worker did a long prompt
-// (2,000 tokens) in 20 s, 100 tokens/s; the slow one a short prompt (200) in 8 s, 25 tokens/s;
-// the learner takes 10 s an update, and with S = 2 a group must be back within 20 s.
+// (group 0, 2,000 tokens) in 20 s, 100 tokens/s; the slow one a short prompt (group 1, 200) in
+// 8 s, 25 tokens/s; the learner takes `update` seconds an update, and with S = 2 a group must be
+// back within 0.8 x 2 x update seconds (kForecastSafety).
 struct TwoSpeeds {
   SimulatedClock clock;
   Dispatcher d;
-  explicit TwoSpeeds(std::function<uint64_t(uint64_t)> key) : d(Make(std::move(key)), &clock) {
+  TwoSpeeds(std::function<uint64_t(uint64_t)> key, double update) : d(Make(std::move(key)), &clock) {
     std::optional<WorkItem> a = d.Acquire("fast#1"), b = d.Acquire("slow#1");  // groups 0 and 1
     clock.Advance(8);
     EXPECT_EQ(d.Submit(b->group_id, b->lease_id, "slow#1", 200), SubmitResult::kAccepted);
@@ -400,7 +401,7 @@ struct TwoSpeeds {
     d.Settle(0, Outcome::kConsumed);
     d.Settle(1, Outcome::kConsumed);
     d.SetVersion(1);
-    clock.Advance(10);
+    clock.Advance(update);
     d.SetVersion(2);
   }
   static DispatcherOptions Make(std::function<uint64_t(uint64_t)> key) {
@@ -411,11 +412,11 @@ struct TwoSpeeds {
   }
 };
 
-// The slow worker would take 80 s over a long prompt: it only gets short ones (8 s); the fast
-// one gets the long ones, where it has the least time to spare (20 s of 20), not the short
-// ones (2 s).
+// With 13 s an update a group has 20.8 s. The slow worker would take 80 s over a long prompt: it
+// only gets short ones (8 s); the fast one gets the long ones, where it has the least time to
+// spare (20 s), not the short ones (2 s).
 TEST(DeadlineDispatch, APredictedLateGroupIsNotHandedToTheSlowWorker) {
-  TwoSpeeds t([](uint64_t g) { return g % 2; });  // even groups: the long prompt, odd: the short
+  TwoSpeeds t([](uint64_t g) { return g % 2; }, 13);  // even groups: the long prompt, odd: the short
   EXPECT_EQ(*t.d.PredictSeconds("slow#2", 2), 80);
   EXPECT_EQ(*t.d.PredictSeconds("fast#2", 3), 2);
   for (int i = 0; i < 6; ++i) {
@@ -430,28 +431,29 @@ TEST(DeadlineDispatch, APredictedLateGroupIsNotHandedToTheSlowWorker) {
   ExpectCountsAddUp(t.d);
 }
 
-// When every waiting group would be late on the slow worker it gets nothing, counted; a group
-// passed over kMaxPassOvers times goes to the next worker that asks, so none waits for ever.
+// With 12 s an update (19.2 s to spare) the long prompt is late on both workers: neither gets
+// anything, counted; once a group has been passed over kMaxPassOvers times the fast worker
+// takes it (no prompt waits for ever) but never the slow one, on which it would be later still.
 TEST(DeadlineDispatch, NothingThatWouldBeLateButNoGroupWaitsForEver) {
-  // One prompt, learned at 200 and then 2,000 tokens: 650, 26 s on the slow worker, 6.5 on the fast.
-  TwoSpeeds t([](uint64_t) { return 0; });
-  int refused = 0;
-  std::optional<WorkItem> forced;
-  while (!forced && refused < 2 * kMaxPassOvers) {
-    forced = t.d.Acquire("slow#1");
-    if (!forced) ++refused;
+  TwoSpeeds t([](uint64_t g) { return g == 1 ? 1 : 0; }, 12);  // every group but 1 the long prompt
+  std::optional<WorkItem> fast;
+  int asked = 0;
+  while (!fast && asked < 4 * kMaxPassOvers) {
+    EXPECT_FALSE(t.d.Acquire("slow#1")) << "ask " << asked;
+    fast = t.d.Acquire("fast#1");
+    asked += 2;
   }
-  ASSERT_TRUE(forced);
-  EXPECT_EQ(refused, kMaxPassOvers);
-  EXPECT_EQ(t.d.counts().predicted_late, static_cast<uint64_t>(kMaxPassOvers));
-  EXPECT_EQ(forced->group_id, 2u);  // the longest waiting
-  EXPECT_TRUE(t.d.Acquire("fast#1"));
+  ASSERT_TRUE(fast);
+  EXPECT_EQ(fast->group_id, 2u);  // the longest waiting
+  EXPECT_EQ(asked, kMaxPassOvers + 2);  // a pass-over per refused ask, either worker's
+  EXPECT_EQ(t.d.counts().predicted_late, static_cast<uint64_t>(kMaxPassOvers + 1));
+  EXPECT_FALSE(t.d.Acquire("slow#1"));
 }
 
 // Groups drawn ahead and never handed out survive a restart (they are neither lost nor counted
 // as hand-outs); tokens consumed and wasted are counted by cause.
 TEST(DeadlineDispatch, DrawnGroupsSurviveARestoreAndTokensAreCountedByCause) {
-  TwoSpeeds t([](uint64_t g) { return g % 2; });
+  TwoSpeeds t([](uint64_t g) { return g % 2; }, 13);
   std::optional<WorkItem> s = t.d.Acquire("slow#1");  // group 3, a short one
   ASSERT_TRUE(s);
   EXPECT_TRUE(t.d.Renew(s->group_id, s->lease_id, "slow#1", 150));
