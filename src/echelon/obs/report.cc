@@ -414,6 +414,21 @@ std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
           "No step line carries groups_reissued.");
   for (const RunData& r : runs)
     c->AddSeries(StepSeries(r, [](const StepRecord& s) { return Value(s.groups_reissued); }, true));
+  c = add("wasted", Opts("Completion tokens wasted (cumulative share: stale, preempted, refused)", kRlSeconds,
+                          "share of generated tokens", true),
+          "No step line carries tokens_by_fate.");
+  for (const RunData& r : runs)
+    c->AddSeries(StepSeries(
+        r,
+        [](const StepRecord& s) {
+          double all = 0, wasted = 0;
+          for (const auto& [fate, n] : s.tokens_by_fate) {
+            all += static_cast<double>(n);
+            if (fate == "stale" || fate == "preempted" || fate == "refused") wasted += static_cast<double>(n);
+          }
+          return all > 0 ? wasted / all : kMissing;
+        },
+        true));
   c = add("actor-rate",
           Opts("Per-actor throughput (accepted groups/s over " + std::to_string(w) + (w == 1 ? " step)" : " steps)"),
                kRlSeconds,
@@ -466,6 +481,7 @@ std::string RenderReport(const std::vector<RunData>& runs) {
                             "staleness rounded to an integer.");
   emit("dropped");
   emit("reissued");
+  emit("wasted");
   out << "</div><h2>Rollout workers</h2><div class=\"charts\">";
   emit("actor-rate");
   // Average throughput per actor over the whole RL phase.

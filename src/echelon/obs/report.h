@@ -11,7 +11,8 @@
 //   was run with several seeds (GroupBySeed), held-out accuracy against wall time and the ESS
 //   fraction as the mean over seeds with a min .. max band; consumed-staleness histogram (from "staleness_hist" when the
 //   metrics carry it, else from each step's mean staleness rounded, and the chart says so);
-//   dropped-stale and re-issued groups; per-actor throughput over time and on average (from
+//   dropped-stale and re-issued groups; the share of completion tokens wasted (stale,
+//   preempted, refused: "tokens_by_fate"); per-actor throughput over time and on average (from
 //   "actor_groups"); snapshot broadcast times. Wall time is seconds since RL started (the
 //   warm-start event's wall_s), so runs with different warm-starts line up.
 // A chart whose data no run carries is replaced by a note saying what is missing, so every

@@ -41,6 +41,7 @@ RunData MakeRun(const std::string& label, int n, bool with_actors, bool with_his
     s.groups_reissued = 0;
     if (i == n / 2) s.heldout_accuracy = 0.25;
     if (with_actors) s.actor_groups = {{"actor-0", 2 * (i + 1)}, {"actor-1", i + 1}};
+    if (with_actors) s.tokens_by_fate = {{"consumed", 100 * (i + 1)}, {"stale", 5 * i}, {"preempted", 0}};
     if (with_hist) s.staleness_hist = {{0, 3}, {2, 1}};
     r.steps.push_back(s);
   }
@@ -95,7 +96,7 @@ TEST(StalenessHistogramTest, DerivedFromRoundedMeansWhenAnyRunLacksHistograms) {
 TEST(BuildLineChartsTest, PointCountsAndRanges) {
   std::vector<RunData> runs = {MakeRun("S0", 6, true, false), MakeRun("S4", 4, false, false)};
   std::vector<NamedLineChart> charts = BuildLineCharts(runs);
-  ASSERT_EQ(charts.size(), 10u);  // no setting with several seeds: no seed-band charts
+  ASSERT_EQ(charts.size(), 11u);  // no setting with several seeds: no seed-band charts
 
   const LineChart& reward = Chart(charts, "reward-step").chart;
   ASSERT_EQ(reward.series().size(), 2u);
@@ -131,8 +132,8 @@ TEST(BuildLineChartsTest, PointCountsAndRanges) {
 TEST(RenderReportTest, EveryChartHasFiniteDataAndALegend) {
   std::vector<RunData> runs = {MakeRun("S0", 6, true, true), MakeRun("S<4>", 4, true, true)};
   const std::string html = RenderReport(runs);
-  // 8 line charts with data (broadcast has none) + staleness histogram + per-actor mean bars.
-  EXPECT_EQ(Count(html, "<svg class=\"chart\""), 10u);
+  // 9 line charts with data (broadcast has none) + staleness histogram + per-actor mean bars.
+  EXPECT_EQ(Count(html, "<svg class=\"chart\""), 11u);
   std::regex svg_re("<svg class=\"chart\"[\\s\\S]*?</svg>");
   size_t charts = 0;
   for (std::sregex_iterator it(html.begin(), html.end(), svg_re), end; it != end; ++it) {
@@ -141,10 +142,10 @@ TEST(RenderReportTest, EveryChartHasFiniteDataAndALegend) {
     EXPECT_GE(Count(svg, "class=\"legend-entry\""), 2u);
     ++charts;
   }
-  EXPECT_EQ(charts, 10u);
+  EXPECT_EQ(charts, 11u);
   EXPECT_EQ(Count(html, "nan"), 0u);
   EXPECT_EQ(Count(html, "inf\""), 0u);
-  EXPECT_EQ(Count(html, ">S&lt;4&gt;</text>"), 9u);  // escaped in every legend
+  EXPECT_EQ(Count(html, ">S&lt;4&gt;</text>"), 10u);  // escaped in every legend
   // Self-contained: no scripts, no external resources.
   EXPECT_EQ(Count(html, "<script"), 0u);
   EXPECT_EQ(Count(html, "src="), 0u);
@@ -157,6 +158,7 @@ TEST(RenderReportTest, AbsentDataBecomesANote) {
   const std::string html = RenderReport(runs);
   EXPECT_EQ(Count(html, "<div class=\"chart-box missing\" id=\"broadcast\">"), 1u);
   EXPECT_EQ(Count(html, "<div class=\"chart-box missing\" id=\"actor-rate\">"), 1u);
+  EXPECT_EQ(Count(html, "<div class=\"chart-box missing\" id=\"wasted\">"), 1u);
   EXPECT_EQ(Count(html, "id=\"actor-mean\""), 0u);
   EXPECT_EQ(Count(html, "each step counts once, at its mean staleness rounded"), 1u);
   // reward x2, held-out x2, busy, dropped, re-issued, staleness histogram.
@@ -218,7 +220,7 @@ TEST(SeedBandsTest, SettingsRunWithSeveralSeedsAreDrawnAsMeanAndBand) {
   EXPECT_EQ(groups[1].label, "staleness=0 (1 run)");
 
   std::vector<NamedLineChart> charts = BuildLineCharts(runs);
-  ASSERT_EQ(charts.size(), 12u);
+  ASSERT_EQ(charts.size(), 13u);
   const LineChart& held = Chart(charts, "heldout-wall-seeds").chart;
   ASSERT_EQ(held.series().size(), 2u);
   const Series& s64 = held.series()[0];
