@@ -32,6 +32,7 @@ struct UpdateLine {
   int64_t in_flight = 0;
   int64_t staleness_bound = -1;  // S in force (-1: the line has none)
   std::map<std::string, int64_t> actor_groups;
+  std::map<std::string, int64_t> tokens_by_fate;
   int64_t start = 0;  // process start (0, then one more per resume event)
 };
 
@@ -67,6 +68,7 @@ Status ParseUpdate(const json& o, const std::string& where, UpdateLine* u) {
   u->in_flight = *r.groups_in_flight;
   u->staleness_bound = r.staleness_bound.value_or(-1);
   u->actor_groups = r.actor_groups;
+  u->tokens_by_fate = r.tokens_by_fate;
   return Status::Ok();
 }
 
@@ -173,6 +175,7 @@ Result<RunFit> FitRun(const std::string& dir, const RunShape& cfg) {
   f.busy_seconds = busy[n - 1];
   f.train_seconds = f.busy_seconds / static_cast<double>(n);
   f.measured_utilization = u[n - 1].busy_frac;
+  f.tokens_by_fate = u[n - 1].tokens_by_fate;
 
   // Measured updates: all but the first of each process start.
   int64_t measured = 0, window_full = 0;
@@ -246,6 +249,15 @@ Result<RunFit> FitRun(const std::string& dir, const RunShape& cfg) {
   return f;
 }
 
+double RunFit::wasted_fraction() const {
+  double all = 0, wasted = 0;
+  for (const auto& [fate, n] : tokens_by_fate) {
+    all += static_cast<double>(n);
+    if (fate == "stale" || fate == "preempted" || fate == "refused") wasted += static_cast<double>(n);
+  }
+  return all > 0 ? wasted / all : -1;
+}
+
 json RunFitJson(const RunFit& f) {
   json actors = json::array();
   for (const ActorFit& a : f.actors)
@@ -275,6 +287,8 @@ json RunFitJson(const RunFit& f) {
           {"measured_utilization", f.measured_utilization},
           {"measured_utilization_end", f.measured_utilization_end >= 0 ? json(f.measured_utilization_end) : json(nullptr)},
           {"end_event", f.end_event},
+          {"tokens_by_fate", f.tokens_by_fate},
+          {"wasted_fraction", f.wasted_fraction() >= 0 ? json(f.wasted_fraction()) : json(nullptr)},
           {"relative_error", f.relative_error()}};
 }
 
@@ -311,6 +325,15 @@ std::string RunFitTable(const RunFit& f) {
   if (f.measured_utilization_end >= 0)
     o << "the " << f.end_event << " event's busy fraction, closing evaluation included: "
       << Fmt("%.3f", f.measured_utilization_end) << "\n";
+  if (f.wasted_fraction() >= 0) {
+    auto n = [&](const char* fate) {
+      auto it = f.tokens_by_fate.find(fate);
+      return it == f.tokens_by_fate.end() ? int64_t{0} : it->second;
+    };
+    o << "completion tokens: " << n("consumed") << " consumed, " << Fmt("%.1f", 100 * f.wasted_fraction())
+      << "% wasted (" << n("stale") << " stale, " << n("preempted") << " preempted, " << n("refused")
+      << " refused), " << n("filtered") << " filtered\n";
+  }
   return o.str();
 }
 

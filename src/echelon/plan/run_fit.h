@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,11 @@ struct RunFit {
   double measured_utilization = 0;   // learner_busy_frac of the last update line
   double measured_utilization_end = -1;  // of the final/interrupted event (closing evaluation included); -1: none
   std::string end_event;                 // "final", "interrupted" or "" (the run did not finish)
+  // Completion tokens by fate at the last update line (metrics' tokens_by_fate; empty for runs
+  // that do not log it): consumed, stale, filtered, preempted, refused.
+  std::map<std::string, int64_t> tokens_by_fate;
+  // stale + preempted + refused over every token with a fate; -1 without tokens_by_fate.
+  double wasted_fraction() const;
 
   double relative_error() const { return predicted_utilization / measured_utilization - 1; }
 };

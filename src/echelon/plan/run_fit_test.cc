@@ -58,7 +58,8 @@ class RunWriter {
     nlohmann::json line = {{"step", step_++},      {"version", step_},          {"wall_s", wall_},
                            {"step_s", step_s},     {"learner_busy_frac", busy_ / rl_},
                            {"tokens_per_s", tokens_ / rl_}, {"groups_in_flight", in_flight},
-                           {"actor_groups", cumulative_},  {"tokens", 100}};
+                           {"actor_groups", cumulative_},  {"tokens", 100},
+                           {"tokens_by_fate", {{"consumed", 90 * step_}, {"stale", 5 * step_}, {"preempted", 5 * step_}}}};
     lines_ += line.dump() + "\n";
   }
   void Final() {
@@ -121,7 +122,14 @@ TEST(RunFit, AsyncRunRecoversTimesRatesAndPredictsUtilisation) {
   EXPECT_NEAR(f.predicted_utilization, f.measured_utilization, 1e-6);
   EXPECT_EQ(f.end_event, "final");
   EXPECT_GT(f.measured_utilization_end, 0);
+  // The last line's tokens by fate: 90 consumed, 5 stale and 5 preempted per update.
+  EXPECT_EQ(f.tokens_by_fate.at("consumed"), 90 * 62);
+  EXPECT_DOUBLE_EQ(f.wasted_fraction(), 0.1);
+  EXPECT_NE(RunFitTable(f).find("completion tokens: 5580 consumed, 10.0% wasted (310 stale, 310 preempted, 0 refused)"),
+            std::string::npos)
+      << RunFitTable(f);
   const nlohmann::json j = RunFitJson(f);
+  EXPECT_DOUBLE_EQ(j["wasted_fraction"].get<double>(), 0.1);
   EXPECT_EQ(j["actors"].size(), 2u);
   EXPECT_DOUBLE_EQ(j["measured_utilization"].get<double>(), f.measured_utilization);
 }
