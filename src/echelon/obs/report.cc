@@ -418,17 +418,7 @@ std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
                           "share of generated tokens", true),
           "No step line carries tokens_by_fate.");
   for (const RunData& r : runs)
-    c->AddSeries(StepSeries(
-        r,
-        [](const StepRecord& s) {
-          double all = 0, wasted = 0;
-          for (const auto& [fate, n] : s.tokens_by_fate) {
-            all += static_cast<double>(n);
-            if (fate == "stale" || fate == "preempted" || fate == "refused") wasted += static_cast<double>(n);
-          }
-          return all > 0 ? wasted / all : kMissing;
-        },
-        true));
+    c->AddSeries(StepSeries(r, [](const StepRecord& s) { return WastedTokenShare(s.tokens_by_fate); }, true));
   c = add("actor-rate",
           Opts("Per-actor throughput (accepted groups/s over " + std::to_string(w) + (w == 1 ? " step)" : " steps)"),
                kRlSeconds,

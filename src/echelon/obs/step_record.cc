@@ -189,6 +189,15 @@ struct Reader {
 
 }  // namespace
 
+double WastedTokenShare(const std::map<std::string, int64_t>& tokens_by_fate) {
+  double all = 0, wasted = 0;
+  for (const auto& [fate, n] : tokens_by_fate) {
+    all += static_cast<double>(n);
+    if (fate == "stale" || fate == "preempted" || fate == "refused") wasted += static_cast<double>(n);
+  }
+  return all > 0 ? wasted / all : kMissing;
+}
+
 json StepRecord::ToJson() const {
   json out = {{"step", step}, {"wall_s", wall_s}};
   Writer w{out};

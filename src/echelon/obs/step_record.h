@@ -145,6 +145,10 @@ struct StepRecord {
   static Result<StepRecord> FromJson(const nlohmann::json& line, const std::string& where);
 };
 
+// The share of completion tokens wasted, by `tokens_by_fate` (StepRecord::tokens_by_fate):
+// stale + preempted + refused over every token with a fate; kMissing when there are none.
+double WastedTokenShare(const std::map<std::string, int64_t>& tokens_by_fate);
+
 // The label of a staleness's power-of-two bin: 0 -> "0", 1 -> "1", 2..3 -> "2-3", 4..7 -> "4-7", ...
 std::string StalenessBin(int64_t staleness);
 

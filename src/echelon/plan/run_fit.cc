@@ -250,12 +250,8 @@ Result<RunFit> FitRun(const std::string& dir, const RunShape& cfg) {
 }
 
 double RunFit::wasted_fraction() const {
-  double all = 0, wasted = 0;
-  for (const auto& [fate, n] : tokens_by_fate) {
-    all += static_cast<double>(n);
-    if (fate == "stale" || fate == "preempted" || fate == "refused") wasted += static_cast<double>(n);
-  }
-  return all > 0 ? wasted / all : -1;
+  const double share = obs::WastedTokenShare(tokens_by_fate);
+  return std::isnan(share) ? -1 : share;
 }
 
 json RunFitJson(const RunFit& f) {

@@ -81,6 +81,9 @@ class Simulation {
   // Hands admitted work to idle slots, lowest worker id first.
   void Pump();
   void PumpDeadline();  // the same under deadline-aware dispatch (simulate.dispatch)
+  // Asks the dispatcher for work for worker `id` and starts it (or holds it for a fresh enough
+  // snapshot); false when it got none.
+  bool TakeWork(int id);
   // Mean completion tokens per sample of a prompt (simulate.length_sigma), fixed by the seed.
   double PromptLength(uint64_t prompt) const;
   void StartGroup(int id, const sched::WorkItem& item);

@@ -115,18 +115,8 @@ void Simulation::Handle(const Event& e) {
 
 void Simulation::Pump() {
   if (deadline_) return PumpDeadline();
-  while (!idle_.empty()) {
-    const int id = *idle_.begin();
-    std::optional<sched::WorkItem> item = dispatcher_.Acquire(workers_[id].actor);
-    if (!item) return;
-    Worker& w = workers_[id];
-    if (--w.free_slots == 0) idle_.erase(id);
-    if (w.held >= item->dispatch_version - S_) {
-      StartGroup(id, *item);
-    } else {
-      w.waiting.push_back(*item);
-    }
-  }
+  while (!idle_.empty())
+    if (!TakeWork(*idle_.begin())) return;
 }
 
 // A worker the forecast passes over gets nothing while another may take work, so every idle
@@ -135,23 +125,24 @@ void Simulation::Pump() {
 void Simulation::PumpDeadline() {
   for (int quiet = 0; !idle_.empty() && quiet <= sched::kMaxPassOvers;) {
     bool handed = false;
-    for (const int id : std::vector<int>(idle_.begin(), idle_.end())) {
-      while (idle_.count(id) > 0) {
-        std::optional<sched::WorkItem> item = dispatcher_.Acquire(workers_[id].actor);
-        if (!item) break;
-        handed = true;
-        Worker& w = workers_[id];
-        if (--w.free_slots == 0) idle_.erase(id);
-        if (w.held >= item->dispatch_version - S_) {
-          StartGroup(id, *item);
-        } else {
-          w.waiting.push_back(*item);
-        }
-      }
-    }
+    for (const int id : std::vector<int>(idle_.begin(), idle_.end()))
+      while (idle_.count(id) > 0 && TakeWork(id)) handed = true;
     if (handed || dispatcher_.counts().outstanding > 0) return;
     ++quiet;
   }
+}
+
+bool Simulation::TakeWork(int id) {
+  std::optional<sched::WorkItem> item = dispatcher_.Acquire(workers_[id].actor);
+  if (!item) return false;
+  Worker& w = workers_[id];
+  if (--w.free_slots == 0) idle_.erase(id);
+  if (w.held >= item->dispatch_version - S_) {
+    StartGroup(id, *item);
+  } else {
+    w.waiting.push_back(*item);
+  }
+  return true;
 }
 
 void Simulation::StartGroup(int id, const sched::WorkItem& item) {
