@@ -23,6 +23,7 @@ struct SimulateArgs {
   std::string out;
   std::string dispatch;  // overrides simulate.dispatch
   int64_t seed = -1;     // overrides simulate.seed
+  std::string resume;    // "on" / "off" overrides simulate.resume
 };
 
 int RunSimulate(const SimulateArgs& args) {
@@ -33,6 +34,7 @@ int RunSimulate(const SimulateArgs& args) {
   }
   if (!args.dispatch.empty()) p->config.sim.dispatch = args.dispatch;
   if (args.seed >= 0) p->config.sim.seed = static_cast<uint64_t>(args.seed);
+  if (!args.resume.empty()) p->config.sim.resume = args.resume == "on";
   std::string timeline;
   plan::SimOptions opt;
   opt.steps = args.steps;
@@ -81,11 +83,12 @@ int RunSimulate(const SimulateArgs& args) {
                   static_cast<long long>(n));
     std::printf("\n");
   }
-  std::printf("dispatch %s: tokens generated %.4g, consumed %.4g; wasted %.2f%% (stale %.4g, preempted %.4g, refused "
-              "%.4g); %llu hand-outs declined as predicted late; $%.4f per million consumed tokens\n",
-              p->config.sim.dispatch.c_str(), s.tokens_generated, s.tokens_consumed, 100 * s.wasted_fraction(),
-              s.tokens_stale, s.tokens_preempted, s.tokens_refused,
-              static_cast<unsigned long long>(s.counts.predicted_late),
+  std::printf("dispatch %s, resume %s: tokens generated %.4g, consumed %.4g; wasted %.2f%% (stale %.4g, preempted "
+              "%.4g, refused %.4g); %llu hand-outs declined as predicted late; %llu groups resumed; $%.4f per million "
+              "consumed tokens\n",
+              p->config.sim.dispatch.c_str(), p->config.sim.resume ? "on" : "off", s.tokens_generated, s.tokens_consumed,
+              100 * s.wasted_fraction(), s.tokens_stale, s.tokens_preempted, s.tokens_refused,
+              static_cast<unsigned long long>(s.counts.predicted_late), static_cast<unsigned long long>(s.counts.resumed),
               s.tokens_consumed > 0 ? s.cost_total / s.tokens_consumed * 1e6 : 0.0);
   std::printf("staleness of consumed groups:");
   for (size_t k = 0; k < s.staleness_hist.size(); ++k) std::printf(" %zu:%lld", k, static_cast<long long>(s.staleness_hist[k]));
@@ -111,6 +114,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--out", args->out, "write the per-step timeline here (JSONL)");
   cmd->add_option("--dispatch", args->dispatch, "which group goes to which worker (overrides simulate.dispatch)")
       ->check(CLI::IsMember({"fifo", "deadline"}));
+  cmd->add_option("--resume", args->resume, "resumable groups on or off (overrides simulate.resume)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--seed", args->seed, "the simulation's seed (overrides simulate.seed)")->check(CLI::NonNegativeNumber);
   cmd->footer("Config keys:\n" + plan::PlanConfigKeys().Describe());
   cmd->callback([args, exit_code] { *exit_code = RunSimulate(*args); });

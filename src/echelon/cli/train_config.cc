@@ -365,6 +365,10 @@ const TrainKeys& Keys() {
              "predicted to return before it would go stale, from its measured rate and snapshot lag and the prompt's "
              "measured lengths; long prompts to fast workers, short ones to slow ones: sched/dispatcher.h)",
              {"fifo", "deadline"}, kLearner, AT(dispatch));
+    k.Bool("rollout.resume", true,
+           "resumable groups: single-turn groups' samples are reported to the learner as they grow (every 10 s), and "
+           "a group whose worker was preempted or went silent is continued from there by the next one (verified, "
+           "within the staleness bound) instead of from the start", kLearner, AT(resume));
     k.Bool("rollout.untrusted_workers", false,
            "the run is open to workers it does not trust: `echelon learner` then refuses --insecure and a token file "
            "with one shared token (a worker's name would be its own choice), so every worker needs its own token "

@@ -50,7 +50,7 @@ std::string Print(const RunOptions& o) {
   }
   s << '|' << o.actors << ',' << o.thread_actors << ',' << o.temperature << ',' << o.top_p << ',' << o.top_k << ',' << o.min_p << ','
     << o.max_new_tokens << ',' << o.slots << ',' << o.chat << ',' << o.enable_thinking << ',' << o.partial << ',' << o.dynamic_sampling << ','
-    << o.dynamic_sampling_max << ',' << o.lease_seconds << ',' << o.max_leases_per_worker << o.dispatch << ',' << o.untrusted_workers
+    << o.dynamic_sampling_max << ',' << o.lease_seconds << ',' << o.max_leases_per_worker << o.dispatch << ',' << o.resume << ',' << o.untrusted_workers
     << ',' << o.stall_timeout_seconds << ',' << o.verify_fraction << ',' << o.verify_tolerance << ','
        << o.verify_draws << ',' << o.verify_draw_tolerance << ',' << o.verify_token_tolerance << ','
        << o.verify_memory_mb << '|';

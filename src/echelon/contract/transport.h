@@ -34,6 +34,36 @@ struct Assignment {
   // The learner plays this multi-turn group's environment (EpisodeHost): the prompt stays
   // there (a poker deal, an environment's seed), and the actor only samples each turn.
   bool played_by_learner = false;
+  // A resumed group (its last holder's lease ended midway): each sample's tokens so far, as
+  // the learner kept them from that holder's PrefixReports (tokens, logprobs, versions: one
+  // per token), verified. The actor continues every sample from there (same seed, the samples'
+  // positions go on) and submits the whole group, which must begin with exactly these. Empty:
+  // from the start.
+  std::vector<data::Turn> prefix;
+  // The learner keeps this group's prefixes: the actor reports its samples' new tokens as they
+  // grow (WorkSource::ReportPrefix), if its backend can report them.
+  bool report_prefix = false;
+};
+
+// What an actor says of itself when it asks for work.
+struct WorkRequest {
+  // Its backend continues a group from its samples' prefixes (Assignment::prefix).
+  bool continues_prefixes = false;
+  // The snapshot it holds (-1: none, or not said): deadline-aware dispatch then knows how far
+  // behind the learner it samples instead of estimating it. A lie costs the worker its own work
+  // (groups it returns too late, or none handed to it).
+  int64_t snapshot_version = -1;
+};
+
+// A piece of one sample of a running group, from completion position `from` on: what the
+// holder generated since its last report the learner kept (resumable groups). `versions`
+// holds one per token.
+struct PrefixPart {
+  int64_t sample = 0;
+  int64_t from = 0;
+  std::vector<int64_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<int64_t> versions;
 };
 
 // What an actor hands back for one group.
@@ -72,6 +102,24 @@ class WorkSource {
     (void)actor;
     (void)work;
     (void)tokens;
+  }
+  // Acquire, with what the actor says of itself: only an actor that continues prefixes is
+  // handed a resumed group (Acquire never hands one).
+  virtual std::optional<Assignment> AcquireWith(const std::string& actor, const WorkRequest& request) {
+    (void)request;
+    return Acquire(actor);
+  }
+  // The holder of `work`'s lease reports its samples' new tokens (sent while it runs, every
+  // sched::kPrefixSeconds), so that a lease that ends midway is continued from there by the next
+  // holder instead of from the start. Returns whether the learner kept the report: all of it,
+  // or none when a part does not continue what was kept (`from` is not its length) or fails a
+  // check. An actor resends from the positions of its last kept report.
+  virtual bool ReportPrefix(const std::string& actor, const sched::WorkItem& work,
+                            const std::vector<PrefixPart>& parts) {
+    (void)actor;
+    (void)work;
+    (void)parts;
+    return false;
   }
 };
 

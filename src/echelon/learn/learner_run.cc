@@ -132,7 +132,8 @@ class LearnerRun {
         &clock_);
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
-        IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens, secret_});
+        IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens, secret_,
+                     options_.resume});
     ECHELON_ASSIGN_OR_RETURN(const std::string spill, VerifierSpillDir(args_.run_dir));
     verifier_ = std::make_unique<BehaviourVerifier>(
         start_.model->config(), VerifierOptions(options_, secret_, task_->SamplesWithGroupSeed(), spill));
@@ -439,6 +440,7 @@ class LearnerRun {
     r.groups_reissued = static_cast<int64_t>(c.reissued);
     r.groups_in_flight = static_cast<int64_t>(c.outstanding + c.pending);
     if (options_.dispatch == "deadline") r.groups_predicted_late = static_cast<int64_t>(c.predicted_late);
+    if (options_.resume) r.groups_resumed = static_cast<int64_t>(c.resumed);
     r.tokens_by_fate = sched::TokensByFate(c);
     r.refused = AllRefusals();
     r.actors = transport_.live_actors();
@@ -561,6 +563,7 @@ class LearnerRun {
                                             {"groups_reissued", c.reissued},
                                             {"groups_in_flight", c.outstanding + c.pending},
                                             {"groups_predicted_late", c.predicted_late},
+                                            {"groups_resumed", c.resumed},
                                             {"tokens_by_fate", sched::TokensByFate(c)},
                                             {"actor_groups", intake_->actor_groups()},
                                             {"actor_forged", intake_->actor_forged()},

@@ -29,7 +29,8 @@ nlohmann::json CountsToJson(const sched::DispatchCounts& c) {
           {"pending", c.pending},       {"refused", c.refused},         {"awaiting_reissue", c.awaiting_reissue},
           {"predicted_late", c.predicted_late},     {"tokens_consumed", c.tokens_consumed},
           {"tokens_stale", c.tokens_stale},         {"tokens_filtered", c.tokens_filtered},
-          {"tokens_preempted", c.tokens_preempted}, {"tokens_refused", c.tokens_refused}};
+          {"tokens_preempted", c.tokens_preempted}, {"tokens_refused", c.tokens_refused},
+          {"resumed", c.resumed},                   {"tokens_carried", c.tokens_carried}};
 }
 
 // Reads typed fields of one JSON object, remembering the first problem.
@@ -205,6 +206,8 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   k.tokens_filtered = c.GetOr<uint64_t>("tokens_filtered", 0);
   k.tokens_preempted = c.GetOr<uint64_t>("tokens_preempted", 0);
   k.tokens_refused = c.GetOr<uint64_t>("tokens_refused", 0);
+  k.resumed = c.GetOr<uint64_t>("resumed", 0);  // and, from before resumable groups, these
+  k.tokens_carried = c.GetOr<uint64_t>("tokens_carried", 0);
   for (const Reader* each : {&r, &d, &c}) ECHELON_RETURN_IF_ERROR(each->status());
   if (s.version < 0 || s.dispatcher.version != s.version)
     return DataLoss(where + ": learner version " + std::to_string(s.version) + " and dispatcher version " +

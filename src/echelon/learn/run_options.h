@@ -61,6 +61,7 @@ struct RunOptions {
   double lease_seconds = 0;
   int64_t max_leases_per_worker = 0;
   std::string dispatch = "fifo";   // "fifo" or "deadline" (sched/dispatcher.h: deadline-aware dispatch)
+  bool resume = true;              // resumable groups (learn/trajectory_intake.h)
   bool untrusted_workers = false;  // `echelon learner` takes only per-worker tokens (cli/launch.cc)
   double stall_timeout_seconds = 0;
   double verify_fraction = 0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)

@@ -25,7 +25,12 @@ TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::Ta
     : dispatcher_(dispatcher), task_(task), vocab_(vocab), limits_(limits) {}
 
 std::optional<contract::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
-  std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor);
+  return AcquireWith(actor, contract::WorkRequest());
+}
+
+std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::string& actor,
+                                                                  const contract::WorkRequest& request) {
+  std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor, request.snapshot_version);
   if (!w) return std::nullopt;
   contract::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size),
                          contract::GroupSeed(limits_.secret, w->group_id)};
@@ -36,8 +41,151 @@ std::optional<contract::Assignment> TrajectoryIntake::Acquire(const std::string&
     a.prompt.extra_info.clear();
     a.prompt.data_source.clear();
     a.scored_by_learner = true;
+    a.report_prefix = limits_.resume;
   }
+  if (!a.report_prefix) return a;
+  // What an earlier lease of this group left, if any: continued or dropped, never kept twice.
+  std::optional<HeldPrefix> held;
+  {
+    std::lock_guard<std::mutex> lock(prefix_mu_);
+    auto it = prefixes_.find(w->group_id);
+    if (it != prefixes_.end()) {
+      held = std::move(it->second);
+      prefixes_.erase(it);
+    }
+  }
+  if (!held || !request.continues_prefixes || held->tokens == 0) return a;
+  std::optional<HeldPrefix> next = ResumablePrefix(a, std::move(*held));
+  if (!next) return a;
+  a.prefix = next->samples;
+  next->lease_id = w->lease_id;  // its holder's reports extend it from here
+  next->actor = actor;
+  dispatcher_->Carry(w->group_id, w->lease_id, next->tokens);
+  std::lock_guard<std::mutex> lock(prefix_mu_);
+  prefixes_[w->group_id] = std::move(*next);
   return a;
+}
+
+std::optional<TrajectoryIntake::HeldPrefix> TrajectoryIntake::ResumablePrefix(const contract::Assignment& a,
+                                                                               HeldPrefix held) {
+  contract::GroupRollout g;
+  g.group_id = a.work.group_id;
+  g.actor = held.actor;
+  g.behavior_version = -1;
+  for (const data::Turn& t : held.samples)
+    for (int64_t v : t.versions) g.behavior_version = g.behavior_version < 0 ? v : std::min(g.behavior_version, v);
+  // Consumed at an update t only while t - oldest <= S, and t is at least the version now.
+  if (g.behavior_version + dispatcher_->AdmittedStaleness(g.group_id) <= a.work.dispatch_version) return std::nullopt;
+  if (verifier_ != nullptr) {
+    Result<std::vector<int64_t>> prompt_ids = vocab_->EncodePrompt(a.prompt.system, a.prompt.text);
+    if (!prompt_ids.ok()) return std::nullopt;
+    for (const data::Turn& t : held.samples) {
+      g.episodes.emplace_back().turns.push_back(t);
+      g.episodes.back().turns[0].prompt_ids = prompt_ids.value();
+    }
+    Result<std::string> why = verifier_->Check(g, /*suspect=*/true);
+    if (!why.ok()) {
+      spdlog::warn("cannot check the prefix of group {} from {}: {}; it starts over", g.group_id, held.actor,
+                   why.status().message());
+      return std::nullopt;
+    }
+    if (const std::string reason = "prefix_" + why.value(); !why.value().empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++refusals_[reason];
+      ++actor_forged_[ActorName(held.actor)];
+      if (refusal_log_.Allow(reason)) spdlog::warn("refused the prefix of group {} from {}: {}", g.group_id, held.actor, reason);
+      return std::nullopt;
+    }
+  }
+  held.handed.clear();
+  for (const data::Turn& t : held.samples) held.handed.push_back(t.tokens.size());
+  return held;
+}
+
+bool TrajectoryIntake::ReportPrefix(const std::string& actor, const sched::WorkItem& work,
+                                    const std::vector<contract::PrefixPart>& parts) {
+  if (!limits_.resume || task_->MaxTurns() != 1 || parts.empty()) return false;
+  if (!dispatcher_->Holds(work.group_id, work.lease_id, actor)) return false;
+  std::lock_guard<std::mutex> lock(prefix_mu_);
+  HeldPrefix& held = prefixes_[work.group_id];
+  if (held.lease_id != work.lease_id) {  // this lease's first report: what an earlier one left is gone
+    held = HeldPrefix{work.lease_id, actor, std::vector<data::Turn>(static_cast<size_t>(limits_.group_size)), {}, 0};
+  }
+  // Checked whole before any of it is kept. `from` below the kept length is a report resent
+  // because its reply was lost: its overlap must be what was kept.
+  std::string why;
+  std::vector<size_t> length(held.samples.size());
+  for (size_t j = 0; j < length.size(); ++j) length[j] = held.samples[j].tokens.size();
+  std::vector<int64_t> last(held.samples.size(), -1);
+  for (size_t j = 0; j < last.size(); ++j)
+    if (!held.samples[j].versions.empty()) last[j] = held.samples[j].versions.back();
+  {
+    std::lock_guard<std::mutex> state(mu_);
+    for (const contract::PrefixPart& p : parts) {
+      if (p.sample < 0 || p.sample >= limits_.group_size) { why = "bad_sample"; break; }
+      const auto j = static_cast<size_t>(p.sample);
+      if (p.tokens.size() != p.logprobs.size() || p.tokens.size() != p.versions.size()) { why = "length_mismatch"; break; }
+      if (p.from < 0) { why = "bad_position"; break; }
+      if (static_cast<size_t>(p.from) > length[j]) return false;  // a gap: an earlier report was lost
+      if (static_cast<int64_t>(p.from + p.tokens.size()) > limits_.max_completion_tokens) { why = "too_long"; break; }
+      const data::Turn& kept = held.samples[j];
+      for (size_t i = 0; i < p.tokens.size() && why.empty(); ++i) {
+        const size_t at = static_cast<size_t>(p.from) + i;
+        if (at < length[j]) {  // resent
+          if (at >= kept.tokens.size() || kept.tokens[at] != p.tokens[i] || kept.logprobs[at] != p.logprobs[i] ||
+              kept.versions[at] != p.versions[i])
+            why = "rewritten";
+          continue;
+        }
+        const int64_t v = p.versions[i];
+        if (p.tokens[i] < 0 || p.tokens[i] >= limits_.model_vocab_size) why = "token_out_of_vocab";
+        else if (!std::isfinite(p.logprobs[i]) || p.logprobs[i] > 1e-4f || p.logprobs[i] < kMinBehaviorLogprob)
+          why = "bad_logprob";
+        else if (v < last[j] || v > snapshot_.version || v < first_published_ || published_.count(v) == 0)
+          why = "bad_token_version";
+        last[j] = v;
+      }
+      if (!why.empty()) break;
+      length[j] = std::max(length[j], static_cast<size_t>(p.from) + p.tokens.size());
+    }
+    if (!why.empty()) {
+      ++refusals_["prefix_" + why];
+      ++actor_forged_[ActorName(actor)];
+      if (refusal_log_.Allow("prefix_" + why))
+        spdlog::warn("refused a prefix report for group {} from {}: {}", work.group_id, actor, why);
+      return false;
+    }
+  }
+  for (const contract::PrefixPart& p : parts) {
+    data::Turn& kept = held.samples[static_cast<size_t>(p.sample)];
+    const size_t skip = kept.tokens.size() - static_cast<size_t>(p.from);
+    if (skip >= p.tokens.size()) continue;
+    kept.tokens.insert(kept.tokens.end(), p.tokens.begin() + static_cast<std::ptrdiff_t>(skip), p.tokens.end());
+    kept.logprobs.insert(kept.logprobs.end(), p.logprobs.begin() + static_cast<std::ptrdiff_t>(skip), p.logprobs.end());
+    kept.versions.insert(kept.versions.end(), p.versions.begin() + static_cast<std::ptrdiff_t>(skip), p.versions.end());
+    held.tokens += static_cast<int64_t>(p.tokens.size() - skip);
+  }
+  dispatcher_->KeepPrefix(work.group_id, work.lease_id, held.tokens);
+  return true;
+}
+
+std::string TrajectoryIntake::CheckSplice(const contract::GroupRollout& g) {
+  std::lock_guard<std::mutex> lock(prefix_mu_);
+  auto it = prefixes_.find(g.group_id);
+  if (it == prefixes_.end() || it->second.lease_id != g.lease_id || it->second.handed.empty()) return "";
+  const HeldPrefix& held = it->second;
+  for (size_t j = 0; j < held.handed.size() && j < g.episodes.size(); ++j) {
+    const data::Turn& kept = held.samples[j];
+    const data::Turn& t = g.episodes[j].turns[0];
+    const size_t n = held.handed[j];
+    if (t.tokens.size() < n) return "prefix_altered";
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t v = t.versions.empty() ? g.behavior_version : t.versions[i];
+      if (t.tokens[i] != kept.tokens[i] || t.logprobs[i] != kept.logprobs[i] || v != kept.versions[i])
+        return "prefix_altered";
+    }
+  }
+  return "";
 }
 
 void TrajectoryIntake::Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) {
@@ -131,6 +279,10 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
         dispatcher_->Submit(rollout.group_id, rollout.lease_id, rollout.actor, tokens, rollout.behavior_version));
   if (!reason.empty()) return Refuse(rollout, reason);
   // The lease was current: from here on a refusal hands the group to another actor.
+  if (std::string splice = CheckSplice(rollout); !splice.empty()) {
+    dispatcher_->Reissue(rollout.group_id);
+    return Refuse(rollout, splice);
+  }
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
   Result<Verdict> verdict = Verify(&rollout);
   std::string failed = "reward_error";
@@ -156,6 +308,10 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
   if (!verdict->refusal.empty()) {
     dispatcher_->Reissue(rollout.group_id);
     return Refuse(rollout, verdict->refusal);
+  }
+  {
+    std::lock_guard<std::mutex> lock(prefix_mu_);
+    prefixes_.erase(rollout.group_id);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -11,7 +11,19 @@
 // replayed episode's observation), and rewards are the learner's: single-turn groups are
 // rescored from the tokens, multi-turn episodes replayed from their actions (Verify); each
 // turn's text becomes the learner's decoding of its tokens (the worker's is not kept). A group
-// refused after its lease check goes back to the dispatcher for another actor. With a
+// refused after its lease check goes back to the dispatcher for another actor.
+//
+// Resumable groups (IntakeLimits::resume, single-turn tasks): the holder of a lease reports
+// its samples' new tokens as they grow (ReportPrefix: only the current holder, each part
+// continuing what was kept, every token in the vocabulary, every log-prob a sampler's, every
+// version published and none older than the one before it). When the lease ends (the worker
+// was preempted, went silent or left) and the group is handed out again to an actor that can
+// continue prefixes (WorkRequest::continues_prefixes), it goes with the kept prefix, provided the group can
+// still be consumed (its oldest token's version + S is past the learner's version) and the
+// verifier finds the prefix's tokens to be its claimed versions' seeded draws with their
+// log-probs (every resumed prefix is checked; a forged one strikes its reporter and the group
+// starts over). The new holder's submission must begin with exactly that prefix
+// (`prefix_altered`, forged, otherwise); it is then checked like any group, per token version. With a
 // BehaviourVerifier, drawn groups (and every group of an actor caught forging before) also have
 // their behaviour log-probs recomputed under the version they claim. A reward that fails on a
 // group refuses that group (reward_error) and the run goes on, unless kRewardFailuresToStop
@@ -80,6 +92,9 @@ struct IntakeLimits {
   int64_t group_size = 0;             // episodes per group
   int64_t max_completion_tokens = 0;  // tokens of one turn (rollout.max_new_tokens)
   RunSecret secret;                   // each assignment's seed is contract::GroupSeed(secret, group)
+  // Resumable groups (rollout.resume): single-turn groups' prefixes are kept as their holders
+  // report them, and a group whose lease ended is continued from its prefix (see the top).
+  bool resume = false;
 };
 
 class TrajectoryIntake : public contract::WorkSource,
@@ -91,7 +106,10 @@ class TrajectoryIntake : public contract::WorkSource,
                    const IntakeLimits& limits);
 
   std::optional<contract::Assignment> Acquire(const std::string& actor) override;
+  std::optional<contract::Assignment> AcquireWith(const std::string& actor, const contract::WorkRequest& request) override;
   void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override;
+  bool ReportPrefix(const std::string& actor, const sched::WorkItem& work,
+                    const std::vector<contract::PrefixPart>& parts) override;
   contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
   contract::Snapshot Latest() override;
   std::vector<contract::GroupRollout> Drain(double timeout_seconds) override;
@@ -121,6 +139,22 @@ class TrajectoryIntake : public contract::WorkSource,
                        std::map<std::string, int64_t> actor_groups, std::map<std::string, int64_t> actor_forged);
 
  private:
+  // A single-turn group's samples so far, as the holders of its leases reported them.
+  struct HeldPrefix {
+    uint64_t lease_id = 0;  // the lease whose reports extend it
+    std::string actor;      // that lease's holder
+    std::vector<data::Turn> samples;  // one a sample: tokens, logprobs, versions
+    std::vector<size_t> handed;       // lengths handed to that lease with its work (resumed), else empty
+    int64_t tokens = 0;
+  };
+  // The prefix kept of a re-issued group, if the new hand-out `a` may continue from it: within
+  // the staleness bound, and (with a verifier) its tokens the draws and log-probs of the versions
+  // they claim; a forged one strikes the holder that reported it. Otherwise nullopt, and the
+  // group starts over.
+  std::optional<HeldPrefix> ResumablePrefix(const contract::Assignment& a, HeldPrefix held);
+  // Empty when a submission of a resumed group begins with the prefix it was handed, else the
+  // reason it is refused.
+  std::string CheckSplice(const contract::GroupRollout& g);
   // Empty when well-formed, else the reason it is refused.
   std::string Validate(const contract::GroupRollout& g) const;
   struct Verdict {
@@ -158,6 +192,8 @@ class TrajectoryIntake : public contract::WorkSource,
   std::map<std::string, int64_t> worker_slow_in_a_row_;      // of those, past the reward-time budget
   std::set<std::string> workers_;               // every worker whose group reached the reward
   LogBudget refusal_log_;  // a worker can provoke a refusal at will: its lines are budgeted (common/log.h)
+  std::mutex prefix_mu_;  // guards prefixes_ (taken before mu_, never inside it)
+  std::map<uint64_t, HeldPrefix> prefixes_;  // by group id
 };
 
 // The actor's name without its connection suffix ("actor-0#3" -> "actor-0"): metrics count

@@ -156,7 +156,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
         if (!p.complete || p.active[0] != req->actor_id()) return grpc::Status::OK;  // no work until formed
       }
     }
-    std::optional<contract::Assignment> a = s_->work_->Acquire(req->actor_id());
+    std::optional<contract::Assignment> a =
+        s_->work_->AcquireWith(req->actor_id(), {req->resumes(), std::max<int64_t>(-1, req->snapshot_version())});
     if (!a) return grpc::Status::OK;
     reply->set_has_work(true);
     reply->set_group_id(a->work.group_id);
@@ -173,6 +174,28 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_prompt_system(a->prompt.system);
     reply->set_scored_by_learner(a->scored_by_learner);
     reply->set_seed(a->seed);
+    reply->set_report_prefix(a->report_prefix);
+    for (const data::Turn& t : a->prefix) EncodeTurn(t, reply->add_prefix());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportPrefix(grpc::ServerContext* ctx, const v1::ReportPrefixRequest* req,
+                            v1::ReportPrefixReply* reply) override {
+    if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
+    sched::WorkItem work;
+    work.group_id = req->group_id();
+    work.lease_id = req->lease_id();
+    std::vector<contract::PrefixPart> parts;
+    for (const v1::PrefixPart& p : req->parts()) {
+      contract::PrefixPart& part = parts.emplace_back();
+      part.sample = p.sample();
+      part.from = p.from();
+      part.tokens.assign(p.tokens().begin(), p.tokens().end());
+      part.logprobs.assign(p.logprobs().begin(), p.logprobs().end());
+      part.versions.assign(p.versions().begin(), p.versions().end());
+    }
+    // Only the lease's own holder's report is kept (TrajectoryIntake::ReportPrefix checks it).
+    reply->set_kept(s_->work_->ReportPrefix(req->actor_id(), work, parts));
     return grpc::Status::OK;
   }
 

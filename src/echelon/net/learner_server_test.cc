@@ -57,11 +57,40 @@ class ScriptedHub : public contract::WorkSource, public contract::TrajectorySink
     std::lock_guard<std::mutex> lock(mu);
     progress.push_back({actor, work.group_id, work.lease_id, tokens});
   }
+  // A resumed group: sample 0 continues from two tokens (v3, v4), sample 1 from none.
+  std::optional<contract::Assignment> AcquireWith(const std::string& actor, const contract::WorkRequest& request) override {
+    std::optional<contract::Assignment> a = Acquire(actor);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      requests.push_back(request);
+    }
+    if (!request.continues_prefixes) return a;
+    a->report_prefix = true;
+    data::Turn t;
+    t.tokens = {6, 2};
+    t.logprobs = {-0.5f, -0.25f};
+    t.versions = {3, 4};
+    a->prefix = {t, data::Turn()};
+    return a;
+  }
+  bool ReportPrefix(const std::string& actor, const sched::WorkItem& work,
+                    const std::vector<contract::PrefixPart>& parts) override {
+    std::lock_guard<std::mutex> lock(mu);
+    prefix_reports.push_back({actor, work.lease_id, parts});
+    return true;
+  }
   struct Report {
     std::string actor;
     uint64_t group, lease;
     int64_t tokens;
   };
+  struct PrefixReport {
+    std::string actor;
+    uint64_t lease;
+    std::vector<contract::PrefixPart> parts;
+  };
+  std::vector<PrefixReport> prefix_reports;
+  std::vector<contract::WorkRequest> requests;
   std::mutex mu;
   std::vector<Report> progress;
   uint64_t next = 0;
@@ -556,6 +585,51 @@ namespace {
 // An actor's progress reaches the learner's work source with its heartbeat, under the
 // authenticated actor's id; a report once submitted is not sent; one heartbeat carries at most
 // kMaxProgressReports that are read.
+// Resumable groups over the wire: an actor that can continue prefixes says so (with the snapshot
+// it holds, for deadline-aware dispatch) and gets the
+// group's prefix whole (tokens, log-probs, versions); one that cannot is never handed one; its
+// prefix reports reach the learner whole, under its own actor id.
+TEST(RemoteLearnerTest, APrefixAndItsReportsTravelWhole) {
+  Fixture f("tok");
+  f.hub.snapshot = contract::Snapshot{4, std::make_shared<const std::string>("w"), nullptr};
+  RemoteLearner learner(f.Remote("tok"));
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(learner.Connect(stop).ok());
+  const std::optional<contract::Assignment> plain = learner.Acquire("ignored");
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(plain->prefix.empty());
+  EXPECT_FALSE(plain->report_prefix);
+  const std::optional<contract::Assignment> a = learner.AcquireWith("ignored", {true, 4});
+  ASSERT_TRUE(a);
+  {
+    std::lock_guard<std::mutex> lock(f.hub.mu);
+    ASSERT_EQ(f.hub.requests.size(), 2u);
+    EXPECT_FALSE(f.hub.requests[0].continues_prefixes);
+    EXPECT_EQ(f.hub.requests[0].snapshot_version, -1);
+    EXPECT_TRUE(f.hub.requests[1].continues_prefixes);
+    EXPECT_EQ(f.hub.requests[1].snapshot_version, 4) << "the snapshot the actor holds travels";
+  }
+  EXPECT_TRUE(a->report_prefix);
+  ASSERT_EQ(a->prefix.size(), 2u);
+  EXPECT_EQ(a->prefix[0].tokens, (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(a->prefix[0].logprobs, (std::vector<float>{-0.5f, -0.25f}));
+  EXPECT_EQ(a->prefix[0].versions, (std::vector<int64_t>{3, 4}));
+  EXPECT_TRUE(a->prefix[1].tokens.empty());
+  contract::PrefixPart part{1, 0, {7, 8, 9}, {-0.1f, -0.2f, -0.3f}, {4, 4, 4}};
+  EXPECT_TRUE(learner.ReportPrefix("ignored", a->work, {part}));
+  std::lock_guard<std::mutex> lock(f.hub.mu);
+  ASSERT_EQ(f.hub.prefix_reports.size(), 1u);
+  const ScriptedHub::PrefixReport& got = f.hub.prefix_reports[0];
+  EXPECT_EQ(got.actor, f.hub.holders.back());
+  EXPECT_EQ(got.lease, a->work.lease_id);
+  ASSERT_EQ(got.parts.size(), 1u);
+  EXPECT_EQ(got.parts[0].sample, 1);
+  EXPECT_EQ(got.parts[0].from, 0);
+  EXPECT_EQ(got.parts[0].tokens, part.tokens);
+  EXPECT_EQ(got.parts[0].logprobs, part.logprobs);
+  EXPECT_EQ(got.parts[0].versions, part.versions);
+}
+
 TEST(RemoteLearnerTest, ProgressTravelsWithTheHeartbeat) {
   Fixture f("tok");
   f.hub.snapshot = contract::Snapshot{0, std::make_shared<const std::string>("w"), nullptr};

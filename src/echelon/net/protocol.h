@@ -15,8 +15,10 @@ namespace echelon::net {
 // (Turn.versions, partial rollouts), which an older learner would take for the oldest's and
 // refuse as a log-prob mismatch. 8: each group's sampling seed comes with its work
 // (AcquireReply.seed, drawn from the learner's secret); an older actor would sample with the
-// run seed it no longer gets, and be refused as sample_not_drawn.
-inline constexpr uint32_t kProtocolVersion = 8;
+// run seed it no longer gets, and be refused as sample_not_drawn. 9: resumable groups
+// (AcquireReply.prefix, ReportPrefix): an older actor would start a resumed group over, and be
+// refused as prefix_altered.
+inline constexpr uint32_t kProtocolVersion = 9;
 
 // Stages one pipelined rollout worker may have (each a process and a gRPC hop per token).
 inline constexpr int kMaxPipelineStages = 64;
@@ -65,6 +67,9 @@ inline constexpr double kPlayDeadlineSeconds = 60;
 // the learner when no piece could be written for this long (a reader that stops reading would
 // otherwise pin its version's bytes and a server thread).
 inline constexpr double kSnapshotStallSeconds = 30;
+// ReportPrefix: ten seconds of a group's new tokens, ~20 bytes each; a report that fails is
+// sent again with the next (the generation waits while it goes).
+inline constexpr double kReportPrefixDeadlineSeconds = 10;
 // Joining the learner's broadcast; on failure snapshots come directly.
 inline constexpr double kBroadcastJoinSeconds = 5;
 

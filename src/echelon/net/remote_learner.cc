@@ -200,12 +200,41 @@ void RemoteLearner::Progress(const std::string& /*actor*/, const sched::WorkItem
   p.set_tokens(tokens);
 }
 
-std::optional<contract::Assignment> RemoteLearner::Acquire(const std::string& /*actor*/) {
+std::optional<contract::Assignment> RemoteLearner::Acquire(const std::string& actor) {
+  return AcquireWith(actor, contract::WorkRequest());
+}
+
+bool RemoteLearner::ReportPrefix(const std::string& /*actor*/, const sched::WorkItem& work,
+                                 const std::vector<contract::PrefixPart>& parts) {
+  grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
+  SetDeadline(ctx, kReportPrefixDeadlineSeconds);
+  v1::ReportPrefixRequest req;
+  req.set_actor_id(actor_id());
+  req.set_group_id(work.group_id);
+  req.set_lease_id(work.lease_id);
+  for (const contract::PrefixPart& p : parts) {
+    v1::PrefixPart* out = req.add_parts();
+    out->set_sample(p.sample);
+    out->set_from(p.from);
+    *out->mutable_tokens() = {p.tokens.begin(), p.tokens.end()};
+    *out->mutable_logprobs() = {p.logprobs.begin(), p.logprobs.end()};
+    *out->mutable_versions() = {p.versions.begin(), p.versions.end()};
+  }
+  v1::ReportPrefixReply reply;
+  // A failed report is not retried here: the next one (sched::kPrefixSeconds later) resends it.
+  return stub_->ReportPrefix(&ctx, req, &reply).ok() && reply.kept();
+}
+
+std::optional<contract::Assignment> RemoteLearner::AcquireWith(const std::string& /*actor*/,
+                                                                const contract::WorkRequest& request) {
   grpc::ClientContext ctx;
   AttachToken(ctx, options_.token);
   SetDeadline(ctx, kAcquireDeadlineSeconds);
   v1::AcquireRequest req;
   req.set_actor_id(actor_id());
+  req.set_resumes(request.continues_prefixes);
+  req.set_snapshot_version(request.snapshot_version);
   v1::AcquireReply reply;
   grpc::Status st = stub_->Acquire(&ctx, req, &reply);
   if (!st.ok()) {
@@ -228,6 +257,8 @@ std::optional<contract::Assignment> RemoteLearner::Acquire(const std::string& /*
   a.scored_by_learner = reply.scored_by_learner();
   a.played_by_learner = reply.played_by_learner();
   a.seed = reply.seed();
+  a.report_prefix = reply.report_prefix();
+  for (const v1::Turn& t : reply.prefix()) a.prefix.push_back(DecodeTurn(t));
   return a;
 }
 

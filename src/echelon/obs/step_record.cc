@@ -33,6 +33,7 @@ void VisitFields(R& r, V& v) {
   v.Count("groups_issued", r.groups_issued);
   v.Count("groups_in_flight", r.groups_in_flight);
   v.Count("groups_predicted_late", r.groups_predicted_late);
+  v.Count("groups_resumed", r.groups_resumed);
   v.Counts("tokens_by_fate", r.tokens_by_fate);
   v.Count("actors", r.actors);
   v.Counts("actor_groups", r.actor_groups);

@@ -69,6 +69,8 @@ struct StepRecord {
   std::optional<int64_t> filtered_groups;  // dynamic sampling: groups dropped while this update's batch was collected
   // Deadline-aware dispatch: Acquire calls that got nothing because no waiting group fit (total).
   std::optional<int64_t> groups_predicted_late;
+  // Resumable groups: hand-outs that continued a group from its prefix (total).
+  std::optional<int64_t> groups_resumed;
   // Completion tokens by fate (totals, sched::TokensByFate): consumed, stale, filtered,
   // preempted (reported by leases that ended), refused.
   std::map<std::string, int64_t> tokens_by_fate;

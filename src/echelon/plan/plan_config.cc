@@ -211,6 +211,9 @@ Status ReadSimulate(YamlMap& top, PlanConfig* c) {
   ECHELON_RETURN_IF_ERROR(m.Choice("dispatch", &s.dispatch, {"fifo", "deadline"},
                                  Help("which group goes to which worker: fifo (in order) or deadline (only groups a worker "
                                       "is predicted to return before they go stale; rollout.dispatch)")));
+  ECHELON_RETURN_IF_ERROR(m.Bool("resume", &s.resume,
+                                 Help("a failed worker's groups continue from the tokens it reported (every 10 s) while "
+                                      "within the staleness bound, instead of from the start; rollout.resume")));
   ECHELON_RETURN_IF_ERROR(m.Float("length_sigma", &s.length_sigma, 0, 5,
                                   Help("per-prompt response lengths: lognormal sigma around shape.completion_tokens "
                                        "(0: every group that long)")));

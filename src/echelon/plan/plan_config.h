@@ -67,6 +67,9 @@ struct SimulateConfig {
   // Which group goes to which worker: "fifo" (in order) or "deadline" (sched/dispatcher.h,
   // deadline-aware dispatch), as the learner's rollout.dispatch.
   std::string dispatch = "fifo";
+  // Resumable groups, as the learner's rollout.resume: a failed worker's groups continue from
+  // what it reported (every sched::kPrefixSeconds) while within the staleness bound.
+  bool resume = true;
   // Response lengths: with length_sigma > 0 each prompt's completions average a length drawn
   // once from a lognormal of mean shape.completion_tokens and this sigma, at most
   // length_max_tokens; 0: every group shape.completion_tokens, as before.

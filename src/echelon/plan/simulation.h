@@ -51,7 +51,10 @@ struct Worker {
   std::vector<sched::WorkItem> waiting;  // leased, waiting for a fresh enough snapshot
   // Running groups: group id -> start and end times and its completion tokens.
   struct Running {
-    double start = 0, end = 0, tokens = 0;
+    double start = 0, end = 0, tokens = 0;  // tokens: this worker's part of the group
+    uint64_t lease = 0;
+    double carried = 0;       // tokens it continued from (a resumed group)
+    int64_t version = 0;      // the group's oldest token's version
   };
   std::map<uint64_t, Running> running;
 };
@@ -129,6 +132,12 @@ class Simulation {
   SimOptions opt_;
   SimulatedClock clock_;
   sched::Dispatcher dispatcher_;
+  // Resumable groups (simulate.resume): what a failed worker had reported of each group.
+  struct Prefix {
+    double tokens = 0;
+    int64_t version = 0;  // its oldest token's
+  };
+  std::map<uint64_t, Prefix> prefixes_;
   sched::BatchAssembler intake_;  // submitted groups waiting for the learner
   std::mt19937_64 rng_;
   std::lognormal_distribution<double> noise_;

@@ -128,9 +128,20 @@ void Simulation::OnFail(const Event& e) {
   SetBilled(w, false);
   Push({now_ + cfg_.sim.detect_seconds, 0, EventType::kEvict, e.worker, w.epoch});
   for (const auto& [group, r] : w.running) {  // the part of each running group made so far
-    const double made = r.tokens * std::clamp((now_ - r.start) / std::max(r.end - r.start, 1e-9), 0.0, 1.0);
-    result_.tokens_generated += made;
-    result_.tokens_preempted += made;
+    const double done = std::clamp((now_ - r.start) / std::max(r.end - r.start, 1e-9), 0.0, 1.0);
+    result_.tokens_generated += r.tokens * done;
+    // With resumable groups, what it reported (every sched::kPrefixSeconds) is kept; the group
+    // continues from there if it is handed out in time (StartGroup). Before the failure is
+    // detected its lease still runs: the dispatcher is told what is kept of it.
+    const double reported = cfg_.sim.resume ? std::floor((now_ - r.start) / sched::kPrefixSeconds) *
+                                                  sched::kPrefixSeconds / std::max(r.end - r.start, 1e-9)
+                                            : 0.0;
+    const double kept = r.tokens * std::min(reported, done);
+    result_.tokens_preempted += r.tokens * done - kept;
+    if (r.carried + kept > 0 && cfg_.sim.resume) {
+      prefixes_[group] = {r.carried + kept, r.version};
+      dispatcher_.KeepPrefix(group, r.lease, static_cast<int64_t>(std::llround(r.carried + kept)));
+    }
   }
   w.running.clear();
   ++w.epoch;  // in-flight groups and downloads of this worker are lost

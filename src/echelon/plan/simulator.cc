@@ -133,7 +133,7 @@ void Simulation::PumpDeadline() {
 }
 
 bool Simulation::TakeWork(int id) {
-  std::optional<sched::WorkItem> item = dispatcher_.Acquire(workers_[id].actor);
+  std::optional<sched::WorkItem> item = dispatcher_.Acquire(workers_[id].actor, workers_[id].held);
   if (!item) return false;
   Worker& w = workers_[id];
   if (--w.free_slots == 0) idle_.erase(id);
@@ -149,23 +149,37 @@ void Simulation::StartGroup(int id, const sched::WorkItem& item) {
   Worker& w = workers_[id];
   const double scale = PromptLength(PromptOf(item.group_id, cfg_.sim.prompts)) / cfg_.shape.completion_tokens;
   const double noise = cfg_.sim.throughput_cv > 0 ? noise_(rng_) : 1.0;
-  const double seconds = Cls(w).decode.group_seconds * scale * noise;
-  w.running[item.group_id] = {now_, now_ + seconds,
-                              cfg_.shape.group_size * cfg_.shape.completion_tokens * scale * noise};
+  const double tokens = cfg_.shape.group_size * cfg_.shape.completion_tokens * scale * noise;
+  double seconds = Cls(w).decode.group_seconds * scale * noise;
+  // A failed worker's group continues from its prefix while it can still be consumed (the
+  // learner's TrajectoryIntake rule); otherwise the prefix is lost.
+  Worker::Running run{now_, now_ + seconds, tokens, item.lease_id, 0, w.held};
+  if (auto p = prefixes_.find(item.group_id); p != prefixes_.end()) {
+    if (p->second.version + S_ > item.dispatch_version && p->second.tokens < tokens) {
+      const double left = 1 - p->second.tokens / tokens;
+      seconds *= left;
+      run = {now_, now_ + seconds, tokens * left, item.lease_id, p->second.tokens, p->second.version};
+      dispatcher_.Carry(item.group_id, item.lease_id, static_cast<int64_t>(std::llround(p->second.tokens)));
+    } else {
+      result_.tokens_preempted += p->second.tokens;
+    }
+    prefixes_.erase(p);
+  }
+  w.running[item.group_id] = run;
   Event e{now_ + seconds, 0, EventType::kGroupDone, id, w.epoch};
   e.group = item.group_id;
   e.lease = item.lease_id;
-  e.version = w.held;
+  e.version = run.version;
   Push(e);
 }
 
 void Simulation::OnGroupDone(const Event& e) {
   Worker& w = workers_[e.worker];
   if (e.epoch != w.epoch) return;  // the worker failed meanwhile; the group is re-issued
-  const double tokens = w.running[e.group].tokens;
-
+  const double made = w.running[e.group].tokens;
+  const double tokens = made + w.running[e.group].carried;  // the whole group's
   w.running.erase(e.group);
-  result_.tokens_generated += tokens;
+  result_.tokens_generated += made;
   if (dispatcher_.Submit(e.group, e.lease, w.actor, static_cast<int64_t>(std::llround(tokens)), e.version) ==
       sched::SubmitResult::kAccepted) {
     intake_.Add(e.group, e.version);
@@ -250,6 +264,7 @@ obs::StepRecord Simulation::Record(double previous_end, size_t changes_before) {
   r.groups_reissued = static_cast<int64_t>(c.reissued);
   r.groups_in_flight = static_cast<int64_t>(c.outstanding + c.pending);
   if (deadline_) r.groups_predicted_late = static_cast<int64_t>(c.predicted_late);
+  if (cfg_.sim.resume) r.groups_resumed = static_cast<int64_t>(c.resumed);
   r.tokens_by_fate = sched::TokensByFate(c);
   r.tokens_by_fate["preempted"] = static_cast<int64_t>(result_.tokens_preempted);  // the dispatcher sees no progress here
   r.learner_busy_frac = version_ * plan_.inputs.train_seconds / std::max(now_, 1e-9);
@@ -372,6 +387,7 @@ nlohmann::json SimResultJson(const SimResult& r) {
           {"groups_reissued", r.counts.reissued},
           {"groups_wasted", r.groups_wasted},
           {"groups_predicted_late", r.counts.predicted_late},
+          {"groups_resumed", r.counts.resumed},
           {"tokens_generated", r.tokens_generated},
           {"tokens_consumed", r.tokens_consumed},
           {"tokens_stale", r.tokens_stale},

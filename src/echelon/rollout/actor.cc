@@ -29,17 +29,35 @@ int64_t SettleVersions(std::vector<data::Episode>& episodes, int64_t started) {
   return oldest;
 }
 
+// A resumed single-turn group: every sample continued from its prefix.
+Result<std::vector<data::Episode>> ContinueGroup(const contract::Assignment& a, SnapshotPolicy& policy) {
+  if (!a.scored_by_learner || static_cast<int>(a.prefix.size()) != a.group_size)
+    return InvalidArgument("a resumed group must be a single-turn group with one prefix a sample (" +
+                           std::to_string(a.prefix.size()) + " for " + std::to_string(a.group_size) + ")");
+  ECHELON_ASSIGN_OR_RETURN(
+      std::vector<data::Turn> turns,
+      policy.Continue(std::vector<data::PolicyPrompt>(a.group_size, data::PolicyPrompt::Of(a.prompt)), a.seed, a.prefix));
+  std::vector<data::Episode> episodes(turns.size());
+  for (size_t i = 0; i < turns.size(); ++i) episodes[i].turns.push_back(std::move(turns[i]));
+  return episodes;
+}
+
 }  // namespace
 
 // Watches one group's generation: reports its progress for the lease, stretches time as a
 // slowed worker (ActorOptions::slowdown) step by step, and with `partial` moves the policy to a
 // newer snapshot between steps.
+// With `prefixes` (contract::Assignment::report_prefix) it reports the samples' new tokens
+// every sched::kPrefixSeconds, from where `resumed` (the group's prefix when it was resumed)
+// leaves them.
 class Actor::GroupWatch : public SampleObserver {
  public:
-  GroupWatch(Actor* actor, const sched::WorkItem& work, bool partial)
-      : actor_(actor), work_(work), partial_(partial), start_(actor->clock_->Now()), last_(start_),
-        reported_(start_) {
+  GroupWatch(Actor* actor, const sched::WorkItem& work, bool partial, bool prefixes = false,
+             const std::vector<data::Turn>& resumed = {})
+      : actor_(actor), work_(work), partial_(partial), prefixes_(prefixes), start_(actor->clock_->Now()),
+        last_(start_), reported_(start_), prefix_reported_(start_) {
     actor_->policy_->set_observer(this);
+    for (size_t j = 0; j < resumed.size(); ++j) Part(static_cast<int64_t>(j)).from = static_cast<int64_t>(resumed[j].tokens.size());
   }
   ~GroupWatch() override { actor_->policy_->set_observer(nullptr); }
   GroupWatch(const GroupWatch&) = delete;
@@ -58,6 +76,17 @@ class Actor::GroupWatch : public SampleObserver {
       actor_->work_->Progress(actor_->options_.name, work_, tokens_);
       reported_ = last_;
     }
+    if (prefixes_ && last_ - prefix_reported_ >= sched::kPrefixSeconds) ReportPrefix();
+  }
+  void Drew(const std::vector<int64_t>& samples, const std::vector<int64_t>& tokens, const std::vector<float>& logprobs,
+            int64_t version) override {
+    if (!prefixes_) return;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      contract::PrefixPart& p = Part(samples[i]);
+      p.tokens.push_back(tokens[i]);
+      p.logprobs.push_back(logprobs[i]);
+      p.versions.push_back(version);
+    }
   }
   bool NewerSnapshot() override {
     return partial_ && actor_->snapshots_->NewestVersion() > actor_->policy_->version();
@@ -72,11 +101,32 @@ class Actor::GroupWatch : public SampleObserver {
   double owed_pause() const { return generate_seconds() * (actor_->options_.slowdown - 1.0) - slept_; }
 
  private:
+  contract::PrefixPart& Part(int64_t sample) {
+    while (static_cast<int64_t>(parts_.size()) <= sample) parts_.push_back({static_cast<int64_t>(parts_.size())});
+    return parts_[static_cast<size_t>(sample)];
+  }
+  // Sends what each sample drew since the last kept report; kept, the next report starts after it.
+  void ReportPrefix() {
+    prefix_reported_ = last_;
+    std::vector<contract::PrefixPart> report;
+    for (const contract::PrefixPart& p : parts_)
+      if (!p.tokens.empty()) report.push_back(p);
+    if (report.empty() || !actor_->work_->ReportPrefix(actor_->options_.name, work_, report)) return;
+    for (contract::PrefixPart& p : parts_) {
+      p.from += static_cast<int64_t>(p.tokens.size());
+      p.tokens.clear();
+      p.logprobs.clear();
+      p.versions.clear();
+    }
+  }
+
   Actor* actor_;
   const sched::WorkItem work_;
   const bool partial_;
+  const bool prefixes_;
   const double start_;
-  double last_, reported_;
+  double last_, reported_, prefix_reported_;
+  std::vector<contract::PrefixPart> parts_;  // by sample: drawn since the last kept report
   double slept_ = 0;
   int64_t tokens_ = 0;
 };
@@ -147,7 +197,8 @@ void Actor::Run(const std::atomic<bool>& stop) {
       wait();
       continue;
     }
-    std::optional<contract::Assignment> a = work_->Acquire(options_.name);
+    std::optional<contract::Assignment> a =
+        work_->AcquireWith(options_.name, {policy_->ContinuesPrefixes(), policy_->version()});
     if (!a) {
       wait();
       continue;
@@ -179,12 +230,18 @@ Result<contract::SubmitOutcome> Actor::PlayHere(const contract::Assignment& a, c
   out.lease_id = a.work.lease_id;
   out.actor = options_.name;
   out.prompt = a.prompt;
-  GroupWatch watch(this, a.work, options_.partial);
+  // Only single-turn groups are resumed: one Sample call, whose draws the observer sees.
+  const bool prefixes = a.report_prefix && a.scored_by_learner && policy_->ContinuesPrefixes();
+  GroupWatch watch(this, a.work, options_.partial, prefixes, a.prefix);
   Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
   for (int attempt = 0;; ++attempt) {
     out.behavior_version = policy_->version();
-    episodes = a.scored_by_learner ? data::SampleSingleTurnGroup(a.prompt, a.group_size, *policy_, a.seed)
-                                   : task_->RunGroup(a.prompt, a.group_size, *policy_, a.seed);
+    if (!a.prefix.empty())
+      episodes = ContinueGroup(a, *policy_);
+    else if (a.scored_by_learner)
+      episodes = data::SampleSingleTurnGroup(a.prompt, a.group_size, *policy_, a.seed);
+    else
+      episodes = task_->RunGroup(a.prompt, a.group_size, *policy_, a.seed);
     // Aborted: the policy's snapshot went out of date under it (a pipeline's stages moved
     // past it); the group runs again on the newest one.
     if (episodes.ok() || episodes.status().code() != StatusCode::kAborted || attempt + 1 >= kGroupAttempts ||

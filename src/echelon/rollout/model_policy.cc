@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "echelon/model/snapshot_weights.h"
 
 namespace echelon::rollout {
@@ -34,13 +36,46 @@ std::vector<data::Turn> ToTurns(const model::Vocabulary& vocab, std::vector<std:
 }
 
 Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) {
+  return SampleFrom(prompts, seed, {});
+}
+
+Result<std::vector<data::Turn>> ModelPolicy::Continue(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed,
+                                                      const std::vector<data::Turn>& prefixes) {
+  if (prefixes.size() != prompts.size())
+    return InvalidArgument("continuing " + std::to_string(prompts.size()) + " prompts from " +
+                           std::to_string(prefixes.size()) + " prefixes");
+  return SampleFrom(prompts, seed, prefixes);
+}
+
+Result<std::vector<data::Turn>> ModelPolicy::SampleFrom(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed,
+                                                        const std::vector<data::Turn>& prefixes) {
   ECHELON_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> ids, EncodePrompts(vocab_, prompts));
   at::NoGradGuard no_grad;
   model_->eval();
   std::vector<model::Completion> out(ids.size());
   std::vector<std::vector<int64_t>> versions(ids.size());  // of each drawn token
-  std::vector<size_t> running(ids.size());
-  for (size_t r = 0; r < running.size(); ++r) running[r] = r;
+  std::vector<size_t> running;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    if (!prefixes.empty()) {
+      const data::Turn& p = prefixes[r];
+      if (p.logprobs.size() != p.tokens.size() || p.versions.size() != p.tokens.size())
+        return InvalidArgument("prefix " + std::to_string(r) + " does not hold one log-prob and version a token");
+      if (!p.versions.empty() && p.versions.back() > version_)
+        return FailedPrecondition("prefix " + std::to_string(r) + " was drawn by v" + std::to_string(p.versions.back()) +
+                                  ", newer than this policy's v" + std::to_string(version_));
+      out[r].tokens = p.tokens;
+      out[r].logprobs = p.logprobs;
+      versions[r] = p.versions;
+      const std::vector<int64_t>& stops = params_.stop_token_ids;
+      out[r].finished_eos = !p.tokens.empty() && (p.tokens.back() == params_.eos_token_id ||
+                                                  std::find(stops.begin(), stops.end(), p.tokens.back()) != stops.end());
+      if (out[r].finished_eos || static_cast<int64_t>(p.tokens.size()) >= params_.max_new_tokens) continue;
+    }
+    running.push_back(r);
+  }
+  // Versions are reported per token when a generation may move between snapshots, or began on
+  // another worker's prefix.
+  const bool report_versions = observer_ != nullptr || !prefixes.empty();
   bool may_move = observer_ != nullptr;  // to a newer snapshot between steps (SampleObserver)
   try {
     // One segment per snapshot: a segment interrupted by a newer snapshot leaves its unfinished
@@ -59,10 +94,13 @@ Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::Poli
         sp.max_new_tokens_per_row.push_back(params_.max_new_tokens - static_cast<int64_t>(out[r].tokens.size()));
       }
       bool interrupted = false;
-      const model::StepCallback on_step = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>&,
-                                              const std::vector<float>&) {
+      const model::StepCallback on_step = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& drawn,
+                                              const std::vector<float>& logprobs) {
         if (observer_ == nullptr) return true;
         observer_->Generated(static_cast<int64_t>(rows.size()));
+        std::vector<int64_t> samples(rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) samples[i] = static_cast<int64_t>(running[rows[i]]);
+        observer_->Drew(samples, drawn, logprobs, version_);
         interrupted = may_move && observer_->NewerSnapshot();
         return !interrupted;
       };
@@ -86,7 +124,7 @@ Result<std::vector<data::Turn>> ModelPolicy::Sample(const std::vector<data::Poli
     return Internal(std::string("generation failed: ") + e.what());
   }
   std::vector<data::Turn> turns = ToTurns(vocab_, std::move(ids), std::move(out));
-  if (observer_ != nullptr)
+  if (report_versions)
     for (size_t r = 0; r < turns.size(); ++r) turns[r].versions = std::move(versions[r]);
   return turns;
 }

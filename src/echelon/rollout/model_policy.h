@@ -32,6 +32,9 @@ class ModelPolicy : public SnapshotPolicy {
   // Throws std::invalid_argument when a prompt cannot be encoded (a character outside the
   // character tokenizer's alphabet, ill-formed UTF-8).
   Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed) override;
+  bool ContinuesPrefixes() const override { return true; }
+  Result<std::vector<data::Turn>> Continue(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed,
+                                           const std::vector<data::Turn>& prefixes) override;
   // Replaces the weights with a snapshot's safetensors bytes (model/snapshot_weights.h: whole,
   // or LoRA adapters over the base LoadBase gave).
   Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
@@ -40,6 +43,10 @@ class ModelPolicy : public SnapshotPolicy {
   model::Qwen3Model& model() { return model_; }
 
  private:
+  // Sample, each completion starting from prefixes[i] (none: from the start).
+  Result<std::vector<data::Turn>> SampleFrom(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed,
+                                             const std::vector<data::Turn>& prefixes);
+
   model::Qwen3Model model_;
   model::Vocabulary vocab_;
   model::SamplingParams params_;

@@ -300,5 +300,90 @@ TEST(PartialRolloutTest, ASlowWorkerReportingProgressKeepsItsLeaseAndASilentOneL
   }
 }
 
+// Resumable groups: a single-turn group whose learner keeps prefixes (Assignment::report_prefix)
+// has each sample's new tokens reported every kPrefixSeconds, from where the last kept report
+// ended; a report the learner did not keep (its reply lost) is sent again with the next one.
+class PrefixPlane : public Plane {
+ public:
+  std::optional<contract::Assignment> Acquire(const std::string& actor) override {
+    std::optional<contract::Assignment> a = Plane::Acquire(actor);
+    if (a) a->scored_by_learner = a->report_prefix = true;
+    return a;
+  }
+  std::optional<contract::Assignment> AcquireWith(const std::string& actor, const contract::WorkRequest&) override {
+    return Acquire(actor);
+  }
+  bool ReportPrefix(const std::string&, const sched::WorkItem& work, const std::vector<contract::PrefixPart>& parts) override {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(work.lease_id, 30u);
+    if (++prefix_calls == 1) return false;  // the first reply is lost
+    kept.push_back(parts);
+    return true;
+  }
+  int prefix_calls = 0;
+  std::vector<std::vector<contract::PrefixPart>> kept;
+};
+
+// 60 steps of 0.7 simulated seconds; sample j draws token 1 + (step + j) % 9 at each step.
+class DrawingPolicy : public SlowPolicy {
+ public:
+  explicit DrawingPolicy(SimulatedClock* clock) : SlowPolicy(clock), clock_(clock) {}
+  static constexpr int kSteps = 60;
+  bool ContinuesPrefixes() const override { return true; }
+  Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t) override {
+    std::vector<data::Turn> out(prompts.size());
+    for (int step = 0; step < kSteps; ++step) {
+      clock_->Advance(0.7);
+      std::vector<int64_t> samples, tokens;
+      std::vector<float> logprobs;
+      for (size_t j = 0; j < out.size(); ++j) {
+        samples.push_back(static_cast<int64_t>(j));
+        tokens.push_back(1 + (step + static_cast<int64_t>(j)) % 9);
+        logprobs.push_back(-0.01f * static_cast<float>(step));
+        out[j].tokens.push_back(tokens.back());
+        out[j].logprobs.push_back(logprobs.back());
+      }
+      observer_->Generated(static_cast<int64_t>(out.size()));
+      observer_->Drew(samples, tokens, logprobs, version());
+    }
+    return out;
+  }
+
+ private:
+  SimulatedClock* clock_;
+};
+
+TEST(PartialRolloutTest, TheActorReportsItsSamplesPrefixesAndResendsOneNotKept) {
+  PrefixPlane plane;
+  plane.weights[0] = std::make_shared<const std::string>("weights");
+  SimulatedClock clock;
+  OneAnswerTask task;
+  ActorOptions options;
+  options.name = "reporter";
+  Actor actor(options, &plane, &plane, &plane, &task, std::make_unique<DrawingPolicy>(&clock), &clock);
+  RunUntilSubmitted(actor, plane);
+  ASSERT_EQ(plane.submitted.size(), 1u);
+  const double seconds = DrawingPolicy::kSteps * 0.7;
+  EXPECT_GE(plane.prefix_calls, static_cast<int>(seconds / (sched::kPrefixSeconds + 0.7)));
+  EXPECT_EQ(static_cast<int>(plane.kept.size()), plane.prefix_calls - 1);
+  // The kept reports, joined, are each sample's tokens from position 0, with no gap or repeat.
+  const std::vector<data::Episode>& episodes = plane.submitted[0].episodes;
+  std::vector<std::vector<int64_t>> joined(episodes.size());
+  for (const std::vector<contract::PrefixPart>& report : plane.kept)
+    for (const contract::PrefixPart& p : report) {
+      std::vector<int64_t>& mine = joined.at(static_cast<size_t>(p.sample));
+      EXPECT_EQ(p.from, static_cast<int64_t>(mine.size())) << "sample " << p.sample;
+      EXPECT_EQ(p.versions, std::vector<int64_t>(p.tokens.size(), 0));
+      EXPECT_EQ(p.logprobs.size(), p.tokens.size());
+      mine.insert(mine.end(), p.tokens.begin(), p.tokens.end());
+    }
+  for (size_t j = 0; j < episodes.size(); ++j) {
+    const std::vector<int64_t>& all = episodes[j].turns[0].tokens;
+    ASSERT_GT(joined[j].size(), 0u);
+    EXPECT_LE(joined[j].size(), all.size());
+    EXPECT_EQ(joined[j], std::vector<int64_t>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(joined[j].size())));
+  }
+}
+
 }  // namespace
 }  // namespace echelon::rollout

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "echelon/common/status.h"
 #include "echelon/data/adapter.h"
@@ -21,6 +22,15 @@ class SampleObserver {
   virtual ~SampleObserver() = default;
   // `tokens` more tokens were generated (one per row that drew one).
   virtual void Generated(int64_t tokens) = 0;
+  // What that step drew: sample `samples[i]` (its index among the call's prompts) drew
+  // `tokens[i]` with `logprobs[i]`, under the policy's `version` (resumable groups report them).
+  virtual void Drew(const std::vector<int64_t>& samples, const std::vector<int64_t>& tokens,
+                    const std::vector<float>& logprobs, int64_t version) {
+    (void)samples;
+    (void)tokens;
+    (void)logprobs;
+    (void)version;
+  }
   // Partial rollouts (rollout.partial): whether a snapshot newer than the policy's waits. The
   // policy then stops decoding, calls Update, and continues its unfinished samples on the new
   // weights, each token recording the version that drew it (data::Turn::versions).
@@ -39,6 +49,20 @@ class SnapshotPolicy : public data::Policy {
   virtual Status LoadBase(const std::string& safetensors_bytes) {
     (void)safetensors_bytes;
     return FailedPrecondition("this backend takes no LoRA adapter snapshots (learner.lora); use the builtin one");
+  }
+  // Whether Continue works (the builtin backend: it draws a continued sample's tokens as the
+  // uninterrupted sample would have).
+  virtual bool ContinuesPrefixes() const { return false; }
+  // Sample as Sample does, each prompt's completion continuing from `prefixes[i]` (its tokens,
+  // log-probs and versions: contract::Assignment::prefix; one per prompt) as if this call had
+  // drawn them: the completion returned holds the prefix and what follows. A prefix ending in a
+  // stop token or at the token limit is returned as it is.
+  virtual Result<std::vector<data::Turn>> Continue(const std::vector<data::PolicyPrompt>& prompts, uint64_t seed,
+                                                   const std::vector<data::Turn>& prefixes) {
+    (void)prompts;
+    (void)seed;
+    (void)prefixes;
+    return FailedPrecondition("this backend cannot continue a sample from its prefix");
   }
   // The version of the weights in use; -1 before the first snapshot.
   virtual int64_t version() const = 0;

@@ -84,13 +84,15 @@ std::optional<double> CompletionForecast::UpdateSeconds() const {
   return update_seconds_;
 }
 
-double CompletionForecast::Slack(const std::string& worker, uint64_t prompt, int64_t staleness, double now) const {
+double CompletionForecast::Slack(const std::string& worker, uint64_t prompt, int64_t staleness, double now,
+                                 std::optional<double> lag) const {
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
   const std::optional<double> seconds = GroupSeconds(worker, prompt);
   const std::optional<double> update = UpdateSeconds();
   if (staleness <= 0 || !seconds || !update) return kUnknown;
   const double since = std::max(0.0, now - last_version_at_);  // into the update now running
-  return kForecastSafety * ((static_cast<double>(staleness) - WorkerLag(worker)) * *update - since) - *seconds;
+  return kForecastSafety * ((static_cast<double>(staleness) - lag.value_or(WorkerLag(worker))) * *update - since) -
+         *seconds;
 }
 
 }  // namespace echelon::sched

@@ -74,7 +74,10 @@ class CompletionForecast {
   // Budget minus prediction at time `now`, in seconds: how much earlier than its staleness
   // deadline the group is predicted back (negative: late). +infinity when nothing can be
   // predicted.
-  double Slack(const std::string& worker, uint64_t prompt, int64_t staleness, double now) const;
+  // `lag`: the worker's snapshot lag when known (it said which snapshot it holds), instead of
+  // its running mean.
+  double Slack(const std::string& worker, uint64_t prompt, int64_t staleness, double now,
+               std::optional<double> lag = std::nullopt) const;
   bool Fits(const std::string& worker, uint64_t prompt, int64_t staleness, double now) const {
     return Slack(worker, prompt, staleness, now) >= 0;
   }

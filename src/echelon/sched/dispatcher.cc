@@ -15,7 +15,7 @@ std::map<std::string, int64_t> TokensByFate(const DispatchCounts& c) {
           {"refused", static_cast<int64_t>(c.tokens_refused)}};
 }
 
-std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
+std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor, int64_t held_version) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLeasesLocked();
   const std::string worker = WorkerName(actor);
@@ -27,7 +27,7 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   }
   WorkItem item;
   if (options_.lookahead > 0) {
-    std::optional<std::pair<uint64_t, bool>> chosen = ChooseLocked(worker);
+    std::optional<std::pair<uint64_t, bool>> chosen = ChooseLocked(worker, held_version);
     if (!chosen) return std::nullopt;
     item.group_id = chosen->first;
     item.reissue = chosen->second;
@@ -46,6 +46,12 @@ std::optional<WorkItem> Dispatcher::Acquire(const std::string& actor) {
   item.dispatch_version = version_;
   const double now = clock_->Now();
   running_[item.group_id] = Lease{item.lease_id, actor, now + options_.lease_seconds, now, version_};
+  // What the learner kept of a re-issued group is lost unless the new hand-out Carries it.
+  if (auto kept = kept_waiting_.find(item.group_id); kept != kept_waiting_.end()) {
+    counts_.tokens_preempted += static_cast<uint64_t>(kept->second);
+    carriable_[item.group_id] = kept->second;
+    kept_waiting_.erase(kept);
+  }
   ++worker_leases_[worker];
   ++counts_.handed_out;
   return item;
@@ -67,8 +73,10 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std:
     const double lag = behavior_version >= 0 && behavior_version <= run->second.version
                            ? static_cast<double>(run->second.version - behavior_version)
                            : -1.0;
-    forecast_.ObserveGroup(WorkerName(actor), PromptKey(group_id), static_cast<double>(tokens),
+    forecast_.ObserveGroup(WorkerName(actor), PromptKey(group_id),
+                           static_cast<double>(std::max<int64_t>(0, tokens - run->second.carried)),
                            clock_->Now() - run->second.handed_at, lag);
+    if (run->second.carried > 0) pending_carried_[group_id] = run->second.carried;
     EndLeaseLocked(run);
     pending_[group_id] = lease_id;
     pending_tokens_[group_id] = tokens;
@@ -98,10 +106,45 @@ bool Dispatcher::Renew(uint64_t group_id, uint64_t lease_id, const std::string& 
   return true;
 }
 
+bool Dispatcher::Holds(uint64_t group_id, uint64_t lease_id, const std::string& actor) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto run = running_.find(group_id);
+  return run != running_.end() && run->second.lease_id == lease_id && run->second.actor == actor &&
+         clock_->Now() <= run->second.deadline;
+}
+
+void Dispatcher::KeepPrefix(uint64_t group_id, uint64_t lease_id, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto run = running_.find(group_id);
+  if (run == running_.end() || run->second.lease_id != lease_id || tokens < run->second.carried) return;
+  if (options_.max_group_tokens > 0 && tokens > options_.max_group_tokens) return;
+  run->second.kept = tokens;
+}
+
+void Dispatcher::Carry(uint64_t group_id, uint64_t lease_id, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto run = running_.find(group_id);
+  auto carriable = carriable_.find(group_id);
+  if (run == running_.end() || run->second.lease_id != lease_id || carriable == carriable_.end() || tokens <= 0) return;
+  tokens = std::min(tokens, carriable->second);
+  carriable_.erase(carriable);
+  counts_.tokens_preempted -= static_cast<uint64_t>(tokens);
+  ++counts_.resumed;
+  counts_.tokens_carried += static_cast<uint64_t>(tokens);
+  run->second.carried = run->second.kept = tokens;
+}
+
 void Dispatcher::Reissue(uint64_t group_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_.erase(group_id) == 0) return;
-  counts_.tokens_refused += static_cast<uint64_t>(pending_tokens_[group_id]);
+  // The prefix it continued from is still the learner's, and waits with the group.
+  int64_t carried = 0;
+  if (auto it = pending_carried_.find(group_id); it != pending_carried_.end()) {
+    carried = it->second;
+    kept_waiting_[group_id] = carried;
+    pending_carried_.erase(it);
+  }
+  counts_.tokens_refused += static_cast<uint64_t>(std::max<int64_t>(0, pending_tokens_[group_id] - carried));
   pending_tokens_.erase(group_id);
   reissue_queue_.push_back(group_id);
   ++counts_.reissued;
@@ -116,6 +159,7 @@ void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {
   admitted_staleness_.erase(group_id);
   const auto tokens = static_cast<uint64_t>(pending_tokens_[group_id]);
   pending_tokens_.erase(group_id);
+  pending_carried_.erase(group_id);
   switch (outcome) {
     case Outcome::kConsumed: ++counts_.consumed, counts_.tokens_consumed += tokens; break;
     case Outcome::kDroppedStale: ++counts_.dropped_stale, counts_.tokens_stale += tokens; break;
@@ -158,7 +202,7 @@ uint64_t Dispatcher::PromptKey(uint64_t group_id) const {
   return options_.prompt_key ? options_.prompt_key(group_id) : group_id;
 }
 
-std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::string& worker) {
+std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::string& worker, int64_t held_version) {
   const bool admit = CapacityLocked() > 0;
   while (admit && static_cast<int64_t>(drawn_.size()) < options_.lookahead) drawn_.push_back(next_group_++);
   // Candidates in order of waiting: re-issues (no admission needed), then the drawn ones.
@@ -167,6 +211,10 @@ std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::str
   if (admit)
     for (uint64_t g : drawn_) candidates.emplace_back(g, false);
   if (candidates.empty()) return std::nullopt;
+  // The worker's lag: exact when it said which snapshot it holds (one newer than the learner's
+  // is a lie that can only cost it work: taken as none).
+  std::optional<double> lag;
+  if (held_version >= 0) lag = static_cast<double>(std::max<int64_t>(0, version_ - held_version));
   std::optional<size_t> best;
   double best_slack = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -175,7 +223,7 @@ std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::str
       best = i;
       break;
     }
-    const double slack = forecast_.Slack(worker, PromptKey(g), max_staleness_, clock_->Now());
+    const double slack = forecast_.Slack(worker, PromptKey(g), max_staleness_, clock_->Now(), lag);
     if (slack >= 0 && (!best || slack < best_slack)) best = i, best_slack = slack;
   }
   for (size_t i = 0; i < candidates.size(); ++i)
@@ -275,6 +323,9 @@ Status Dispatcher::Restore(const DispatcherState& state, uint64_t lease_base) {
   pending_tokens_.clear();
   settled_.clear();
   passed_over_.clear();
+  kept_waiting_.clear();
+  carriable_.clear();
+  pending_carried_.clear();
   reissue_queue_.assign(state.unsettled.begin(), state.unsettled.end());
   drawn_.assign(state.drawn.begin(), state.drawn.end());
   return Status::Ok();
@@ -302,6 +353,7 @@ int64_t Dispatcher::CapacityLocked() const {
 }
 
 void Dispatcher::EndLeaseLocked(std::map<uint64_t, Lease>::iterator it) {
+  carriable_.erase(it->first);
   auto w = worker_leases_.find(WorkerName(it->second.actor));
   if (w != worker_leases_.end() && --w->second <= 0) worker_leases_.erase(w);
   running_.erase(it);
@@ -323,7 +375,10 @@ std::set<std::string> Dispatcher::capped_workers() const {
 }
 
 void Dispatcher::ReissueLocked(std::map<uint64_t, Lease>::iterator it) {
-  counts_.tokens_preempted += static_cast<uint64_t>(it->second.tokens);
+  // Progress counts this lease's own tokens; of them, those the learner keeps wait with the group.
+  const Lease& lease = it->second;
+  counts_.tokens_preempted += static_cast<uint64_t>(std::max<int64_t>(0, lease.tokens - (lease.kept - lease.carried)));
+  if (lease.kept > 0) kept_waiting_[it->first] = lease.kept;
   reissue_queue_.push_back(it->first);
   EndLeaseLocked(it);
   ++counts_.reissued;

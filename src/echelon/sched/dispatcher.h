@@ -30,6 +30,8 @@
 // group whose rewards have no spread, dropped before any update) or re-issued (lease expired or
 // holder evicted), or is still outstanding/pending:
 //   handed_out == consumed + dropped_stale + filtered + reissued + outstanding + pending
+// Tokens: a group's completion tokens are counted once, by its fate; with resumable groups the
+// prefix a re-issued group continues from is counted with the group, not as preempted.
 // Dropped and filtered groups free their admission slot, so more prompts are drawn in their place.
 //
 // Deadline-aware dispatch (lookahead > 0): instead of the next group in line, a worker gets the
@@ -103,6 +105,8 @@ struct DispatchCounts {
   uint64_t refused = 0;         // submissions refused (unknown group, not holder, settled)
   uint64_t awaiting_reissue = 0;  // groups whose hand-out ended, queued for the next Acquire
   uint64_t predicted_late = 0;  // Acquire calls that got nothing: no waiting group fit the worker
+  uint64_t resumed = 0;         // hand-outs that continued a group from its prefix (Carry)
+  uint64_t tokens_carried = 0;  // the prefixes' tokens they continued from
   // Completion tokens (Submit's `tokens`, the progress a lost lease had reported):
   uint64_t tokens_consumed = 0;
   uint64_t tokens_stale = 0;      // of groups dropped as stale
@@ -135,7 +139,9 @@ class Dispatcher {
 
   // A re-issued group if one waits, else a new group if admission allows, else nullopt.
   // Expired leases are collected first.
-  std::optional<WorkItem> Acquire(const std::string& actor);
+  // `held_version`: the snapshot the actor holds, when it says (-1: not said); deadline-aware
+  // dispatch then knows the worker's lag exactly instead of its running mean.
+  std::optional<WorkItem> Acquire(const std::string& actor, int64_t held_version = -1);
   // The lease holder hands in its group's rollouts; they now wait for the learner. Expired
   // leases are collected first, so a late holder gets kNotLeaseHolder whether or not anyone
   // called ExpireLeases; the same lease submitting twice gets kAlreadySettled; a lease is
@@ -150,6 +156,16 @@ class Dispatcher {
   // from now, up to the life limit. Returns whether it did; a report for another lease or
   // actor, an expired one, or one that does not grow changes nothing.
   bool Renew(uint64_t group_id, uint64_t lease_id, const std::string& actor, int64_t tokens);
+  // Whether `actor` holds `lease_id`, the current lease of a running group.
+  bool Holds(uint64_t group_id, uint64_t lease_id, const std::string& actor) const;
+  // Resumable groups: the learner now keeps `tokens` of the running lease's group (its samples'
+  // prefixes, as its holder reported them, with any it was handed). When the lease ends, only
+  // what it generated beyond them counts as preempted; the kept ones wait with the group.
+  void KeepPrefix(uint64_t group_id, uint64_t lease_id, int64_t tokens);
+  // The group just handed out under `lease_id` continues from `tokens` of those it kept (at most
+  // what was kept). Unless this is called after its hand-out, a re-issued group starts over and
+  // all it kept counts as preempted.
+  void Carry(uint64_t group_id, uint64_t lease_id, int64_t tokens);
   // The learner refused a submitted (pending) group after its lease was checked (its content
   // was forged): the hand-out ends as re-issued and the group goes to the next Acquire.
   void Reissue(uint64_t group_id);
@@ -199,6 +215,8 @@ class Dispatcher {
     double handed_at;
     int64_t version = 0;  // the learner's at the hand-out
     int64_t tokens = 0;   // the most progress reported
+    int64_t carried = 0;  // tokens it continued from (Carry)
+    int64_t kept = 0;     // tokens the learner keeps of its group, the carried ones included (KeepPrefix)
   };
   int ExpireLeasesLocked();
   int64_t CapacityLocked() const;
@@ -210,7 +228,7 @@ class Dispatcher {
   uint64_t PromptKey(uint64_t group_id) const;
   // Deadline-aware choice among the waiting groups for `worker` (lookahead > 0): the group id
   // and whether it is a re-issue, or nullopt when none fits (see the top).
-  std::optional<std::pair<uint64_t, bool>> ChooseLocked(const std::string& worker);
+  std::optional<std::pair<uint64_t, bool>> ChooseLocked(const std::string& worker, int64_t held_version);
 
   const DispatcherOptions options_;
   const Clock* clock_;
@@ -231,6 +249,9 @@ class Dispatcher {
   std::deque<uint64_t> drawn_;            // new groups drawn ahead, not yet handed out
   std::map<uint64_t, int64_t> passed_over_;  // waiting group -> times another was chosen instead
   std::map<uint64_t, int64_t> pending_tokens_;  // submitted, unsettled: group id -> its tokens
+  std::map<uint64_t, int64_t> kept_waiting_;    // re-issue queue: group id -> tokens the learner kept of it
+  std::map<uint64_t, int64_t> carriable_;       // running: group id -> what its hand-out may Carry
+  std::map<uint64_t, int64_t> pending_carried_;  // submitted, unsettled: group id -> tokens it carried
   CompletionForecast forecast_;
   DispatchCounts counts_;
 };

@@ -431,6 +431,26 @@ TEST(DeadlineDispatch, APredictedLateGroupIsNotHandedToTheSlowWorker) {
   ExpectCountsAddUp(t.d);
 }
 
+// A worker that says which snapshot it holds is judged by its real lag, not its running mean
+// (none yet here): one version behind, the fast worker has 0.8 x 13 s left, too little for a
+// long prompt (20 s) and enough for a short one; two behind, nothing fits; a claim newer than
+// the learner's is taken as no lag.
+TEST(DeadlineDispatch, AWorkerThatSaysItsSnapshotIsJudgedByItsRealLag) {
+  TwoSpeeds t([](uint64_t g) { return g % 2; }, 13);
+  std::optional<WorkItem> w = t.d.Acquire("fast#1", /*held_version=*/1);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->group_id % 2, 1u) << "a short prompt: a long one would be late from a snapshot a version old";
+  EXPECT_FALSE(t.d.Acquire("fast#1", /*held_version=*/0)) << "two versions behind with S = 2: nothing fits";
+  EXPECT_EQ(t.d.counts().predicted_late, 1u);
+  w = t.d.Acquire("fast#1", /*held_version=*/2);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->group_id % 2, 0u) << "the newest snapshot: the long prompt";
+  w = t.d.Acquire("fast#1", /*held_version=*/9);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->group_id % 2, 0u);
+  ExpectCountsAddUp(t.d);
+}
+
 // With 12 s an update (19.2 s to spare) the long prompt is late on both workers: neither gets
 // anything, counted; once a group has been passed over kMaxPassOvers times the fast worker
 // takes it (no prompt waits for ever) but never the slow one, on which it would be later still.
