@@ -15,7 +15,7 @@
 namespace echelon {
 
 enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kDataLoss, kFailedPrecondition, kInternal, kUnavailable, kAborted,
-                        kDeadlineExceeded, kResourceExhausted };
+                        kDeadlineExceeded, kResourceExhausted, kCancelled };
 
 class Status {
  public:
@@ -47,6 +47,7 @@ inline Status Aborted(std::string m) { return Status(StatusCode::kAborted, std::
 inline Status Unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
 inline Status DeadlineExceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
 inline Status ResourceExhausted(std::string m) { return Status(StatusCode::kResourceExhausted, std::move(m)); }
+inline Status Cancelled(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
 
 template <typename T>
 class Result {

@@ -109,6 +109,12 @@ class WorkSource {
     (void)request;
     return Acquire(actor);
   }
+  // The holder of `work`'s lease gives it up (it is stopping): the group is handed out again at
+  // once, from what its prefix reports kept, instead of when the lease would have ended.
+  virtual void Release(const std::string& actor, const sched::WorkItem& work) {
+    (void)actor;
+    (void)work;
+  }
   // The holder of `work`'s lease reports its samples' new tokens (sent while it runs, every
   // sched::kPrefixSeconds), so that a lease that ends midway is continued from there by the next
   // holder instead of from the start. Returns whether the learner kept the report: all of it,

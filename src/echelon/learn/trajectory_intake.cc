@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include "echelon/contract/group_seed.h"
 
@@ -22,7 +23,8 @@ std::string ActorName(const std::string& actor_id) { return sched::WorkerName(ac
 
 TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task,
                                    const model::Vocabulary* vocab, const IntakeLimits& limits)
-    : dispatcher_(dispatcher), task_(task), vocab_(vocab), limits_(limits) {}
+    : dispatcher_(dispatcher), task_(task), vocab_(vocab), limits_(limits),
+      prefixes_({limits.group_size, limits.max_completion_tokens}) {}
 
 std::optional<contract::Assignment> TrajectoryIntake::Acquire(const std::string& actor) {
   return AcquireWith(actor, contract::WorkRequest());
@@ -44,148 +46,94 @@ std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::str
     a.report_prefix = limits_.resume;
   }
   if (!a.report_prefix) return a;
-  // What an earlier lease of this group left, if any: continued or dropped, never kept twice.
-  std::optional<HeldPrefix> held;
-  {
-    std::lock_guard<std::mutex> lock(prefix_mu_);
-    auto it = prefixes_.find(w->group_id);
-    if (it != prefixes_.end()) {
-      held = std::move(it->second);
-      prefixes_.erase(it);
-    }
+  // What earlier leases of this group reported, continued if this actor can and may (the group
+  // can still be consumed, its snapshot is at least the prefix's newest), else dropped.
+  const int64_t staleness = std::max(dispatcher_->AdmittedStaleness(w->group_id), dispatcher_->max_staleness());
+  const auto usable = [&](int64_t oldest, int64_t newest) {
+    return request.continues_prefixes && request.snapshot_version >= newest &&
+           oldest + staleness >= w->dispatch_version;
+  };
+  if (std::optional<PrefixStore::Handed> h = prefixes_.Hand(w->group_id, w->lease_id, actor, usable)) {
+    a.prefix = std::move(h->samples);
+    dispatcher_->Carry(w->group_id, w->lease_id, h->tokens);
   }
-  if (!held || !request.continues_prefixes || held->tokens == 0) return a;
-  std::optional<HeldPrefix> next = ResumablePrefix(a, std::move(*held));
-  if (!next) return a;
-  a.prefix = next->samples;
-  next->lease_id = w->lease_id;  // its holder's reports extend it from here
-  next->actor = actor;
-  dispatcher_->Carry(w->group_id, w->lease_id, next->tokens);
-  std::lock_guard<std::mutex> lock(prefix_mu_);
-  prefixes_[w->group_id] = std::move(*next);
   return a;
-}
-
-std::optional<TrajectoryIntake::HeldPrefix> TrajectoryIntake::ResumablePrefix(const contract::Assignment& a,
-                                                                               HeldPrefix held) {
-  contract::GroupRollout g;
-  g.group_id = a.work.group_id;
-  g.actor = held.actor;
-  g.behavior_version = -1;
-  for (const data::Turn& t : held.samples)
-    for (int64_t v : t.versions) g.behavior_version = g.behavior_version < 0 ? v : std::min(g.behavior_version, v);
-  // Consumed at an update t only while t - oldest <= S, and t is at least the version now.
-  if (g.behavior_version + dispatcher_->AdmittedStaleness(g.group_id) <= a.work.dispatch_version) return std::nullopt;
-  if (verifier_ != nullptr) {
-    Result<std::vector<int64_t>> prompt_ids = vocab_->EncodePrompt(a.prompt.system, a.prompt.text);
-    if (!prompt_ids.ok()) return std::nullopt;
-    for (const data::Turn& t : held.samples) {
-      g.episodes.emplace_back().turns.push_back(t);
-      g.episodes.back().turns[0].prompt_ids = prompt_ids.value();
-    }
-    Result<std::string> why = verifier_->Check(g, /*suspect=*/true);
-    if (!why.ok()) {
-      spdlog::warn("cannot check the prefix of group {} from {}: {}; it starts over", g.group_id, held.actor,
-                   why.status().message());
-      return std::nullopt;
-    }
-    if (const std::string reason = "prefix_" + why.value(); !why.value().empty()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++refusals_[reason];
-      ++actor_forged_[ActorName(held.actor)];
-      if (refusal_log_.Allow(reason)) spdlog::warn("refused the prefix of group {} from {}: {}", g.group_id, held.actor, reason);
-      return std::nullopt;
-    }
-  }
-  held.handed.clear();
-  for (const data::Turn& t : held.samples) held.handed.push_back(t.tokens.size());
-  return held;
 }
 
 bool TrajectoryIntake::ReportPrefix(const std::string& actor, const sched::WorkItem& work,
                                     const std::vector<contract::PrefixPart>& parts) {
   if (!limits_.resume || task_->MaxTurns() != 1 || parts.empty()) return false;
-  if (!dispatcher_->Holds(work.group_id, work.lease_id, actor)) return false;
-  std::lock_guard<std::mutex> lock(prefix_mu_);
-  HeldPrefix& held = prefixes_[work.group_id];
-  if (held.lease_id != work.lease_id) {  // this lease's first report: what an earlier one left is gone
-    held = HeldPrefix{work.lease_id, actor, std::vector<data::Turn>(static_cast<size_t>(limits_.group_size)), {}, 0};
-  }
-  // Checked whole before any of it is kept. `from` below the kept length is a report resent
-  // because its reply was lost: its overlap must be what was kept.
+  // Content first, without a lock but for the versions: each sample once, its fields one per
+  // token, every token in the vocabulary, every log-prob a sampler's, every version published.
   std::string why;
-  std::vector<size_t> length(held.samples.size());
-  for (size_t j = 0; j < length.size(); ++j) length[j] = held.samples[j].tokens.size();
-  std::vector<int64_t> last(held.samples.size(), -1);
-  for (size_t j = 0; j < last.size(); ++j)
-    if (!held.samples[j].versions.empty()) last[j] = held.samples[j].versions.back();
-  {
-    std::lock_guard<std::mutex> state(mu_);
-    for (const contract::PrefixPart& p : parts) {
-      if (p.sample < 0 || p.sample >= limits_.group_size) { why = "bad_sample"; break; }
-      const auto j = static_cast<size_t>(p.sample);
-      if (p.tokens.size() != p.logprobs.size() || p.tokens.size() != p.versions.size()) { why = "length_mismatch"; break; }
-      if (p.from < 0) { why = "bad_position"; break; }
-      if (static_cast<size_t>(p.from) > length[j]) return false;  // a gap: an earlier report was lost
-      if (static_cast<int64_t>(p.from + p.tokens.size()) > limits_.max_completion_tokens) { why = "too_long"; break; }
-      const data::Turn& kept = held.samples[j];
-      for (size_t i = 0; i < p.tokens.size() && why.empty(); ++i) {
-        const size_t at = static_cast<size_t>(p.from) + i;
-        if (at < length[j]) {  // resent
-          if (at >= kept.tokens.size() || kept.tokens[at] != p.tokens[i] || kept.logprobs[at] != p.logprobs[i] ||
-              kept.versions[at] != p.versions[i])
-            why = "rewritten";
-          continue;
-        }
-        const int64_t v = p.versions[i];
-        if (p.tokens[i] < 0 || p.tokens[i] >= limits_.model_vocab_size) why = "token_out_of_vocab";
-        else if (!std::isfinite(p.logprobs[i]) || p.logprobs[i] > 1e-4f || p.logprobs[i] < kMinBehaviorLogprob)
-          why = "bad_logprob";
-        else if (v < last[j] || v > snapshot_.version || v < first_published_ || published_.count(v) == 0)
-          why = "bad_token_version";
-        last[j] = v;
-      }
-      if (!why.empty()) break;
-      length[j] = std::max(length[j], static_cast<size_t>(p.from) + p.tokens.size());
-    }
-    if (!why.empty()) {
-      ++refusals_["prefix_" + why];
-      ++actor_forged_[ActorName(actor)];
-      if (refusal_log_.Allow("prefix_" + why))
-        spdlog::warn("refused a prefix report for group {} from {}: {}", work.group_id, actor, why);
-      return false;
-    }
-  }
+  std::set<int64_t> samples, versions;
+  if (static_cast<int64_t>(parts.size()) > limits_.group_size) why = "bad_sample";
   for (const contract::PrefixPart& p : parts) {
-    data::Turn& kept = held.samples[static_cast<size_t>(p.sample)];
-    const size_t skip = kept.tokens.size() - static_cast<size_t>(p.from);
-    if (skip >= p.tokens.size()) continue;
-    kept.tokens.insert(kept.tokens.end(), p.tokens.begin() + static_cast<std::ptrdiff_t>(skip), p.tokens.end());
-    kept.logprobs.insert(kept.logprobs.end(), p.logprobs.begin() + static_cast<std::ptrdiff_t>(skip), p.logprobs.end());
-    kept.versions.insert(kept.versions.end(), p.versions.begin() + static_cast<std::ptrdiff_t>(skip), p.versions.end());
-    held.tokens += static_cast<int64_t>(p.tokens.size() - skip);
+    if (!why.empty()) break;
+    if (p.sample < 0 || p.sample >= limits_.group_size || !samples.insert(p.sample).second) why = "bad_sample";
+    else if (p.tokens.size() != p.logprobs.size() || p.tokens.size() != p.versions.size()) why = "length_mismatch";
+    else if (p.from < 0 || p.from > limits_.max_completion_tokens) why = "too_long";
+    for (size_t i = 0; i < p.tokens.size() && why.empty(); ++i) {
+      if (p.tokens[i] < 0 || p.tokens[i] >= limits_.model_vocab_size) why = "token_out_of_vocab";
+      else if (!std::isfinite(p.logprobs[i]) || p.logprobs[i] > 1e-4f || p.logprobs[i] < kMinBehaviorLogprob)
+        why = "bad_logprob";
+      else if (i > 0 && p.versions[i] < p.versions[i - 1]) why = "bad_token_version";
+      else versions.insert(p.versions[i]);
+    }
   }
-  dispatcher_->KeepPrefix(work.group_id, work.lease_id, held.tokens);
-  return true;
+  if (why.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t v : versions)
+      if (v > snapshot_.version || published_.count(v) == 0) why = "bad_token_version";
+  }
+  PrefixStore::ReportResult kept;
+  if (why.empty()) {
+    kept = prefixes_.Report(actor, work.group_id, work.lease_id, parts,
+                            [&] { return dispatcher_->Holds(work.group_id, work.lease_id, actor); });
+    why = kept.refusal;
+  }
+  if (!why.empty()) {
+    StrikeForPrefix(actor, work.group_id, "prefix_" + why);
+    return false;
+  }
+  if (kept.kept) dispatcher_->KeepPrefix(work.group_id, work.lease_id, kept.tokens);
+  return kept.kept;
 }
 
-std::string TrajectoryIntake::CheckSplice(const contract::GroupRollout& g) {
-  std::lock_guard<std::mutex> lock(prefix_mu_);
-  auto it = prefixes_.find(g.group_id);
-  if (it == prefixes_.end() || it->second.lease_id != g.lease_id || it->second.handed.empty()) return "";
-  const HeldPrefix& held = it->second;
-  for (size_t j = 0; j < held.handed.size() && j < g.episodes.size(); ++j) {
-    const data::Turn& kept = held.samples[j];
-    const data::Turn& t = g.episodes[j].turns[0];
-    const size_t n = held.handed[j];
-    if (t.tokens.size() < n) return "prefix_altered";
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t v = t.versions.empty() ? g.behavior_version : t.versions[i];
-      if (t.tokens[i] != kept.tokens[i] || t.logprobs[i] != kept.logprobs[i] || v != kept.versions[i])
-        return "prefix_altered";
+void TrajectoryIntake::StrikeForPrefix(const std::string& actor, uint64_t group_id, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refusals_[reason];
+    ++actor_forged_[ActorName(actor)];
+    if (refusal_log_.Allow(reason)) spdlog::warn("refused the prefix of group {} from {}: {}", group_id, actor, reason);
+  }
+  if (strike_) strike_(actor, reason);
+}
+
+std::string TrajectoryIntake::BlameSplice(const contract::GroupRollout& g, const std::string& refusal) {
+  // Each earlier holder's part of the prefix, in order: the first whose tokens fail drew them.
+  for (const auto& [author, samples] : prefixes_.Authors(g.group_id, g.lease_id)) {
+    contract::GroupRollout part;
+    part.group_id = g.group_id;
+    part.actor = author;
+    part.behavior_version = g.behavior_version;
+    for (size_t j = 0; j < samples.size(); ++j) {
+      data::Turn t = samples[j];
+      t.prompt_ids = g.episodes[j].turns[0].prompt_ids;
+      part.episodes.emplace_back().turns.push_back(std::move(t));
+    }
+    Result<std::string> why = verifier_->Check(part, /*suspect=*/true);
+    if (why.ok() && !why.value().empty()) {
+      StrikeForPrefix(author, g.group_id, "prefix_" + why.value());
+      prefixes_.Erase(g.group_id);  // the group starts over
+      return "prefix_forged";
     }
   }
-  return "";
+  return refusal;  // the submitter's own part failed
+}
+
+void TrajectoryIntake::Release(const std::string& actor, const sched::WorkItem& work) {
+  dispatcher_->Release(work.group_id, work.lease_id, actor);
 }
 
 void TrajectoryIntake::Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) {
@@ -255,7 +203,7 @@ const char* RefusalName(sched::SubmitResult r) {
 // strike there would quarantine honest workers for a bug in the reward).
 bool HonestRefusal(const std::string& reason) {
   return reason == "not_lease_holder" || reason == "already_settled" || reason == "unknown_group" ||
-         reason == "predates_restart" || reason == "reward_error";
+         reason == "predates_restart" || reason == "reward_error" || reason == "prefix_forged";
 }
 
 }  // namespace
@@ -279,10 +227,14 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
         dispatcher_->Submit(rollout.group_id, rollout.lease_id, rollout.actor, tokens, rollout.behavior_version));
   if (!reason.empty()) return Refuse(rollout, reason);
   // The lease was current: from here on a refusal hands the group to another actor.
-  if (std::string splice = CheckSplice(rollout); !splice.empty()) {
+  if (std::string splice = prefixes_.CheckSplice(rollout); !splice.empty()) {
+    prefixes_.Refused(rollout.group_id, rollout.lease_id);
     dispatcher_->Reissue(rollout.group_id);
     return Refuse(rollout, splice);
   }
+  // A resumed group holds other workers' tokens: it is always checked, and a failure blamed on
+  // whoever drew the failing part (BlameSplice).
+  const bool resumed = !prefixes_.Authors(rollout.group_id, rollout.lease_id).empty();
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
   Result<Verdict> verdict = Verify(&rollout);
   std::string failed = "reward_error";
@@ -290,7 +242,7 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
     bool suspect;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      suspect = actor_forged_.count(ActorName(rollout.actor)) > 0;
+      suspect = resumed || actor_forged_.count(ActorName(rollout.actor)) > 0;
     }
     Result<std::string> why = verifier_->Check(rollout, suspect);
     if (!why.ok()) {
@@ -298,21 +250,21 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
       failed = "verify_error";
     } else {
       verdict->refusal = why.value();
+      if (resumed && !verdict->refusal.empty()) verdict->refusal = BlameSplice(rollout, verdict->refusal);
     }
   }
   if (!verdict.ok()) {
     if (failed == "reward_error" && verdict.status().code() == StatusCode::kResourceExhausted) failed = "reward_slow";
+    prefixes_.Refused(rollout.group_id, rollout.lease_id);
     return Failed(rollout.group_id, rollout.actor, failed,
                   verdict.status().WithContext("group " + std::to_string(rollout.group_id) + " from " + rollout.actor));
   }
   if (!verdict->refusal.empty()) {
+    if (verdict->refusal != "prefix_forged") prefixes_.Refused(rollout.group_id, rollout.lease_id);
     dispatcher_->Reissue(rollout.group_id);
     return Refuse(rollout, verdict->refusal);
   }
-  {
-    std::lock_guard<std::mutex> lock(prefix_mu_);
-    prefixes_.erase(rollout.group_id);
-  }
+  prefixes_.Erase(rollout.group_id);
   {
     std::lock_guard<std::mutex> lock(mu_);
     reward_failures_in_a_row_ = 0;

@@ -14,23 +14,20 @@
 // refused after its lease check goes back to the dispatcher for another actor.
 //
 // Resumable groups (IntakeLimits::resume, single-turn tasks): the holder of a lease reports
-// its samples' new tokens as they grow (ReportPrefix: only the current holder, each part
-// continuing what was kept, every token in the vocabulary, every log-prob a sampler's, every
-// version published and none older than the one before it). When the lease ends (the worker
-// was preempted, went silent or left) and the group is handed out again to an actor that can
-// continue prefixes (WorkRequest::continues_prefixes), it goes with the kept prefix, provided the group can
-// still be consumed (its oldest token's version + S is past the learner's version) and the
-// verifier finds the prefix's tokens to be its claimed versions' seeded draws with their
-// log-probs (every resumed prefix is checked; a forged one strikes its reporter and the group
-// starts over). The new holder's submission must begin with exactly that prefix
-// (`prefix_altered`, forged, otherwise); it is then checked like any group, per token version. With a
-// BehaviourVerifier, drawn groups (and every group of an actor caught forging before) also have
-// their behaviour log-probs recomputed under the version they claim. A reward that fails on a
-// group refuses that group (reward_error) and the run goes on, unless kRewardFailuresToStop
-// groups in a row fail across more than one worker (or from the run's only worker): one
-// worker's failures alone cannot stop a run, and earn it a strike every
-// kRewardFailuresPerStrike of them in a row while no other worker's group fails (every
-// kSlowRewardsPerStrike for groups refused as reward_slow, past the reward-time budget).
+// its samples' new tokens as they grow (ReportPrefix); the intake checks each report's content
+// (each sample once, every token in the vocabulary, every log-prob a sampler's, every version
+// published and never going back) and PrefixStore keeps it when it continues what was kept from
+// the current holder (a malformed report is refused whole and is a strike). When the lease ends
+// (preempted, silent, released) and the group is handed out again to an actor that continues
+// prefixes, holds a snapshot at least as new as the prefix's newest token, and the group can
+// still be consumed (its oldest token's version + S is not past the learner's version), it goes
+// with the kept prefix; otherwise the prefix is dropped. The new holder's submission must begin
+// with exactly that prefix (`prefix_altered`, forged, otherwise), and a resumed group is always
+// verified: when it fails, each earlier holder's part is checked in turn, and the first that
+// fails strikes the holder that drew it (`prefix_logprob_mismatch`, `prefix_sample_not_drawn`;
+// the submitter's refusal, `prefix_forged`, is no strike) and the group starts over; when all
+// pass, the refusal is the submitter's. Verification runs once per resumed submission, on the
+// submitting actor's call, never on a hand-out.
 //
 //   TrajectoryIntake intake(&dispatcher, task.get(), &vocab, {model_vocab_size, group_size, max_new_tokens});
 //   intake.Publish(snapshot);                  // actors can start
@@ -43,6 +40,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -55,6 +53,7 @@
 #include "echelon/contract/transport.h"
 #include "echelon/data/adapter.h"
 #include "echelon/learn/behaviour_verifier.h"
+#include "echelon/learn/prefix_store.h"
 #include "echelon/model/vocabulary.h"
 #include "echelon/sched/dispatcher.h"
 
@@ -110,6 +109,7 @@ class TrajectoryIntake : public contract::WorkSource,
   void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override;
   bool ReportPrefix(const std::string& actor, const sched::WorkItem& work,
                     const std::vector<contract::PrefixPart>& parts) override;
+  void Release(const std::string& actor, const sched::WorkItem& work) override;
   contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
   contract::Snapshot Latest() override;
   std::vector<contract::GroupRollout> Drain(double timeout_seconds) override;
@@ -127,6 +127,12 @@ class TrajectoryIntake : public contract::WorkSource,
   // Checks behaviour log-probs with `verifier` from now on (it sees every published snapshot);
   // nullptr: never. Call before actors start.
   void SetVerifier(BehaviourVerifier* verifier) { verifier_ = verifier; }
+  // Called for every strike the intake deals outside a submission's answer (a forged prefix
+  // report, or the part of a resumed group an earlier holder drew), with that actor's id: the
+  // transport counts it towards quarantine as it does a forged submission. Call before actors start.
+  void SetStrikeHook(std::function<void(const std::string& actor, const std::string& reason)> strike) {
+    strike_ = std::move(strike);
+  }
   // Submissions refused, by reason, and rewards the learner corrected ("reward_corrected").
   std::map<std::string, int64_t> refusals() const;
   // Completion tokens in accepted groups, accepted groups per actor name, and forged
@@ -139,22 +145,13 @@ class TrajectoryIntake : public contract::WorkSource,
                        std::map<std::string, int64_t> actor_groups, std::map<std::string, int64_t> actor_forged);
 
  private:
-  // A single-turn group's samples so far, as the holders of its leases reported them.
-  struct HeldPrefix {
-    uint64_t lease_id = 0;  // the lease whose reports extend it
-    std::string actor;      // that lease's holder
-    std::vector<data::Turn> samples;  // one a sample: tokens, logprobs, versions
-    std::vector<size_t> handed;       // lengths handed to that lease with its work (resumed), else empty
-    int64_t tokens = 0;
-  };
-  // The prefix kept of a re-issued group, if the new hand-out `a` may continue from it: within
-  // the staleness bound, and (with a verifier) its tokens the draws and log-probs of the versions
-  // they claim; a forged one strikes the holder that reported it. Otherwise nullopt, and the
-  // group starts over.
-  std::optional<HeldPrefix> ResumablePrefix(const contract::Assignment& a, HeldPrefix held);
-  // Empty when a submission of a resumed group begins with the prefix it was handed, else the
-  // reason it is refused.
-  std::string CheckSplice(const contract::GroupRollout& g);
+  // Counts a forged prefix report (or the part of a resumed group `actor` drew, found forged)
+  // and strikes its worker (SetStrikeHook).
+  void StrikeForPrefix(const std::string& actor, uint64_t group_id, const std::string& reason);
+  // A resumed group `g` failed verification with `refusal`: the holder whose part of the prefix
+  // fails is struck and the group starts over ("prefix_forged", the submitter not blamed), or,
+  // when every part passes, `refusal` stands for the submitter's own tokens.
+  std::string BlameSplice(const contract::GroupRollout& g, const std::string& refusal);
   // Empty when well-formed, else the reason it is refused.
   std::string Validate(const contract::GroupRollout& g) const;
   struct Verdict {
@@ -192,8 +189,8 @@ class TrajectoryIntake : public contract::WorkSource,
   std::map<std::string, int64_t> worker_slow_in_a_row_;      // of those, past the reward-time budget
   std::set<std::string> workers_;               // every worker whose group reached the reward
   LogBudget refusal_log_;  // a worker can provoke a refusal at will: its lines are budgeted (common/log.h)
-  std::mutex prefix_mu_;  // guards prefixes_ (taken before mu_, never inside it)
-  std::map<uint64_t, HeldPrefix> prefixes_;  // by group id
+  PrefixStore prefixes_;  // resumable groups (its own lock; never called under mu_)
+  std::function<void(const std::string& actor, const std::string& reason)> strike_;
 };
 
 // The actor's name without its connection suffix ("actor-0#3" -> "actor-0"): metrics count

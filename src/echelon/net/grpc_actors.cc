@@ -58,6 +58,8 @@ Status GrpcActors::Start(learn::TrajectoryIntake* intake, const std::string& run
       intake, learn::HostedEpisodesOptions{options_.play_turn_timeout_seconds});
   so.episodes = episodes_.get();
   server_ = std::make_unique<LearnerServer>(so, intake, intake, intake, clock_);
+  intake->SetStrikeHook(
+      [server = server_.get()](const std::string& actor, const std::string& reason) { server->Strike(actor, reason); });
   ECHELON_RETURN_IF_ERROR(server_->Start());
   progress << "learner serving actors on port " << server_->port() << std::endl;
   if (origin_) progress << "snapshot broadcast origin on port " << origin_->port() << std::endl;

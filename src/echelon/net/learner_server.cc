@@ -179,12 +179,23 @@ class LearnerServer::Service final : public v1::Learner::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req, v1::ReleaseReply*) override {
+    if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
+    sched::WorkItem work;
+    work.group_id = req->group_id();
+    work.lease_id = req->lease_id();
+    s_->work_->Release(req->actor_id(), work);  // only the lease's own holder's (Dispatcher::Release)
+    return grpc::Status::OK;
+  }
+
   grpc::Status ReportPrefix(grpc::ServerContext* ctx, const v1::ReportPrefixRequest* req,
                             v1::ReportPrefixReply* reply) override {
     if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
     sched::WorkItem work;
     work.group_id = req->group_id();
     work.lease_id = req->lease_id();
+    if (req->parts_size() > kMaxPrefixParts)  // one a sample of a group: nothing honest sends more
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "more prefix parts than a group has samples");
     std::vector<contract::PrefixPart> parts;
     for (const v1::PrefixPart& p : req->parts()) {
       contract::PrefixPart& part = parts.emplace_back();
@@ -441,6 +452,16 @@ class LearnerServer::Service final : public v1::Learner::Service {
     ++(out.accepted ? it->second.submitted : it->second.refused);
     if (out.forged) StrikeLocked(it->second, out.reason);
   }
+
+public:
+  // LearnerServer::Strike.
+  void Strike(const std::string& actor_id, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(s_->mu_);
+    auto it = s_->actors_.find(actor_id);
+    if (it != s_->actors_.end()) StrikeLocked(it->second, reason);
+  }
+
+ private:
 
   // Counts a forged submission against the actor's worker; quarantines it at the limit.
   void StrikeLocked(ActorInfo& actor, const std::string& reason) {
@@ -723,6 +744,10 @@ std::map<std::string, PipelineState> LearnerServer::Pipelines() const {
 std::map<std::string, int64_t> LearnerServer::Counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;
+}
+
+void LearnerServer::Strike(const std::string& actor_id, const std::string& reason) {
+  if (service_) service_->Strike(actor_id, reason);
 }
 
 }  // namespace echelon::net

@@ -142,6 +142,11 @@ class LearnerServer {
   // Re-reads options.token_file. Actors whose token is no longer listed are evicted; on an
   // error (the file is unreadable or malformed) the current tokens stay in force.
   Status ReloadTokens();
+  // Counts a forgery found outside a submission's answer (a forged prefix report, or the part
+  // of a resumed group this actor drew: learn::TrajectoryIntake::SetStrikeHook) against the
+  // actor's worker, as a forged submission is; nothing when the actor is no longer registered
+  // (or before Start).
+  void Strike(const std::string& actor_id, const std::string& reason);
   // Quarantined workers (token names, or "NAME at HOST" with a shared token).
   std::set<std::string> Quarantined() const;
   std::vector<ActorInfo> Actors() const;

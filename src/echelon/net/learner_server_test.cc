@@ -246,6 +246,19 @@ TEST(LearnerServerTest, AWorkerWhoseSubmissionsAreForgedIsQuarantinedAndItsActor
 // stalled. It is keyed by the name at its address now: the liar is quarantined under its
 // name, its neighbour keeps working. (A liar that renames itself escapes: a shared token is
 // for a fleet one trusts, and the learner says so.)
+// Strikes the intake deals outside a submission's answer (a forged prefix report, the part of
+// a resumed group a worker drew) count towards quarantine like forged submissions; a strike for
+// an actor no longer registered changes nothing.
+TEST(LearnerServerTest, StrikesForForgedPrefixesQuarantineTheWorker) {
+  Fixture f(TokenTable::Load(WriteTokens("alice " + std::string(kAliceToken) + "\nbob " + kBobToken + "\n")).value(), "");
+  v1::RegisterReply a, b;
+  ASSERT_TRUE(f.Register(kAliceToken, kProtocolVersion, &a).ok());
+  ASSERT_TRUE(f.Register(kBobToken, kProtocolVersion, &b).ok());
+  f.server->Strike("nobody#0", "prefix_logprob_mismatch");
+  for (int i = 0; i < sched::kQuarantineAfterForged; ++i) f.server->Strike(a.actor_id(), "prefix_sample_not_drawn");
+  EXPECT_EQ(f.server->Quarantined(), std::set<std::string>{"alice"});
+}
+
 TEST(LearnerServerTest, SharedTokenQuarantineSparesANeighbourBehindTheSameAddress) {
   Fixture f{std::string(kAliceToken)};
   v1::RegisterReply liar, honest;

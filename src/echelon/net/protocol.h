@@ -29,6 +29,9 @@ inline constexpr uint64_t kMaxStageCertBytes = 8192;
 // Progress reports one heartbeat carries that the learner reads (the rest are ignored): an
 // honest actor runs one group at a time, and a worker holds at most kMaxLeasesPerWorker leases.
 inline constexpr int kMaxProgressReports = 16;
+// Prefix parts one ReportPrefix request may carry (one a sample of a group; rl.group_size is
+// at most this): a request with more is refused before it is decoded.
+inline constexpr int kMaxPrefixParts = 4096;
 // Live registrations one worker may hold (its actors and pipeline stages together): a worker
 // that registers again past it loses its least recently seen registration, so a restarting
 // worker replaces its stale ones and no worker can fill the learner's tables.

@@ -204,6 +204,19 @@ std::optional<contract::Assignment> RemoteLearner::Acquire(const std::string& ac
   return AcquireWith(actor, contract::WorkRequest());
 }
 
+void RemoteLearner::Release(const std::string& /*actor*/, const sched::WorkItem& work) {
+  grpc::ClientContext ctx;
+  AttachToken(ctx, options_.token);
+  SetDeadline(ctx, kHeartbeatDeadlineSeconds);
+  v1::ReleaseRequest req;
+  req.set_actor_id(actor_id());
+  req.set_group_id(work.group_id);
+  req.set_lease_id(work.lease_id);
+  v1::ReleaseReply reply;
+  // Best effort: unanswered, the lease ends when the learner misses this actor's heartbeats.
+  (void)stub_->Release(&ctx, req, &reply);
+}
+
 bool RemoteLearner::ReportPrefix(const std::string& /*actor*/, const sched::WorkItem& work,
                                  const std::vector<contract::PrefixPart>& parts) {
   grpc::ClientContext ctx;

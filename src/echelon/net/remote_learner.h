@@ -94,6 +94,7 @@ class RemoteLearner : public contract::WorkSource,
   std::optional<contract::Assignment> AcquireWith(const std::string& actor, const contract::WorkRequest& request) override;
   bool ReportPrefix(const std::string& actor, const sched::WorkItem& work,
                     const std::vector<contract::PrefixPart>& parts) override;
+  void Release(const std::string& actor, const sched::WorkItem& work) override;
   // Kept for the next heartbeat, which carries it to the learner.
   void Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) override;
   contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;

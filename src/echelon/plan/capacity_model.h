@@ -53,6 +53,7 @@ struct WorkerClass {
   double downlink_mbps = 1000;
   double uplink_mbps = 500;
   double failures_per_hour = 0;
+  double preemption_notice_seconds = 0;  // simulator only (WorkerOfferConfig)
 };
 
 struct CapacityInputs {

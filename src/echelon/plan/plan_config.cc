@@ -139,6 +139,10 @@ Status ReadWorker(YamlMap& m, PlanConfig* c) {
                                   Help("u_j: Mbit/s out of one GPU (relays snapshot chunks)")));
   ECHELON_RETURN_IF_ERROR(m.Float("failures_per_hour", &w.failures_per_hour, 0, 3600,
                                   Help("f_j: failures (preemptions) per hour of one GPU")));
+  ECHELON_RETURN_IF_ERROR(m.Float("preemption_notice_seconds", &w.preemption_notice_seconds, 0, 86400,
+                                  Help("warning before a preemption (a spot instance's notice: the worker's actors "
+                                       "report their groups' prefixes and hand them back at once); 0: none")
+                                      .ReadBy("simulate")));
   ECHELON_RETURN_IF_ERROR(m.Int("pipeline", &w.pipeline, 1, 64,
                                 Help("GPUs of this kind holding the layers in turn (a pipeline worker); links, "
                                      "failures and the catalogue price are per GPU")));

@@ -35,6 +35,9 @@ struct WorkerOfferConfig {
   double downlink_mbps = 1000;
   double uplink_mbps = 500;
   double failures_per_hour = 0;  // of one GPU; a pipeline fails when any of its stages does
+  // Warning a preempted worker gets first (a spot instance's notice): its actors stop, report
+  // their groups' prefixes and hand their leases back (rollout/actor.h); 0: none.
+  double preemption_notice_seconds = 0;
   // A pipeline of `pipeline` GPUs of this kind holding the layers in turn (throughput_model.h);
   // price, links and failures are per GPU unless price_per_hour is given (then per pipeline).
   int64_t pipeline = 1;

@@ -32,6 +32,7 @@ WorkerClass ResolveClass(const PlanConfig& c, const WorkerOfferConfig& w) {
   k.downlink_mbps = stages * w.downlink_mbps;
   k.uplink_mbps = stages * w.uplink_mbps;
   k.failures_per_hour = stages * w.failures_per_hour;
+  k.preemption_notice_seconds = w.preemption_notice_seconds;
   return k;
 }
 

@@ -23,7 +23,7 @@
 
 namespace echelon::plan::sim {
 
-enum class EventType { kGroupDone, kLearnerDone, kLearnerFree, kSnapshotArrive, kFail, kEvict, kReturn, kReady };
+enum class EventType { kGroupDone, kLearnerDone, kLearnerFree, kSnapshotArrive, kNotice, kFail, kEvict, kReturn, kReady };
 
 struct Event {
   double t;
@@ -108,7 +108,11 @@ class Simulation {
   void Publish(int64_t version);
   void RequestSnapshot(int id, int64_t version);
   void OnSnapshot(const Event& e);
+  void OnNotice(const Event& e);  // a preemption notice (workers[].preemption_notice_seconds)
   void OnFail(const Event& e);
+  // Ends the worker's running groups (a failure, or a notice: then all they drew is reported),
+  // counting what is lost and keeping the rest as prefixes (simulate.resume).
+  void StopGroups(Worker& w, bool noticed);
   void OnReturn(int id);
   bool Reactivating() const { return cfg_.sim.reactivate && fixed_workers_ == 0; }
   void Activate(int id);

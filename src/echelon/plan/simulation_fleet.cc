@@ -82,7 +82,10 @@ void Simulation::BeginEpoch(int id, WorkerState state) {
   const double f = Cls(w).failures_per_hour / 3600;
   if (f > 0) {
     std::exponential_distribution<double> life(f);
-    Push({now_ + life(rng_), 0, EventType::kFail, id, w.epoch});
+    const double fails = now_ + life(rng_);
+    Push({fails, 0, EventType::kFail, id, w.epoch});
+    const double notice = Cls(w).preemption_notice_seconds;
+    if (notice > 0) Push({std::max(now_, fails - notice), 0, EventType::kNotice, id, w.epoch});
   }
 }
 
@@ -121,21 +124,18 @@ void Simulation::ApplyPriceChanges() {
   }
 }
 
-void Simulation::OnFail(const Event& e) {
-  Worker& w = workers_[e.worker];
-  if (e.epoch != w.epoch || !Billed(w)) return;
-  ++result_.failures;
-  SetBilled(w, false);
-  Push({now_ + cfg_.sim.detect_seconds, 0, EventType::kEvict, e.worker, w.epoch});
+void Simulation::StopGroups(Worker& w, bool noticed) {
   for (const auto& [group, r] : w.running) {  // the part of each running group made so far
     const double done = std::clamp((now_ - r.start) / std::max(r.end - r.start, 1e-9), 0.0, 1.0);
     result_.tokens_generated += r.tokens * done;
-    // With resumable groups, what it reported (every sched::kPrefixSeconds) is kept; the group
-    // continues from there if it is handed out in time (StartGroup). Before the failure is
-    // detected its lease still runs: the dispatcher is told what is kept of it.
-    const double reported = cfg_.sim.resume ? std::floor((now_ - r.start) / sched::kPrefixSeconds) *
-                                                  sched::kPrefixSeconds / std::max(r.end - r.start, 1e-9)
-                                            : 0.0;
+    // With resumable groups, what it reported is kept: everything, when it had notice, else as of
+    // its last report (every sched::kPrefixSeconds). The group continues from there if it is
+    // handed out in time (StartGroup). Its lease still runs until the failure is detected or the
+    // lease handed back: the dispatcher is told what is kept of it.
+    const double reported = !cfg_.sim.resume ? 0.0
+                            : noticed        ? 1.0
+                                             : std::floor((now_ - r.start) / sched::kPrefixSeconds) *
+                                                   sched::kPrefixSeconds / std::max(r.end - r.start, 1e-9);
     const double kept = r.tokens * std::min(reported, done);
     result_.tokens_preempted += r.tokens * done - kept;
     if (r.carried + kept > 0 && cfg_.sim.resume) {
@@ -144,6 +144,30 @@ void Simulation::OnFail(const Event& e) {
     }
   }
   w.running.clear();
+}
+
+// A preemption notice: the worker's actors stop at once, report what their groups drew and hand
+// the leases back, so the groups go on elsewhere now; it takes no more work, and stays billed
+// until it is gone.
+void Simulation::OnNotice(const Event& e) {
+  Worker& w = workers_[e.worker];
+  if (e.epoch != w.epoch || w.state != WorkerState::kActive) return;
+  StopGroups(w, /*noticed=*/true);
+  dispatcher_.Evict(w.actor);
+  w.waiting.clear();
+  w.free_slots = 0;
+  w.draining = true;
+  idle_.erase(e.worker);
+  Pump();
+}
+
+void Simulation::OnFail(const Event& e) {
+  Worker& w = workers_[e.worker];
+  if (e.epoch != w.epoch || !Billed(w)) return;
+  ++result_.failures;
+  SetBilled(w, false);
+  Push({now_ + cfg_.sim.detect_seconds, 0, EventType::kEvict, e.worker, w.epoch});
+  StopGroups(w, /*noticed=*/false);
   ++w.epoch;  // in-flight groups and downloads of this worker are lost
   w.state = WorkerState::kDown;
   w.waiting.clear();

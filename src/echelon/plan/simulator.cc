@@ -103,6 +103,7 @@ void Simulation::Handle(const Event& e) {
       overhead_ = false;
       return TryLearner();
     case EventType::kSnapshotArrive: return OnSnapshot(e);
+    case EventType::kNotice: return OnNotice(e);
     case EventType::kFail: return OnFail(e);
     case EventType::kEvict:
       dispatcher_.Evict(EvictName(e));  // the identity the worker had when it failed
@@ -176,6 +177,7 @@ void Simulation::StartGroup(int id, const sched::WorkItem& item) {
 void Simulation::OnGroupDone(const Event& e) {
   Worker& w = workers_[e.worker];
   if (e.epoch != w.epoch) return;  // the worker failed meanwhile; the group is re-issued
+  if (w.running.count(e.group) == 0) return;  // handed back at a preemption notice
   const double made = w.running[e.group].tokens;
   const double tokens = made + w.running[e.group].carried;  // the whole group's
   w.running.erase(e.group);

@@ -49,12 +49,12 @@ Result<std::vector<data::Episode>> ContinueGroup(const contract::Assignment& a, 
 // newer snapshot between steps.
 // With `prefixes` (contract::Assignment::report_prefix) it reports the samples' new tokens
 // every sched::kPrefixSeconds, from where `resumed` (the group's prefix when it was resumed)
-// leaves them.
+// leaves them. Once `stop` is set the policy ends the generation at its next step.
 class Actor::GroupWatch : public SampleObserver {
  public:
-  GroupWatch(Actor* actor, const sched::WorkItem& work, bool partial, bool prefixes = false,
-             const std::vector<data::Turn>& resumed = {})
-      : actor_(actor), work_(work), partial_(partial), prefixes_(prefixes), start_(actor->clock_->Now()),
+  GroupWatch(Actor* actor, const sched::WorkItem& work, const std::atomic<bool>& stop, bool partial,
+             bool prefixes = false, const std::vector<data::Turn>& resumed = {})
+      : actor_(actor), work_(work), stop_(stop), partial_(partial), prefixes_(prefixes), start_(actor->clock_->Now()),
         last_(start_), reported_(start_), prefix_reported_(start_) {
     actor_->policy_->set_observer(this);
     for (size_t j = 0; j < resumed.size(); ++j) Part(static_cast<int64_t>(j)).from = static_cast<int64_t>(resumed[j].tokens.size());
@@ -95,19 +95,11 @@ class Actor::GroupWatch : public SampleObserver {
     const int64_t before = actor_->policy_->version();
     return actor_->RefreshSnapshot() && actor_->policy_->version() > before;
   }
-
-  // Seconds of generation, the slowdown's pauses excluded, and the pauses still owed for it.
-  double generate_seconds() const { return actor_->clock_->Now() - start_ - slept_; }
-  double owed_pause() const { return generate_seconds() * (actor_->options_.slowdown - 1.0) - slept_; }
-
- private:
-  contract::PrefixPart& Part(int64_t sample) {
-    while (static_cast<int64_t>(parts_.size()) <= sample) parts_.push_back({static_cast<int64_t>(parts_.size())});
-    return parts_[static_cast<size_t>(sample)];
-  }
+  bool Stopping() override { return stop_.load(); }
   // Sends what each sample drew since the last kept report; kept, the next report starts after it.
   void ReportPrefix() {
-    prefix_reported_ = last_;
+    prefix_reported_ = actor_->clock_->Now();
+    if (!prefixes_) return;
     std::vector<contract::PrefixPart> report;
     for (const contract::PrefixPart& p : parts_)
       if (!p.tokens.empty()) report.push_back(p);
@@ -120,8 +112,18 @@ class Actor::GroupWatch : public SampleObserver {
     }
   }
 
+  // Seconds of generation, the slowdown's pauses excluded, and the pauses still owed for it.
+  double generate_seconds() const { return actor_->clock_->Now() - start_ - slept_; }
+  double owed_pause() const { return generate_seconds() * (actor_->options_.slowdown - 1.0) - slept_; }
+
+ private:
+  contract::PrefixPart& Part(int64_t sample) {
+    while (static_cast<int64_t>(parts_.size()) <= sample) parts_.push_back({static_cast<int64_t>(parts_.size())});
+    return parts_[static_cast<size_t>(sample)];
+  }
   Actor* actor_;
   const sched::WorkItem work_;
+  const std::atomic<bool>& stop_;
   const bool partial_;
   const bool prefixes_;
   const double start_;
@@ -165,13 +167,14 @@ bool Actor::RefreshSnapshot() {
   return true;
 }
 
-Result<contract::SubmitOutcome> Actor::PlayHosted(const contract::Assignment& a, int64_t* tokens) {
+Result<contract::SubmitOutcome> Actor::PlayHosted(const contract::Assignment& a, const std::atomic<bool>& stop,
+                                                  int64_t* tokens) {
   if (episodes_ == nullptr) return FailedPrecondition("the learner plays this group, and this actor has no link to it");
   const int64_t version = policy_->version();
   std::vector<data::Turn> turns;
   double seconds = 0;
   // Progress for the lease; the version stays (the learner records one version per turn).
-  GroupWatch watch(this, a.work, /*partial=*/false);
+  GroupWatch watch(this, a.work, stop, /*partial=*/false);
   while (true) {
     ECHELON_ASSIGN_OR_RETURN(contract::PlayStep step,
                              episodes_->Play(options_.name, a.work, version, std::move(turns), seconds));
@@ -208,8 +211,14 @@ void Actor::Run(const std::atomic<bool>& stop) {
     RefreshSnapshot();
     int64_t tokens = 0;
     Result<contract::SubmitOutcome> outcome =
-        a->played_by_learner ? PlayHosted(*a, &tokens) : PlayHere(*a, stop, &tokens);
-    if (!outcome.ok()) {
+        a->played_by_learner ? PlayHosted(*a, stop, &tokens) : PlayHere(*a, stop, &tokens);
+    if (!outcome.ok() && outcome.status().code() == StatusCode::kCancelled) {
+      // Stopping midway (a preemption notice): the lease goes back, so that another worker
+      // continues the group at once (from what was reported of it) instead of after the lease.
+      work_->Release(options_.name, a->work);
+      spdlog::info("{}: stopping; group {} handed back: {}", options_.name, a->work.group_id,
+                   outcome.status().message());
+    } else if (!outcome.ok()) {
       // The lease will expire and the group is re-issued to another actor.
       spdlog::error("{}: group {} failed: {}", options_.name, a->work.group_id, outcome.status().message());
       ++stats_.errors;
@@ -232,7 +241,7 @@ Result<contract::SubmitOutcome> Actor::PlayHere(const contract::Assignment& a, c
   out.prompt = a.prompt;
   // Only single-turn groups are resumed: one Sample call, whose draws the observer sees.
   const bool prefixes = a.report_prefix && a.scored_by_learner && policy_->ContinuesPrefixes();
-  GroupWatch watch(this, a.work, options_.partial, prefixes, a.prefix);
+  GroupWatch watch(this, a.work, stop, options_.partial, prefixes, a.prefix);
   Result<std::vector<data::Episode>> episodes = std::vector<data::Episode>();
   for (int attempt = 0;; ++attempt) {
     out.behavior_version = policy_->version();
@@ -251,6 +260,9 @@ Result<contract::SubmitOutcome> Actor::PlayHere(const contract::Assignment& a, c
                  episodes.status().message());
     RefreshSnapshot();
   }
+  // Stopping midway (a preemption notice): what the samples drew goes to the learner before the
+  // lease does (Run).
+  if (episodes.status().code() == StatusCode::kCancelled) watch.ReportPrefix();
   ECHELON_RETURN_IF_ERROR(episodes.status());
   out.episodes = std::move(episodes).value();
   out.behavior_version = SettleVersions(out.episodes, out.behavior_version);

@@ -2,7 +2,10 @@
 // snapshot, runs the task adapter's episodes with its policy, and submits the group tagged with
 // the policy version that generated it (the oldest, when partial rollouts moved it to newer
 // snapshots midway). While a group generates, the actor reports its progress (tokens so far)
-// every sched::kProgressSeconds, which keeps the group's lease alive however long it runs.
+// every sched::kProgressSeconds, which keeps the group's lease alive however long it runs. When
+// `stop` is set midway (a signal: a spot instance's preemption notice) a backend that reports its
+// steps ends the generation at the next one; the actor reports the samples' prefixes and hands
+// the lease back (WorkSource::Release), so another worker continues the group at once.
 //
 //   Actor actor(options, &intake, &intake, &intake, task, std::move(policy), &clock);
 //   std::thread t([&] { actor.Run(stop); });
@@ -67,7 +70,8 @@ class Actor {
   Result<contract::SubmitOutcome> PlayHere(const contract::Assignment& a, const std::atomic<bool>& stop,
                                            int64_t* tokens);
   // Samples each turn the learner asks for until it says how it took the group.
-  Result<contract::SubmitOutcome> PlayHosted(const contract::Assignment& a, int64_t* tokens);
+  Result<contract::SubmitOutcome> PlayHosted(const contract::Assignment& a, const std::atomic<bool>& stop,
+                                             int64_t* tokens);
   class GroupWatch;
 
   ActorOptions options_;

@@ -93,7 +93,7 @@ Result<std::vector<data::Turn>> ModelPolicy::SampleFrom(const std::vector<data::
         now.back().insert(now.back().end(), out[r].tokens.begin(), out[r].tokens.end());
         sp.max_new_tokens_per_row.push_back(params_.max_new_tokens - static_cast<int64_t>(out[r].tokens.size()));
       }
-      bool interrupted = false;
+      bool interrupted = false, stopping = false;
       const model::StepCallback on_step = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& drawn,
                                               const std::vector<float>& logprobs) {
         if (observer_ == nullptr) return true;
@@ -101,10 +101,12 @@ Result<std::vector<data::Turn>> ModelPolicy::SampleFrom(const std::vector<data::
         std::vector<int64_t> samples(rows.size());
         for (size_t i = 0; i < rows.size(); ++i) samples[i] = static_cast<int64_t>(running[rows[i]]);
         observer_->Drew(samples, drawn, logprobs, version_);
-        interrupted = may_move && observer_->NewerSnapshot();
-        return !interrupted;
+        stopping = observer_->Stopping();
+        interrupted = !stopping && may_move && observer_->NewerSnapshot();
+        return !interrupted && !stopping;
       };
       std::vector<model::Completion> part = model::Generate(model_, now, sp, on_step);
+      if (stopping) return Cancelled("the actor is stopping; its samples were left unfinished");
       std::vector<size_t> unfinished;
       for (size_t i = 0; i < running.size(); ++i) {
         model::Completion& c = out[running[i]];

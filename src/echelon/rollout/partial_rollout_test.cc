@@ -320,14 +320,22 @@ class PrefixPlane : public Plane {
     kept.push_back(parts);
     return true;
   }
+  void Release(const std::string& actor, const sched::WorkItem& work) override {
+    std::lock_guard<std::mutex> lock(mu);
+    released.push_back({actor, work.lease_id, 0});
+  }
+  std::vector<Report> released;
   int prefix_calls = 0;
   std::vector<std::vector<contract::PrefixPart>> kept;
 };
 
-// 60 steps of 0.7 simulated seconds; sample j draws token 1 + (step + j) % 9 at each step.
+// 60 steps of 0.7 simulated seconds; sample j draws token 1 + (step + j) % 9 at each step. With
+// `stop`, that is set after `stop_after` steps, and the call ends with kCancelled as the builtin
+// backend's does once the actor is stopping.
 class DrawingPolicy : public SlowPolicy {
  public:
-  explicit DrawingPolicy(SimulatedClock* clock) : SlowPolicy(clock), clock_(clock) {}
+  explicit DrawingPolicy(SimulatedClock* clock, std::atomic<bool>* stop = nullptr, int stop_after = 0)
+      : SlowPolicy(clock), clock_(clock), stop_(stop), stop_after_(stop_after) {}
   static constexpr int kSteps = 60;
   bool ContinuesPrefixes() const override { return true; }
   Result<std::vector<data::Turn>> Sample(const std::vector<data::PolicyPrompt>& prompts, uint64_t) override {
@@ -345,12 +353,18 @@ class DrawingPolicy : public SlowPolicy {
       }
       observer_->Generated(static_cast<int64_t>(out.size()));
       observer_->Drew(samples, tokens, logprobs, version());
+      ++drawn;
+      if (stop_ != nullptr && step + 1 == stop_after_) *stop_ = true;
+      if (observer_->Stopping()) return Cancelled("stopping");
     }
     return out;
   }
+  int drawn = 0;  // steps
 
  private:
   SimulatedClock* clock_;
+  std::atomic<bool>* stop_;
+  int stop_after_;
 };
 
 TEST(PartialRolloutTest, TheActorReportsItsSamplesPrefixesAndResendsOneNotKept) {
@@ -383,6 +397,37 @@ TEST(PartialRolloutTest, TheActorReportsItsSamplesPrefixesAndResendsOneNotKept) 
     EXPECT_LE(joined[j].size(), all.size());
     EXPECT_EQ(joined[j], std::vector<int64_t>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(joined[j].size())));
   }
+}
+
+// An actor told to stop midway (a spot instance's preemption notice) ends the generation at
+// the next step, reports everything its samples drew since its last kept report, and hands the
+// lease back; it submits nothing.
+TEST(PartialRolloutTest, AStoppingActorReportsItsPrefixAndHandsTheLeaseBack) {
+  PrefixPlane plane;
+  plane.weights[0] = std::make_shared<const std::string>("weights");
+  SimulatedClock clock;
+  OneAnswerTask task;
+  ActorOptions options;
+  options.name = "spot";
+  std::atomic<bool> stop{false};
+  auto policy = std::make_unique<DrawingPolicy>(&clock, &stop, /*stop_after=*/25);
+  DrawingPolicy* drawing = policy.get();
+  Actor actor(options, &plane, &plane, &plane, &task, std::move(policy), &clock);
+  actor.Run(stop);  // returns once stopped
+  EXPECT_EQ(drawing->drawn, 25);
+  EXPECT_TRUE(plane.submitted.empty());
+  ASSERT_EQ(plane.released.size(), 1u);
+  EXPECT_EQ(plane.released[0].actor, "spot");
+  EXPECT_EQ(plane.released[0].lease, 30u);
+  std::map<int64_t, size_t> reported;
+  for (const std::vector<contract::PrefixPart>& report : plane.kept)
+    for (const contract::PrefixPart& p : report) {
+      EXPECT_EQ(p.from, static_cast<int64_t>(reported[p.sample]));
+      reported[p.sample] += p.tokens.size();
+    }
+  ASSERT_EQ(reported.size(), 4u);
+  for (const auto& [sample, n] : reported) EXPECT_EQ(n, 25u) << "sample " << sample << ": every token drawn";
+  EXPECT_EQ(actor.stats().errors.load(), 0) << "stopping is no error";
 }
 
 }  // namespace

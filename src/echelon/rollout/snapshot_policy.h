@@ -38,6 +38,9 @@ class SampleObserver {
   // Loads the newer snapshot into the policy (through LoadSnapshot); false when it could not
   // (the samples then finish on the weights they have).
   virtual bool Update() { return false; }
+  // The actor is stopping (a signal: a spot instance's preemption notice): the policy ends the
+  // call after this step, its samples unfinished, with kCancelled.
+  virtual bool Stopping() { return false; }
 };
 
 class SnapshotPolicy : public data::Policy {

@@ -167,6 +167,14 @@ void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {
   }
 }
 
+bool Dispatcher::Release(uint64_t group_id, uint64_t lease_id, const std::string& actor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto run = running_.find(group_id);
+  if (run == running_.end() || run->second.lease_id != lease_id || run->second.actor != actor) return false;
+  ReissueLocked(run);
+  return true;
+}
+
 int Dispatcher::Evict(const std::string& actor) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLeasesLocked();
@@ -212,7 +220,7 @@ std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::str
     for (uint64_t g : drawn_) candidates.emplace_back(g, false);
   if (candidates.empty()) return std::nullopt;
   // The worker's lag: exact when it said which snapshot it holds (one newer than the learner's
-  // is a lie that can only cost it work: taken as none).
+  // is a lie that can only cost it work: taken as no lag).
   std::optional<double> lag;
   if (held_version >= 0) lag = static_cast<double>(std::max<int64_t>(0, version_ - held_version));
   std::optional<size_t> best;

@@ -172,6 +172,9 @@ class Dispatcher {
   // The learner's verdict on a submitted (pending) group; anything else is ignored, so a
   // group is settled at most once.
   void Settle(uint64_t group_id, Outcome outcome);
+  // The holder gives `lease_id` up (it is stopping): re-issued now, as at expiry. Returns
+  // whether it was that actor's running lease.
+  bool Release(uint64_t group_id, uint64_t lease_id, const std::string& actor);
   // Re-issues every outstanding hand-out of this actor (it left or was evicted); returns how
   // many. Expired leases are collected first and not counted here.
   int Evict(const std::string& actor);
