@@ -36,6 +36,11 @@ WorkerClass ResolveClass(const PlanConfig& c, const WorkerOfferConfig& w) {
   return k;
 }
 
+double CostPerMillionConsumedTokens(const PlanConfig& c, double cost_per_step) {
+  const double tokens = static_cast<double>(c.groups_per_step) * c.shape.group_size * c.shape.completion_tokens;
+  return tokens > 0 ? cost_per_step / tokens * 1e6 : 0.0;
+}
+
 double TrainedTokens(const PlanConfig& c) {
   return static_cast<double>(c.groups_per_step) * c.shape.group_size * (c.shape.prompt_tokens + c.shape.completion_tokens);
 }
@@ -334,6 +339,8 @@ nlohmann::json PlanJson(const Plan& plan) {
   const double steps = static_cast<double>(plan.config.steps);
   return {
       {"predicted_utilization", p.utilization},
+      {"cost_per_million_consumed_tokens", CostPerMillionConsumedTokens(plan.config, p.cost_per_step)},
+      {"baseline_cost_per_million_consumed_tokens", CostPerMillionConsumedTokens(plan.config, plan.baseline.cost_per_step)},
       {"step_seconds", p.step_seconds},
       {"train_seconds", plan.inputs.train_seconds},
       {"overhead_seconds", plan.inputs.overhead_seconds},
@@ -393,6 +400,8 @@ std::string PlanTable(const Plan& plan) {
   row("step seconds", Fmt("%.1f", p.step_seconds), Fmt("%.1f", plan.baseline.step_seconds));
   row("$/hour", Fmt("%.2f", p.cost_per_hour), Fmt("%.2f", plan.baseline.price_per_hour));
   row("$/step", Fmt("%.4f", p.cost_per_step), Fmt("%.4f", plan.baseline.cost_per_step));
+  row("$/M consumed tokens", Fmt("%.4f", CostPerMillionConsumedTokens(c, p.cost_per_step)),
+      Fmt("%.4f", CostPerMillionConsumedTokens(c, plan.baseline.cost_per_step)));
   row(("$/run (" + std::to_string(c.steps) + " steps)").c_str(), Fmt("%.0f", p.cost_per_step * steps),
       Fmt("%.0f", plan.baseline.cost_per_step * steps));
   row("run hours", Fmt("%.1f", p.step_seconds * steps / 3600), Fmt("%.1f", plan.baseline.step_seconds * steps / 3600));

@@ -45,6 +45,10 @@ TEST(PlannerFreshness, ClassWhoseGroupsArriveTooStaleIsNeitherCountedNorPicked) 
   const nlohmann::json j = PlanJson(plan);
   EXPECT_FALSE(j["workers"][0]["fresh"].get<bool>());
   EXPECT_TRUE(j["workers"][1]["fresh"].get<bool>());
+  // $ per million consumed tokens: $/step over the completion tokens of an update, B x G x L.
+  const double consumed = static_cast<double>(c.groups_per_step) * c.shape.group_size * c.shape.completion_tokens;
+  EXPECT_DOUBLE_EQ(j["cost_per_million_consumed_tokens"].get<double>(), plan.prediction.cost_per_step / consumed * 1e6);
+  EXPECT_NE(PlanTable(plan).find("$/M consumed tokens"), std::string::npos);
 
   // What activation would have bought without the condition: the cheap slow class, whose
   // groups the freshness bound says arrive too stale.
