@@ -42,11 +42,14 @@ Result<plan::RunShape> ReadRunShape(const std::string& run_dir) {
   shape.staleness = o.staleness;
   shape.staleness_auto = o.staleness_control.has_value();
   shape.publish_period = o.publish_period;
+  shape.dispatch = o.dispatch;
+  shape.resume = o.resume;
   return shape;
 }
 
-Result<plan::RunFit> FitRunDir(const std::string& run_dir) {
+Result<plan::RunFit> FitRunDir(const std::string& run_dir, plan::RunShape* shape_out = nullptr) {
   ECHELON_ASSIGN_OR_RETURN(const plan::RunShape shape, ReadRunShape(run_dir));
+  if (shape_out != nullptr) *shape_out = shape;
   return plan::FitRun(run_dir, shape);
 }
 
@@ -55,6 +58,8 @@ struct PlanArgs {
   std::string from_run;
   std::string config_keys;
   bool json = false;
+  bool simulate = false;  // with --from-run: the simulator's prediction of the run
+  uint64_t seed = 1;
   std::string learner_memory;  // a model's config.json, or its directory
   std::string prices = "data/prices.yaml";
   // Reasoning lengths: the DAPO recipes' 4k-20k responses and Qwen3's 32k context.
@@ -133,17 +138,43 @@ int RunPlan(const PlanArgs& args) {
     return 2;
   }
   std::optional<plan::RunFit> fit;
+  std::optional<nlohmann::json> simulated;
+  if (args.simulate && args.from_run.empty()) {
+    spdlog::error("plan --simulate needs --from-run RUN_DIR");
+    return 2;
+  }
   if (!args.from_run.empty()) {
-    Result<plan::RunFit> f = FitRunDir(args.from_run);
+    plan::RunShape shape;
+    Result<plan::RunFit> f = FitRunDir(args.from_run, &shape);
     if (!f.ok()) {
       spdlog::error("--from-run {}", f.status().message());
       return 2;
     }
     fit = std::move(f).value();
     std::cout << plan::RunFitTable(*fit);
+    if (args.simulate) {
+      Result<nlohmann::json> s = plan::SimulateRun(*fit, {shape.dispatch, shape.resume, args.seed, 0.1});
+      if (!s.ok()) {
+        spdlog::error("--from-run {} --simulate: {}", args.from_run, s.status().message());
+        return 2;
+      }
+      simulated = std::move(s).value();
+      std::printf("simulated (%s dispatch, seed %llu): wasted %.2f%% of generated tokens (stale %.2f%%, preempted %.2f%%), "
+                  "%llu groups dropped stale, learner utilisation %.3f; measured: wasted %.2f%%, %lld dropped, %.3f\n",
+                  shape.dispatch.c_str(), static_cast<unsigned long long>(args.seed),
+                  100 * (*simulated)["wasted_fraction"].get<double>(), 100 * (*simulated)["stale_fraction"].get<double>(),
+                  100 * (*simulated)["preempted_fraction"].get<double>(),
+                  static_cast<unsigned long long>((*simulated)["groups_dropped_stale"].get<uint64_t>()),
+                  (*simulated)["utilization"].get<double>(), 100 * fit->wasted_fraction(),
+                  static_cast<long long>(fit->groups_dropped_stale), fit->measured_utilization);
+    }
   }
   if (args.config.empty()) {
-    if (args.json) std::cout << nlohmann::json{{"from_run", plan::RunFitJson(*fit)}}.dump() << std::endl;
+    if (args.json) {
+      nlohmann::json j = plan::RunFitJson(*fit);
+      if (simulated) j["simulated"] = *simulated;
+      std::cout << nlohmann::json{{"from_run", j}}.dump() << std::endl;
+    }
     return 0;
   }
   Result<plan::PlanConfig> config = plan::LoadPlanConfig(args.config);
@@ -185,6 +216,10 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "fit the model to a run directory (echelon train/learner --out): measured step time and actor "
                   "throughput; prints its predicted vs measured learner utilisation");
   cmd->add_flag("--json", args->json, "also print the plan as one JSON object on the last line");
+  cmd->add_flag("--simulate", args->simulate,
+                "with --from-run: simulate the fitted run (its actors at their measured rates, its dispatch rule) and "
+                "print the tokens it predicts wasted beside those measured");
+  cmd->add_option("--seed", args->seed, "with --simulate: the simulation's seed (default 1)");
   cmd->add_option("--learner-memory", args->learner_memory,
                   "print the learner's memory per rank for a model (its config.json or directory; "
                   "data/models/ has Qwen3-30B-A3B, 8B, 4B) by ranks and shard mode, and which GPUs it fits");

@@ -445,6 +445,7 @@ class LearnerRun {
     r.refused = AllRefusals();
     r.actors = transport_.live_actors();
     r.actor_groups = intake_->actor_groups();
+    r.actor_group_seconds = dispatcher_->WorkerGroupSeconds();
     r.actor_forged = intake_->actor_forged();
     const double rl_wall = std::max(RlWallNow(), 1e-9);
     r.learner_busy_frac = busy_seconds_ / rl_wall;

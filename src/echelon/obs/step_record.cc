@@ -37,6 +37,7 @@ void VisitFields(R& r, V& v) {
   v.Counts("tokens_by_fate", r.tokens_by_fate);
   v.Count("actors", r.actors);
   v.Counts("actor_groups", r.actor_groups);
+  v.Numbers("actor_group_seconds", r.actor_group_seconds);
   v.Counts("actor_forged", r.actor_forged);
   v.Number("learner_busy_frac", r.learner_busy_frac);
   v.Number("loss", r.loss);

@@ -77,6 +77,10 @@ struct StepRecord {
   std::map<std::string, int64_t> refused;       // refused submissions and calls, by reason (totals)
   std::optional<int64_t> actors;                // live actors
   std::map<std::string, int64_t> actor_groups;  // accepted groups per actor name (totals)
+  // Mean seconds from a group's hand-out to its submission, per worker, over its submitted
+  // groups (wall time of generation, waits for a snapshot included; not the idle time between
+  // groups): what a simulation of the run takes as each worker's group time (plan --from-run).
+  std::map<std::string, double> actor_group_seconds;
   std::map<std::string, int64_t> actor_forged;  // forged submissions per actor name (totals)
   double learner_busy_frac = kMissing;          // update time / RL wall time, so far
   double tokens_per_s = kMissing;               // accepted completion tokens / RL wall time

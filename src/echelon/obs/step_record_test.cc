@@ -79,13 +79,14 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.cost = 1.25;
   r.groups_predicted_late = 7;
   r.groups_resumed = 3;
+  r.actor_group_seconds = {{"actor-0", 1.5}};
   r.tokens_by_fate = {{"consumed", 900}, {"stale", 40}};
   r.price_changes = nlohmann::json::array({{{"gpu", "A100"}}});
   const nlohmann::json j = r.ToJson();
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 72u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 73u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 

@@ -11,6 +11,8 @@
 
 #include "echelon/obs/metrics_log.h"
 #include "echelon/obs/step_record.h"
+#include "echelon/plan/planner.h"
+#include "echelon/plan/simulator.h"
 
 namespace echelon::plan {
 namespace {
@@ -33,6 +35,8 @@ struct UpdateLine {
   int64_t staleness_bound = -1;  // S in force (-1: the line has none)
   std::map<std::string, int64_t> actor_groups;
   std::map<std::string, int64_t> tokens_by_fate;
+  int64_t dropped_stale = 0;
+  std::map<std::string, double> group_seconds;  // actor_group_seconds
   int64_t start = 0;  // process start (0, then one more per resume event)
 };
 
@@ -69,6 +73,8 @@ Status ParseUpdate(const json& o, const std::string& where, UpdateLine* u) {
   u->staleness_bound = r.staleness_bound.value_or(-1);
   u->actor_groups = r.actor_groups;
   u->tokens_by_fate = r.tokens_by_fate;
+  u->dropped_stale = r.groups_dropped_stale.value_or(0);
+  u->group_seconds = r.actor_group_seconds;
   return Status::Ok();
 }
 
@@ -176,6 +182,7 @@ Result<RunFit> FitRun(const std::string& dir, const RunShape& cfg) {
   f.train_seconds = f.busy_seconds / static_cast<double>(n);
   f.measured_utilization = u[n - 1].busy_frac;
   f.tokens_by_fate = u[n - 1].tokens_by_fate;
+  f.groups_dropped_stale = u[n - 1].dropped_stale;
 
   // Measured updates: all but the first of each process start.
   int64_t measured = 0, window_full = 0;
@@ -216,6 +223,8 @@ Result<RunFit> FitRun(const std::string& dir, const RunShape& cfg) {
     if (a.seconds > 0) a.groups_per_s = a.groups / a.seconds;
     a.tokens_per_s = a.groups_per_s * f.group_size * f.completion_tokens;
     a.group_seconds = a.groups_per_s > 0 ? 1 / a.groups_per_s : INFINITY;
+    if (auto held = u[n - 1].group_seconds.find(name); held != u[n - 1].group_seconds.end() && held->second > 0)
+      a.held_seconds = held->second;
     delivered += a.groups;
     f.actors.push_back(a);
   }
@@ -249,6 +258,39 @@ Result<RunFit> FitRun(const std::string& dir, const RunShape& cfg) {
   return f;
 }
 
+Result<json> SimulateRun(const RunFit& fit, const RunSimOptions& options) {
+  Plan p;
+  p.inputs = fit.inputs;
+  p.inputs.link.mode = BroadcastMode::kStar;  // no bytes: every snapshot arrives at once
+  p.classes = fit.classes;
+  if (p.classes.empty()) return InvalidArgument(fit.dir + ": no actor delivered a group; nothing to simulate");
+  PlanConfig& c = p.config;
+  c.steps = fit.updates;
+  c.groups_per_step = fit.groups_per_step;
+  c.shape = p.inputs.shape;
+  c.link = p.inputs.link;
+  c.sim.seed = options.seed;
+  c.sim.throughput_cv = options.throughput_cv;
+  c.sim.workers = static_cast<int64_t>(p.classes.size());
+  c.sim.reactivate = false;
+  c.sim.warmup_steps = 0;
+  c.sim.dispatch = options.dispatch;
+  c.sim.resume = options.resume;
+  ECHELON_ASSIGN_OR_RETURN(SimResult r, Simulate(p, SimOptions()));
+  const auto share = [&](double tokens) { return r.tokens_generated > 0 ? tokens / r.tokens_generated : 0.0; };
+  return json{{"seed", options.seed},
+              {"throughput_cv", options.throughput_cv},
+              {"dispatch", options.dispatch},
+              {"utilization", r.utilization},
+              {"tokens_generated", r.tokens_generated},
+              {"tokens_consumed", r.tokens_consumed},
+              {"wasted_fraction", r.wasted_fraction()},
+              {"stale_fraction", share(r.tokens_stale)},
+              {"preempted_fraction", share(r.tokens_preempted)},
+              {"groups_dropped_stale", r.counts.dropped_stale},
+              {"groups_consumed", r.counts.consumed}};
+}
+
 double RunFit::wasted_fraction() const {
   const double share = obs::WastedTokenShare(tokens_by_fate);
   return std::isnan(share) ? -1 : share;
@@ -259,7 +301,8 @@ json RunFitJson(const RunFit& f) {
   for (const ActorFit& a : f.actors)
     actors.push_back({{"name", a.name}, {"groups", a.groups}, {"seconds", a.seconds}, {"groups_per_s", a.groups_per_s},
                       {"tokens_per_s", a.tokens_per_s},
-                      {"group_seconds", std::isfinite(a.group_seconds) ? json(a.group_seconds) : json(nullptr)}});
+                      {"group_seconds", std::isfinite(a.group_seconds) ? json(a.group_seconds) : json(nullptr)},
+                      {"held_seconds", a.held_seconds}});
   return {{"run_dir", f.dir},
           {"updates", f.updates},
           {"process_starts", f.process_starts},

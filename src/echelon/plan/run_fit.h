@@ -61,6 +61,8 @@ struct RunShape {
   // update line.
   bool staleness_auto = false;
   int64_t publish_period = 1;   // kappa, resolved (rl.publish_period 0 already replaced)
+  std::string dispatch = "fifo";  // rollout.dispatch
+  bool resume = true;             // rollout.resume
 };
 
 struct ActorFit {
@@ -70,6 +72,9 @@ struct ActorFit {
   double groups_per_s = 0;
   double tokens_per_s = 0;     // groups_per_s * G * L
   double group_seconds = 0;    // 1 / groups_per_s
+  // Mean seconds from hand-out to submission of its groups (metrics' actor_group_seconds at the
+  // last update line; 0: not logged): its time per group without the waits between groups.
+  double held_seconds = 0;
 };
 
 struct RunFit {
@@ -101,11 +106,26 @@ struct RunFit {
   // Completion tokens by fate at the last update line (metrics' tokens_by_fate; empty for runs
   // that do not log it): consumed, stale, filtered, preempted, refused.
   std::map<std::string, int64_t> tokens_by_fate;
+  int64_t groups_dropped_stale = 0;  // at the last update line
   // stale + preempted + refused over every token with a fate; -1 without tokens_by_fate.
   double wasted_fraction() const;
 
   double relative_error() const { return predicted_utilization / measured_utilization - 1; }
 };
+
+// The simulator on the fitted run (`echelon plan --from-run RUN --simulate`): one worker per
+// actor at its measured rate (a group every 1 / groups_per_s seconds), spread lognormally by
+// `throughput_cv`, the run's
+// B, G, S, kappa, T_train, T_over and updates, its dispatch rule and resumable groups, snapshots
+// delivered at once (the fit's T_bcast = 0), no failures: what the simulator predicts the run
+// wasted (tokens by fate) and how busy its learner was, beside what it measured.
+struct RunSimOptions {
+  std::string dispatch = "fifo";
+  bool resume = true;
+  uint64_t seed = 1;
+  double throughput_cv = 0.1;
+};
+Result<nlohmann::json> SimulateRun(const RunFit& fit, const RunSimOptions& options);
 
 // RUN_DIR/config.yaml; an error names a missing directory or file.
 Result<std::string> RunConfigPath(const std::string& dir);

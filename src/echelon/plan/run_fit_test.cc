@@ -59,6 +59,7 @@ class RunWriter {
                            {"step_s", step_s},     {"learner_busy_frac", busy_ / rl_},
                            {"tokens_per_s", tokens_ / rl_}, {"groups_in_flight", in_flight},
                            {"actor_groups", cumulative_},  {"tokens", 100},
+                           {"actor_group_seconds", {{"a", 0.125}, {"b", 0.375}}},
                            {"tokens_by_fate", {{"consumed", 90 * step_}, {"stale", 5 * step_}, {"preempted", 5 * step_}}}};
     lines_ += line.dump() + "\n";
   }
@@ -132,6 +133,19 @@ TEST(RunFit, AsyncRunRecoversTimesRatesAndPredictsUtilisation) {
   EXPECT_DOUBLE_EQ(j["wasted_fraction"].get<double>(), 0.1);
   EXPECT_EQ(j["actors"].size(), 2u);
   EXPECT_DOUBLE_EQ(j["measured_utilization"].get<double>(), f.measured_utilization);
+  EXPECT_DOUBLE_EQ(f.actors[1].held_seconds, 0.375);  // actor_group_seconds of the last line
+
+  // The simulator on the fitted run: its updates, every group accounted for, the learner as busy
+  // as the capacity model says in the steady state (0.5 s of every 0.8 s), no failures to lose
+  // tokens to.
+  Result<nlohmann::json> sim = SimulateRun(f, RunSimOptions());
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  const nlohmann::json& x = sim.value();
+  EXPECT_EQ(x["groups_consumed"].get<uint64_t>(), 62u * 8);
+  EXPECT_NEAR(x["utilization"].get<double>(), 0.5 / 0.8, 0.05);
+  EXPECT_EQ(x["preempted_fraction"].get<double>(), 0.0);
+  EXPECT_GE(x["wasted_fraction"].get<double>(), 0.0);
+  EXPECT_LT(x["wasted_fraction"].get<double>(), 0.5);
 }
 
 TEST(RunFit, LearnerBoundRunIsFlaggedAndPredictedBusy) {

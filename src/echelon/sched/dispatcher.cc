@@ -73,6 +73,9 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std:
     const double lag = behavior_version >= 0 && behavior_version <= run->second.version
                            ? static_cast<double>(run->second.version - behavior_version)
                            : -1.0;
+    std::pair<double, int64_t>& held = held_[WorkerName(actor)];
+    held.first += clock_->Now() - run->second.handed_at;
+    ++held.second;
     forecast_.ObserveGroup(WorkerName(actor), PromptKey(group_id),
                            static_cast<double>(std::max<int64_t>(0, tokens - run->second.carried)),
                            clock_->Now() - run->second.handed_at, lag);
@@ -199,6 +202,13 @@ void Dispatcher::SetVersion(int64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
   if (version > version_) forecast_.ObserveVersion(version, clock_->Now());
   version_ = std::max(version_, version);
+}
+
+std::map<std::string, double> Dispatcher::WorkerGroupSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, double> out;
+  for (const auto& [worker, held] : held_) out[worker] = held.first / static_cast<double>(held.second);
+  return out;
 }
 
 std::optional<double> Dispatcher::PredictSeconds(const std::string& actor, uint64_t group_id) const {

@@ -199,6 +199,9 @@ class Dispatcher {
   // The workers such a call came from.
   std::set<std::string> capped_workers() const;
 
+  // Per worker: the mean seconds from a group's hand-out to its submission, over the groups it
+  // submitted while it held their lease (this process).
+  std::map<std::string, double> WorkerGroupSeconds() const;
   // What the forecast now predicts for `actor`'s worker and a group (seconds; nullopt: unknown).
   std::optional<double> PredictSeconds(const std::string& actor, uint64_t group_id) const;
 
@@ -256,6 +259,7 @@ class Dispatcher {
   std::map<uint64_t, int64_t> carriable_;       // running: group id -> what its hand-out may Carry
   std::map<uint64_t, int64_t> pending_carried_;  // submitted, unsettled: group id -> tokens it carried
   CompletionForecast forecast_;
+  std::map<std::string, std::pair<double, int64_t>> held_;  // worker -> seconds held, groups submitted
   DispatchCounts counts_;
 };
 
