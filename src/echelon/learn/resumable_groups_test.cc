@@ -318,8 +318,8 @@ TEST(ResumableGroupsTest, APrefixThatCannotBeContinuedIsDroppedAndCountedPreempt
     r.Preempt();
     contract::WorkRequest request = kResumes;
     if (why == 0) {
-      for (int64_t v = 1; v <= 3; ++v) r.Publish(v);  // S = 2: a v0 token can enter no update from 3 on
-      request.snapshot_version = 3;
+      for (int64_t v = 1; v <= 2; ++v) r.Publish(v);  // S = 2: a v0 token can enter no update after 2 -> 3
+      request.snapshot_version = 2;
     }
     if (why == 1) request.continues_prefixes = false;
     if (why == 2) request.snapshot_version = -1;  // no snapshot yet

@@ -46,12 +46,14 @@ std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::str
     a.report_prefix = limits_.resume;
   }
   if (!a.report_prefix) return a;
-  // What earlier leases of this group reported, continued if this actor can and may (the group
-  // can still be consumed, its snapshot is at least the prefix's newest), else dropped.
+  // What earlier leases of this group reported, continued if this actor can and may (its
+  // snapshot is at least the prefix's newest, and the group can still be consumed after the
+  // update now running: oldest + S > v; at oldest + S = v it would have to arrive before the
+  // batch being taken now, which a continuation almost never does), else dropped.
   const int64_t staleness = std::max(dispatcher_->AdmittedStaleness(w->group_id), dispatcher_->max_staleness());
   const auto usable = [&](int64_t oldest, int64_t newest) {
     return request.continues_prefixes && request.snapshot_version >= newest &&
-           oldest + staleness >= w->dispatch_version;
+           oldest + staleness > w->dispatch_version;
   };
   if (std::optional<PrefixStore::Handed> h = prefixes_.Hand(w->group_id, w->lease_id, actor, usable)) {
     a.prefix = std::move(h->samples);

@@ -20,8 +20,9 @@
 // the current holder (a malformed report is refused whole and is a strike). When the lease ends
 // (preempted, silent, released) and the group is handed out again to an actor that continues
 // prefixes, holds a snapshot at least as new as the prefix's newest token, and the group can
-// still be consumed (its oldest token's version + S is not past the learner's version), it goes
-// with the kept prefix; otherwise the prefix is dropped. The new holder's submission must begin
+// be consumed after the update now running (its oldest token's version + S is past the
+// learner's version), it goes with the kept prefix; otherwise the prefix is dropped. The new
+// holder's submission must begin
 // with exactly that prefix (`prefix_altered`, forged, otherwise), and a resumed group is always
 // verified: when it fails, each earlier holder's part is checked in turn, and the first that
 // fails strikes the holder that drew it (`prefix_logprob_mismatch`, `prefix_sample_not_drawn`;

@@ -46,10 +46,10 @@ Result<std::vector<data::Episode>> ContinueGroup(const contract::Assignment& a, 
 
 // Watches one group's generation: reports its progress for the lease, stretches time as a
 // slowed worker (ActorOptions::slowdown) step by step, and with `partial` moves the policy to a
-// newer snapshot between steps.
-// With `prefixes` (contract::Assignment::report_prefix) it reports the samples' new tokens
-// every sched::kPrefixSeconds, from where `resumed` (the group's prefix when it was resumed)
-// leaves them. Once `stop` is set the policy ends the generation at its next step.
+// newer snapshot between steps. With `prefixes` (contract::Assignment::report_prefix) it
+// reports the samples' new tokens every sched::kPrefixSeconds, from where `resumed` (the
+// group's prefix when it was resumed) leaves them. Once `stop` is set the policy ends the
+// generation at its next step.
 class Actor::GroupWatch : public SampleObserver {
  public:
   GroupWatch(Actor* actor, const sched::WorkItem& work, const std::atomic<bool>& stop, bool partial,

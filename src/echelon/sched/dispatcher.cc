@@ -70,7 +70,8 @@ SubmitResult Dispatcher::Submit(uint64_t group_id, uint64_t lease_id, const std:
     if (run->second.actor != actor) return RefuseLocked(SubmitResult::kForeignLease);
     // A version the worker claims is checked elsewhere; here it only moves its own lag, and a
     // lie about it can only lose the worker work.
-    const double lag = behavior_version >= 0 && behavior_version <= run->second.version
+    // A resumed group's version is its prefix's, drawn by another worker: no lag of this one's.
+    const double lag = behavior_version >= 0 && behavior_version <= run->second.version && run->second.carried == 0
                            ? static_cast<double>(run->second.version - behavior_version)
                            : -1.0;
     std::pair<double, int64_t>& held = held_[WorkerName(actor)];
