@@ -109,6 +109,12 @@ std::string PrefixStore::CheckSplice(const contract::GroupRollout& g) const {
   return "";
 }
 
+bool PrefixStore::WasHanded(uint64_t group, uint64_t lease) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(group);
+  return it != entries_.end() && it->second.lease_id == lease && !it->second.authors.empty();
+}
+
 std::vector<std::pair<std::string, std::vector<data::Turn>>> PrefixStore::Authors(uint64_t group,
                                                                                     uint64_t lease) const {
   std::lock_guard<std::mutex> lock(mu_);

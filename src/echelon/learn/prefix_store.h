@@ -68,6 +68,8 @@ class PrefixStore {
   // "" when `g` does not come from a lease that was handed a prefix, or begins with exactly that
   // prefix (tokens, log-probs, versions); else "prefix_altered".
   std::string CheckSplice(const contract::GroupRollout& g) const;
+  // Whether `lease` was handed a prefix of `group` (its submission is a resumed group).
+  bool WasHanded(uint64_t group, uint64_t lease) const;
   // The prefix handed to `lease` by the holders that drew it, in order: each holder and the
   // samples as far as its reports reached (cumulative). Empty when `lease` was handed none.
   std::vector<std::pair<std::string, std::vector<data::Turn>>> Authors(uint64_t group, uint64_t lease) const;

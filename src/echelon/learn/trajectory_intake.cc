@@ -17,6 +17,16 @@ namespace {
 // e^-103.3. A lower claim is forged (and would sit at the loss's log-ratio clamp).
 constexpr float kMinBehaviorLogprob = -110.0f;
 
+// "" when every token is below `vocab` and every log-prob one a sampler can give (a group's
+// turn, or a prefix report's part), else the refusal.
+std::string TokenRefusal(const std::vector<int64_t>& tokens, const std::vector<float>& logprobs, int64_t vocab) {
+  for (int64_t id : tokens)
+    if (id < 0 || id >= vocab) return "token_out_of_vocab";
+  for (float lp : logprobs)
+    if (!std::isfinite(lp) || lp > 1e-4f || lp < kMinBehaviorLogprob) return "bad_logprob";
+  return "";
+}
+
 }  // namespace
 
 std::string ActorName(const std::string& actor_id) { return sched::WorkerName(actor_id); }
@@ -50,8 +60,8 @@ std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::str
   // snapshot is at least the prefix's newest, and the group can still be consumed after the
   // update now running: oldest + S > v; at oldest + S = v it would have to arrive before the
   // batch being taken now, which a continuation almost never does), else dropped.
-  const int64_t staleness = std::max(dispatcher_->AdmittedStaleness(w->group_id), dispatcher_->max_staleness());
   const auto usable = [&](int64_t oldest, int64_t newest) {
+    const int64_t staleness = std::max(dispatcher_->AdmittedStaleness(w->group_id), dispatcher_->max_staleness());
     return request.continues_prefixes && request.snapshot_version >= newest &&
            oldest + staleness > w->dispatch_version;
   };
@@ -75,12 +85,10 @@ bool TrajectoryIntake::ReportPrefix(const std::string& actor, const sched::WorkI
     if (p.sample < 0 || p.sample >= limits_.group_size || !samples.insert(p.sample).second) why = "bad_sample";
     else if (p.tokens.size() != p.logprobs.size() || p.tokens.size() != p.versions.size()) why = "length_mismatch";
     else if (p.from < 0 || p.from > limits_.max_completion_tokens) why = "too_long";
-    for (size_t i = 0; i < p.tokens.size() && why.empty(); ++i) {
-      if (p.tokens[i] < 0 || p.tokens[i] >= limits_.model_vocab_size) why = "token_out_of_vocab";
-      else if (!std::isfinite(p.logprobs[i]) || p.logprobs[i] > 1e-4f || p.logprobs[i] < kMinBehaviorLogprob)
-        why = "bad_logprob";
-      else if (i > 0 && p.versions[i] < p.versions[i - 1]) why = "bad_token_version";
-      else versions.insert(p.versions[i]);
+    if (why.empty()) why = TokenRefusal(p.tokens, p.logprobs, limits_.model_vocab_size);
+    for (size_t i = 0; i < p.versions.size() && why.empty(); ++i) {
+      if (i > 0 && p.versions[i] < p.versions[i - 1]) why = "bad_token_version";
+      versions.insert(p.versions[i]);
     }
   }
   if (why.empty()) {
@@ -177,10 +185,7 @@ std::string TrajectoryIntake::Validate(const contract::GroupRollout& g) const {
       if (t.prompt_ids.empty()) return "empty_prompt";
       for (int64_t id : t.prompt_ids)
         if (id < 0 || id >= limits_.model_vocab_size) return "token_out_of_vocab";
-      for (int64_t id : t.tokens)
-        if (id < 0 || id >= limits_.model_vocab_size) return "token_out_of_vocab";
-      for (float lp : t.logprobs)
-        if (!std::isfinite(lp) || lp > 1e-4f || lp < kMinBehaviorLogprob) return "bad_logprob";
+      if (std::string why = TokenRefusal(t.tokens, t.logprobs, limits_.model_vocab_size); !why.empty()) return why;
     }
   }
   return "";
@@ -236,7 +241,7 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
   }
   // A resumed group holds other workers' tokens: it is always checked, and a failure blamed on
   // whoever drew the failing part (BlameSplice).
-  const bool resumed = !prefixes_.Authors(rollout.group_id, rollout.lease_id).empty();
+  const bool resumed = prefixes_.WasHanded(rollout.group_id, rollout.lease_id);
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
   Result<Verdict> verdict = Verify(&rollout);
   std::string failed = "reward_error";

@@ -34,6 +34,24 @@ data::Turn DecodeTurn(const v1::Turn& in) {
   return t;
 }
 
+void EncodePrefixPart(const contract::PrefixPart& in, v1::PrefixPart* out) {
+  out->set_sample(in.sample);
+  out->set_from(in.from);
+  out->mutable_tokens()->Add(in.tokens.begin(), in.tokens.end());
+  out->mutable_logprobs()->Add(in.logprobs.begin(), in.logprobs.end());
+  out->mutable_versions()->Add(in.versions.begin(), in.versions.end());
+}
+
+contract::PrefixPart DecodePrefixPart(const v1::PrefixPart& in) {
+  contract::PrefixPart p;
+  p.sample = in.sample();
+  p.from = in.from();
+  p.tokens.assign(in.tokens().begin(), in.tokens().end());
+  p.logprobs.assign(in.logprobs().begin(), in.logprobs().end());
+  p.versions.assign(in.versions().begin(), in.versions().end());
+  return p;
+}
+
 contract::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor) {
   contract::GroupRollout g;
   g.group_id = in.group_id();

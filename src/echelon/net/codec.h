@@ -15,5 +15,7 @@ void EncodeRollout(const contract::GroupRollout& in, const std::string& actor_id
 contract::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor);
 void EncodeTurn(const data::Turn& in, v1::Turn* out);
 data::Turn DecodeTurn(const v1::Turn& in);
+void EncodePrefixPart(const contract::PrefixPart& in, v1::PrefixPart* out);
+contract::PrefixPart DecodePrefixPart(const v1::PrefixPart& in);
 
 }  // namespace echelon::net

@@ -197,14 +197,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     if (req->parts_size() > kMaxPrefixParts)  // one a sample of a group: nothing honest sends more
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "more prefix parts than a group has samples");
     std::vector<contract::PrefixPart> parts;
-    for (const v1::PrefixPart& p : req->parts()) {
-      contract::PrefixPart& part = parts.emplace_back();
-      part.sample = p.sample();
-      part.from = p.from();
-      part.tokens.assign(p.tokens().begin(), p.tokens().end());
-      part.logprobs.assign(p.logprobs().begin(), p.logprobs().end());
-      part.versions.assign(p.versions().begin(), p.versions().end());
-    }
+    for (const v1::PrefixPart& p : req->parts()) parts.push_back(DecodePrefixPart(p));
     // Only the lease's own holder's report is kept (TrajectoryIntake::ReportPrefix checks it).
     reply->set_kept(s_->work_->ReportPrefix(req->actor_id(), work, parts));
     return grpc::Status::OK;
@@ -453,7 +446,7 @@ class LearnerServer::Service final : public v1::Learner::Service {
     if (out.forged) StrikeLocked(it->second, out.reason);
   }
 
-public:
+ public:
   // LearnerServer::Strike.
   void Strike(const std::string& actor_id, const std::string& reason) {
     std::lock_guard<std::mutex> lock(s_->mu_);
@@ -462,7 +455,6 @@ public:
   }
 
  private:
-
   // Counts a forged submission against the actor's worker; quarantines it at the limit.
   void StrikeLocked(ActorInfo& actor, const std::string& reason) {
     ++actor.forged;

@@ -226,14 +226,7 @@ bool RemoteLearner::ReportPrefix(const std::string& /*actor*/, const sched::Work
   req.set_actor_id(actor_id());
   req.set_group_id(work.group_id);
   req.set_lease_id(work.lease_id);
-  for (const contract::PrefixPart& p : parts) {
-    v1::PrefixPart* out = req.add_parts();
-    out->set_sample(p.sample);
-    out->set_from(p.from);
-    *out->mutable_tokens() = {p.tokens.begin(), p.tokens.end()};
-    *out->mutable_logprobs() = {p.logprobs.begin(), p.logprobs.end()};
-    *out->mutable_versions() = {p.versions.begin(), p.versions.end()};
-  }
+  for (const contract::PrefixPart& p : parts) EncodePrefixPart(p, req.add_parts());
   v1::ReportPrefixReply reply;
   // A failed report is not retried here: the next one (sched::kPrefixSeconds later) resends it.
   return stub_->ReportPrefix(&ctx, req, &reply).ok() && reply.kept();
