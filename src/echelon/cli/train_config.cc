@@ -246,6 +246,19 @@ const TrainKeys& Keys() {
     k.Float("rl.router_aux_coef", 0.0, 0.0, 10.0,
             "mixture-of-experts models: weight of the router's load-balancing loss (transformers' Qwen3-MoE uses "
             "0.001); 0: off", kLearner, AT(learner.router_aux_coef));
+    k.Bool("rl.router_replay", false,
+           "mixture-of-experts models: actors send the experts they chose where the choice was close and the "
+           "learner trains with those routes (R3, rollout routing replay); the rest it recomputes", kLearner,
+           AT(learner.router_replay));
+    k.Float("rl.router_replay_margin", 0.1, 0.0, 1e9,
+            "router replay: an actor sends a position's routes when the router logit of its k-th chosen expert is "
+            "within this many nats of the best one left out, where another engine's arithmetic may choose "
+            "otherwise (0.1 covered every bf16-against-fp32 disagreement in bench/route_replay_bench; 1e9: every "
+            "route)", kLearner, AT(router_replay_margin));
+    k.Float("rl.router_replay_trust", 0.1, 0.0, 1.0,
+            "router replay: the learner trains with a sent route only where its own router gives the route's "
+            "experts at most this much less probability than its own top-k; a worse claim is refused and counted",
+            kLearner, AT(learner.router_replay_trust));
     k.Int("rl.minibatches", 1, 1, 1024,
           "optimizer steps per update over minibatches of whole groups; > 1 makes the PPO clip a trust "
           "region around the update's starting policy (pi_prox of the tis / decoupled corrections)", kLearner, AT(learner.minibatches));

@@ -35,7 +35,7 @@ std::string Print(const RunOptions& o) {
     << ',' << l.pack_sequences << ',' << static_cast<int>(l.shard) << ',' << l.activation_checkpointing << ',' << l.router_aux_coef
     << ',' << static_cast<int>(l.loss_aggregation) << ',' << l.max_group_share << ',' << l.overlong.buffer << ','
     << l.overlong.penalty << ','
-    << l.overlong.filter;
+    << l.overlong.filter << ',' << l.router_replay << ',' << l.router_replay_trust << ',' << o.router_replay_margin;
   s << '|' << o.lora.rank << ',' << o.lora.alpha;
   for (const std::string& t : o.lora.targets) s << ',' << t;
   s << '|' << l.loss.clip_low << ',' << l.loss.clip_high << ',' << l.loss.clip_ratio_c << ',' << l.loss.kl_coef << ','

@@ -28,7 +28,8 @@ nlohmann::json RunSpecToJson(const RunSpec& spec) {
             {"top_k", spec.sampling.top_k},
             {"min_p", spec.sampling.min_p},
             {"max_new_tokens", spec.sampling.max_new_tokens},
-            {"slots", spec.sampling.slots}}},
+            {"slots", spec.sampling.slots},
+            {"route_margin", spec.sampling.route_margin}}},
           {"partial", spec.partial},
           {"verify_draws", spec.verify_draws}};
 }
@@ -51,6 +52,7 @@ Result<ActorSetup> ParseRunSpec(const std::string& json_text) {
     s.sampling.min_p = sp.at("min_p").get<double>();
     s.sampling.max_new_tokens = sp.at("max_new_tokens").get<int64_t>();
     s.sampling.slots = sp.at("slots").get<int64_t>();
+    s.sampling.route_margin = sp.value("route_margin", 0.0);  // absent from older learners' specs
     s.vocab.SetStops(&s.sampling);
     s.partial = j.at("partial").get<bool>();
     s.verify_draws = j.value("verify_draws", false);  // absent from older learners' specs

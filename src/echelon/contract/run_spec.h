@@ -29,7 +29,8 @@ struct RunSpec {
   data::AdapterOptions task_options;
   model::ModelConfig model;
   model::Vocabulary vocab;
-  model::SamplingParams sampling;  // temperature, top_p, top_k, min_p, max_new_tokens, slots (stops: the vocabulary's)
+  // temperature, top_p, top_k, min_p, max_new_tokens, slots, route_margin (stops: the vocabulary's)
+  model::SamplingParams sampling;
   bool partial = false;  // rollout.partial (rollout::ActorOptions::partial)
   // rollout.verify_draws: the learner checks that sampled tokens are the seeded draws, so an
   // actor whose backend cannot draw them (openai-http) must not join.

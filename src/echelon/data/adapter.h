@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "echelon/common/routes.h"
 #include "echelon/common/status.h"
 
 namespace echelon::data {
@@ -45,6 +46,9 @@ struct Turn {
   // from a worker; draw_row -1: not known.
   uint64_t draw_seed = 0;
   int64_t draw_row = -1;
+  // Router replay (rl.router_replay, a mixture-of-experts policy): the routes the actor chose
+  // where its choice was close; positions index prompt_ids + tokens. Checked on intake.
+  Routes routes;
 };
 
 // A whole episode (one GRPO sample); every turn receives the episode's advantage.

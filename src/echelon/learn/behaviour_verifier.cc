@@ -181,7 +181,14 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
           const at::Tensor all = at::tensor(seq, at::kLong).unsqueeze(0);
           const at::Tensor input = all.slice(1, 0, len), target = all.slice(1, 1, len + 1);
           const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
-          const at::Tensor hidden = model_->Hidden(input, positions, at::Tensor());
+          model::RouteTape tape = model::ForcingTape({t.routes.empty() ? nullptr : &t.routes},
+                                                     model_->config().num_hidden_layers, options_.route_trust,
+                                                     [](size_t, int64_t p) { return p; });
+          at::Tensor hidden;
+          {
+            const model::RouteTapeScope armed(model_, &tape);
+            hidden = model_->Hidden(input, positions, at::Tensor());
+          }
           const at::Tensor lp = model::TokenLogProbs(hidden, model_->head(), target, options_.sampling.temperature)
                                     .squeeze(0)
                                     .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);

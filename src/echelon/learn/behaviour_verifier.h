@@ -74,6 +74,10 @@ struct VerifyOptions {
   double token_tolerance = 1.0;  // largest |recomputed - claimed| log-prob of any one token
   std::string spill_dir;      // where older snapshots go (see the top); empty: all kept in RAM
   int64_t memory_bytes = 0;   // with spill_dir: bytes of snapshots besides the newest kept in RAM
+  // Router replay: a turn's routes (data::Turn::routes, checked on intake) are forced where the
+  // snapshot's own router finds them within this much probability mass of its own choice
+  // (model::RouteTape), as the learner trains them, so an engine's near-tie flips are no gap.
+  double route_trust = 0.1;
 };
 
 struct VerifyStats {

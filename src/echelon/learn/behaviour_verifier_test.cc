@@ -210,6 +210,54 @@ TEST(BehaviourVerifierTest, EachTokenIsCheckedUnderItsOwnVersion) {
 
 // --- Seeded draws ----------------------------------------------------------------------------
 
+// Router replay: an engine whose router chose otherwise (exaggerated here: another router, one
+// expert per token so the router's weights do not enter the output) claims the log-probs of its
+// own routes. With the routes the group carries, the verifier recomputes exactly those; without
+// them, or with a trust of 0 (no route the snapshot would not choose itself), it cannot.
+TEST(BehaviourVerifierTest, AGroupsRoutesAreReplayedWhereTheSnapshotTrustsThem) {
+  model::ModelConfig cfg = TinyMoeConfig();
+  cfg.num_experts_per_tok = 1;
+  model::Qwen3Model weights(cfg), engine(cfg);
+  weights->InitWeights(3);
+  engine->InitWeights(4);
+  {
+    at::NoGradGuard no_grad;
+    std::map<std::string, at::Tensor> state = weights->StateDict();
+    state.at("model.layers.1.mlp.gate.weight") = engine->StateDict().at("model.layers.1.mlp.gate.weight") * 20.0;
+    ASSERT_TRUE(engine->LoadStateDict(state, "engine").ok());
+  }
+  contract::GroupRollout g;
+  g.group_id = 0;
+  g.actor = "a#1";
+  const std::vector<int64_t> prompt = {1, 5, 7, 3};
+  model::SamplingParams sp;
+  sp.temperature = 0.8;
+  sp.max_new_tokens = 6;
+  sp.route_margin = 1e9;
+  std::vector<model::Completion> out;
+  {
+    at::NoGradGuard no_grad;
+    out = model::Generate(engine, {prompt, prompt, prompt}, sp);
+  }
+  for (model::Completion& c : out) {
+    data::Episode e;
+    e.turns.push_back({prompt, c.tokens, c.logprobs, ""});
+    e.turns.back().routes = c.routes;
+    g.episodes.push_back(e);
+  }
+  for (const double trust : {1.0, 0.0}) {
+    VerifyOptions o = Options(0.8);
+    o.route_trust = trust;
+    BehaviourVerifier v(cfg, o);
+    v.Remember(MakeSnapshot(weights, 0).value());
+    EXPECT_EQ(v.Check(g, false).value(), trust > 0 ? "" : "logprob_mismatch") << "trust " << trust;
+    if (trust > 0) EXPECT_LT(v.stats().max_gap, 1e-5);
+    contract::GroupRollout bare = g;
+    for (data::Episode& e : bare.episodes) e.turns[0].routes = Routes();
+    EXPECT_EQ(v.Check(bare, false).value(), "logprob_mismatch") << "the snapshot's own routes differ";
+  }
+}
+
 const RunSecret kRunSecret = RunSecret::FromSeed(11);
 
 VerifyOptions DrawOptions() {

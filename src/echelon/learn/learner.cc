@@ -20,6 +20,7 @@ struct TrainingBatch {
   at::Tensor input, target, mask, behav, adv;
   std::vector<size_t> row_group;  // which group each row came from
   std::vector<int64_t> row_len;   // input positions of each row (prompt + completion - 1)
+  std::vector<const Routes*> row_routes;  // each row's turn's routes (router replay), nullptr: none
 };
 
 namespace {
@@ -71,6 +72,7 @@ TrainingBatch BuildBatch(const std::vector<LearnerGroup>& groups, const std::vec
     ad[r] = static_cast<float>(rows[r].adv);
     b.row_group.push_back(rows[r].group);
     b.row_len.push_back(static_cast<int64_t>(seq.size()) - 1);
+    b.row_routes.push_back(t.routes.empty() ? nullptr : &t.routes);
   }
   return b;
 }
@@ -409,6 +411,7 @@ struct Learner::Minibatch {
   ImportanceHealth health;
   int64_t computed_positions = 0, sequence_positions = 0;  // of this rank's gradient forwards
   at::Tensor start_logp;  // [rows, T] on the CPU; undefined when pi_prox was computed up front
+  std::vector<StepStats::RouteCounts> group_routes;  // router replay's outcomes per group (summed over ranks)
 };
 
 std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::Tensor& rows) const {
@@ -464,10 +467,41 @@ std::vector<at::Tensor> Learner::MicroBatches(const TrainingBatch& b, const at::
   return out;
 }
 
+// Router replay in one forward: the tape the model is given and, per layer, the batch row of
+// each forced entry (to count its outcome against its group).
+struct Learner::RouteReplay {
+  model::RouteTape tape;
+  std::vector<std::vector<size_t>> entry_row;
+  std::vector<StepStats::RouteCounts>* counts = nullptr;  // per group; nullptr: not counted
+
+  // The tape of `rows`' routes, each at flat_of(i, position) for row i of `rows`.
+  void Build(const model::Qwen3Model& m, const TrainingBatch& b, const int64_t* rows, int64_t n, double trust,
+             const std::function<int64_t(size_t, int64_t)>& flat_of) {
+    std::vector<const Routes*> routes;
+    for (int64_t i = 0; i < n; ++i) routes.push_back(b.row_routes[static_cast<size_t>(rows[i])]);
+    tape = model::ForcingTape(routes, m->config().num_hidden_layers, trust, flat_of, &entry_row);
+    for (auto& layer : entry_row)
+      for (size_t& i : layer) i = static_cast<size_t>(rows[i]);
+  }
+  // After the forward (the tape stays for the backward's recomputation): the outcomes counted.
+  void Count(const TrainingBatch& b) {
+    if (counts == nullptr) return;
+    for (size_t l = 0; l < tape.outcome.size(); ++l) {
+      if (!tape.outcome[l].defined()) continue;
+      const int8_t* o = tape.outcome[l].data_ptr<int8_t>();
+      for (size_t j = 0; j < entry_row[l].size(); ++j) {
+        StepStats::RouteCounts& c = (*counts)[b.row_group[entry_row[l][j]]];
+        ++(o[j] == model::RouteTape::kSame ? c.same : o[j] == model::RouteTape::kApplied ? c.applied : c.refused);
+      }
+    }
+  }
+};
+
 at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len,
-                             int64_t* computed, at::Tensor* entropy) {
+                             int64_t* computed, at::Tensor* entropy, RouteReplay* replay) {
   const int64_t n = rows.numel();
   const int64_t* row = rows.data_ptr<int64_t>();
+  if (!options_.router_replay || !m->config().moe()) replay = nullptr;
   std::vector<int64_t> lengths(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) lengths[i] = b.row_len[row[i]];
   std::vector<std::vector<size_t>> packed;
@@ -477,8 +511,17 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
     const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
-    return model::TokenLogProbs(m->Hidden(input, positions, at::Tensor()), m->head(), target, options_.temperature,
-                                entropy);
+    at::Tensor hidden;
+    if (replay != nullptr) {
+      replay->Build(m, b, row, n, options_.router_replay_trust,
+                    [&](size_t i, int64_t p) { return static_cast<int64_t>(i) * len + p; });
+      const model::RouteTapeScope armed(m, &replay->tape);
+      hidden = m->Hidden(input, positions, at::Tensor());
+      replay->Count(b);
+    } else {
+      hidden = m->Hidden(input, positions, at::Tensor());
+    }
+    return model::TokenLogProbs(hidden, m->head(), target, options_.temperature, entropy);
   }
   // The rows back to back in packed rows of width `len`; the log-probs come back to the padded
   // layout [rows, len] (zero past a row's length) through one gather.
@@ -506,8 +549,17 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
     }
   }
   at::Tensor packed_entropy;
-  const at::Tensor logp = model::TokenLogProbs(m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_)),
-                                               m->head(), target.to(device_), options_.temperature,
+  at::Tensor hidden;
+  if (replay != nullptr) {
+    replay->Build(m, b, row, n, options_.router_replay_trust,
+                  [&](size_t i, int64_t p) { return fr[static_cast<int64_t>(i)][p]; });
+    const model::RouteTapeScope armed(m, &replay->tape);
+    hidden = m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_));
+    replay->Count(b);
+  } else {
+    hidden = m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_));
+  }
+  const at::Tensor logp = model::TokenLogProbs(hidden, m->head(), target.to(device_), options_.temperature,
                                                entropy != nullptr ? &packed_entropy : nullptr);
   // Back to the padded layout [rows, len] (zero past a row's length) through one gather.
   const at::Tensor index = from.flatten().to(device_), padding = real.to(device_).logical_not();
@@ -571,7 +623,9 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
     const bool aux = options_.router_aux_coef > 0 && compute_->config().moe();
     compute_->RecordRouting(aux);
     at::Tensor entropy;
-    in.logp = LogProbs(compute_, b, u, len, &mb->computed_positions, &entropy);
+    RouteReplay replay;  // lives through the backward pass below
+    replay.counts = &mb->group_routes;
+    in.logp = LogProbs(compute_, b, u, len, &mb->computed_positions, &entropy, &replay);
     compute_->RecordRouting(false);
     for (int64_t k = 0; k < u.numel(); ++k) mb->sequence_positions += b.row_len[u.data_ptr<int64_t>()[k]];
     in.behav_logp = Rows(b.behav, u, len, device_);
@@ -629,6 +683,10 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
                                at::kDouble)
                         .to(device_, at::kFloat));
     if (mb->start_logp.defined()) parts.push_back(mb->start_logp.flatten().to(device_));
+    std::vector<double> routes;
+    for (const StepStats::RouteCounts& c : mb->group_routes)
+      routes.insert(routes.end(), {double(c.same), double(c.applied), double(c.refused)});
+    if (!routes.empty()) parts.push_back(at::tensor(routes, at::kDouble).to(device_, at::kFloat));
     at::Tensor flat = at::cat(parts);
     ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
     int64_t offset = 0;
@@ -650,8 +708,16 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
     mb->clip_frac_low = stats[10].item<double>();
     mb->clip_frac_high = stats[11].item<double>();
     mb->clip_frac_dual = stats[12].item<double>();
-    if (mb->start_logp.defined())
+    if (mb->start_logp.defined()) {
       mb->start_logp = flat.narrow(0, offset, mb->start_logp.numel()).view_as(mb->start_logp).to(at::kCPU);
+      offset += mb->start_logp.numel();
+    }
+    if (!routes.empty()) {
+      const at::Tensor summed = flat.narrow(0, offset, static_cast<int64_t>(routes.size())).to(at::kCPU, at::kLong);
+      const int64_t* c = summed.data_ptr<int64_t>();
+      for (size_t g = 0; g < mb->group_routes.size(); ++g)
+        mb->group_routes[g] = {c[3 * g], c[3 * g + 1], c[3 * g + 2]};
+    }
   } else if (compute_.get() != model_.get()) {
     for (size_t i = 0; i < master.size(); ++i)
       if (compute[i].grad().defined()) master[i].mutable_grad() = compute[i].grad().to(at::kFloat);
@@ -695,7 +761,9 @@ Result<at::Tensor> Learner::ProxLogProbs(const TrainingBatch& b) {
   ECHELON_RETURN_IF_ERROR(ForEachMine(micro.size(), /*backward=*/false, [&](size_t i) -> Status {
     const int64_t len = Width(b, micro[i]);
     if (units_) ECHELON_RETURN_IF_ERROR(units_->BeginMicroBatch());
-    prox.index_put_({micro[i], at::indexing::Slice(0, len)}, LogProbs(compute_, b, micro[i], len).to(at::kCPU));
+    RouteReplay replay;
+    prox.index_put_({micro[i], at::indexing::Slice(0, len)},
+                    LogProbs(compute_, b, micro[i], len, nullptr, nullptr, &replay).to(at::kCPU));
     if (units_) return units_->EndMicroBatch(/*backward=*/false);
     return Status::Ok();
   }));
@@ -757,12 +825,19 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     }
     if (m2po) m2po_bound = M2poBound(prox - b.behav, b.adv, b.mask, options_.loss);
     if (prox.defined()) StartOfUpdateStats(prox, options_.loss, b, groups.size(), &stats);
+    if (options_.router_replay) stats.group_routes.assign(groups.size(), {});
     for (const at::Tensor& rows : minibatches) {
       Minibatch mb;
+      mb.group_routes.assign(stats.group_routes.size(), {});
       ECHELON_RETURN_IF_ERROR(AccumulateGradients(b, rows, prox, m2po_bound, &mb));
       stats.computed_positions += mb.computed_positions;
       stats.sequence_positions += mb.sequence_positions;
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));
+      for (size_t g = 0; g < mb.group_routes.size(); ++g) {
+        stats.group_routes[g].same += mb.group_routes[g].same;
+        stats.group_routes[g].applied += mb.group_routes[g].applied;
+        stats.group_routes[g].refused += mb.group_routes[g].refused;
+      }
       if (!prox.defined()) StartOfUpdateStats(mb.start_logp, options_.loss, b, groups.size(), &stats);
       if (std::isnan(norm)) {
         ++stats.skipped_nonfinite;

@@ -85,6 +85,12 @@ struct LearnerOptions {
   // 0: no limit known (nothing counts as truncated).
   int64_t max_new_tokens = 0;
   std::vector<int64_t> stop_ids;
+  // Router replay (rl.router_replay, mixture-of-experts models): the gradient and pi_prox
+  // forwards use the routes each turn carries (data::Turn::routes) where the model's own top-k
+  // probability mass is within router_replay_trust of theirs (model/qwen3.h RouteTape); the
+  // reference policy routes by itself.
+  bool router_replay = false;
+  double router_replay_trust = 0.1;
 };
 
 // Data-parallel learner ranks (learn/rank_group.h) plug in here: every rank computes the
@@ -143,6 +149,13 @@ struct StepStats {
   std::vector<std::vector<int64_t>> router_load;
   double router_aux_loss = 0;  // the load-balancing loss (before its coefficient), when on
   std::vector<size_t> nonfinite_groups;  // the groups (indices into Step's) of those steps' minibatches
+  // Router replay, per group in the order given: of its shipped routes, those the learner's own
+  // top-k already chose, those applied over its own choice, and those refused (beyond the trust).
+  struct RouteCounts {
+    int64_t same = 0, applied = 0, refused = 0;
+    int64_t total() const { return same + applied + refused; }
+  };
+  std::vector<RouteCounts> group_routes;
 };
 
 struct TrainingBatch;  // learner.cc: the padded rows of one update
@@ -210,8 +223,11 @@ class Learner {
   // computed in chunks from the hidden states (model/token_logprobs.h: nothing len x vocab);
   // `*computed` (when given) grows by the positions the forward computed, padding included;
   // `*entropy` (when given) receives the per-token entropies, laid out as the log-probs.
+  // `replay` (when given, with options().router_replay): the rows' routes are forced through
+  // it (it must live until the backward pass is done), and their outcomes counted per group.
+  struct RouteReplay;
   at::Tensor LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const at::Tensor& rows, int64_t len,
-                      int64_t* computed = nullptr, at::Tensor* entropy = nullptr);
+                      int64_t* computed = nullptr, at::Tensor* entropy = nullptr, RouteReplay* replay = nullptr);
   std::vector<at::Tensor> MicroBatches(const TrainingBatch& b, const at::Tensor& rows) const;
 
   model::Qwen3Model model_;               // master weights, fp32

@@ -35,6 +35,8 @@ void VisitOptions(Options& o, Field&& field) {
   field("pack_sequences", o.pack_sequences);
   field("activation_checkpointing", o.activation_checkpointing);
   field("router_aux_coef", o.router_aux_coef);
+  field("router_replay", o.router_replay);
+  field("router_replay_trust", o.router_replay_trust);
   field("overlong_buffer", o.overlong.buffer);
   field("overlong_penalty", o.overlong.penalty);
   field("overlong_filter", o.overlong.filter);
@@ -101,7 +103,11 @@ json GroupsToJson(const std::vector<LearnerGroup>& groups) {
     json episodes = json::array();
     for (const data::Episode& e : g.episodes) {
       json turns = json::array();
-      for (const data::Turn& t : e.turns) turns.push_back({{"p", t.prompt_ids}, {"k", t.tokens}, {"l", t.logprobs}});
+      for (const data::Turn& t : e.turns) {
+        turns.push_back({{"p", t.prompt_ids}, {"k", t.tokens}, {"l", t.logprobs}});
+        if (!t.routes.empty())  // router replay: every rank forces the same routes
+          turns.back()["r"] = {{"p", t.routes.positions}, {"l", t.routes.layers}, {"e", t.routes.experts}};
+      }
       episodes.push_back({{"r", e.reward}, {"s", e.success}, {"t", turns}});
     }
     out.push_back({{"v", g.behavior_version}, {"e", episodes}});
@@ -119,7 +125,15 @@ Result<std::vector<LearnerGroup>> GroupsFromJson(const json& j) {
         data::Episode ep;
         ep.reward = e.at("r");
         ep.success = e.at("s");
-        for (const json& t : e.at("t")) ep.turns.push_back({t.at("p"), t.at("k"), t.at("l"), ""});
+        for (const json& t : e.at("t")) {
+          ep.turns.push_back({t.at("p"), t.at("k"), t.at("l"), ""});
+          if (t.contains("r")) {
+            Routes& r = ep.turns.back().routes;
+            t.at("r").at("p").get_to(r.positions);
+            t.at("r").at("l").get_to(r.layers);
+            t.at("r").at("e").get_to(r.experts);
+          }
+        }
         lg.episodes.push_back(std::move(ep));
       }
       groups.push_back(std::move(lg));

@@ -274,13 +274,53 @@ TEST(LearnerRanks, ShardedOptimizerGivesTheWeightsOfOneRankWithHalfTheState) {
 TEST(LearnerRanks, GroupsSurviveTheirEncoding) {
   model::Qwen3Model init(TinyConfig());
   init->InitWeights(1);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 3);
+  std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 3);
+  const int64_t chosen[] = {3, 1};
+  groups[1].episodes[0].turns[0].routes.Add(2, 1, chosen, 2);
   const nlohmann::json j = GroupsToJson(groups);
   Result<std::vector<LearnerGroup>> back =
       GroupsFromJson(nlohmann::json::from_msgpack(nlohmann::json::to_msgpack(j)));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(GroupsToJson(back.value()), j);
+  EXPECT_TRUE(back.value()[1].episodes[0].turns[0].routes == groups[1].episodes[0].turns[0].routes);
   EXPECT_FALSE(GroupsFromJson(nlohmann::json::parse(R"([{"v": 1}])")).ok());
+}
+
+// Router replay: the routes reach every rank with the groups. Without them a worker rank
+// routed its micro-batches itself, so the two ranks trained on different routes and their
+// summed start-of-update log-probs left the actor's.
+TEST(LearnerRanks, RoutesReachEveryRank) {
+  model::ModelConfig cfg = TinyMoeConfig();
+  cfg.num_experts_per_tok = 1;  // the router's weights do not enter the output
+  model::Qwen3Model actor(cfg);
+  actor->InitWeights(6);
+  int64_t entries = 0;
+  const std::vector<LearnerGroup> groups = RoutedGroups(actor, &entries);
+  model::Qwen3Model init = Copy(actor);
+  RerouteLayerOne(init, 7);
+  LearnerOptions o;
+  o.router_replay = true;
+  o.router_replay_trust = 1.0;
+  o.micro_batch_tokens = 20;  // several micro-batches: each rank computes some
+  Learner one(Copy(init), o);
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  Result<StepStats> a = one.Step(groups);
+  ASSERT_TRUE(two.ranks->SendStep(groups, rank0.options().lr).ok());
+  Result<StepStats> b = rank0.Step(groups);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  EXPECT_LT(a->logprob_gap, 1e-5);
+  EXPECT_LT(b->logprob_gap, 1e-5) << "every rank trained on the actor's routes";
+  int64_t counted = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    EXPECT_EQ(a->group_routes[g].applied, b->group_routes[g].applied) << "group " << g;
+    counted += b->group_routes[g].total();
+  }
+  EXPECT_EQ(counted, entries) << "the ranks' counts add up to every route once";
+  two.ranks->Stop();
+  ASSERT_TRUE(two.worker.get().ok());
+  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
 }
 
 }  // namespace

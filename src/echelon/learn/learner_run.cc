@@ -133,7 +133,7 @@ class LearnerRun {
     intake_ = std::make_unique<TrajectoryIntake>(
         dispatcher_.get(), task_.get(), &start_.vocab,
         IntakeLimits{start_.model->config().vocab_size, options_.group_size, options_.max_new_tokens, secret_,
-                     options_.resume});
+                     options_.resume, options_.learner.router_replay ? &start_.model->config() : nullptr});
     ECHELON_ASSIGN_OR_RETURN(const std::string spill, VerifierSpillDir(args_.run_dir));
     verifier_ = std::make_unique<BehaviourVerifier>(
         start_.model->config(), VerifierOptions(options_, secret_, task_->SamplesWithGroupSeed(), spill));
@@ -377,6 +377,7 @@ class LearnerRun {
     double length_sum = 0;
     std::map<std::string, int> gap_n;
     std::map<std::string, ImportanceSums> by_bin;
+    StepStats::RouteCounts routes;  // router replay's, over the batch
     for (size_t i = 0; i < batch.groups.size(); ++i) {
       const contract::GroupRollout& g = batch.groups[i];
       GroupSummary summary;
@@ -410,9 +411,22 @@ class LearnerRun {
       summary.zero_spread = std::all_of(g.episodes.begin(), g.episodes.end(),
                                         [&](const data::Episode& e) { return e.reward == g.episodes.front().reward; });
       summary.gap = stats.group_logprob_gap[i];
+      if (i < stats.group_routes.size()) {
+        const StepStats::RouteCounts& rc = stats.group_routes[i];
+        summary.routes = rc.total();
+        summary.routes_same = rc.same;
+        routes.same += rc.same;
+        routes.applied += rc.applied;
+        routes.refused += rc.refused;
+      }
       worker_stats_.Add(ActorName(g.actor), summary);
     }
     for (auto& [name, gap] : r.actor_logprob_gap) gap /= gap_n[name];
+    if (options_.learner.router_replay) {
+      r.routes_replayed = routes.total();
+      r.routes_refused = routes.refused;
+      if (routes.total() > 0) r.route_agreement = static_cast<double>(routes.same) / static_cast<double>(routes.total());
+    }
     r.actor_stats = worker_stats_.ToJson();
     for (const auto& [worker, row] : r.actor_stats.items())
       for (const std::string stat : row.value("outlier", nlohmann::json::array()))

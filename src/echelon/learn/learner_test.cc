@@ -138,6 +138,60 @@ TEST(LearnerTest, MoeUpdatesLearnAndReportTheRouterLoad) {
   EXPECT_EQ(again, 2 * stats->computed_positions);
 }
 
+// Router replay: an actor whose router chooses otherwise than the learner's (another engine's
+// arithmetic, exaggerated here) sends every route. With one expert per token the router's
+// weights do not enter the output, so training with the actor's routes gives back the actor's
+// log-probs exactly, where the learner's own routes do not; a trust of 0 refuses every route the
+// learner would not have chosen itself.
+TEST(LearnerTest, RouterReplayGivesBackTheActorsLogprobs) {
+  model::ModelConfig cfg = TinyMoeConfig();
+  cfg.num_experts_per_tok = 1;
+  model::Qwen3Model actor(cfg);
+  actor->InitWeights(6);
+  int64_t entries = 0;
+  const std::vector<LearnerGroup> groups = RoutedGroups(actor, &entries);
+  struct Case {
+    bool replay;
+    double trust;
+    bool pack;
+  };
+  for (const Case c : {Case{false, 1.0, true}, Case{true, 1.0, true}, Case{true, 1.0, false}, Case{true, 0.0, true}}) {
+    model::Qwen3Model learner_model = Copy(actor);
+    RerouteLayerOne(learner_model, 7);
+    LearnerOptions o;
+    o.router_replay = c.replay;
+    o.router_replay_trust = c.trust;
+    o.pack_sequences = c.pack;
+    Learner learner(learner_model, o);
+    Result<StepStats> s = learner.Step(groups);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    const std::string name = "replay " + std::to_string(c.replay) + " trust " + std::to_string(c.trust) + " pack " +
+                              std::to_string(c.pack);
+    if (!c.replay) {
+      EXPECT_TRUE(s->group_routes.empty());
+      EXPECT_GT(s->logprob_gap, 1e-3) << "the learner's own routes differ: " << name;
+      continue;
+    }
+    ASSERT_EQ(s->group_routes.size(), groups.size());
+    StepStats::RouteCounts sum;
+    for (const StepStats::RouteCounts& g : s->group_routes) {
+      sum.same += g.same;
+      sum.applied += g.applied;
+      sum.refused += g.refused;
+    }
+    EXPECT_EQ(sum.total(), entries) << "every route counted once: " << name;
+    if (c.trust > 0) {
+      EXPECT_LT(s->logprob_gap, 1e-5) << name;
+      EXPECT_GT(sum.applied, entries / 4) << name;
+      EXPECT_EQ(sum.refused, 0) << name;
+    } else {
+      EXPECT_GT(s->logprob_gap, 1e-3) << name;
+      EXPECT_EQ(sum.applied, 0) << name;
+      EXPECT_GT(sum.refused, entries / 4) << name;
+    }
+  }
+}
+
 // With no reward spread the policy loss has no gradient: only the load-balancing loss
 // (rl.router_aux_coef) moves the weights, and it reaches the router, not the experts.
 TEST(LearnerTest, RouterAuxLossAloneTrainsTheRouter) {

@@ -12,6 +12,7 @@ model::SamplingParams RolloutSampling(const RunOptions& options) {
   sp.min_p = options.min_p;
   sp.max_new_tokens = options.max_new_tokens;
   sp.slots = options.slots;
+  sp.route_margin = options.learner.router_replay ? options.router_replay_margin : 0.0;
   return sp;
 }
 
@@ -33,6 +34,7 @@ VerifyOptions VerifierOptions(const RunOptions& options, const RunSecret& secret
   v.draw_tolerance = options.verify_draw_tolerance;
   v.spill_dir = spill_dir;
   v.memory_bytes = options.verify_memory_mb << 20;
+  v.route_trust = options.learner.router_replay_trust;
   return v;
 }
 

@@ -66,6 +66,9 @@ struct RunOptions {
   double stall_timeout_seconds = 0;
   double verify_fraction = 0;    // of groups whose behaviour log-probs are recomputed (learn/behaviour_verifier.h)
   double verify_tolerance = 0;  // largest mean log-prob difference a checked group may have
+  // Router replay (learner.router_replay on): actors record the routes whose top-k margin is
+  // below this (model::SamplingParams::route_margin).
+  double router_replay_margin = 0.1;  // nats of router logit
   bool verify_draws = true;      // checked groups' tokens must be the seeded draws (learn/behaviour_verifier.h)
   double verify_draw_tolerance = 0;  // probability mass a token may miss its draw by (near-ties)
   double verify_token_tolerance = 0;  // largest |recomputed - claimed| log-prob of any one token

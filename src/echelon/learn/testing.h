@@ -63,6 +63,43 @@ inline std::vector<LearnerGroup> SampleGroups(model::Qwen3Model& m, double tempe
   return groups;
 }
 
+// Router replay: groups of 4 samples of two prompts drawn by `actor` (a mixture of experts) with
+// every route recorded, rewards alternating 0 and 1; *entries (when given) counts the routes.
+inline std::vector<LearnerGroup> RoutedGroups(model::Qwen3Model& actor, int64_t* entries = nullptr) {
+  std::vector<LearnerGroup> groups;
+  for (const std::vector<int64_t>& prompt : {std::vector<int64_t>{1, 5, 7, 3}, std::vector<int64_t>{1, 9, 2}}) {
+    model::SamplingParams sp;
+    sp.max_new_tokens = 6;
+    sp.seed = 40 + prompt.size();
+    sp.route_margin = 1e9;  // every route
+    std::vector<model::Completion> out;
+    {
+      at::NoGradGuard no_grad;
+      out = model::Generate(actor, std::vector<std::vector<int64_t>>(4, prompt), sp);
+    }
+    LearnerGroup g;
+    for (size_t i = 0; i < out.size(); ++i) {
+      data::Episode e;
+      e.turns.push_back({prompt, out[i].tokens, out[i].logprobs, ""});
+      e.turns.back().routes = out[i].routes;
+      if (entries != nullptr) *entries += static_cast<int64_t>(out[i].routes.size());
+      e.reward = static_cast<double>(i % 2);
+      g.episodes.push_back(e);
+    }
+    groups.push_back(g);
+  }
+  return groups;
+}
+
+// `m` with its sparse layer 1's router replaced by another's, 20 x sharper: the same weights
+// routed otherwise (another engine's arithmetic, exaggerated).
+inline void RerouteLayerOne(model::Qwen3Model& m, uint64_t seed) {
+  at::NoGradGuard no_grad;
+  model::Qwen3Model other(m->config());
+  other->InitWeights(seed);
+  m->StateDict().at("model.layers.1.mlp.gate.weight").copy_(other->StateDict().at("model.layers.1.mlp.gate.weight") * 20.0);
+}
+
 // A copy of `m`'s weights in a new module.
 inline model::Qwen3Model Copy(const model::Qwen3Model& m) {
   model::Qwen3Model c(m->config());

@@ -29,6 +29,29 @@ std::string TokenRefusal(const std::vector<int64_t>& tokens, const std::vector<f
 
 }  // namespace
 
+std::string RouteRefusal(const data::Turn& t, const model::ModelConfig* model) {
+  const Routes& r = t.routes;
+  if (r.empty()) return "";
+  if (model == nullptr) return "unexpected_routes";
+  const size_t k = static_cast<size_t>(model->num_experts_per_tok);
+  if (r.layers.size() != r.size() || r.experts.size() != r.size() * k) return "bad_routes";
+  const int64_t fed = static_cast<int64_t>(t.prompt_ids.size() + t.tokens.size()) - 1;
+  for (size_t e = 0; e < r.size(); ++e) {
+    if (r.positions[e] < 0 || r.positions[e] >= fed) return "bad_routes";
+    if (r.layers[e] < 0 || r.layers[e] >= model->num_hidden_layers || !model->is_sparse(r.layers[e]))
+      return "bad_routes";
+    if (e > 0 && std::make_pair(r.positions[e], r.layers[e]) <= std::make_pair(r.positions[e - 1], r.layers[e - 1]))
+      return "bad_routes";
+    const int16_t* x = r.experts.data() + e * k;
+    for (size_t i = 0; i < k; ++i) {
+      if (x[i] < 0 || x[i] >= model->num_experts) return "bad_routes";
+      for (size_t j = 0; j < i; ++j)
+        if (x[j] == x[i]) return "bad_routes";
+    }
+  }
+  return "";
+}
+
 std::string ActorName(const std::string& actor_id) { return sched::WorkerName(actor_id); }
 
 TrajectoryIntake::TrajectoryIntake(sched::Dispatcher* dispatcher, const data::TaskAdapter* task,
@@ -186,6 +209,7 @@ std::string TrajectoryIntake::Validate(const contract::GroupRollout& g) const {
       for (int64_t id : t.prompt_ids)
         if (id < 0 || id >= limits_.model_vocab_size) return "token_out_of_vocab";
       if (std::string why = TokenRefusal(t.tokens, t.logprobs, limits_.model_vocab_size); !why.empty()) return why;
+      if (std::string why = RouteRefusal(t, limits_.routes); !why.empty()) return why;
     }
   }
   return "";

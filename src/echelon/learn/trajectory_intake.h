@@ -55,6 +55,7 @@
 #include "echelon/data/adapter.h"
 #include "echelon/learn/behaviour_verifier.h"
 #include "echelon/learn/prefix_store.h"
+#include "echelon/model/model_config.h"
 #include "echelon/model/vocabulary.h"
 #include "echelon/sched/dispatcher.h"
 
@@ -95,7 +96,17 @@ struct IntakeLimits {
   // Resumable groups (rollout.resume): single-turn groups' prefixes are kept as their holders
   // report them, and a group whose lease ended is continued from its prefix (see the top).
   bool resume = false;
+  // Router replay (rl.router_replay): the model whose routes a turn may carry (data::Turn::routes);
+  // nullptr: a turn with routes is refused. Not owned.
+  const model::ModelConfig* routes = nullptr;
 };
+
+// Why a turn's routes (router replay) cannot be trained with, "" when they can: each entry at
+// a fed position (the last token is never fed), at a sparse layer of `model` (nullptr: no
+// routes may be sent at all), with k distinct experts in range, the entries in strictly
+// increasing (position, layer) order. A refusal names the group's (a forgery: honest actors
+// send only what their engine recorded).
+std::string RouteRefusal(const data::Turn& turn, const model::ModelConfig* model);
 
 class TrajectoryIntake : public contract::WorkSource,
                          public contract::TrajectorySink,

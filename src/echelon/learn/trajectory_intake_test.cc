@@ -455,3 +455,42 @@ TEST(TrajectoryIntakeTest, PerTokenVersionsAreNeverOlderThanTheGroupsNorGoBack) 
 
 }  // namespace
 }  // namespace echelon::learn
+
+namespace echelon::learn {
+namespace {
+
+// Router replay: only routes an engine could have recorded are trained with.
+TEST(RouteRefusalTest, OnlyRoutesAtFedPositionsOfSparseLayersWithDistinctExpertsPass) {
+  model::ModelConfig cfg;
+  cfg.model_type = "qwen3_moe";
+  cfg.num_hidden_layers = 3;
+  cfg.num_experts = 4;
+  cfg.num_experts_per_tok = 2;
+  cfg.mlp_only_layers = {0};  // layers 1 and 2 are sparse
+  data::Turn t;
+  t.prompt_ids = {1, 2, 3};
+  t.tokens = {4, 5};  // fed positions 0..3
+  const auto with = [&](std::vector<int32_t> p, std::vector<int16_t> l, std::vector<int16_t> e) {
+    data::Turn u = t;
+    u.routes.positions = std::move(p);
+    u.routes.layers = std::move(l);
+    u.routes.experts = std::move(e);
+    return u;
+  };
+  EXPECT_EQ(RouteRefusal(t, nullptr), "") << "no routes: nothing to check";
+  EXPECT_EQ(RouteRefusal(with({0, 0, 3}, {1, 2, 1}, {0, 1, 3, 2, 1, 0}), &cfg), "");
+  EXPECT_EQ(RouteRefusal(with({0}, {1}, {0, 1}), nullptr), "unexpected_routes") << "replay off";
+  EXPECT_EQ(RouteRefusal(with({4}, {1}, {0, 1}), &cfg), "bad_routes") << "the last token is never fed";
+  EXPECT_EQ(RouteRefusal(with({-1}, {1}, {0, 1}), &cfg), "bad_routes");
+  EXPECT_EQ(RouteRefusal(with({0}, {0}, {0, 1}), &cfg), "bad_routes") << "a dense layer";
+  EXPECT_EQ(RouteRefusal(with({0}, {3}, {0, 1}), &cfg), "bad_routes") << "no such layer";
+  EXPECT_EQ(RouteRefusal(with({0}, {1}, {2, 2}), &cfg), "bad_routes") << "an expert twice";
+  EXPECT_EQ(RouteRefusal(with({0}, {1}, {0, 4}), &cfg), "bad_routes") << "no such expert";
+  EXPECT_EQ(RouteRefusal(with({0}, {1}, {0, 1, 2}), &cfg), "bad_routes") << "not k experts an entry";
+  EXPECT_EQ(RouteRefusal(with({1, 1}, {2, 1}, {0, 1, 0, 1}), &cfg), "bad_routes") << "out of order";
+  EXPECT_EQ(RouteRefusal(with({1, 1}, {1, 1}, {0, 1, 0, 1}), &cfg), "bad_routes") << "an entry twice";
+  EXPECT_EQ(RouteRefusal(with({1, 2}, {1}, {0, 1, 0, 1}), &cfg), "bad_routes") << "fewer layers than positions";
+}
+
+}  // namespace
+}  // namespace echelon::learn

@@ -22,6 +22,8 @@ void WorkerStats::Add(const std::string& worker, const GroupSummary& g) {
   s.zero_spread += g.zero_spread ? 1 : 0;
   s.length += g.length_mean;
   s.gap += g.gap;
+  s.routes += g.routes;
+  s.routes_same += g.routes_same;
 }
 
 std::map<std::string, WorkerStats::Row> WorkerStats::Rows() const {
@@ -34,6 +36,7 @@ std::map<std::string, WorkerStats::Row> WorkerStats::Rows() const {
     r.zero_spread_frac = static_cast<double>(s.zero_spread) / n;
     r.length_mean = s.length / n;
     r.gap_mean = s.gap / n;
+    if (s.routes > 0) r.route_agreement = static_cast<double>(s.routes_same) / static_cast<double>(s.routes);
   }
   std::vector<Row*> fleet;
   for (auto& [worker, r] : rows)
@@ -50,16 +53,21 @@ std::map<std::string, WorkerStats::Row> WorkerStats::Rows() const {
       {"length_mean", [](const Row& r) { return r.length_mean; },
        [](double m) { return std::max(1.0, kLengthFloorFrac * std::abs(m)); }},
       {"gap_mean", [](const Row& r) { return r.gap_mean; }, [](double) { return kGapFloor; }},
+      {"route_agreement", [](const Row& r) { return r.route_agreement; },
+       [](double) { return kRouteAgreementFloor; }},
   };
   for (const Statistic& st : statistics) {
-    std::vector<double> values;
-    for (const Row* r : fleet) values.push_back(st.value(*r));
+    std::vector<double> values;  // of the workers that have the statistic (NaN: not)
+    for (const Row* r : fleet)
+      if (!std::isnan(st.value(*r))) values.push_back(st.value(*r));
+    if (static_cast<int>(values.size()) < kOutlierMinWorkers) continue;
     const double median = Median(values);
     std::vector<double> deviations;
     for (double v : values) deviations.push_back(std::abs(v - median));
     const double scale = std::max(1.4826 * Median(deviations), st.floor(median));
     for (Row* r : fleet)
-      if (std::abs(st.value(*r) - median) > kOutlierScale * scale) r->outlier.push_back(st.name);
+      if (!std::isnan(st.value(*r)) && std::abs(st.value(*r) - median) > kOutlierScale * scale)
+        r->outlier.push_back(st.name);
   }
   return rows;
 }
@@ -72,6 +80,7 @@ nlohmann::json WorkerStats::ToJson() const {
                         {"zero_spread_frac", r.zero_spread_frac},
                         {"length_mean", r.length_mean},
                         {"gap_mean", r.gap_mean}};
+    if (!std::isnan(r.route_agreement)) j["route_agreement"] = r.route_agreement;
     if (!r.outlier.empty()) j["outlier"] = r.outlier;
     out[worker] = std::move(j);
   }

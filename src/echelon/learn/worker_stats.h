@@ -6,6 +6,9 @@
 //   zero_spread_frac  share of its groups whose episodes all got the same reward
 //   length_mean       mean completion tokens of a turn
 //   gap_mean          mean |learner - claimed| behaviour log-prob at the start of the update
+//   route_agreement   router replay: share of its sent routes the learner's own router chose
+//                     too (only for workers that sent routes: a worker on other weights, or one
+//                     sending routes it did not draw, agrees less than the fleet)
 // and flags a statistic of a worker as an outlier when it lies more than kOutlierScale robust
 // deviations from the fleet's median (median absolute deviation x 1.4826, held at least at a
 // floor per statistic so an all-alike honest fleet does not flag sampling noise), once at
@@ -21,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +43,7 @@ inline constexpr double kRewardFloor = 0.05;       // reward units (rewards in [
 inline constexpr double kZeroSpreadFloor = 0.05;   // share of groups
 inline constexpr double kLengthFloorFrac = 0.10;   // of the median length (and at least 1 token)
 inline constexpr double kGapFloor = 0.01;          // nats
+inline constexpr double kRouteAgreementFloor = 0.05;  // share of routes
 
 // One consumed group's contribution.
 struct GroupSummary {
@@ -46,6 +51,7 @@ struct GroupSummary {
   bool zero_spread = false;  // every episode the same reward
   double length_mean = 0;   // completion tokens per turn
   double gap = 0;           // mean |learner - claimed| log-prob (StepStats::group_logprob_gap)
+  int64_t routes = 0, routes_same = 0;  // router replay: routes sent, of which the learner chose alike
 };
 
 class WorkerStats {
@@ -53,6 +59,7 @@ class WorkerStats {
   struct Row {
     int64_t groups = 0;
     double reward_mean = 0, zero_spread_frac = 0, length_mean = 0, gap_mean = 0;
+    double route_agreement = std::numeric_limits<double>::quiet_NaN();  // NaN: no routes sent
     std::vector<std::string> outlier;  // names of the statistics flagged
   };
 
@@ -64,7 +71,7 @@ class WorkerStats {
 
  private:
   struct Sums {
-    int64_t groups = 0, zero_spread = 0;
+    int64_t groups = 0, zero_spread = 0, routes = 0, routes_same = 0;
     double reward = 0, length = 0, gap = 0;
   };
   std::map<std::string, Sums> sums_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -58,6 +59,37 @@ TEST(WorkerStatsTest, AWorkerUnlikeTheFleetIsFlaggedOnWhatDiffers) {
 
 // No fleet, no flags: under kOutlierMinWorkers workers with kOutlierMinGroups groups each, a
 // worker unlike the others is only reported.
+// Router replay: a worker whose sent routes its learner's router rarely shares (other weights,
+// or routes it did not draw) is flagged on route_agreement alone; a worker that sends no routes
+// has no such statistic and is not compared on it.
+TEST(WorkerStatsTest, AWorkerWhoseRoutesTheLearnerDoesNotShareIsFlagged) {
+  std::mt19937 rng(11);
+  std::binomial_distribution<int64_t> honest(200, 0.9), odd(200, 0.3);
+  WorkerStats s;
+  for (int g = 0; g < 20; ++g) {
+    for (int w = 0; w < 4; ++w) {
+      GroupSummary h = HonestGroup(rng);
+      h.routes = 200;
+      h.routes_same = honest(rng);
+      s.Add("honest-" + std::to_string(w), h);
+    }
+    GroupSummary o = HonestGroup(rng);
+    o.routes = 200;
+    o.routes_same = odd(rng);
+    s.Add("odd", o);
+    s.Add("dense", HonestGroup(rng));  // sends no routes
+  }
+  const auto rows = s.Rows();
+  EXPECT_EQ(rows.at("odd").outlier, std::vector<std::string>{"route_agreement"});
+  for (int w = 0; w < 4; ++w) EXPECT_TRUE(rows.at("honest-" + std::to_string(w)).outlier.empty());
+  EXPECT_TRUE(rows.at("dense").outlier.empty());
+  EXPECT_TRUE(std::isnan(rows.at("dense").route_agreement));
+  EXPECT_NEAR(rows.at("honest-0").route_agreement, 0.9, 0.03);
+  const nlohmann::json j = s.ToJson();
+  EXPECT_FALSE(j.at("dense").contains("route_agreement"));
+  EXPECT_TRUE(j.at("odd").contains("route_agreement"));
+}
+
 TEST(WorkerStatsTest, WithoutAFleetToCompareWithNothingIsFlagged) {
   std::mt19937 rng(3);
   WorkerStats s;

@@ -241,6 +241,7 @@ class Engine {
         slot_prefix_(static_cast<size_t>(slots_)),
         by_reference_(params.use_cache &&
                       DecodeAttentionSupports(at::empty({0}, at::TensorOptions().dtype(model->dtype()).device(device_)))),
+        record_routes_(params.route_margin > 0 && model->config().moe() && replay == nullptr),
         out_(prompts.size()) {
     int64_t longest = 0;
     for (const auto& p : prompts) {
@@ -266,7 +267,17 @@ class Engine {
         for (int64_t d : prompt_of_) ++waiting_of_prompt_[static_cast<size_t>(d)];
       }
     }
+    if (record_routes_) {  // last: nothing after it throws, so the destructor takes it back
+      tape_.record = true;
+      model->SetRouteTape(&tape_);
+    }
   }
+
+  ~Engine() {
+    if (record_routes_) model_->SetRouteTape(nullptr);
+  }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   std::vector<Completion> Run(const StepCallback& on_step) {
     Fill();
@@ -320,11 +331,46 @@ class Engine {
       }
       Record(drawing, rows, drawn, logprobs);
     }
+    if (record_routes_)
+      for (Completion& c : out_) SortRoutes(&c.routes);
     return std::move(out_);
   }
   const GenerateStats& stats() const { return stats_; }
 
  private:
+  // Hands each route the last Forward recorded to keep(flat position, layer, experts, k), experts
+  // nullptr where the margin is not below the threshold (counted, not kept).
+  template <typename Keep>
+  void TakeRoutes(Keep keep) {
+    for (size_t l = 0; l < tape_.chosen.size(); ++l) {
+      if (!tape_.chosen[l].defined()) continue;
+      const at::Tensor chosen = tape_.chosen[l].contiguous(), margin = tape_.margin[l].contiguous();
+      const int64_t k = chosen.size(1);
+      const float* m = margin.data_ptr<float>();
+      const int64_t* c = chosen.data_ptr<int64_t>();
+      for (int64_t i = 0; i < margin.numel(); ++i)
+        keep(i, static_cast<int16_t>(l), m[i] < params_.route_margin ? c + i * k : nullptr, static_cast<size_t>(k));
+    }
+    tape_.chosen.clear();
+    tape_.margin.clear();
+  }
+  // By position, then layer.
+  static void SortRoutes(Routes* r) {
+    const size_t n = r->size(), k = r->k();
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::make_pair(r->positions[a], r->layers[a]) < std::make_pair(r->positions[b], r->layers[b]);
+    });
+    Routes sorted;
+    for (size_t i : order) {
+      const std::vector<int64_t> e(r->experts.begin() + static_cast<std::ptrdiff_t>(i * k),
+                                   r->experts.begin() + static_cast<std::ptrdiff_t>((i + 1) * k));
+      sorted.Add(r->positions[i], r->layers[i], e.data(), k);
+    }
+    *r = std::move(sorted);
+  }
+
   // Appends this step's draws to the rows' completions; returns the slots whose rows ended.
   std::vector<int64_t> Append(const std::vector<int64_t>& drawing, const std::vector<int64_t>& rows,
                               const std::vector<int64_t>& drawn, const std::vector<float>& logprobs) {
@@ -410,6 +456,14 @@ class Engine {
       const int64_t n = std::min(kPrefillTile, width - first);
       model_->Forward(b.ids.narrow(1, first, n).to(device_), b.positions.narrow(1, first, n).to(device_), valid, &batch,
                       /*compute_logits=*/false);
+      if (record_routes_)
+        TakeRoutes([&](int64_t i, int16_t layer, const int64_t* experts, size_t k) {
+          const int64_t j = i / n, position = first + i % n - (width - static_cast<int64_t>(prefixes[j].size()));
+          if (position < 0) return;  // padding
+          Completion& r = prefill_routes_[(begin + j)->first];
+          ++r.routes_seen;
+          if (experts != nullptr) r.routes.Add(static_cast<int32_t>(position), layer, experts, k);
+        });
     }
     int64_t j = 0;
     for (It it = begin; it != end; ++it, ++j) {
@@ -435,6 +489,10 @@ class Engine {
     slot_done_[s] = false;
     if (!params_.use_cache) return;
     const int64_t key = PrefillKey(row);
+    if (const auto routed = prefill_routes_.find(key); routed != prefill_routes_.end()) {
+      out_[static_cast<size_t>(row)].routes = routed->second.routes;
+      out_[static_cast<size_t>(row)].routes_seen = routed->second.routes_seen;
+    }
     if (by_reference_) {
       cache_.row_lengths[s] = 0;
       slot_base_[s] = prefix;
@@ -475,6 +533,7 @@ class Engine {
     if (it != readers_.end() && it->second > 0) return;
     if (it != readers_.end()) readers_.erase(it);
     prefills_.erase(key);
+    prefill_routes_.erase(key);
   }
 
   // One token per live slot -> logits [live, V].
@@ -494,6 +553,11 @@ class Engine {
       const PaddedBatch b = LeftPad(seqs, std::max<int64_t>(model_->config().pad_token_id, 0));
       const at::Tensor logits = model_->Forward(b.ids.to(device_), b.positions.to(device_),
                                                 b.padded ? b.valid.to(device_) : at::Tensor(), nullptr);
+      const int64_t width = b.ids.size(1);
+      if (record_routes_)  // each row's last column: the token fed now
+        TakeRoutes([&](int64_t i, int16_t layer, const int64_t* experts, size_t k) {
+          if (i % width == width - 1) KeepRoute(i / width, static_cast<int64_t>(seqs[i / width].size()) - 1, layer, experts, k);
+        });
       return logits.defined() ? logits.select(1, -1) : logits;
     }
     // The live slots' rows of the cache, with the block their next token needs.
@@ -506,7 +570,20 @@ class Engine {
     const at::Tensor positions = at::tensor(positions_at, at::kLong).view({live_, 1});
     const at::Tensor logits = model_->Forward(ids.to(device_), positions.to(device_), at::Tensor(), &view);
     std::copy(view.row_lengths.begin(), view.row_lengths.end(), cache_.row_lengths.begin());
+    if (record_routes_)
+      TakeRoutes([&](int64_t s, int16_t layer, const int64_t* experts, size_t k) {
+        KeepRoute(s, positions_at[static_cast<size_t>(s)], layer, experts, k);
+      });
     return logits.defined() ? logits.select(1, 0) : logits;
+  }
+
+  // A decoding step's route of `slot`'s fed token at `position` (none for a finished row of a
+  // static batch).
+  void KeepRoute(int64_t slot, int64_t position, int16_t layer, const int64_t* experts, size_t k) {
+    if (slot_done_[static_cast<size_t>(slot)]) return;
+    Completion& c = out_[static_cast<size_t>(slot_row_[static_cast<size_t>(slot)])];
+    ++c.routes_seen;
+    if (experts != nullptr) c.routes.Add(static_cast<int32_t>(position), layer, experts, k);
   }
 
   // Frees the finished slots: continuous batching moves the last live slot into each (so live
@@ -564,6 +641,10 @@ class Engine {
   std::vector<int64_t> waiting_of_prompt_;
   std::map<int64_t, KVPrefix> prefills_;  // std::map: slot_prefix_ points into it
   std::map<int64_t, int64_t> readers_;   // live rows reading each prefill in place
+  // Router replay: the tape the model records into, and each prefill's routes (by PrefillKey).
+  const bool record_routes_;
+  RouteTape tape_;
+  std::map<int64_t, Completion> prefill_routes_;
   std::vector<Completion> out_;
   std::optional<TokenCounts> counts_;
   GenerateStats stats_;

@@ -47,6 +47,7 @@
 #include <optional>
 #include <vector>
 
+#include "echelon/common/routes.h"
 #include "echelon/model/qwen3.h"
 
 namespace echelon::model {
@@ -85,12 +86,20 @@ struct SamplingParams {
   // a continuation of a partial completion draws what the uninterrupted row would have.
   std::vector<int64_t> sample_ids;
   std::vector<int64_t> first_positions;
+  // Router replay: > 0 records, for a mixture-of-experts model, the routes of every fed
+  // position (prompt and completion) whose top-k margin (RouteTape::margin, nats of router
+  // logit) is below it in Completion::routes (1e9: every route). 0: none.
+  double route_margin = 0;
 };
 
 struct Completion {
   std::vector<int64_t> tokens;
   std::vector<float> logprobs;
   bool finished_eos = false;
+  // SamplingParams::route_margin > 0: the routes recorded, by position (of prompt + tokens)
+  // then layer. The last token is never fed, so it has none.
+  Routes routes;
+  int64_t routes_seen = 0;  // (position, sparse layer) pairs routed, recorded or not
 };
 
 // Called after every decoding step with the rows that drew a token and the token each drew

@@ -571,3 +571,68 @@ TEST(GenerateTest, SeededDrawsFollowThePolicysDistribution) {
 
 }  // namespace
 }  // namespace echelon::model
+
+namespace echelon::model {
+namespace {
+
+// Router replay: every route an actor records is the one a teacher-forced forward of the whole
+// sequence takes at that position and layer (prefill tiles, shared prefixes, slots refilled),
+// and with a margin only the close ones are kept.
+TEST(RouteRecordingTest, RecordedRoutesAreTheTeacherForcedChoicesWhereTheyAreClose) {
+  Qwen3Model m = PeakedModel(FourLayerConfig(/*moe=*/true));
+  const ModelConfig& cfg = m->config();
+  const std::vector<std::vector<int64_t>> prompts = {{5, 17, 3}, {5, 17, 3}, {9}, {1, 2, 3, 4, 5, 6, 7}, {5, 17, 3}};
+  for (const double margin : {1e9, 0.05}) {
+    SamplingParams sp;
+    sp.temperature = 1.0;
+    sp.max_new_tokens = 10;
+    sp.eos_token_id = cfg.eos_token_id;
+    sp.seed = 7;
+    sp.slots = 2;  // rows wait and take freed slots
+    sp.route_margin = margin;
+    const std::vector<Completion> out = Generate(m, prompts, sp);
+    int64_t kept = 0, total = 0;
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      std::vector<int64_t> seq = prompts[r];
+      seq.insert(seq.end(), out[r].tokens.begin(), out[r].tokens.end());
+      const int64_t fed = static_cast<int64_t>(seq.size()) - 1;
+      // The teacher-forced forward of every fed position, recorded.
+      RouteTape tape;
+      tape.record = true;
+      m->SetRouteTape(&tape);
+      {
+        at::NoGradGuard no_grad;
+        m->Forward(at::tensor(std::vector<int64_t>(seq.begin(), seq.end() - 1), at::kLong).unsqueeze(0),
+                   at::arange(fed, at::kLong).unsqueeze(0), at::Tensor(), nullptr);
+      }
+      m->SetRouteTape(nullptr);
+      EXPECT_EQ(out[r].routes_seen, fed * 3) << "row " << r << ": every fed position of the 3 sparse layers";
+      const Routes& got = out[r].routes;
+      ASSERT_EQ(got.k(), got.empty() ? 0u : 2u);
+      size_t e = 0;
+      for (int64_t p = 0; p < fed; ++p)
+        for (int16_t l = 1; l <= 3; ++l) {
+          const double gap = tape.margin[l][p].item<double>();
+          const bool listed = e < got.size() && got.positions[e] == p && got.layers[e] == l;
+          if (std::abs(gap - margin) > 1e-4) EXPECT_EQ(listed, gap < margin) << "row " << r << " position " << p << " layer " << l;
+          ++total;
+          if (!listed) continue;
+          const at::Tensor want = std::get<0>(tape.chosen[l][p].sort());
+          const at::Tensor have =
+              std::get<0>(at::tensor(std::vector<int64_t>(got.experts.begin() + 2 * e, got.experts.begin() + 2 * e + 2),
+                                     at::kLong)
+                              .sort());
+          EXPECT_TRUE(want.equal(have)) << "row " << r << " position " << p << " layer " << l;
+          ++e;
+          ++kept;
+        }
+      EXPECT_EQ(e, got.size()) << "row " << r << ": entries past the fed positions, or out of order";
+    }
+    if (margin >= 1e9) EXPECT_EQ(kept, total) << "every route";
+    else EXPECT_LT(kept, total) << "a margin keeps the close routes only";
+    EXPECT_GT(kept, 0) << "margin " << margin;
+  }
+}
+
+}  // namespace
+}  // namespace echelon::model

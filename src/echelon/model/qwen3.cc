@@ -198,6 +198,7 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Q
         l.expert_down.push_back(tree.Add(x + "down_proj.weight", {e, mi}));
       }
       l.sparse_index = static_cast<int64_t>(router_load_.size()) / cfg.num_experts;
+      l.number = i;
       router_load_.resize(router_load_.size() + static_cast<size_t>(cfg.num_experts), 0);
       layers_.push_back(l);
       continue;
@@ -307,12 +308,12 @@ at::Tensor Qwen3ModelImpl::Layers(const at::Tensor& ids, const at::Tensor& posit
     std::vector<at::Tensor> out;
     if (hook_ != nullptr && cache == nullptr) {
       // By value: the hook may call the layer again in the backward pass, after this Forward.
-      out = hook_->Run(i, x, [this, i, cos, sin, layout, write, record = record_routing_](const at::Tensor& in,
-                                                                                          bool replay) {
-        return DecoderLayer(i, in, cos, sin, layout, nullptr, write, record, replay);
+      out = hook_->Run(i, x, [this, i, cos, sin, layout, write, record = record_routing_,
+                              tape = route_tape_](const at::Tensor& in, bool replay) {
+        return DecoderLayer(i, in, cos, sin, layout, nullptr, write, record, replay, tape);
       });
     } else {
-      out = DecoderLayer(i, x, cos, sin, layout, cache, write, record_routing_, false);
+      out = DecoderLayer(i, x, cos, sin, layout, cache, write, record_routing_, false, route_tape_);
     }
     x = out[0];
     if (out.size() > 1) routed_prob_sums_.push_back(out[1]);
@@ -374,18 +375,19 @@ at::Tensor Qwen3ModelImpl::Attention(const Layer& l, const at::Tensor& h, const 
 std::vector<at::Tensor> Qwen3ModelImpl::DecoderLayer(size_t index, const at::Tensor& x, const at::Tensor& cos,
                                                      const at::Tensor& sin, const AttentionLayout& layout,
                                                      KVCache* cache, const CacheWrite& write, bool record,
-                                                     bool replay) {
+                                                     bool replay, RouteTape* tape) {
   const Layer& l = layers_[index];
   const double eps = cfg_.rms_norm_eps;
   at::Tensor h = x + Attention(l, RmsNorm(x, l.input_norm, eps), cos, sin, layout, cache, write, index);
   at::Tensor prob_sum;
-  h = h + Mlp(l, RmsNorm(h, l.post_norm, eps), replay, record ? &prob_sum : nullptr);
+  h = h + Mlp(l, RmsNorm(h, l.post_norm, eps), replay, record ? &prob_sum : nullptr, tape);
   if (prob_sum.defined()) return {h, prob_sum};
   return {h};
 }
 
-at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum) {
-  if (l.router.defined()) return Experts(l, h, replay, prob_sum);
+at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum,
+                               RouteTape* tape) {
+  if (l.router.defined()) return Experts(l, h, replay, prob_sum, tape);
   return Project(l, kDown,
                  at::silu(Project(l, kGate, h, l.gate_proj, l.gate_bias)) * Project(l, kUp, h, l.up_proj, l.up_bias),
                  l.down_proj, l.down_bias);
@@ -400,12 +402,77 @@ at::Tensor Qwen3ModelImpl::Project(const Layer& l, Projection which, const at::T
   return y + at::linear(at::linear(x, l.lora_a[which].to(dtype)), l.lora_b[which].to(dtype)) * cfg_.lora.scale();
 }
 
-at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum) {
+namespace {
+
+// Router replay's forcing (RouteTape): `chosen` [N, k] with the forced entries put in where
+// their probability mass under `probs` [N, X] is within `trust` of the own top-k's
+// (`own_mass` [N]); the outcome of each entry in *outcome.
+at::Tensor ForceRoutes(const at::Tensor& probs, const at::Tensor& chosen, const at::Tensor& own_mass,
+                       const RouteForce& force, double trust, at::Tensor* outcome) {
+  const at::Tensor at = force.at.to(chosen.device()), experts = force.experts.to(chosen.device());
+  const at::Tensor forced_mass = probs.index_select(0, at).gather(1, experts).sum(-1);
+  const at::Tensor accept = forced_mass >= own_mass.index_select(0, at) - trust;
+  const at::Tensor same = std::get<0>(experts.sort(-1)).eq(std::get<0>(chosen.index_select(0, at).sort(-1))).all(-1);
+  if (outcome != nullptr)
+    *outcome = at::where(same, at::zeros_like(at), at::where(accept, at::ones_like(at), at::full_like(at, 2)))
+                   .to(at::kCPU, at::kChar);
+  const at::Tensor apply = accept.logical_and(same.logical_not());
+  return chosen.index_put({at.masked_select(apply)}, experts.index({apply}));
+}
+
+}  // namespace
+
+RouteTape ForcingTape(const std::vector<const Routes*>& rows, int64_t layers, double trust,
+                      const std::function<int64_t(size_t row, int64_t position)>& flat_of,
+                      std::vector<std::vector<size_t>>* source) {
+  std::vector<std::vector<int64_t>> at(static_cast<size_t>(layers)), experts(static_cast<size_t>(layers));
+  if (source != nullptr) source->assign(static_cast<size_t>(layers), {});
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] == nullptr) continue;
+    const Routes& r = *rows[i];
+    const size_t k = r.k();
+    for (size_t e = 0; e < r.size(); ++e) {
+      const size_t l = static_cast<size_t>(r.layers[e]);
+      at[l].push_back(flat_of(i, r.positions[e]));
+      experts[l].insert(experts[l].end(), r.experts.begin() + static_cast<std::ptrdiff_t>(e * k),
+                        r.experts.begin() + static_cast<std::ptrdiff_t>((e + 1) * k));
+      if (source != nullptr) (*source)[l].push_back(i);
+    }
+  }
+  RouteTape tape;
+  tape.trust = trust;
+  tape.force.resize(static_cast<size_t>(layers));
+  for (size_t l = 0; l < at.size(); ++l)
+    if (!at[l].empty())
+      tape.force[l] = {at::tensor(at[l], at::kLong),
+                       at::tensor(experts[l], at::kLong).view({static_cast<int64_t>(at[l].size()), -1})};
+  return tape;
+}
+
+at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h, bool replay, at::Tensor* prob_sum,
+                                   RouteTape* tape) {
   const int64_t experts = cfg_.num_experts, k = cfg_.num_experts_per_tok;
   const at::Tensor x = h.reshape({-1, h.size(-1)});  // [N, E]
   // As transformers: router logits in the weights' dtype, softmax and top-k in fp32.
   const at::Tensor probs = at::softmax(at::linear(x, l.router).to(at::kFloat), -1);  // [N, X]
   auto [weights, chosen] = probs.topk(k, -1);                                       // [N, k]
+  if (tape != nullptr) {
+    const size_t n = static_cast<size_t>(l.number);
+    if (tape->record && !replay) {
+      if (tape->chosen.size() <= n) tape->chosen.resize(n + 1), tape->margin.resize(n + 1);
+      tape->chosen[n] = chosen.to(at::kCPU);
+      // In log-probability (router logits): what arithmetic noise moves alike at any sharpness.
+      tape->margin[n] = (k < experts ? (weights.select(1, k - 1) / std::get<0>(probs.topk(k + 1, -1)).select(1, k)).log()
+                                     : at::full({x.size(0)}, INFINITY, probs.options()))
+                            .to(at::kCPU);
+    }
+    if (n < tape->force.size() && tape->force[n].at.defined() && tape->force[n].at.numel() > 0) {
+      if (tape->outcome.size() <= n) tape->outcome.resize(n + 1);
+      chosen = ForceRoutes(probs, chosen, weights.sum(-1), tape->force[n], tape->trust,
+                           replay ? nullptr : &tape->outcome[n]);
+      weights = probs.gather(1, chosen);
+    }
+  }
   if (prob_sum != nullptr) {
     *prob_sum = probs.sum(0);
     if (!replay) routed_choices_.push_back(chosen);

@@ -28,6 +28,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "echelon/common/routes.h"
 #include "echelon/common/status.h"
 #include "echelon/model/attention.h"
 #include "echelon/model/kv_cache.h"
@@ -77,6 +78,40 @@ class LayerHook {
   virtual ~LayerHook() = default;
   virtual std::vector<at::Tensor> Run(size_t index, const at::Tensor& x, const LayerFn& layer) = 0;
 };
+
+// Router replay (R3, Rollout Routing Replay: Ma et al., "Stabilizing MoE Reinforcement Learning
+// by Aligning Training and Inference Routers", arXiv 2510.11370): what a Forward's sparse layers record and are made to choose.
+// Layers are the decoder's layer numbers; positions index the Forward's tokens flattened
+// row-major ([B, T] -> B * T).
+//   Recording (an actor): after each Forward without a LayerHook replay, chosen[l] [N, k] int64
+//   and margin[l] [N] fp32 (log p_k - log p_{k+1}, the gap between the router logits of the k-th
+//   chosen expert and of the best one left out; +inf when every expert is chosen) of each
+//   sparse layer l; undefined for dense layers.
+//   Forcing (a learner): force[l] replaces the top-k at its positions by its experts (router
+//   weights then the router's probabilities of those experts, renormalised as the top-k's are),
+//   but only where the forced experts' probability sum is within `trust` of the model's own
+//   top-k's: a claimed route the model finds implausible is not trained with (its outcome says
+//   so). outcome[l] [M] int8 per forced entry: 0 the model's own choice already (as a set),
+//   1 applied, 2 refused; written by the first pass of a Forward, not by a LayerHook's replay.
+struct RouteForce {
+  at::Tensor at;       // [M] int64, distinct positions
+  at::Tensor experts;  // [M, k] int64, distinct experts in [0, num_experts) per entry
+};
+struct RouteTape {
+  bool record = false;
+  std::vector<at::Tensor> chosen, margin;
+  std::vector<RouteForce> force;  // by layer; an undefined `at`: nothing forced there
+  double trust = 1.0;
+  std::vector<at::Tensor> outcome;
+  enum Outcome : int8_t { kSame = 0, kApplied = 1, kRefused = 2 };
+};
+
+// A tape that forces the routes of several sequences in one Forward of a model of `layers`
+// layers: rows[i]'s entries (nullptr: none) at flat positions flat_of(i, position). With
+// `source`, (*source)[l][j] is the i whose entry is layer l's j-th.
+RouteTape ForcingTape(const std::vector<const Routes*>& rows, int64_t layers, double trust,
+                      const std::function<int64_t(size_t row, int64_t position)>& flat_of,
+                      std::vector<std::vector<size_t>>* source = nullptr);
 
 class Qwen3ModelImpl : public torch::nn::Module {
  public:
@@ -169,6 +204,9 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // X when one expert takes everything.
   // fp32 scalar with gradient to the routers; undefined when nothing was recorded. Clears it.
   at::Tensor TakeRouterAuxLoss();
+  // Router replay (see RouteTape; nullptr: none); not owned, must outlive every Forward and
+  // backward while set.
+  void SetRouteTape(RouteTape* tape) { route_tape_ = tape; }
 
  private:
   // One decoder layer's weights (the same tensors are registered as HF-named parameters).
@@ -182,6 +220,7 @@ class Qwen3ModelImpl : public torch::nn::Module {
     at::Tensor router;
     std::vector<at::Tensor> expert_gate, expert_up, expert_down;
     int64_t sparse_index = -1;  // row of router_load_
+    int64_t number = 0;         // the decoder's layer number
     // LoRA's A and B of each projection, indexed as kLoraTargets (undefined: not adapted).
     at::Tensor lora_a[7], lora_b[7];
   };
@@ -213,10 +252,10 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // probabilities summed over positions (LayerHook's contract).
   std::vector<at::Tensor> DecoderLayer(size_t index, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                        const AttentionLayout& layout, KVCache* cache, const CacheWrite& write,
-                                       bool record, bool replay);
+                                       bool record, bool replay, RouteTape* tape);
   // `prob_sum` (when given) receives the router probabilities summed over positions.
-  at::Tensor Mlp(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum);
-  at::Tensor Experts(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum);
+  at::Tensor Mlp(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum, RouteTape* tape);
+  at::Tensor Experts(const Layer& layer, const at::Tensor& h, bool replay, at::Tensor* prob_sum, RouteTape* tape);
 
   Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Qwen3ModelImpl* shared);
   // Named parameters that are (adapters) or are not (base) LoRA tensors.
@@ -234,11 +273,24 @@ class Qwen3ModelImpl : public torch::nn::Module {
   at::Tensor inv_freq_;  // [head_dim / 2] rotary frequencies, not a parameter
   std::vector<int64_t> router_load_;  // [sparse layers * num_experts], see TakeRouterLoad
   bool record_routing_ = false;
+  RouteTape* route_tape_ = nullptr;
   // Per recorded layer: router probabilities summed over its N positions ([X] fp32, with their
   // graph) and its choices [N, k].
   std::vector<at::Tensor> routed_prob_sums_, routed_choices_;
 };
 TORCH_MODULE(Qwen3Model);
+
+// Gives `model` a route tape for the scope's life (SetRouteTape, then nullptr however it ends).
+class RouteTapeScope {
+ public:
+  RouteTapeScope(Qwen3Model& model, RouteTape* tape) : model_(model) { model_->SetRouteTape(tape); }
+  ~RouteTapeScope() { model_->SetRouteTape(nullptr); }
+  RouteTapeScope(const RouteTapeScope&) = delete;
+  RouteTapeScope& operator=(const RouteTapeScope&) = delete;
+
+ private:
+  Qwen3Model& model_;
+};
 
 // `base`'s weights with LoRA adapters `lora` added (freshly initialised from `seed`: B zero, so
 // the result computes what `base` does); on the CPU in fp32. Fails when `base` has adapters

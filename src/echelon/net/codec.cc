@@ -1,5 +1,7 @@
 #include "echelon/net/codec.h"
 
+#include <cstdint>
+
 namespace echelon::net {
 
 void EncodeRollout(const contract::GroupRollout& in, const std::string& actor_id, v1::SubmitRequest* out) {
@@ -22,7 +24,25 @@ void EncodeTurn(const data::Turn& in, v1::Turn* out) {
   out->mutable_logprobs()->Add(in.logprobs.begin(), in.logprobs.end());
   out->mutable_versions()->Add(in.versions.begin(), in.versions.end());
   out->set_text(in.text);
+  if (!in.routes.empty()) {
+    v1::Routes* r = out->mutable_routes();
+    int64_t previous = 0;
+    for (int32_t p : in.routes.positions) {
+      // Sorted routes give steps >= 0; anything else is sent as it is and refused on intake.
+      r->add_position_steps(static_cast<uint32_t>(p - previous));
+      previous = p;
+    }
+    for (int16_t l : in.routes.layers) r->add_layers(static_cast<uint32_t>(l));
+    for (int16_t e : in.routes.experts) r->add_experts(static_cast<uint32_t>(e));
+  }
 }
+
+namespace {
+
+// A decoded number past int16 (or a position past int32) becomes -1, which intake refuses.
+int16_t Narrow16(uint32_t v) { return v <= 0x7fff ? static_cast<int16_t>(v) : int16_t{-1}; }
+
+}  // namespace
 
 data::Turn DecodeTurn(const v1::Turn& in) {
   data::Turn t;
@@ -31,6 +51,17 @@ data::Turn DecodeTurn(const v1::Turn& in) {
   t.logprobs.assign(in.logprobs().begin(), in.logprobs().end());
   t.versions.assign(in.versions().begin(), in.versions().end());
   t.text = in.text();
+  if (in.has_routes()) {
+    const v1::Routes& r = in.routes();
+    int64_t position = 0;
+    for (uint32_t step : r.position_steps()) {
+      position = position < 0 ? position : position + step;
+      t.routes.positions.push_back(position <= INT32_MAX ? static_cast<int32_t>(position) : -1);
+      if (position > INT32_MAX) position = -1;
+    }
+    for (uint32_t l : r.layers()) t.routes.layers.push_back(Narrow16(l));
+    for (uint32_t e : r.experts()) t.routes.experts.push_back(Narrow16(e));
+  }
   return t;
 }
 

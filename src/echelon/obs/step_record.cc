@@ -80,6 +80,9 @@ void VisitFields(R& r, V& v) {
   v.Numbers("router_load", r.router_load);
   v.Number("router_imbalance", r.router_imbalance);
   v.Number("router_aux_loss", r.router_aux_loss);
+  v.Count("routes_replayed", r.routes_replayed);
+  v.Number("route_agreement", r.route_agreement);
+  v.Count("routes_refused", r.routes_refused);
   v.Number("tokens_per_s", r.tokens_per_s);
   v.Count("broadcast_version", r.broadcast_version);
   v.Number("broadcast_s", r.broadcast_s);

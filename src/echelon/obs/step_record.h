@@ -16,7 +16,8 @@
 //               skipped_nonfinite, verified_groups, verify_gap_max, verify_token_gap_max, verify_unverifiable,
 //               verify_draws_checked, verify_near_ties, tokens, moved_tokens,
 //               entropy, lease_renewals, learner_pad_frac,
-//               router_load, router_imbalance, router_aux_loss, tokens_per_s, broadcast_version, broadcast_s,
+//               router_load, router_imbalance, router_aux_loss, routes_replayed, route_agreement,
+//               routes_refused, tokens_per_s, broadcast_version, broadcast_s,
 //               broadcast_bytes, broadcast_snapshot_bytes, learner_rss_mb, learner_ranks
 //   simulator   active_workers, billed_by_class, cost, price_changes
 // Old files keep reading: "snapshot_broadcast_s" is read as broadcast_s; lines without
@@ -127,6 +128,11 @@ struct StepRecord {
   std::map<std::string, double> router_load;
   double router_imbalance = kMissing;
   double router_aux_loss = kMissing;  // the load-balancing loss, when rl.router_aux_coef > 0
+  // Router replay (rl.router_replay): routes the batch's turns carried, the share the learner's
+  // own router chose alike, and those refused (beyond rl.router_replay_trust).
+  std::optional<int64_t> routes_replayed;
+  double route_agreement = kMissing;
+  std::optional<int64_t> routes_refused;
 
   std::optional<int64_t> broadcast_version;  // newest snapshot every peer held by now ...
   double broadcast_s = kMissing;             // ... seconds from publishing it to the last peer,

@@ -68,6 +68,9 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   r.router_load = {{"0", 0.75}, {"1", 0.25}};
   r.router_imbalance = 1.5;
   r.router_aux_loss = 2.1;
+  r.routes_replayed = 120;
+  r.route_agreement = 0.75;
+  r.routes_refused = 3;
   r.broadcast_version = 6;
   r.broadcast_s = 0.3;
   r.broadcast_bytes = 1234;
@@ -86,7 +89,7 @@ TEST(StepRecord, EveryFieldSurvivesTheRoundTrip) {
   Result<StepRecord> back = StepRecord::FromJson(j, "x");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), j);
-  EXPECT_EQ(j.size(), 73u);  // every field written: a new field must be added to both sides
+  EXPECT_EQ(j.size(), 76u);  // every field written: a new field must be added to both sides
   EXPECT_EQ(j["staleness_hist"], (nlohmann::json{{"1", 2}, {"2", 2}}));
 }
 

@@ -31,6 +31,7 @@ std::vector<data::Turn> ToTurns(const model::Vocabulary& vocab, std::vector<std:
     turns[i].text = vocab.DecodeCompletion(completions[i].tokens);
     turns[i].tokens = std::move(completions[i].tokens);
     turns[i].logprobs = std::move(completions[i].logprobs);
+    turns[i].routes = std::move(completions[i].routes);
   }
   return turns;
 }
@@ -113,6 +114,8 @@ Result<std::vector<data::Turn>> ModelPolicy::SampleFrom(const std::vector<data::
         c.tokens.insert(c.tokens.end(), part[i].tokens.begin(), part[i].tokens.end());
         c.logprobs.insert(c.logprobs.end(), part[i].logprobs.begin(), part[i].logprobs.end());
         c.finished_eos = part[i].finished_eos;
+        // A segment re-prefills the row, so its routes cover every position: the newest stand.
+        c.routes = std::move(part[i].routes);
         versions[running[i]].resize(c.tokens.size(), version_);
         if (!c.finished_eos && static_cast<int64_t>(c.tokens.size()) < params_.max_new_tokens)
           unfinished.push_back(running[i]);
