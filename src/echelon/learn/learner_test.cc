@@ -192,6 +192,32 @@ TEST(LearnerTest, RouterReplayGivesBackTheActorsLogprobs) {
   }
 }
 
+// Router replay under activation checkpointing: the backward pass recomputes each layer, and the
+// recomputation forces the same routes, so the update equals the one that kept its activations
+// (a recomputation routing by itself would send the gradient to other experts).
+TEST(LearnerTest, RouterReplayRecomputedLayersForceTheSameRoutes) {
+  model::ModelConfig cfg = TinyMoeConfig();
+  cfg.num_experts_per_tok = 1;
+  model::Qwen3Model actor(cfg);
+  actor->InitWeights(6);
+  const std::vector<LearnerGroup> groups = RoutedGroups(actor);
+  model::Qwen3Model init = Copy(actor);
+  RerouteLayerOne(init, 7);
+  std::vector<model::Qwen3Model> after;
+  for (const bool checkpointing : {false, true}) {
+    LearnerOptions o;
+    o.lr = 1e-2;
+    o.router_replay = true;
+    o.router_replay_trust = 1.0;
+    o.activation_checkpointing = checkpointing;
+    Learner learner(Copy(init), o);
+    ASSERT_TRUE(learner.Step(groups).ok());
+    after.push_back(Copy(learner.model()));
+  }
+  EXPECT_GT(MaxWeightDiff(after[0], init), 1e-4) << "the update moved the weights";
+  EXPECT_LT(MaxWeightDiff(after[0], after[1]), 1e-6);
+}
+
 // With no reward spread the policy loss has no gradient: only the load-balancing loss
 // (rl.router_aux_coef) moves the weights, and it reaches the router, not the experts.
 TEST(LearnerTest, RouterAuxLossAloneTrainsTheRouter) {

@@ -556,7 +556,8 @@ class Engine {
       const int64_t width = b.ids.size(1);
       if (record_routes_)  // each row's last column: the token fed now
         TakeRoutes([&](int64_t i, int16_t layer, const int64_t* experts, size_t k) {
-          if (i % width == width - 1) KeepRoute(i / width, static_cast<int64_t>(seqs[i / width].size()) - 1, layer, experts, k);
+          const int64_t s = i / width;
+          if (i % width == width - 1) KeepRoute(s, static_cast<int64_t>(seqs[s].size()) - 1, layer, experts, k);
         });
       return logits.defined() ? logits.select(1, -1) : logits;
     }

@@ -80,8 +80,8 @@ class LayerHook {
 };
 
 // Router replay (R3, Rollout Routing Replay: Ma et al., "Stabilizing MoE Reinforcement Learning
-// by Aligning Training and Inference Routers", arXiv 2510.11370): what a Forward's sparse layers record and are made to choose.
-// Layers are the decoder's layer numbers; positions index the Forward's tokens flattened
+// by Aligning Training and Inference Routers", arXiv 2510.11370): what a Forward's sparse layers
+// record and are made to choose. Layers are the decoder's layer numbers; positions index the Forward's tokens flattened
 // row-major ([B, T] -> B * T).
 //   Recording (an actor): after each Forward without a LayerHook replay, chosen[l] [N, k] int64
 //   and margin[l] [N] fp32 (log p_k - log p_{k+1}, the gap between the router logits of the k-th
