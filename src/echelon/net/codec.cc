@@ -1,6 +1,8 @@
 #include "echelon/net/codec.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace echelon::net {
 
@@ -16,6 +18,22 @@ void EncodeRollout(const contract::GroupRollout& in, const std::string& actor_id
     pe->set_success(e.success);
     for (const data::Turn& t : e.turns) EncodeTurn(t, pe->add_turns());
   }
+}
+
+int FitRoutes(v1::SubmitRequest* request, size_t limit) {
+  std::vector<v1::Turn*> routed;
+  for (v1::Episode& e : *request->mutable_episodes())
+    for (v1::Turn& t : *e.mutable_turns())
+      if (t.has_routes()) routed.push_back(&t);
+  std::sort(routed.begin(), routed.end(),
+            [](const v1::Turn* a, const v1::Turn* b) { return a->routes().ByteSizeLong() > b->routes().ByteSizeLong(); });
+  int dropped = 0;
+  for (v1::Turn* t : routed) {
+    if (request->ByteSizeLong() <= limit) break;
+    t->clear_routes();
+    ++dropped;
+  }
+  return dropped;
 }
 
 void EncodeTurn(const data::Turn& in, v1::Turn* out) {

@@ -11,6 +11,10 @@
 namespace echelon::net {
 
 void EncodeRollout(const contract::GroupRollout& in, const std::string& actor_id, v1::SubmitRequest* out);
+// Router replay's routes are optional (the learner routes a turn without them itself): while the
+// request is over `limit` bytes, the largest remaining turn's routes are dropped (all of them if
+// even that is too much: the tokens are never touched). Returns how many turns' routes went.
+int FitRoutes(v1::SubmitRequest* request, size_t limit);
 // The prompt is left empty for the caller to fill; `actor` becomes the rollout's actor.
 contract::GroupRollout DecodeRollout(const v1::SubmitRequest& in, const std::string& actor);
 void EncodeTurn(const data::Turn& in, v1::Turn* out);

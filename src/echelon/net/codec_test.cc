@@ -35,5 +35,30 @@ TEST(CodecTest, RoutesTravelWholeAndAHostileStepCannotWrapAPosition) {
   EXPECT_TRUE(DecodeTurn(v1::Turn()).routes.empty());
 }
 
+// Routes are optional: a group that would pass the message limit loses the largest turns'
+// routes first, its tokens never.
+TEST(CodecTest, RoutesPastTheMessageLimitGoLargestFirstAndTokensStay) {
+  contract::GroupRollout g;
+  for (int i = 0; i < 3; ++i) {
+    data::Turn t;
+    t.prompt_ids = {1, 2};
+    t.tokens = std::vector<int64_t>(100, 7);
+    t.logprobs = std::vector<float>(100, -0.5f);
+    const int64_t chosen[] = {3, 1};
+    for (int32_t p = 0; p < 100 * (i + 1); ++p) t.routes.Add(p, 1, chosen, 2);  // turn 2 has the most
+    g.episodes.emplace_back().turns.push_back(t);
+  }
+  v1::SubmitRequest req;
+  EncodeRollout(g, "a", &req);
+  const size_t whole = req.ByteSizeLong();
+  EXPECT_EQ(FitRoutes(&req, whole), 0) << "it fits: nothing dropped";
+  const size_t turn2 = req.episodes(2).turns(0).routes().ByteSizeLong();
+  EXPECT_EQ(FitRoutes(&req, whole - turn2 / 2), 1);
+  EXPECT_FALSE(req.episodes(2).turns(0).has_routes()) << "the largest went first";
+  EXPECT_TRUE(req.episodes(0).turns(0).has_routes());
+  EXPECT_EQ(FitRoutes(&req, 1), 2) << "every route goes when even that is too much";
+  for (const v1::Episode& e : req.episodes()) EXPECT_EQ(e.turns(0).tokens_size(), 100);
+}
+
 }  // namespace
 }  // namespace echelon::net

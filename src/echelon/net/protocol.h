@@ -40,6 +40,9 @@ inline constexpr int kMaxRegistrationsPerWorker = 32;
 // Largest message either side accepts. A group of 8 x 6-token math samples is ~1 KiB; a
 // 64-sample group of 4k-token episodes is ~4 MiB. Anything larger is refused as hostile.
 inline constexpr int kMaxMessageBytes = 32 << 20;
+// What an actor leaves of it for gRPC's own framing when it sizes a Submit (net/codec.h
+// FitRoutes: router replay's routes are dropped before a group would not fit).
+inline constexpr int kSubmitHeadroomBytes = 64 << 10;
 
 // Snapshots stream in pieces of this size: large enough that per-message overhead is small
 // (gRPC moves 1-2 GB/s on loopback with MiB messages), small enough to stay far below the

@@ -305,6 +305,11 @@ contract::SubmitOutcome RemoteLearner::Submit(contract::GroupRollout rollout) {
   }
   v1::SubmitRequest req;
   EncodeRollout(rollout, actor_id(), &req);
+  // Routes past the message limit would fail the whole group: they go, the tokens stay.
+  if (const int dropped = FitRoutes(&req, kMaxMessageBytes - kSubmitHeadroomBytes); dropped > 0)
+    spdlog::warn("group {}: routes of {} completions not sent, so that it fits the {} MiB message limit (lower "
+                 "rl.router_replay_margin to send fewer)",
+                 rollout.group_id, dropped, kMaxMessageBytes >> 20);
   for (int attempt = 0; attempt < 3; ++attempt) {
     grpc::ClientContext ctx;
     AttachToken(ctx, options_.token);
