@@ -59,8 +59,11 @@ PrefixStore::ReportResult PrefixStore::Report(const std::string& actor, uint64_t
     }
   }
   const int64_t tokens = next.tokens;
+  int64_t oldest = -1;
+  for (const data::Turn& s : next.samples)  // versions never decrease along a sample
+    if (!s.versions.empty() && (oldest < 0 || s.versions.front() < oldest)) oldest = s.versions.front();
   entries_[group] = std::move(next);
-  return {true, "", tokens};
+  return {true, "", tokens, oldest};
 }
 
 std::optional<PrefixStore::Handed> PrefixStore::Hand(uint64_t group, uint64_t lease, const std::string& actor,

@@ -51,6 +51,7 @@ class PrefixStore {
     bool kept = false;
     std::string refusal;  // a report no honest actor sends ("rewritten", "bad_token_version", ...); "" otherwise
     int64_t tokens = 0;   // the entry's tokens once kept
+    int64_t oldest = -1;  // the version of its oldest token (-1: none)
   };
   // Keeps `parts` (each part's fields already checked for content by the caller) from `actor`,
   // holder of `lease` on `group` when `holds()` says so. All of it or nothing.

@@ -129,7 +129,7 @@ bool TrajectoryIntake::ReportPrefix(const std::string& actor, const sched::WorkI
     StrikeForPrefix(actor, work.group_id, "prefix_" + why);
     return false;
   }
-  if (kept.kept) dispatcher_->KeepPrefix(work.group_id, work.lease_id, kept.tokens);
+  if (kept.kept) dispatcher_->KeepPrefix(work.group_id, work.lease_id, kept.tokens, kept.oldest);
   return kept.kept;
 }
 

@@ -140,7 +140,7 @@ void Simulation::StopGroups(Worker& w, bool noticed) {
     result_.tokens_preempted += r.tokens * done - kept;
     if (r.carried + kept > 0 && cfg_.sim.resume) {
       prefixes_[group] = {r.carried + kept, r.version};
-      dispatcher_.KeepPrefix(group, r.lease, static_cast<int64_t>(std::llround(r.carried + kept)));
+      dispatcher_.KeepPrefix(group, r.lease, static_cast<int64_t>(std::llround(r.carried + kept)), r.version);
     }
   }
   w.running.clear();

@@ -85,14 +85,18 @@ std::optional<double> CompletionForecast::UpdateSeconds() const {
 }
 
 double CompletionForecast::Slack(const std::string& worker, uint64_t prompt, int64_t staleness, double now,
-                                 std::optional<double> lag) const {
+                                 std::optional<double> lag, std::optional<Prefix> prefix) const {
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
-  const std::optional<double> seconds = GroupSeconds(worker, prompt);
+  std::optional<double> seconds = GroupSeconds(worker, prompt);
   const std::optional<double> update = UpdateSeconds();
   if (staleness <= 0 || !seconds || !update) return kUnknown;
+  double behind = lag.value_or(WorkerLag(worker));
+  if (prefix) {  // what is left of it, against its oldest token's deadline
+    seconds = std::max(0.0, PromptTokens(prompt) - prefix->tokens) / *WorkerRate(worker);
+    behind = std::max(behind, prefix->lag);
+  }
   const double since = std::max(0.0, now - last_version_at_);  // into the update now running
-  return kForecastSafety * ((static_cast<double>(staleness) - lag.value_or(WorkerLag(worker))) * *update - since) -
-         *seconds;
+  return kForecastSafety * ((static_cast<double>(staleness) - behind) * *update - since) - *seconds;
 }
 
 }  // namespace echelon::sched

@@ -17,8 +17,10 @@
 // is the time until it would be stale: sampled lag(w) versions behind the learner's v, it must
 // reach the learner before the learner takes its batch for update v - lag(w) + S, which it does
 // as soon as version v - lag(w) + S is reached: (S - lag(w)) x seconds_per_update after the
-// update now running began. It fits when the prediction is within kForecastSafety of the
-// budget. Where anything is unknown (a worker with no finished group,
+// update now running began. A group continued from a kept prefix (resumable groups) needs only
+// its remaining tokens, tokens(p) minus those kept, and its deadline is its prefix's oldest
+// token's: the lag is at least the learner's version minus that token's. It fits when the
+// prediction is within kForecastSafety of the budget. Where anything is unknown (a worker with no finished group,
 // no group seen at all, no update yet, S = 0: the learner waits for every group) it fits.
 //
 //   CompletionForecast f;
@@ -75,9 +77,14 @@ class CompletionForecast {
   // deadline the group is predicted back (negative: late). +infinity when nothing can be
   // predicted.
   // `lag`: the worker's snapshot lag when known (it said which snapshot it holds), instead of
-  // its running mean.
+  // its running mean. `prefix` (a group continued from what was kept of it): its tokens and how
+  // many versions older than the learner's its oldest token is.
+  struct Prefix {
+    double tokens = 0;
+    double lag = 0;
+  };
   double Slack(const std::string& worker, uint64_t prompt, int64_t staleness, double now,
-               std::optional<double> lag = std::nullopt) const;
+               std::optional<double> lag = std::nullopt, std::optional<Prefix> prefix = std::nullopt) const;
   bool Fits(const std::string& worker, uint64_t prompt, int64_t staleness, double now) const {
     return Slack(worker, prompt, staleness, now) >= 0;
   }

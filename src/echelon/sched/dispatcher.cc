@@ -117,12 +117,13 @@ bool Dispatcher::Holds(uint64_t group_id, uint64_t lease_id, const std::string& 
          clock_->Now() <= run->second.deadline;
 }
 
-void Dispatcher::KeepPrefix(uint64_t group_id, uint64_t lease_id, int64_t tokens) {
+void Dispatcher::KeepPrefix(uint64_t group_id, uint64_t lease_id, int64_t tokens, int64_t oldest_version) {
   std::lock_guard<std::mutex> lock(mu_);
   auto run = running_.find(group_id);
   if (run == running_.end() || run->second.lease_id != lease_id || tokens < run->second.carried) return;
   if (options_.max_group_tokens > 0 && tokens > options_.max_group_tokens) return;
   run->second.kept = tokens;
+  if (oldest_version >= 0) kept_oldest_[group_id] = oldest_version;
 }
 
 void Dispatcher::Carry(uint64_t group_id, uint64_t lease_id, int64_t tokens) {
@@ -164,6 +165,7 @@ void Dispatcher::Settle(uint64_t group_id, Outcome outcome) {
   const auto tokens = static_cast<uint64_t>(pending_tokens_[group_id]);
   pending_tokens_.erase(group_id);
   pending_carried_.erase(group_id);
+  kept_oldest_.erase(group_id);
   switch (outcome) {
     case Outcome::kConsumed: ++counts_.consumed, counts_.tokens_consumed += tokens; break;
     case Outcome::kDroppedStale: ++counts_.dropped_stale, counts_.tokens_stale += tokens; break;
@@ -242,7 +244,16 @@ std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::str
       best = i;
       break;
     }
-    const double slack = forecast_.Slack(worker, PromptKey(g), max_staleness_, clock_->Now(), lag);
+    // A re-issue continued from what was kept of it: its remaining tokens, its oldest's deadline.
+    std::optional<CompletionForecast::Prefix> prefix;
+    // (A prefix too old to be continued, oldest + S <= v, is dropped on hand-out: a fresh group.)
+    if (const auto kept = kept_waiting_.find(g); kept != kept_waiting_.end()) {
+      const auto oldest = kept_oldest_.find(g);
+      const int64_t behind = oldest != kept_oldest_.end() ? std::max<int64_t>(0, version_ - oldest->second) : 0;
+      if (behind < max_staleness_)
+        prefix = CompletionForecast::Prefix{static_cast<double>(kept->second), static_cast<double>(behind)};
+    }
+    const double slack = forecast_.Slack(worker, PromptKey(g), max_staleness_, clock_->Now(), lag, prefix);
     if (slack >= 0 && (!best || slack < best_slack)) best = i, best_slack = slack;
   }
   for (size_t i = 0; i < candidates.size(); ++i)
@@ -343,6 +354,7 @@ Status Dispatcher::Restore(const DispatcherState& state, uint64_t lease_base) {
   settled_.clear();
   passed_over_.clear();
   kept_waiting_.clear();
+  kept_oldest_.clear();
   carriable_.clear();
   pending_carried_.clear();
   reissue_queue_.assign(state.unsettled.begin(), state.unsettled.end());

@@ -161,7 +161,9 @@ class Dispatcher {
   // Resumable groups: the learner now keeps `tokens` of the running lease's group (its samples'
   // prefixes, as its holder reported them, with any it was handed). When the lease ends, only
   // what it generated beyond them counts as preempted; the kept ones wait with the group.
-  void KeepPrefix(uint64_t group_id, uint64_t lease_id, int64_t tokens);
+  // `oldest_version`: the version that drew its oldest kept token (-1: not known), the deadline
+  // deadline-aware dispatch forecasts its continuation against.
+  void KeepPrefix(uint64_t group_id, uint64_t lease_id, int64_t tokens, int64_t oldest_version = -1);
   // The group just handed out under `lease_id` continues from `tokens` of those it kept (at most
   // what was kept). Unless this is called after its hand-out, a re-issued group starts over and
   // all it kept counts as preempted.
@@ -256,6 +258,7 @@ class Dispatcher {
   std::map<uint64_t, int64_t> passed_over_;  // waiting group -> times another was chosen instead
   std::map<uint64_t, int64_t> pending_tokens_;  // submitted, unsettled: group id -> its tokens
   std::map<uint64_t, int64_t> kept_waiting_;    // re-issue queue: group id -> tokens the learner kept of it
+  std::map<uint64_t, int64_t> kept_oldest_;     // unsettled group id -> the version of its oldest kept token
   std::map<uint64_t, int64_t> carriable_;       // running: group id -> what its hand-out may Carry
   std::map<uint64_t, int64_t> pending_carried_;  // submitted, unsettled: group id -> tokens it carried
   CompletionForecast forecast_;

@@ -451,6 +451,41 @@ TEST(DeadlineDispatch, AWorkerThatSaysItsSnapshotIsJudgedByItsRealLag) {
   ExpectCountsAddUp(t.d);
 }
 
+// A group continued from what was kept of it (resumable groups) is forecast by what is left,
+// against its oldest kept token's deadline. The fast worker's long group (2,000 tokens) is
+// handed back with 1,800 kept: the slow worker finishes the other 200 in 8 s of its 20.8, so it
+// takes it. Another comes back with 1,500 kept, its oldest token a version old: 500 tokens
+// (20 s) fit the 20.8 s of a fresh group but not the 10.4 s left to that token, so the slow
+// worker takes a short prompt instead. One whose oldest token is S versions old cannot be
+// continued (the intake drops it): forecast as the fresh long group it becomes.
+TEST(DeadlineDispatch, AResumedGroupIsForecastByWhatIsLeftAgainstItsOldestTokensDeadline) {
+  TwoSpeeds t([](uint64_t g) { return g % 2; }, 13);  // even groups: the long prompt, odd: the short
+  const auto handed_back = [&](int64_t kept, int64_t oldest) {
+    std::optional<WorkItem> f = t.d.Acquire("fast#1");
+    EXPECT_TRUE(f && f->group_id % 2 == 0) << "the fast worker takes a long prompt";
+    t.d.KeepPrefix(f->group_id, f->lease_id, kept, oldest);
+    EXPECT_TRUE(t.d.Release(f->group_id, f->lease_id, "fast#1"));
+    return f->group_id;
+  };
+  const uint64_t nearly_done = handed_back(1800, /*oldest=*/2);
+  std::optional<WorkItem> s = t.d.Acquire("slow#1");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->group_id, nearly_done) << "200 tokens left: 8 s on the slow worker";
+
+  const uint64_t older = handed_back(1500, /*oldest=*/1);
+  s = t.d.Acquire("slow#1");
+  ASSERT_TRUE(s);
+  EXPECT_NE(s->group_id, older) << "500 tokens left (20 s), but 10.4 s to its oldest token's deadline";
+  EXPECT_EQ(s->group_id % 2, 1u);
+
+  const uint64_t too_old = handed_back(1900, /*oldest=*/0);
+  s = t.d.Acquire("slow#1");
+  ASSERT_TRUE(s);
+  EXPECT_NE(s->group_id, too_old) << "it starts over: 2,000 tokens, 80 s";
+  EXPECT_NE(s->group_id, older);
+  ExpectCountsAddUp(t.d);
+}
+
 // With 12 s an update (19.2 s to spare) the long prompt is late on both workers: neither gets
 // anything, counted; once a group has been passed over kMaxPassOvers times the fast worker
 // takes it (no prompt waits for ever) but never the slow one, on which it would be later still.
