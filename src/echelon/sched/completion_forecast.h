@@ -20,8 +20,9 @@
 // update now running began. A group continued from a kept prefix (resumable groups) needs only
 // its remaining tokens, tokens(p) minus those kept, and its deadline is its prefix's oldest
 // token's: the lag is at least the learner's version minus that token's. It fits when the
-// prediction is within kForecastSafety of the budget. Where anything is unknown (a worker with no finished group,
-// no group seen at all, no update yet, S = 0: the learner waits for every group) it fits.
+// prediction is within kForecastSafety of the budget. Where anything is unknown (a worker with
+// no finished group, no group seen at all, no update yet, S = 0: the learner waits for every
+// group) it fits.
 //
 //   CompletionForecast f;
 //   f.ObserveGroup("gpu-3", /*prompt=*/17, /*tokens=*/4096, /*seconds=*/20, /*lag=*/0);

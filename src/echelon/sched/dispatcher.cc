@@ -244,9 +244,9 @@ std::optional<std::pair<uint64_t, bool>> Dispatcher::ChooseLocked(const std::str
       best = i;
       break;
     }
-    // A re-issue continued from what was kept of it: its remaining tokens, its oldest's deadline.
+    // A re-issue continued from what was kept of it: its remaining tokens, its oldest's deadline
+    // (a prefix too old to be continued, oldest + S <= v, is dropped on hand-out: a fresh group).
     std::optional<CompletionForecast::Prefix> prefix;
-    // (A prefix too old to be continued, oldest + S <= v, is dropped on hand-out: a fresh group.)
     if (const auto kept = kept_waiting_.find(g); kept != kept_waiting_.end()) {
       const auto oldest = kept_oldest_.find(g);
       const int64_t behind = oldest != kept_oldest_.end() ? std::max<int64_t>(0, version_ - oldest->second) : 0;
