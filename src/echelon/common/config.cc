@@ -22,11 +22,18 @@ const char* TypeName(FieldType t) {
   return "?";
 }
 
+// The shortest of 15-17 significant digits that reads back as `v` ("0.2", not
+// "0.20000000000000001").
 std::string FormatDouble(double v) {
-  std::ostringstream ss;
-  ss.precision(17);
-  ss << v;
-  return ss.str();
+  std::string out;
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::ostringstream ss;
+    ss.precision(digits);
+    ss << v;
+    out = ss.str();
+    if (std::strtod(out.c_str(), nullptr) == v) break;
+  }
+  return out;
 }
 
 bool ParseInt(const std::string& s, int64_t* out) {

@@ -85,5 +85,23 @@ TEST(ConfigTest, ResolvedYamlLoadsBackToTheSameValues) {
   EXPECT_EQ(back->ToYaml(), c->ToYaml());
 }
 
+// Numbers were written with 17 digits ("default 0.20000000000000001" in every help table and
+// resolved config): now the shortest form that reads back exactly.
+TEST(ConfigTest, NumbersAreWrittenInTheShortestFormThatReadsBackExactly) {
+  ConfigSchema s;
+  s.Float("rl.clip_low", 0.2, 0.0, 1.0, "clip");
+  s.Float("rl.third", 0.0, 0.0, 1.0, "a third");
+  Result<Config> c = Config::Load(s, "", {"rl.third=0.333333333333333314829616256247"});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const std::string yaml = c->ToYaml();
+  EXPECT_NE(yaml.find("clip_low: 0.2\n"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("0.20000000000000001"), std::string::npos) << yaml;
+  std::string path = WriteTemp("third.yaml", yaml);
+  Result<Config> back = Config::Load(s, path, {});
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->Float("rl.third"), 1.0 / 3.0) << "exactly, not to 15 digits";
+  EXPECT_EQ(back->Float("rl.clip_low"), 0.2);
+}
+
 }  // namespace
 }  // namespace echelon
