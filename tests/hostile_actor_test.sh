@@ -28,7 +28,7 @@ TESTKIT=$(realpath "$2")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 source "$(dirname "$0")/lib.sh"
 enter_workdir
-command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
+need_jq
 token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 for w in honest-0 honest-1; do echo "$w $(token)"; done > honest
 for i in $(seq 0 19); do echo "hostile-$i $(token)"; done > hostile

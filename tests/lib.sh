@@ -11,6 +11,7 @@
 #   TINY_MODEL_YAML         the `model:` line of a config for a model that trains in seconds
 #   enter_workdir           makes a temporary WORK dir and cd's into it; on exit every pid in
 #                           PIDS is killed and WORK removed (after `extra_cleanup`, if defined)
+#   need_jq                 installs jq when it is missing (scripts/install-deps.sh installs it)
 fails=0
 pass=0
 TINY_MODEL_YAML='model: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 16, intermediate_size: 64}'
@@ -18,6 +19,9 @@ check() {
   local name=$1
   shift
   if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+need_jq() {
+  command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
 }
 finish() {
   echo "$pass passed, $fails failed"

@@ -12,7 +12,7 @@ CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 INVARIANTS=$(realpath "$(dirname "$0")/run_invariants.py")
 source "$(dirname "$0")/lib.sh"
 enter_workdir
-command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
+need_jq
 
 S=4
 STEPS=20

@@ -11,7 +11,7 @@ CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 source "$(dirname "$0")/lib.sh"
 enter_workdir
 command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl >/dev/null; }
-command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
+need_jq
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
   -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout learner.key -out learner.crt 2>/dev/null
 check "certificate made" test -s learner.crt

@@ -15,7 +15,7 @@ ECHELON=$(realpath "$1")
 CONFIG=$(realpath "$(dirname "$0")/../configs/math-tiny.yaml")
 PRICES=$(realpath "$(dirname "$0")/../data/prices.yaml")
 enter_workdir
-command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq >/dev/null; }
+need_jq
 
 S=8
 for mb in 0 100000; do

@@ -181,11 +181,12 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
           const at::Tensor all = at::tensor(seq, at::kLong).unsqueeze(0);
           const at::Tensor input = all.slice(1, 0, len), target = all.slice(1, 1, len + 1);
           const at::Tensor positions = at::arange(len, at::kLong).unsqueeze(0);
-          model::RouteTape tape = model::ForcingTape({t.routes.empty() ? nullptr : &t.routes},
-                                                     model_->config().num_hidden_layers, options_.route_trust,
-                                                     [](size_t, int64_t p) { return p; });
           at::Tensor hidden;
-          {
+          if (t.routes.empty()) {
+            hidden = model_->Hidden(input, positions, at::Tensor());
+          } else {  // router replay: the turn's routes, where this snapshot trusts them
+            model::RouteTape tape = model::ForcingTape({&t.routes}, model_->config().num_hidden_layers,
+                                                       options_.route_trust, [](size_t, int64_t p) { return p; });
             const model::RouteTapeScope armed(model_, &tape);
             hidden = model_->Hidden(input, positions, at::Tensor());
           }

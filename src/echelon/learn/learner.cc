@@ -502,6 +502,16 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
   const int64_t n = rows.numel();
   const int64_t* row = rows.data_ptr<int64_t>();
   if (!options_.router_replay || !m->config().moe()) replay = nullptr;
+  // forward()'s hidden states, with the rows' routes forced at flat_of(i, position) when replaying.
+  const auto hidden_of = [&](const std::function<int64_t(size_t, int64_t)>& flat_of,
+                             const std::function<at::Tensor()>& forward) {
+    if (replay == nullptr) return forward();
+    replay->Build(m, b, row, n, options_.router_replay_trust, flat_of);
+    const model::RouteTapeScope armed(m, &replay->tape);
+    at::Tensor hidden = forward();
+    replay->Count(b);
+    return hidden;
+  };
   std::vector<int64_t> lengths(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) lengths[i] = b.row_len[row[i]];
   std::vector<std::vector<size_t>> packed;
@@ -511,16 +521,8 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
     const at::Tensor input = b.input.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor target = b.target.index_select(0, rows).narrow(1, 0, len).to(device_);
     const at::Tensor positions = at::arange(len, input.options()).unsqueeze(0).expand_as(input);
-    at::Tensor hidden;
-    if (replay != nullptr) {
-      replay->Build(m, b, row, n, options_.router_replay_trust,
-                    [&](size_t i, int64_t p) { return static_cast<int64_t>(i) * len + p; });
-      const model::RouteTapeScope armed(m, &replay->tape);
-      hidden = m->Hidden(input, positions, at::Tensor());
-      replay->Count(b);
-    } else {
-      hidden = m->Hidden(input, positions, at::Tensor());
-    }
+    const at::Tensor hidden = hidden_of([&](size_t i, int64_t p) { return static_cast<int64_t>(i) * len + p; },
+                                        [&] { return m->Hidden(input, positions, at::Tensor()); });
     return model::TokenLogProbs(hidden, m->head(), target, options_.temperature, entropy);
   }
   // The rows back to back in packed rows of width `len`; the log-probs come back to the padded
@@ -549,16 +551,9 @@ at::Tensor Learner::LogProbs(model::Qwen3Model& m, const TrainingBatch& b, const
     }
   }
   at::Tensor packed_entropy;
-  at::Tensor hidden;
-  if (replay != nullptr) {
-    replay->Build(m, b, row, n, options_.router_replay_trust,
-                  [&](size_t i, int64_t p) { return fr[static_cast<int64_t>(i)][p]; });
-    const model::RouteTapeScope armed(m, &replay->tape);
-    hidden = m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_));
-    replay->Count(b);
-  } else {
-    hidden = m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_));
-  }
+  const at::Tensor hidden =
+      hidden_of([&](size_t i, int64_t p) { return fr[static_cast<int64_t>(i)][p]; },
+                [&] { return m->Hidden(ids.to(device_), positions.to(device_), segments.to(device_)); });
   const at::Tensor logp = model::TokenLogProbs(hidden, m->head(), target.to(device_), options_.temperature,
                                                entropy != nullptr ? &packed_entropy : nullptr);
   // Back to the padded layout [rows, len] (zero past a row's length) through one gather.
