@@ -48,12 +48,6 @@ std::string DefaultRunDir(const std::string& config_path) {
   return ss.str();
 }
 
-std::string SelfExe() {
-  std::error_code ec;
-  std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("echelon") : p.string();
-}
-
 void PrintSummary(const learn::RunSummary& s, std::ostream& out) {
   out << "held-out accuracy: warm-start " << std::fixed << std::setprecision(3) << s.warmstart_accuracy << " -> "
             << (s.interrupted ? "interrupted " : "final ") << s.final_accuracy << " (n=" << s.heldout_n << ", "

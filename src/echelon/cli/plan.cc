@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -18,7 +21,9 @@
 #include "echelon/cli/train_config.h"
 #include "echelon/common/config.h"
 #include "echelon/common/fs.h"
+#include "echelon/cli/processes.h"
 #include "echelon/learn/learner_memory.h"
+#include "echelon/learn/learner_memory_probe.h"
 #include "echelon/model/model_config.h"
 #include "echelon/plan/price_catalog.h"
 #include "echelon/plan/plan_config.h"
@@ -66,7 +71,81 @@ struct PlanArgs {
   std::vector<int64_t> micro_batch_tokens = {4096, 10240, 20480, 32768};
   int64_t staleness = 2;         // the verifier's window (rl.staleness)
   int64_t verify_memory_mb = 0;  // rollout.verify_memory_mb; -1: every snapshot in RAM
+  // --measure: the real learner's phases on random weights (learn/learner_memory_probe.h).
+  bool measure = false;
+  int64_t ranks = 1;
+  std::string shard = "none";
+  std::string precision = "fp32";
+  int64_t tokens = 1024;
+  int64_t lora = 0;
+  bool checkpointing = false;
+  int64_t updates = 2;
+  std::string out;  // where the checkpoint and the ranks' logs go (default: a temporary directory)
 };
+
+// `--learner-memory MODEL --measure`: every rank's measured peak per phase beside the estimate.
+int RunMeasuredLearnerMemory(const PlanArgs& args, const model::ModelConfig& c, const std::string& path) {
+  learn::MemoryProbeOptions o;
+  Result<learn::Shard> shard = learn::ParseShard(args.shard);
+  Result<learn::Precision> precision = learn::ParsePrecision(args.precision);
+  if (!shard.ok() || !precision.ok()) {
+    spdlog::error("plan --measure: {}", (shard.ok() ? precision.status() : shard.status()).message());
+    return 2;
+  }
+  o.setup.ranks = args.ranks;
+  o.setup.shard = shard.value();
+  o.setup.precision = precision.value();
+  o.setup.micro_batch_tokens = args.tokens;
+  o.setup.activation_checkpointing = args.checkpointing || (o.setup.shard == learn::Shard::kParams && args.ranks > 1);
+  if (args.lora > 0) {
+    model::ModelConfig adapted = c;
+    adapted.lora = {args.lora, 2.0 * static_cast<double>(args.lora), model::kLoraTargets};
+    if (!adapted.Validate().ok()) adapted.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    o.setup.lora = adapted.lora;
+  }
+  o.updates = args.updates;
+  std::error_code ec;
+  const bool temporary = args.out.empty();
+  o.dir = temporary ? (std::filesystem::temp_directory_path() / ("echelon-memory-" + std::to_string(::getpid()))).string()
+                    : args.out;
+  std::filesystem::create_directories(o.dir, ec);
+  if (ec) {
+    spdlog::error("plan --measure: cannot create {}: {}", o.dir, ec.message());
+    return 2;
+  }
+  std::unique_ptr<ProcessGroup> workers;
+  o.start_workers = [&](int port, int world) -> Status {
+    workers = std::make_unique<ProcessGroup>(/*max_restarts=*/0);
+    for (int r = 1; r < world; ++r)
+      ECHELON_RETURN_IF_ERROR(workers->Start(
+          "rank-" + std::to_string(r),
+          {SelfExe(), "learner-rank", "--rank", std::to_string(r), "--world", std::to_string(world), "--master",
+           "127.0.0.1:" + std::to_string(port), "--timeout", "600"},
+          o.dir + "/rank-" + std::to_string(r) + ".log"));
+    return Status::Ok();
+  };
+  o.wait_workers = [&] {
+    if (workers && !workers->WaitAll(120)) spdlog::warn("plan --measure: a learner rank did not exit; stopped it");
+    workers.reset();
+  };
+  std::printf("%s: %.1fM parameters; measured on this machine's CPU: %lld rank(s), shard %s, %s, %s%lld tokens per "
+              "rank's micro-batch, %lld updates; MiB of resident set (VmHWM), each phase's peak read and started "
+              "over; estimate: learn/learner_memory.h EstimateHostPeak\n",
+              path.c_str(), c.NumParameters() / 1e6, static_cast<long long>(args.ranks), args.shard.c_str(),
+              args.precision.c_str(), args.lora > 0 ? ("LoRA rank " + std::to_string(args.lora) + ", ").c_str() : "",
+              static_cast<long long>(args.tokens), static_cast<long long>(args.updates));
+  std::fflush(stdout);
+  Result<std::vector<learn::PhaseMemory>> phases = learn::MeasureLearnerMemory(c, o, std::cerr);
+  o.wait_workers();
+  if (temporary) std::filesystem::remove_all(o.dir, ec);
+  if (!phases.ok()) {
+    spdlog::error("plan --measure: {}{}", phases.status().message(),
+                  temporary ? "" : " (the ranks' logs are in " + o.dir + ")");
+    return 1;
+  }
+  std::cout << learn::MeasuredMemoryTable(phases.value());
+  return 0;
+}
 
 // `--learner-memory MODEL`: the learner's bytes per rank for set-ups of ranks, shard mode and
 // checkpointing, and which GPUs of the catalogue they fit (learn/learner_memory.h).
@@ -80,6 +159,7 @@ int RunLearnerMemory(const PlanArgs& args) {
     spdlog::error("plan --learner-memory: {}", config.status().message());
     return 2;
   }
+  if (args.measure) return RunMeasuredLearnerMemory(args, config.value(), path);
   Result<plan::PriceCatalog> prices = plan::LoadPriceCatalog(args.prices);
   if (!prices.ok()) {
     spdlog::error("plan --learner-memory: {} (--prices names the GPU catalogue)", prices.status().message());
@@ -235,6 +315,24 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "with --learner-memory: rollout.verify_memory_mb, older snapshots the verifier keeps in RAM "
                   "(default 0; -1: all of them)")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
+  cmd->add_flag("--measure", args->measure,
+                "with --learner-memory: run the learner on random weights of the model (set-up, updates, a "
+                "publication, a checkpoint save and a resume, ranks as local processes) and print every rank's "
+                "measured peak resident set per phase beside the estimate");
+  cmd->add_option("--ranks", args->ranks, "with --measure: learner ranks (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  cmd->add_option("--shard", args->shard, "with --measure: learner.shard (none, optimizer, params; default none)");
+  cmd->add_option("--precision", args->precision, "with --measure: learner.precision (fp32, bf16; default fp32)");
+  cmd->add_option("--tokens", args->tokens, "with --measure: tokens of each rank's micro-batch (default 1024)")
+      ->check(CLI::Range(int64_t{32}, int64_t{1} << 24));
+  cmd->add_option("--lora", args->lora, "with --measure: LoRA rank on every projection that takes one (default 0: off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
+  cmd->add_flag("--activation-checkpointing", args->checkpointing,
+                "with --measure: learner.activation_checkpointing (implied by --shard params over several ranks)");
+  cmd->add_option("--updates", args->updates, "with --measure: updates before the publication (default 2)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  cmd->add_option("--out", args->out,
+                  "with --measure: directory for the checkpoint and the ranks' logs (default: a temporary one, removed)");
   cmd->add_option("--config-keys", args->config_keys, "print the config's keys as text or markdown, and exit")
       ->check(CLI::IsMember({"text", "markdown"}));
   cmd->footer("Config keys:\n" + plan::PlanConfigKeys().Describe());

@@ -10,8 +10,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 namespace echelon::cli {
+
+std::string SelfExe() {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("echelon") : p.string();
+}
 
 ProcessGroup::~ProcessGroup() { StopAll(5.0); }
 
@@ -77,6 +84,30 @@ void ProcessGroup::Supervise() {
         ++restarts_;
       }
     }
+  }
+}
+
+bool ProcessGroup::WaitAll(double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (true) {
+    bool running = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [name, c] : children_) {
+        int status = 0;
+        if (c.pid > 0 && ::waitpid(c.pid, &status, WNOHANG) == c.pid) c.pid = -1;
+        running = running || c.pid > 0;
+      }
+    }
+    if (!running) {
+      StopAll(0);  // none left: ends the supervisor
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      StopAll(5.0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 

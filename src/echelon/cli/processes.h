@@ -25,6 +25,9 @@
 
 namespace echelon::cli {
 
+// This executable's path (to start its own subcommands), or "echelon" where /proc says nothing.
+std::string SelfExe();
+
 class ProcessGroup {
  public:
   explicit ProcessGroup(int max_restarts = 5) : max_restarts_(max_restarts) {}
@@ -36,6 +39,9 @@ class ProcessGroup {
   Status Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path);
   // Stops every child: SIGTERM, wait up to `timeout_seconds`, then SIGKILL. No restarts after.
   void StopAll(double timeout_seconds);
+  // Waits up to `timeout_seconds` for every child to exit by itself (true); then stops the
+  // rest as StopAll (false).
+  bool WaitAll(double timeout_seconds);
   int restarts() const { return restarts_.load(); }
 
  private:

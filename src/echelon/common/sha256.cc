@@ -3,6 +3,9 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <memory>
 
 namespace echelon {
@@ -23,6 +26,28 @@ std::string Sha256Hex(const std::vector<std::string_view>& parts) {
   for (std::string_view p : parts) ok = ok && EVP_DigestUpdate(ctx.get(), p.data(), p.size()) == 1;
   ok = ok && EVP_DigestFinal_ex(ctx.get(), digest, &n) == 1 && n == sizeof(digest);
   if (!ok) return std::string();  // allocation failure: matches no digest
+  return ToHex(std::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+}
+
+Result<std::string> Sha256HexOfFile(const std::string& path, uint64_t* size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + path + ": " + std::strerror(errno));
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  bool ok = ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1;
+  std::string buffer(1 << 20, '\0');
+  uint64_t total = 0;
+  while (ok && in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize n = in.gcount();
+    total += static_cast<uint64_t>(n);
+    ok = n == 0 || EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n)) == 1;
+  }
+  if (in.bad()) return DataLoss("cannot read " + path);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  unsigned int n = 0;
+  ok = ok && EVP_DigestFinal_ex(ctx.get(), digest, &n) == 1 && n == sizeof(digest);
+  if (!ok) return Internal("SHA-256 of " + path + " failed");
+  if (size != nullptr) *size = total;
   return ToHex(std::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 

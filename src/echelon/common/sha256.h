@@ -5,9 +5,12 @@
 // Thread contract: free functions, no shared state.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "echelon/common/status.h"
 
 namespace echelon {
 
@@ -15,6 +18,9 @@ std::string Sha256(std::string_view bytes);     // 32 raw bytes
 std::string Sha256Hex(std::string_view bytes);  // 64 lowercase hex characters
 // Sha256Hex of the parts' concatenation, without concatenating them.
 std::string Sha256Hex(const std::vector<std::string_view>& parts);
+// Sha256Hex of a file's bytes, read in pieces (never the whole file in memory); `size` (when
+// given) receives its length. Errors name the file.
+Result<std::string> Sha256HexOfFile(const std::string& path, uint64_t* size = nullptr);
 std::string ToHex(std::string_view bytes);
 // Returns false on odd length or a non-hex character.
 bool FromHex(std::string_view hex, std::string* out);

@@ -96,7 +96,8 @@ namespace {
 
 // A copy of `source`'s weights on `device` in `dtype`, without gradients.
 model::Qwen3Model FrozenCopy(const model::Qwen3Model& source, at::Device device, at::ScalarType dtype) {
-  model::Qwen3Model copy(source->config());
+  // Cast before anything is written: no fp32 copy of the whole model on the way.
+  model::Qwen3Model copy(source->config(), model::Qwen3ModelImpl::Uninitialized{});
   copy->to(device, dtype);
   (void)copy->LoadStateDict(source->StateDict(), "copy");
   for (auto& p : copy->parameters()) p.requires_grad_(false);
@@ -145,7 +146,7 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
     // The whole fp32 weights stay in host memory, on rank 0 only; the device holds shards.
     model_->to(at::kCPU, at::kFloat);
     if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
-    compute_ = model::Qwen3Model(model_->config());
+    compute_ = model::Qwen3Model(model_->config(), model::Qwen3ModelImpl::Uninitialized{});  // emptied at once
     units_ = std::make_unique<LayerUnits>(compute_, model_, reducer_, compute_dtype, device_);
     if (reducer_->rank() != 0)
       for (at::Tensor& p : model_->parameters()) p.set_data(at::empty({0}, at::kFloat));
@@ -683,11 +684,14 @@ Result<double> Learner::ApplyGradients(Minibatch* mb) {
       routes.insert(routes.end(), {double(c.same), double(c.applied), double(c.refused)});
     if (!routes.empty()) parts.push_back(at::tensor(routes, at::kDouble).to(device_, at::kFloat));
     at::Tensor flat = at::cat(parts);
+    parts.clear();
     ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
     int64_t offset = 0;
     if (!units_sharded_) {
+      // The master's gradients become views of the sum (each replaced gradient freed): the
+      // exchange costs one more set of gradients at its peak, not two.
       for (at::Tensor& p : master) {
-        p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p).clone();
+        p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p);
         offset += p.numel();
       }
     }

@@ -121,13 +121,14 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
   // The final hidden states (and their norm's input, fp32) and a log-sum-exp per token, what the
   // chunked log-probs keep.
   m.activations += t * c.hidden_size * (d + 4) + t * 4;
-  // The largest transient: a tile of attention scores with its probabilities and their two
-  // gradients in fp32, or a chunk of logits (fp32, its gradient, cast) with the head's fp32
+  // The largest transient: a tile of attention scores (at most the whole sequence's) with its
+  // probabilities and their two gradients in fp32, or a chunk of logits (fp32, its gradient, cast) with the head's fp32
   // gradient accumulator (none when the head is frozen: LoRA).
   const double vocab = static_cast<double>(c.vocab_size);
   const double chunk = std::min(t, std::max(1.0, std::floor(model::kLogitChunkElements / vocab))) * vocab;
   const double head = setup.lora.on() ? 0 : 4 * vocab * c.hidden_size;
-  m.activations += std::max(4.0 * 4 * model::kTileElements, chunk * (4 + 4 + d) + head);
+  const double tile = std::min(static_cast<double>(model::kTileElements), c.num_attention_heads * t * t);
+  m.activations += std::max(4.0 * 4 * tile, chunk * (4 + 4 + d) + head);
   return m;
 }
 
@@ -185,6 +186,65 @@ std::string LearnerMemoryTable(const model::ModelConfig& c, const std::vector<Le
     out << "\n";
   }
   return out.str();
+}
+
+double EstimateHostPeak(const model::ModelConfig& c, const LearnerSetup& setup, const std::string& phase, int rank,
+                        double runtime_mb) {
+  const LearnerMemory m = EstimateLearnerMemory(c, setup);
+  const int64_t n = std::max<int64_t>(1, setup.ranks);
+  const bool params = setup.shard == Shard::kParams && n > 1, lora = setup.lora.on();
+  const bool bf16 = setup.precision == Precision::kBf16, several = n > 1;
+  const double p = static_cast<double>(c.NumParameters());
+  const double trained = lora ? static_cast<double>(LoraParameters(c, setup.lora)) : p;
+  const double whole = 4 * p;            // the fp32 weights, whole
+  const double adamw = 8 * trained;      // the AdamW state, whole
+  const double storage = static_cast<double>(at::elementSize(model::StorageDtype(c))) * p;
+  double unit = static_cast<double>(c.OuterParameters());  // the largest unit, fp32, padded
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) unit = std::max(unit, static_cast<double>(c.LayerParameters(l)));
+  unit = 4 * Padded(static_cast<int64_t>(unit), n);
+  // Between updates: the weights, gradients and AdamW state the learner keeps (under params,
+  // rank 0 also keeps the whole fp32 weights).
+  const double held = m.weights + m.gradients + m.optimizer + (params && rank == 0 ? whole : 0);
+  double bytes = 0;
+  if (phase == "set-up") {
+    // The whole fp32 model (rank 0's own; a worker's received); with LoRA, the adapted copy
+    // beside the base it was made from (model/qwen3.h WithLora); then the shards cut unit by unit
+    // (params), or the bf16 compute copy.
+    bytes = whole * (lora ? 2 : 1) + (lora ? 4 * trained : 0) + (params ? m.weights + unit : bf16 && !lora ? 2 * p : 0);
+  } else if (phase == "updates") {
+    if (params) {
+      bytes = held + m.gathered + m.activations;  // a layer's backward: gathered weights, gradients, activations
+    } else {
+      // After the backward pass (activations gone), several ranks exchange one flat fp32 vector of
+      // every gradient; bf16 converts the compute gradients to fp32 first. One rank in bf16 casts
+      // each gradient to its master's.
+      const double exchange = several ? 4 * trained * (bf16 && !lora ? 2 : 1) : bf16 && !lora ? 4 * p : 0;
+      bytes = held + std::max(m.activations, exchange);
+    }
+  } else if (phase == "publication") {
+    // Rank 0 serialises the snapshot (a LoRA run's whole base the first time), a storage-dtype
+    // copy first where the master is wider.
+    const double snapshot = storage * (storage < whole ? 2 : 1) + (lora ? 4 * trained : 0);
+    bytes = held + (rank == 0 ? snapshot : 0);
+  } else if (phase == "checkpoint save") {
+    // The files stream from the tensors' memory; what is gathered first is held: the whole AdamW
+    // state (params: on rank 0, each unit joined through all-gather buffers; a sharded optimizer:
+    // on every rank), and storage-dtype copies of narrower weights.
+    const double join = 4 * unit;
+    if (params) bytes = held + join + (rank == 0 ? adamw : 0);
+    else bytes = held + (setup.shard == Shard::kOptimizer && several ? adamw : 0);
+    if (rank == 0 && storage < whole) bytes += storage;
+  } else if (phase == "resume") {
+    // The checkpoint's weights and whole AdamW state read (rank 0) or received (workers); then
+    // the learner's own state beside them until they are handed over.
+    const double mine = lora ? 4 * trained : 0;
+    if (params) {
+      bytes = rank == 0 ? whole + adamw + m.weights + m.optimizer + unit : whole + adamw + m.weights + unit;
+    } else {
+      bytes = whole + mine + adamw + m.optimizer + (bf16 && !lora ? 2 * p : 0);
+    }
+  }
+  return runtime_mb * 1048576.0 + bytes;
 }
 
 }  // namespace echelon::learn

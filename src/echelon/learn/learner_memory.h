@@ -71,6 +71,12 @@ struct LearnerMemory {
 
 LearnerMemory EstimateLearnerMemory(const model::ModelConfig& model, const LearnerSetup& setup);
 
+// The peak resident set (bytes) of rank `rank` during `phase` of a run on the CPU ("set-up",
+// "updates", "publication", "checkpoint save", "resume"; learn/learner_memory_probe.h), with
+// `runtime_mb` the rank's resident set before any model (the runtime's own).
+double EstimateHostPeak(const model::ModelConfig& model, const LearnerSetup& setup, const std::string& phase, int rank,
+                        double runtime_mb);
+
 struct VerifierMemory {
   double model = 0;     // LoRA: the model's own fp32 copy (base and adapters); else none
   double base = 0;      // LoRA: the frozen base snapshot, held once

@@ -4,6 +4,8 @@
 
 #include <type_traits>
 
+#include "echelon/common/process.h"
+
 namespace echelon::learn {
 namespace {
 
@@ -95,7 +97,33 @@ std::vector<at::Tensor> Ordered(const std::map<std::string, at::Tensor>& m) {
   return out;
 }
 
+// The resident set when this process first asked (a worker asks as it becomes a rank).
+double StartResidentSetMb() {
+  static const double start = ResidentSetMb();
+  return start;
+}
+
 }  // namespace
+
+RankMemory TakeOwnMemory() {
+  RankMemory m;
+  m.start_mb = StartResidentSetMb();
+  m.peak_mb = PeakResidentSetMb();
+  ResetPeakResidentSet();
+  m.now_mb = ResidentSetMb();
+  return m;
+}
+
+Result<std::vector<RankMemory>> ExchangeRankMemory(RankGroup& group) {
+  const RankMemory own = TakeOwnMemory();
+  const at::Tensor mine = at::tensor({own.peak_mb, own.now_mb, own.start_mb}, at::kDouble);
+  at::Tensor all = at::empty({3 * group.world()}, at::kDouble);
+  ECHELON_RETURN_IF_ERROR(group.AllGather(mine, all));
+  std::vector<RankMemory> out(static_cast<size_t>(group.world()));
+  const double* v = all.data_ptr<double>();
+  for (size_t r = 0; r < out.size(); ++r) out[r] = {v[3 * r], v[3 * r + 1], v[3 * r + 2]};
+  return out;
+}
 
 json GroupsToJson(const std::vector<LearnerGroup>& groups) {
   json out = json::array();
@@ -179,6 +207,11 @@ Result<std::map<std::string, at::Tensor>> LearnerRanks::GatherOptimizerState(Lea
   return learner.GatherOptimizerState();
 }
 
+Result<std::vector<RankMemory>> LearnerRanks::TakeRankMemory() {
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "peak_rss"}}));
+  return ExchangeRankMemory(*group_);
+}
+
 void LearnerRanks::Stop() {
   if (stopped_) return;
   stopped_ = true;
@@ -186,6 +219,7 @@ void LearnerRanks::Stop() {
 }
 
 Status RunRankWorker(RankGroup& group, std::ostream& progress) {
+  StartResidentSetMb();
   ECHELON_ASSIGN_OR_RETURN(json setup, ReceiveMessage(group));
   if (setup["op"] != "setup") return DataLoss("learner rank: expected the set-up message first");
   ECHELON_ASSIGN_OR_RETURN(model::ModelConfig config, model::ModelConfig::FromJson(setup["model"], "rank 0's model"));
@@ -199,13 +233,12 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
   }
   ECHELON_RETURN_IF_ERROR(model::CheckDevice(options.device).WithContext("learner rank " + std::to_string(group.rank())));
   // Receive into tensors shaped like this rank's own.
-  model::Qwen3Model model(config);
-  std::map<std::string, at::Tensor> weights = model->StateDict();
-  std::vector<at::Tensor> w = Ordered(weights);
-  ECHELON_RETURN_IF_ERROR(group.Broadcast(w, 0));
+  model::Qwen3Model model(config, model::Qwen3ModelImpl::Uninitialized{});
+  {  // straight into the model's own tensors; nothing else holds them (a sharding learner frees them)
+    std::vector<at::Tensor> w = Ordered(model->StateDict());
+    ECHELON_RETURN_IF_ERROR(group.Broadcast(w, 0));
+  }
   size_t i = 0;
-  for (auto& [name, t] : weights) t = w[i++];
-  ECHELON_RETURN_IF_ERROR(model->LoadStateDict(weights, "rank 0's weights"));
   std::map<std::string, at::Tensor> reference;
   if (setup.value("reference", false)) {
     // Fresh tensors: StateDict's share the model's memory, and the reference would overwrite it.
@@ -238,6 +271,9 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
   // Only now: a learner with sharded parameters empties this rank's whole copy of the weights.
   Learner learner(model, options, &group);
   ECHELON_RETURN_IF_ERROR(learner.Restore(version, optimizer, reference));
+  optimizer.clear();  // inside the optimizer now
+  reference.clear();
+  model = model::Qwen3Model(nullptr);
   progress << "learner rank " << group.rank() << " of " << group.world() << " ready at version " << version
            << " (" << options.device
            << (options.shard == Shard::kOptimizer ? ", sharded optimizer"
@@ -247,6 +283,10 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
   while (true) {
     ECHELON_ASSIGN_OR_RETURN(json message, ReceiveMessage(group));
     if (message["op"] == "stop") return Status::Ok();
+    if (message["op"] == "peak_rss") {
+      ECHELON_RETURN_IF_ERROR(ExchangeRankMemory(group).status());
+      continue;
+    }
     if (message["op"] == "gather_optimizer") {
       ECHELON_RETURN_IF_ERROR(learner.GatherOptimizerState().status());
       continue;

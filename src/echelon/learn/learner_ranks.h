@@ -10,7 +10,8 @@
 //   rank 0:   LearnerRanks ranks(group);  ranks.Setup(learner);  ranks.SendStep(groups);  learner.Step(groups);
 //   worker:   RunRankWorker(group, std::cout);   // until rank 0 says stop
 //
-// Messages are msgpack (nlohmann's binary JSON): {"op": "setup" | "step" | "stop", ...}.
+// Messages are msgpack (nlohmann's binary JSON): {"op": "setup" | "step" | "gather_optimizer" |
+// "peak_rss" | "stop", ...}.
 // Thread contract: the learner thread of each rank.
 #pragma once
 
@@ -25,6 +26,20 @@
 #include "echelon/learn/rank_group.h"
 
 namespace echelon::learn {
+
+// One rank's host memory, in MiB: its peak resident set (VmHWM) since the previous reading (or
+// its start), the resident set after the reading, and the resident set when it became a rank
+// (the runtime's own: LibTorch, Gloo, before any model).
+struct RankMemory {
+  double peak_mb = 0, now_mb = 0, start_mb = 0;
+};
+
+// Every rank's RankMemory, rank 0's from this process, gathered in rank order (AllGather); each
+// rank then starts its peak over (common/process.h ResetPeakResidentSet), so the next reading
+// is the next phase's. Every rank calls it (workers on the "peak_rss" message).
+Result<std::vector<RankMemory>> ExchangeRankMemory(RankGroup& group);
+// This process's RankMemory without ranks (the peak then starts over too).
+RankMemory TakeOwnMemory();
 
 class LearnerRanks {
  public:
@@ -41,6 +56,8 @@ class LearnerRanks {
   Status SendStep(const std::vector<LearnerGroup>& groups, double lr);
   // The whole AdamW state, also when it is sharded across the ranks (for a checkpoint).
   Result<std::map<std::string, at::Tensor>> GatherOptimizerState(Learner& learner);
+  // Every rank's host memory since the previous call (ExchangeRankMemory).
+  Result<std::vector<RankMemory>> TakeRankMemory();
   // Workers leave their loop (best effort: a dead group just ends).
   void Stop();
 

@@ -245,12 +245,12 @@ Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, c
                          const RunState& state, int64_t keep, const std::map<std::string, at::Tensor>* optimizer_state) {
   model::CheckpointFiles extra;
   ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile],
-                           model::SerializeSafetensors(optimizer_state ? *optimizer_state : learner.OptimizerState(), {}));
+                           model::SafetensorsLayout(optimizer_state ? *optimizer_state : learner.OptimizerState()));
   extra[kStateFile] = RunStateToJson(state).dump(1) + "\n";
   if (model::StorageDtype(learner.model()->config()) != at::kFloat) {
     std::map<std::string, at::Tensor> master;
     for (const auto& [name, t] : learner.model()->StateDict()) master[name] = t.to(at::kCPU, at::kFloat);
-    ECHELON_ASSIGN_OR_RETURN(extra[kMasterFile], model::SerializeSafetensors(master, {}));
+    ECHELON_ASSIGN_OR_RETURN(extra[kMasterFile], model::SafetensorsLayout(master));
   }
   const fs::path dir = fs::path(ckpt_dir) / ("step-" + std::to_string(state.version));
   ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint(dir.string(), learner.model(), vocab, extra));

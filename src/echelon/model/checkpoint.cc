@@ -37,12 +37,15 @@ Status WriteFiles(const fs::path& tmp, const CheckpointFiles& files) {
   const char* fault = std::getenv("ECHELON_FAULT_KILL_IN_CHECKPOINT");
   const bool die_half_way = fault != nullptr && *fault != '\0' && tmp.string().find(fault) != std::string::npos;
   nlohmann::json sums = nlohmann::json::object();
-  for (const auto& [name, bytes] : files) {
+  for (const auto& [name, file] : files) {
     if (die_half_way && sums.size() == files.size() / 2) ::kill(::getpid(), SIGKILL);
     if (name == kChecksums || name.empty() || name.find('/') != std::string::npos)
       return InvalidArgument("checkpoint file name '" + name + "' is reserved or not a plain name");
-    ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / name).string(), bytes));
-    sums[name] = {{"bytes", bytes.size()}, {"sha256", Sha256Hex(bytes)}};
+    const std::vector<std::string_view> views = file.Views();
+    ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / name).string(), views));
+    uint64_t size = 0;
+    for (std::string_view v : views) size += v.size();
+    sums[name] = {{"bytes", size}, {"sha256", Sha256Hex(views)}};
   }
   // Written last: a directory whose checksums.json is whole has every other file whole.
   ECHELON_RETURN_IF_ERROR(WriteFileAtomic((tmp / kChecksums).string(), nlohmann::json{{"files", sums}}.dump(1) + "\n"));
@@ -76,6 +79,10 @@ Status Publish(const fs::path& tmp, const fs::path& dir) {
 
 }  // namespace
 
+std::vector<std::string_view> CheckpointFile::Views() const {
+  return streamed ? parts.Views() : std::vector<std::string_view>{bytes};
+}
+
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Vocabulary& vocab,
                       const CheckpointFiles& extra) {
   const ModelConfig& cfg = model->config();
@@ -86,8 +93,8 @@ Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Voc
   nlohmann::json config = cfg.ToJson();
   if (!vocab.stop_ids().empty()) config["eos_token_id"] = vocab.eos_json();
   files["config.json"] = config.dump(2) + "\n";
-  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StorageStateDict(), {{"format", "pt"}}));
-  for (const auto& [name, bytes] : vocab.files()) files[name] = bytes;
+  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SafetensorsLayout(model->StorageStateDict(), {{"format", "pt"}}));
+  for (const auto& [name, bytes] : vocab.files()) files[name] = CheckpointFile(bytes);
   // The ids generation starts and stops at, for Hugging Face generate() and the engines, over
   // the source model's generation defaults (temperature, top_p, ...) when it had any.
   nlohmann::json gen = nlohmann::json::object();
@@ -138,12 +145,13 @@ Status VerifyCheckpoint(const std::string& dir, bool required) {
     if (name.find('/') != std::string::npos || !entry.is_object() || !entry.contains("bytes") ||
         !entry["bytes"].is_number_unsigned() || !entry.contains("sha256") || !entry["sha256"].is_string())
       return DataLoss(sums_path.string() + ": malformed entry for '" + name + "'");
-    Result<std::string> bytes = ReadFile(file.string());
-    if (!bytes.ok()) return DataLoss(file.string() + " is listed in checksums.json but cannot be read");
-    if (bytes->size() != entry["bytes"].get<uint64_t>())
-      return DataLoss(file.string() + " has " + std::to_string(bytes->size()) + " bytes, checksums.json says " +
+    uint64_t size = 0;
+    Result<std::string> sha = Sha256HexOfFile(file.string(), &size);  // read in pieces: no whole-file copy
+    if (!sha.ok()) return DataLoss(file.string() + " is listed in checksums.json but cannot be read");
+    if (size != entry["bytes"].get<uint64_t>())
+      return DataLoss(file.string() + " has " + std::to_string(size) + " bytes, checksums.json says " +
                       std::to_string(entry["bytes"].get<uint64_t>()) + " (truncated or overwritten)");
-    if (Sha256Hex(bytes.value()) != entry["sha256"].get<std::string>())
+    if (sha.value() != entry["sha256"].get<std::string>())
       return DataLoss(file.string() + ": SHA-256 differs from checksums.json (corrupt)");
   }
   return Status::Ok();

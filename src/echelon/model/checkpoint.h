@@ -17,6 +17,7 @@
 
 #include "echelon/common/status.h"
 #include "echelon/model/qwen3.h"
+#include "echelon/model/safetensors.h"
 #include "echelon/model/tokenizer.h"
 #include "echelon/model/vocabulary.h"
 
@@ -28,8 +29,21 @@ struct LoadedCheckpoint {
   Qwen3Model model{nullptr};
 };
 
-// File name -> bytes, stored beside the weights and covered by checksums.json.
-using CheckpointFiles = std::map<std::string, std::string>;
+// One file of a checkpoint: its bytes, or a safetensors file written straight from its
+// tensors' memory (no whole-file string: a checkpoint of the weights and AdamW state costs no
+// second copy of them).
+struct CheckpointFile {
+  CheckpointFile() = default;
+  CheckpointFile(std::string b) : bytes(std::move(b)) {}                      // NOLINT: implicit
+  CheckpointFile(const char* b) : bytes(b) {}                                 // NOLINT: implicit
+  CheckpointFile(SafetensorsParts p) : parts(std::move(p)), streamed(true) {}  // NOLINT: implicit
+  std::vector<std::string_view> Views() const;
+  std::string bytes;
+  SafetensorsParts parts;
+  bool streamed = false;
+};
+// File name -> contents, stored beside the weights and covered by checksums.json.
+using CheckpointFiles = std::map<std::string, CheckpointFile>;
 
 // config.json carries the vocabulary's stop ids as "eos_token_id"; generation_config.json its
 // BOS, stop and pad ids. Refused when the tokenizer has more ids than the model has rows.

@@ -87,11 +87,12 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
   std::string weights_label;
   ECHELON_ASSIGN_OR_RETURN(auto weights, ReadWeights(dir, &weights_label));
   try {
-    m.model = Qwen3Model(m.config);
+    m.model = Qwen3Model(m.config, Qwen3ModelImpl::Uninitialized{});
   } catch (const c10::Error& e) {
     return InvalidArgument(config_path.string() + ": " + e.what_without_backtrace());
   }
-  ECHELON_RETURN_IF_ERROR(m.model->LoadStateDict(weights, weights_label));
+  // The tensors read become the parameters (fp32 ones as they are): no second copy of the model.
+  ECHELON_RETURN_IF_ERROR(m.model->BindStateDict(weights, weights_label));
 
   ECHELON_RETURN_IF_ERROR(AddTokenIds(config_json, "eos_token_id", config_path.string(), &m.stop_ids));
   const fs::path gen_path = dir / "generation_config.json";
@@ -136,7 +137,7 @@ Status SaveModelDir(const std::string& dir, const Qwen3Model& model, const std::
   json config = cfg.ToJson();
   if (!stop_ids.empty()) config["eos_token_id"] = stop_ids.size() == 1 ? json(stop_ids[0]) : json(stop_ids);
   files["config.json"] = config.dump(2) + "\n";
-  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SerializeSafetensors(model->StorageStateDict(), {{"format", "pt"}}));
+  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SafetensorsLayout(model->StorageStateDict(), {{"format", "pt"}}));
   json gen = {{"do_sample", true}};
   if (cfg.bos_token_id >= 0) gen["bos_token_id"] = cfg.bos_token_id;
   if (!stop_ids.empty()) gen["eos_token_id"] = stop_ids.size() == 1 ? json(stop_ids[0]) : json(stop_ids);

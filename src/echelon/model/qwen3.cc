@@ -138,7 +138,11 @@ at::ScalarType StorageDtype(const ModelConfig& config) {
   return at::kFloat;
 }
 
-Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range) : Qwen3ModelImpl(cfg, range, nullptr) {}
+Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range) : Qwen3ModelImpl(cfg, range, nullptr) {
+  InitWeights(0);
+}
+
+Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, Uninitialized) : Qwen3ModelImpl(cfg, {}, nullptr) {}
 
 Qwen3ModelImpl::Qwen3ModelImpl(const Qwen3ModelImpl& other, SharingWeights)
     : Qwen3ModelImpl(other.cfg_, other.range_, &other) {}
@@ -224,7 +228,6 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range, const Q
   // As HF: 1 / theta^(arange(0, D, 2) / D) in fp32.
   inv_freq_ =
       at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d)).reciprocal();
-  if (shared == nullptr) InitWeights(0);
 }
 
 at::Tensor Qwen3ModelImpl::Forward(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& key_valid,

@@ -118,6 +118,11 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // cfg must pass Validate() (c10::Error otherwise), and range lie in it; weights start as
   // InitWeights(0).
   explicit Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range = {});
+  // A model of `cfg` whose weights are allocated and never written: their contents are undefined
+  // and their pages not resident until written. For weights about to be replaced (received,
+  // loaded, cut into shards), so the model costs no memory or time of its own first.
+  struct Uninitialized {};
+  Qwen3ModelImpl(const ModelConfig& cfg, Uninitialized);
   // A model of `other`'s config and layers whose parameters are `other`'s tensors (not copies):
   // models that decode side by side on one copy of the weights (each with its own StageIo).
   struct SharingWeights {};

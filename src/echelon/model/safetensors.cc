@@ -2,7 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -118,6 +123,15 @@ Result<std::map<std::string, std::string>> ParseMetadata(const json& m, const st
   return out;
 }
 
+// A bool byte other than 0/1 is undefined behaviour once read as bool.
+Status CheckBools(const Entry& e, const at::Tensor& t, const std::string& where) {
+  if (e.dtype->type != at::kBool) return Status::Ok();
+  const auto* b = static_cast<const unsigned char*>(t.data_ptr());
+  if (std::any_of(b, b + t.numel(), [](unsigned char c) { return c > 1; }))
+    return DataLoss(where + ": tensor \"" + e.name + "\" has BOOL bytes other than 0 and 1");
+  return Status::Ok();
+}
+
 Result<at::Tensor> MakeTensor(const Entry& e, const char* data, const std::string& where, bool view) {
   const size_t n = e.end - e.begin;
   const auto address = reinterpret_cast<uintptr_t>(data + e.begin);
@@ -127,46 +141,72 @@ Result<at::Tensor> MakeTensor(const Entry& e, const char* data, const std::strin
   }
   at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
   if (n > 0) std::memcpy(t.data_ptr(), data + e.begin, n);
-  if (e.dtype->type == at::kBool) {
-    // A bool byte other than 0/1 is undefined behaviour once read as bool.
-    const auto* b = reinterpret_cast<const unsigned char*>(data + e.begin);
-    if (std::any_of(b, b + n, [](unsigned char c) { return c > 1; })) {
-      return DataLoss(where + ": tensor \"" + e.name + "\" has BOOL bytes other than 0 and 1");
-    }
-  }
+  ECHELON_RETURN_IF_ERROR(CheckBools(e, t, where));
   return t;
 }
 
-Result<SafetensorsFile> Parse(std::string_view bytes, const std::string& where, bool view) {
-  if (bytes.size() < 8) {
-    return DataLoss(where + ": " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
+// The header length N from the first 8 bytes, checked against the file's size.
+Result<uint64_t> HeaderLength(std::string_view bytes, uint64_t file_size, const std::string& where) {
+  if (file_size < 8 || bytes.size() < 8) {
+    return DataLoss(where + ": " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
   }
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
-  if (n > bytes.size() - 8) {
+  if (n > file_size - 8) {
     return DataLoss(where + ": header length " + std::to_string(n) + " runs past the end of the file (" +
-                    std::to_string(bytes.size()) + " bytes); file truncated?");
+                    std::to_string(file_size) + " bytes); file truncated?");
   }
-  json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return DataLoss(where + ": header is not a valid JSON object");
+  return n;
+}
 
-  SafetensorsFile out;
-  std::vector<Entry> entries;
+struct Header {
+  std::vector<Entry> entries;  // tiling the data section, in file order
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;     // 8 + N
+};
+
+// `head`: the file's first 8 + N bytes (at least); `file_size`: all of it.
+Result<Header> ParseHeader(std::string_view head, uint64_t file_size, const std::string& where) {
+  ECHELON_ASSIGN_OR_RETURN(const uint64_t n, HeaderLength(head, file_size, where));
+  json header = json::parse(head.begin() + 8, head.begin() + 8 + static_cast<std::ptrdiff_t>(n), nullptr, false);
+  if (header.is_discarded() || !header.is_object()) return DataLoss(where + ": header is not a valid JSON object");
+  Header out;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       ECHELON_ASSIGN_OR_RETURN(out.metadata, ParseMetadata(it.value(), where));
       continue;
     }
     ECHELON_ASSIGN_OR_RETURN(Entry e, ParseEntry(it.key(), it.value(), where));
-    entries.push_back(std::move(e));
+    out.entries.push_back(std::move(e));
   }
-  const uint64_t data_size = bytes.size() - 8 - n;
-  ECHELON_RETURN_IF_ERROR(CheckLayout(&entries, data_size, where));
-  const char* data = bytes.data() + 8 + n;
-  for (const Entry& e : entries) {
+  out.data_start = 8 + n;
+  ECHELON_RETURN_IF_ERROR(CheckLayout(&out.entries, file_size - out.data_start, where));
+  return out;
+}
+
+Result<SafetensorsFile> Parse(std::string_view bytes, const std::string& where, bool view) {
+  ECHELON_ASSIGN_OR_RETURN(Header header, ParseHeader(bytes, bytes.size(), where));
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  const char* data = bytes.data() + header.data_start;
+  for (const Entry& e : header.entries) {
     ECHELON_ASSIGN_OR_RETURN(out.tensors[e.name], MakeTensor(e, data, where, view));
   }
   return out;
+}
+
+// `n` bytes at `offset` of `fd` into `into`.
+Status ReadAt(int fd, char* into, uint64_t n, uint64_t offset, const std::string& where) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, into, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return DataLoss(where + ": read failed at byte " + std::to_string(offset) + ": " +
+                                  (got < 0 ? std::strerror(errno) : "unexpected end of file"));
+    into += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -180,15 +220,38 @@ Result<SafetensorsFile> ViewSafetensors(std::string_view bytes, const std::strin
 }
 
 Result<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  ECHELON_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  return ParseSafetensors(bytes, path);
+  // Each tensor is read straight into its own memory: the file is never held whole besides it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot open " + path + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return DataLoss("cannot stat " + path + ": " + std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string head(std::min<uint64_t>(size, 8), '\0');
+  ECHELON_RETURN_IF_ERROR(ReadAt(fd, head.data(), head.size(), 0, path));
+  ECHELON_ASSIGN_OR_RETURN(const uint64_t n, HeaderLength(head, size, path));
+  head.resize(8 + n);
+  ECHELON_RETURN_IF_ERROR(ReadAt(fd, head.data() + 8, n, 8, path));
+  ECHELON_ASSIGN_OR_RETURN(Header header, ParseHeader(head, size, path));
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (const Entry& e : header.entries) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
+    ECHELON_RETURN_IF_ERROR(ReadAt(fd, static_cast<char*>(t.data_ptr()), e.end - e.begin, header.data_start + e.begin, path));
+    ECHELON_RETURN_IF_ERROR(CheckBools(e, t, path));
+    out.tensors[e.name] = std::move(t);
+  }
+  return out;
 }
 
-Result<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
-                                         const std::map<std::string, std::string>& metadata) {
+Result<SafetensorsParts> SafetensorsLayout(const std::map<std::string, at::Tensor>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> contiguous;
+  SafetensorsParts parts;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     if (name == "__metadata__" || name.empty()) return InvalidArgument("invalid tensor name \"" + name + "\"");
@@ -202,25 +265,42 @@ Result<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>
     const uint64_t n = static_cast<uint64_t>(c.numel()) * d->itemsize;
     header[name] = {{"dtype", d->name}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
     offset += n;
-    contiguous.push_back(std::move(c));
+    parts.tensors.push_back(std::move(c));
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
-  std::string out;
-  out.reserve(8 + text.size() + offset);
   const uint64_t len = text.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
-  out += text;
-  for (const at::Tensor& c : contiguous) {
-    if (c.numel() > 0) out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-  }
+  for (int i = 0; i < 8; ++i) parts.header.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  parts.header += text;
+  return parts;
+}
+
+std::vector<std::string_view> SafetensorsParts::Views() const {
+  std::vector<std::string_view> out = {header};
+  for (const at::Tensor& c : tensors)
+    if (c.numel() > 0) out.emplace_back(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  return out;
+}
+
+uint64_t SafetensorsParts::size() const {
+  uint64_t n = header.size();
+  for (const at::Tensor& c : tensors) n += c.nbytes();
+  return n;
+}
+
+Result<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
+                                         const std::map<std::string, std::string>& metadata) {
+  ECHELON_ASSIGN_OR_RETURN(const SafetensorsParts parts, SafetensorsLayout(tensors, metadata));
+  std::string out;
+  out.reserve(parts.size());
+  for (std::string_view v : parts.Views()) out.append(v);
   return out;
 }
 
 Status WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                         const std::map<std::string, std::string>& metadata) {
-  ECHELON_ASSIGN_OR_RETURN(std::string bytes, SerializeSafetensors(tensors, metadata));
-  return WriteFileAtomic(path, bytes).WithContext("writing " + path);
+  ECHELON_ASSIGN_OR_RETURN(const SafetensorsParts parts, SafetensorsLayout(tensors, metadata));
+  return WriteFileAtomic(path, parts.Views()).WithContext("writing " + path);
 }
 
 }  // namespace echelon::model

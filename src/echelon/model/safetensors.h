@@ -34,10 +34,23 @@ Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::stri
 Result<SafetensorsFile> ViewSafetensors(std::string_view bytes, const std::string& where);
 Result<SafetensorsFile> ReadSafetensors(const std::string& path);
 
+// A safetensors file as its parts, for writing and hashing without one whole-file string: the
+// length-prefixed header, then each tensor's bytes. A tensor already on the CPU, contiguous, is
+// the caller's own (no copy; it must not change until the parts are written); others are
+// copied, one CPU copy each.
+struct SafetensorsParts {
+  std::string header;
+  std::vector<at::Tensor> tensors;
+  std::vector<std::string_view> Views() const;  // header, then each tensor's bytes
+  uint64_t size() const;
+};
+Result<SafetensorsParts> SafetensorsLayout(const std::map<std::string, at::Tensor>& tensors,
+                                           const std::map<std::string, std::string>& metadata = {});
+
 // Serialises tensors (F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL), names sorted.
 Result<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
                                          const std::map<std::string, std::string>& metadata = {});
-// Writes atomically (temporary name, fsync, rename).
+// Writes atomically (temporary name, fsync, rename), from the tensors' own memory.
 Status WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
 
