@@ -10,6 +10,8 @@
 #   peak at one rank, 2.1 GB now);
 # - a worker rank kept the whole fp32 model it had received at set-up for the whole run, and the
 #   sharded learner built a whole randomly initialised compute model before emptying it;
+# - under shard params a worker received the whole weights at set-up, and the whole AdamW state
+#   at a resume, before cutting its shards (954 and 1,935 MiB at 2 ranks; 505 and 985 now);
 # - several ranks' gradient exchange held the old gradients, the summed vector and a clone of it.
 # Usage: tests/learner_memory_test.sh path/to/echelon
 set -uo pipefail
@@ -46,6 +48,9 @@ for setup in "--ranks 1" "--ranks 2 --shard params" "--ranks 2 --shard optimizer
 done
 check "a worker rank keeps no whole copy of the weights after set-up (shard params, resting at publication)" \
   within ranks2shardparams.out publication 1
+check "shard params: a worker holds no whole model at set-up (rank 0 sends each unit, it keeps its shard)" \
+  within ranks2shardparams.out set-up 1
+check "shard params: nor at the resume, of the weights or the AdamW state" within ranks2shardparams.out resume 1
 check "the gradient exchange holds one more set of gradients, not two (shard optimizer, updates)" \
   within ranks2shardoptimizer.out updates
 finish

@@ -127,15 +127,31 @@ std::vector<at::Tensor> LayerUnits::Shards() const {
   return out;
 }
 
-at::Tensor LayerUnits::Cut(size_t u, const std::vector<at::Tensor>& whole) const {
-  const Unit& unit = units_[u];
-  at::Tensor flat = at::zeros({unit.padded}, at::TensorOptions().dtype(at::kFloat).device(device_));
+at::Tensor LayerUnits::Flat(size_t u, const std::vector<at::Tensor>& whole) const {
+  at::Tensor flat = at::zeros({units_[u].padded}, at::TensorOptions().dtype(at::kFloat).device(device_));
   int64_t offset = 0;
   for (const at::Tensor& t : whole) {
     flat.narrow(0, offset, t.numel()).copy_(t.flatten());
     offset += t.numel();
   }
-  return flat.narrow(0, rank_ * ShardLength(unit), ShardLength(unit)).clone();
+  return flat;
+}
+
+at::Tensor LayerUnits::Cut(size_t u, const std::vector<at::Tensor>& whole) const {
+  const Unit& unit = units_[u];
+  return Flat(u, whole).narrow(0, rank_ * ShardLength(unit), ShardLength(unit)).clone();
+}
+
+Result<at::Tensor> LayerUnits::CutFromRankZero(size_t u, const std::vector<at::Tensor>& whole) {
+  const Unit& unit = units_[u];
+  if (!shard_) return FailedPrecondition("cutting shards of units that are not sharded");
+  if (rank_ == 0 && whole.size() != unit.shapes.size())
+    return InvalidArgument("CutFromRankZero: unit " + std::to_string(u) + " has " + std::to_string(unit.shapes.size()) +
+                           " tensors, not " + std::to_string(whole.size()));
+  std::vector<at::Tensor> flat = {
+      rank_ == 0 ? Flat(u, whole) : at::empty({unit.padded}, at::TensorOptions().dtype(at::kFloat).device(device_))};
+  ECHELON_RETURN_IF_ERROR(reducer_->Broadcast(flat, 0));
+  return flat[0].narrow(0, rank_ * ShardLength(unit), ShardLength(unit)).clone();
 }
 
 Result<std::vector<at::Tensor>> LayerUnits::Join(size_t u, const at::Tensor& mine) {

@@ -82,6 +82,10 @@ class LayerUnits : public model::LayerHook {
   // This rank's shard of unit `u` cut from whole per-parameter tensors (one per UnitParameters,
   // same shapes): the padding is zero.
   at::Tensor Cut(size_t u, const std::vector<at::Tensor>& whole) const;
+  // This rank's shard of unit `u` from rank 0's whole per-parameter tensors (`whole`, read on
+  // rank 0 only): rank 0 broadcasts the unit's flat vector and every rank keeps its part, so a
+  // rank holds one unit of the whole at a time. Collective.
+  Result<at::Tensor> CutFromRankZero(size_t u, const std::vector<at::Tensor>& whole);
   // The whole tensors of unit `u` from every rank's shard of `mine` (fp32, as Cut gives).
   Result<std::vector<at::Tensor>> Join(size_t u, const at::Tensor& mine);
 
@@ -102,6 +106,8 @@ class LayerUnits : public model::LayerHook {
     int64_t gathered = 0;            // bytes of the gathered weights while gathered
   };
   int64_t ShardLength(const Unit& unit) const { return unit.padded / world_; }
+  // Unit `u`'s flat fp32 vector [padded] on the device from its whole tensors (the padding zero).
+  at::Tensor Flat(size_t u, const std::vector<at::Tensor>& whole) const;
   void TakeUnits();  // units_ from the compute model
   // Reduce-scatters fp32 [padded] gradients into unit `u`'s shard gradient; `also` more bytes
   // of gradients are alive beside `flat` meanwhile.

@@ -299,6 +299,39 @@ std::map<std::string, at::Tensor> Learner::OptimizerState() const {
   return out;
 }
 
+Status Learner::ShardsFromRankZero(const std::map<std::string, at::Tensor>* optimizer_state, bool with_optimizer) {
+  if (!units_sharded_) return FailedPrecondition("ShardsFromRankZero: the parameters are not sharded");
+  const bool root = reducer_->rank() == 0;
+  if (root && with_optimizer && optimizer_state == nullptr)
+    return InvalidArgument("ShardsFromRankZero: rank 0 needs the optimizer state it sends");
+  at::NoGradGuard no_grad;
+  const std::vector<ParameterUnit> master = root ? ParameterUnits(model_) : std::vector<ParameterUnit>();
+  const std::vector<at::Tensor> shards = units_->Shards();
+  // Rank 0's state by unit (Restore checked it is whole); elsewhere nothing.
+  const auto state_of = [&](size_t u, const char* which) {
+    std::vector<at::Tensor> out;
+    if (root)
+      for (const std::string& name : units_->UnitNames(u)) out.push_back(optimizer_state->at(name + which));
+    return out;
+  };
+  for (size_t u = 0; u < shards.size(); ++u) {
+    ECHELON_ASSIGN_OR_RETURN(const at::Tensor w, units_->CutFromRankZero(u, root ? master[u].params : std::vector<at::Tensor>()));
+    shards[u].detach().copy_(w);
+    if (!with_optimizer) continue;
+    ECHELON_ASSIGN_OR_RETURN(at::Tensor m, units_->CutFromRankZero(u, state_of(u, ".exp_avg")));
+    ECHELON_ASSIGN_OR_RETURN(at::Tensor v, units_->CutFromRankZero(u, state_of(u, ".exp_avg_sq")));
+    std::vector<at::Tensor> step = {root ? optimizer_state->at(units_->UnitNames(u).front() + ".step").to(at::kLong)
+                                         : at::zeros({1}, at::kLong)};
+    ECHELON_RETURN_IF_ERROR(reducer_->Broadcast(step, 0));
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(step[0].item<int64_t>());
+    s->exp_avg(std::move(m));
+    s->exp_avg_sq(std::move(v));
+    optimizer_->state()[c10::guts::to_string(shards[u].unsafeGetTensorImpl())] = std::move(s);
+  }
+  return Status::Ok();
+}
+
 Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>& optimizer_state,
                         const std::map<std::string, at::Tensor>& reference_weights) {
   if (version < 0) return InvalidArgument("restoring a negative policy version " + std::to_string(version));

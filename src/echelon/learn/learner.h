@@ -205,6 +205,12 @@ class Learner {
   // the frozen reference weights. On error (naming the tensor) nothing is changed.
   Status Restore(int64_t version, const std::map<std::string, at::Tensor>& optimizer_state,
                  const std::map<std::string, at::Tensor>& reference_weights);
+  // Shard::kParams over several ranks, at set-up: every rank's shards of the weights, and with
+  // `with_optimizer` of the AdamW state, become rank 0's cut, one unit at a time (rank 0
+  // broadcasts each unit's flat vector from its whole fp32 weights and `optimizer_state`, whole
+  // as Restore takes it and already restored on rank 0; the workers pass null): a worker never
+  // holds more than one unit of the whole model or its state. Collective.
+  Status ShardsFromRankZero(const std::map<std::string, at::Tensor>* optimizer_state, bool with_optimizer);
 
  private:
   struct Minibatch;

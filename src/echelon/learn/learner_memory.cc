@@ -207,10 +207,12 @@ double EstimateHostPeak(const model::ModelConfig& c, const LearnerSetup& setup, 
   const double held = m.weights + m.gradients + m.optimizer + (params && rank == 0 ? whole : 0);
   double bytes = 0;
   if (phase == "set-up") {
-    // The whole fp32 model (rank 0's own; a worker's received); with LoRA, the adapted copy
-    // beside the base it was made from (model/qwen3.h WithLora); then the shards cut unit by unit
-    // (params), or the bf16 compute copy.
-    bytes = whole * (lora ? 2 : 1) + (lora ? 4 * trained : 0) + (params ? m.weights + unit : bf16 && !lora ? 2 * p : 0);
+    // The whole fp32 model (rank 0's own; a worker's received, except under params, where each
+    // unit comes in turn and the worker keeps its shard); with LoRA, the adapted copy beside the
+    // base it was made from (model/qwen3.h WithLora); then the shards cut unit by unit (params),
+    // or the bf16 compute copy.
+    if (params) bytes = (rank == 0 ? whole : 0) + m.weights + unit;
+    else bytes = whole * (lora ? 2 : 1) + (lora ? 4 * trained : 0) + (bf16 && !lora ? 2 * p : 0);
   } else if (phase == "updates") {
     if (params) {
       bytes = held + m.gathered + m.activations;  // a layer's backward: gathered weights, gradients, activations
@@ -235,11 +237,12 @@ double EstimateHostPeak(const model::ModelConfig& c, const LearnerSetup& setup, 
     else bytes = held + (setup.shard == Shard::kOptimizer && several ? adamw : 0);
     if (rank == 0 && storage < whole) bytes += storage;
   } else if (phase == "resume") {
-    // The checkpoint's weights and whole AdamW state read (rank 0) or received (workers); then
-    // the learner's own state beside them until they are handed over.
+    // The checkpoint's weights and whole AdamW state read (rank 0) or received (workers, except
+    // under params: their shards of both, unit by unit); then the learner's own state beside
+    // them until they are handed over.
     const double mine = lora ? 4 * trained : 0;
     if (params) {
-      bytes = rank == 0 ? whole + adamw + m.weights + m.optimizer + unit : whole + adamw + m.weights + unit;
+      bytes = (rank == 0 ? whole + adamw : 0) + m.weights + m.optimizer + unit;
     } else {
       bytes = whole + mine + adamw + m.optimizer + (bf16 && !lora ? 2 * p : 0);
     }

@@ -97,6 +97,9 @@ std::vector<at::Tensor> Ordered(const std::map<std::string, at::Tensor>& m) {
   return out;
 }
 
+// Whether ranks of these options shard their parameters (no whole weights travel at set-up).
+bool ShardsUnits(const LearnerOptions& o, int world) { return o.shard == Shard::kParams && world > 1; }
+
 // The resident set when this process first asked (a worker asks as it becomes a rank).
 double StartResidentSetMb() {
   static const double start = ResidentSetMb();
@@ -182,14 +185,20 @@ Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Ten
                                                 {"version", learner.version()},
                                                 {"reference", !reference.empty()},
                                                 {"optimizer", Names(optimizer)}}));
-  std::vector<at::Tensor> weights = Ordered(learner.model()->StateDict());
-  for (at::Tensor& t : weights) t = t.to(at::kFloat);  // as the workers receive them (a LoRA base may be bf16)
-  ECHELON_RETURN_IF_ERROR(group_->Broadcast(weights, 0));
+  // Sharded parameters: no whole weights or AdamW state travel; each rank's shards follow, unit
+  // by unit (Learner::ShardsFromRankZero).
+  const bool sharded = ShardsUnits(learner.options(), world());
+  if (!sharded) {
+    std::vector<at::Tensor> weights = Ordered(learner.model()->StateDict());
+    for (at::Tensor& t : weights) t = t.to(at::kFloat);  // as the workers receive them (a LoRA base may be bf16)
+    ECHELON_RETURN_IF_ERROR(group_->Broadcast(weights, 0));
+  }
   if (!reference.empty()) {
     std::vector<at::Tensor> r = Ordered(reference);
     for (at::Tensor& t : r) t = t.to(at::kFloat);  // Gloo carries no bf16; the workers receive fp32
     ECHELON_RETURN_IF_ERROR(group_->Broadcast(r, 0));
   }
+  if (sharded) return learner.ShardsFromRankZero(&optimizer, !optimizer.empty());
   if (!optimizer.empty()) {
     std::vector<at::Tensor> o = Ordered(optimizer);
     ECHELON_RETURN_IF_ERROR(group_->Broadcast(o, 0));
@@ -232,9 +241,11 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
     return DataLoss(std::string("learner rank: malformed set-up: ") + e.what());
   }
   ECHELON_RETURN_IF_ERROR(model::CheckDevice(options.device).WithContext("learner rank " + std::to_string(group.rank())));
-  // Receive into tensors shaped like this rank's own.
+  // Receive into tensors shaped like this rank's own. Sharded parameters: the model's weights are
+  // never written (nor resident); the shards come unit by unit once the learner is built.
+  const bool sharded = ShardsUnits(options, group.world());
   model::Qwen3Model model(config, model::Qwen3ModelImpl::Uninitialized{});
-  {  // straight into the model's own tensors; nothing else holds them (a sharding learner frees them)
+  if (!sharded) {  // straight into the model's own tensors; nothing else holds them
     std::vector<at::Tensor> w = Ordered(model->StateDict());
     ECHELON_RETURN_IF_ERROR(group.Broadcast(w, 0));
   }
@@ -248,10 +259,13 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
     i = 0;
     for (auto& [name, t] : reference) t = r[i++];
   }
-  if (options.loss.kl_coef > 0 && reference.empty()) reference = model->StateDict();
+  if (options.loss.kl_coef > 0 && reference.empty()) {
+    if (sharded) return DataLoss("learner rank: rank 0 sent no KL reference");
+    reference = model->StateDict();
+  }
   std::map<std::string, at::Tensor> optimizer;
   const json names = setup.value("optimizer", json::array());
-  if (!names.empty()) {
+  if (!names.empty() && !sharded) {
     // Rank 0's AdamW state by name: "<param>.exp_avg", ".exp_avg_sq" (parameter-shaped) and
     // ".step" (one int64).
     const std::map<std::string, at::Tensor> params = model->StateDict();
@@ -271,6 +285,7 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
   // Only now: a learner with sharded parameters empties this rank's whole copy of the weights.
   Learner learner(model, options, &group);
   ECHELON_RETURN_IF_ERROR(learner.Restore(version, optimizer, reference));
+  if (sharded) ECHELON_RETURN_IF_ERROR(learner.ShardsFromRankZero(nullptr, !names.empty()));
   optimizer.clear();  // inside the optimizer now
   reference.clear();
   model = model::Qwen3Model(nullptr);

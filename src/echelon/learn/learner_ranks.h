@@ -1,8 +1,9 @@
 // Data-parallel learner ranks: rank 0 is the learner of the run (intake, dispatcher,
 // publishing, checkpoints, all in learn/learner_run.h); ranks 1..N-1 are workers that hold the
 // same model and optimizer and take part in every update. Rank 0 sends each worker the model,
-// the learner options and its state at the start (weights, KL reference, AdamW state), then
-// the groups of every update; every rank computes the gradients of its share of the
+// the learner options and its state at the start (weights, KL reference, AdamW state; under
+// learner.shard: params each unit's in turn, of which a worker keeps its shard, so no worker
+// ever holds the whole model), then the groups of every update; every rank computes the gradients of its share of the
 // micro-batches, the gradients are summed over the ranks (RankGroup), and every rank applies
 // the same step, so their weights stay equal. The state lives whole on rank 0, so a run
 // resumes with any number of ranks.
@@ -49,7 +50,8 @@ class LearnerRanks {
   int world() const { return group_->world(); }
 
   // Sends every worker the model config, the options and the state of `learner` (rank 0's,
-  // already restored when resuming) with the whole AdamW state (empty: none yet).
+  // already restored when resuming) with the whole AdamW state (empty: none yet); under
+  // Shard::kParams each worker's shards of them, unit by unit (Learner::ShardsFromRankZero).
   Status Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer_state);
   // The groups of the next update; every rank then runs Learner::Step on them.
   // `lr`: the learning rate of this update (rank 0's, which rl.staleness: auto may move).

@@ -185,6 +185,36 @@ TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
   EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
 }
 
+// The same under sharded parameters: no whole weights or AdamW state reach the worker; rank 0
+// sends each unit's, and the worker keeps its part (Learner::ShardsFromRankZero). A worker with
+// wrong shards would make the gathered weights wrong after the next update.
+TEST(LearnerRanks, ShardedWorkersTakeRankZerosWeightsAndAdamWStateUnitByUnit) {
+  model::Qwen3Model init(TinyMoeConfig());
+  init->InitWeights(8);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o;
+  o.lr = 1e-3;
+  Learner one(Copy(init), o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(one.Step(groups).ok());
+  o.shard = Shard::kParams;
+  TwoRanks two;
+  Learner rank0(Copy(one.model()), o, two.ranks->group());
+  ASSERT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), {}).ok());
+  const Status setup = two.ranks->Setup(rank0, one.OptimizerState());
+  ASSERT_TRUE(setup.ok()) << setup.message();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(one.Step(groups).ok());
+    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    ASSERT_TRUE(rank0.Step(groups).ok());
+  }
+  two.ranks->Stop();
+  const Status worker = two.worker.get();
+  ASSERT_TRUE(worker.ok()) << worker.message();
+  EXPECT_NE(two.worker_log.str().find("ready at version 3 (cpu, sharded parameters)"), std::string::npos)
+      << two.worker_log.str();
+  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+}
+
 // One rank takes three updates with the KL term; two ranks resume from its weights, AdamW state
 // and reference, and both take a fourth on the same groups. The learners after it: {one, two}.
 struct Resumed {
