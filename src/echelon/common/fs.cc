@@ -26,23 +26,36 @@ Status WriteFileAtomic(const std::string& path, const std::string& bytes, unsign
 }
 
 Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts, unsigned mode) {
+  return WriteFileAtomic(
+      path,
+      [&parts](const ByteSink& sink) {
+        for (std::string_view bytes : parts) ECHELON_RETURN_IF_ERROR(sink(bytes));
+        return Status::Ok();
+      },
+      mode);
+}
+
+Status WriteFileAtomic(const std::string& path, const std::function<Status(const ByteSink&)>& produce, unsigned mode) {
   const std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());  // a leftover keeps its own mode: O_CREAT applies `mode` only to a new file
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return Internal("cannot create " + tmp + ": " + std::strerror(errno));
-  for (std::string_view bytes : parts) {
+  const ByteSink sink = [&](std::string_view bytes) -> Status {
     size_t off = 0;
     while (off < bytes.size()) {
       ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
       if (n < 0) {
         if (errno == EINTR) continue;
-        std::string err = std::strerror(errno);
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return Internal("write to " + tmp + " failed: " + err);
+        return Internal("write to " + tmp + " failed: " + std::strerror(errno));
       }
       off += static_cast<size_t>(n);
     }
+    return Status::Ok();
+  };
+  if (Status st = produce(sink); !st.ok()) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return st;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());

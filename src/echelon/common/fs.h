@@ -3,6 +3,7 @@
 // the whole new one, never half of it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,12 @@ Result<std::string> ReadFile(const std::string& path);
 Status WriteFileAtomic(const std::string& path, const std::string& bytes, unsigned mode = 0644);
 // The same for the concatenation of `parts`, written one after another (no joined copy).
 Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& parts, unsigned mode = 0644);
+// Appends bytes to a file being written; an error stops the write.
+using ByteSink = std::function<Status(std::string_view)>;
+// The same for bytes made while they are written: `produce` hands them to the sink in order. A
+// failed `produce` (its error returned) leaves no file.
+Status WriteFileAtomic(const std::string& path, const std::function<Status(const ByteSink&)>& produce,
+                       unsigned mode = 0644);
 // Fsyncs a directory so that a rename inside it survives a power cut.
 Status SyncDir(const std::string& dir);
 // JSON text, or one error "<where>: not valid JSON: <the parser's reason>".

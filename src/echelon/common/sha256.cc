@@ -19,36 +19,50 @@ std::string Sha256(std::string_view bytes) {
 std::string Sha256Hex(std::string_view bytes) { return ToHex(Sha256(bytes)); }
 
 std::string Sha256Hex(const std::vector<std::string_view>& parts) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  Sha256Stream sha;
+  for (std::string_view p : parts) sha.Update(p);
+  return sha.Hex();  // empty on allocation failure: matches no digest
+}
+
+struct Sha256Stream::Ctx {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md{EVP_MD_CTX_new(), &EVP_MD_CTX_free};
+  bool ok = false;
+};
+
+Sha256Stream::Sha256Stream() : ctx_(std::make_unique<Ctx>()) {
+  ctx_->ok = ctx_->md && EVP_DigestInit_ex(ctx_->md.get(), EVP_sha256(), nullptr) == 1;
+}
+Sha256Stream::~Sha256Stream() = default;
+
+void Sha256Stream::Update(std::string_view bytes) {
+  ctx_->ok = ctx_->ok && EVP_DigestUpdate(ctx_->md.get(), bytes.data(), bytes.size()) == 1;
+}
+
+std::string Sha256Stream::Hex() {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   unsigned int n = 0;
-  bool ok = ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1;
-  for (std::string_view p : parts) ok = ok && EVP_DigestUpdate(ctx.get(), p.data(), p.size()) == 1;
-  ok = ok && EVP_DigestFinal_ex(ctx.get(), digest, &n) == 1 && n == sizeof(digest);
-  if (!ok) return std::string();  // allocation failure: matches no digest
+  if (!(ctx_->ok && EVP_DigestFinal_ex(ctx_->md.get(), digest, &n) == 1 && n == sizeof(digest))) return std::string();
+  ctx_->ok = false;
   return ToHex(std::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 
 Result<std::string> Sha256HexOfFile(const std::string& path, uint64_t* size) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open " + path + ": " + std::strerror(errno));
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-  bool ok = ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1;
+  Sha256Stream sha;
   std::string buffer(1 << 20, '\0');
   uint64_t total = 0;
-  while (ok && in) {
+  while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const std::streamsize n = in.gcount();
     total += static_cast<uint64_t>(n);
-    ok = n == 0 || EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n)) == 1;
+    sha.Update(std::string_view(buffer.data(), static_cast<size_t>(n)));
   }
   if (in.bad()) return DataLoss("cannot read " + path);
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  unsigned int n = 0;
-  ok = ok && EVP_DigestFinal_ex(ctx.get(), digest, &n) == 1 && n == sizeof(digest);
-  if (!ok) return Internal("SHA-256 of " + path + " failed");
+  std::string hex = sha.Hex();
+  if (hex.empty()) return Internal("SHA-256 of " + path + " failed");
   if (size != nullptr) *size = total;
-  return ToHex(std::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+  return hex;
 }
 
 std::string ToHex(std::string_view bytes) {

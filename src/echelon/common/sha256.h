@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,22 @@ std::string Sha256(std::string_view bytes);     // 32 raw bytes
 std::string Sha256Hex(std::string_view bytes);  // 64 lowercase hex characters
 // Sha256Hex of the parts' concatenation, without concatenating them.
 std::string Sha256Hex(const std::vector<std::string_view>& parts);
+// SHA-256 of bytes given piece by piece (a file as it is written).
+class Sha256Stream {
+ public:
+  Sha256Stream();
+  ~Sha256Stream();
+  Sha256Stream(const Sha256Stream&) = delete;
+  Sha256Stream& operator=(const Sha256Stream&) = delete;
+  void Update(std::string_view bytes);
+  // Lowercase hex of everything given (empty if the digest failed); once.
+  std::string Hex();
+
+ private:
+  struct Ctx;
+  std::unique_ptr<Ctx> ctx_;
+};
+
 // Sha256Hex of a file's bytes, read in pieces (never the whole file in memory); `size` (when
 // given) receives its length. Errors name the file.
 Result<std::string> Sha256HexOfFile(const std::string& path, uint64_t* size = nullptr);

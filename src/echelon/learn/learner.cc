@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "echelon/learn/layer_units.h"
+#include "echelon/model/safetensors.h"
 #include "echelon/learn/packing.h"
 #include "echelon/model/token_logprobs.h"
 
@@ -208,22 +209,17 @@ Status Learner::ShareStepped() {
 
 Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
   if (units_sharded_) {
-    // Every rank steps every unit together, so the step counts agree without asking.
     std::map<std::string, at::Tensor> all;
-    const std::vector<at::Tensor> shards = units_->Shards();
-    for (size_t u = 0; u < shards.size(); ++u) {
-      const torch::optim::AdamWParamState* s = StateOf(*optimizer_, shards[u]);
-      if (s == nullptr) continue;
-      ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> m, units_->Join(u, s->exp_avg()));
-      ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> v, units_->Join(u, s->exp_avg_sq()));
-      if (reducer_->rank() != 0) continue;  // only rank 0 writes checkpoints
-      for (size_t k = 0; k < m.size(); ++k) {  // in host memory: the whole state would not fit the device
-        const std::string& name = units_->UnitNames(u)[k];
-        all[name + ".exp_avg"] = m[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-        all[name + ".exp_avg_sq"] = v[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-        all[name + ".step"] = at::full({1}, s->step(), at::kLong);
-      }
-    }
+    ECHELON_RETURN_IF_ERROR(JoinOptimizerUnits(
+        [&](size_t u, int64_t step, const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v) {
+          for (size_t k = 0; k < m.size(); ++k) {  // in host memory: the whole state would not fit the device
+            const std::string& name = units_->UnitNames(u)[k];
+            all[name + ".exp_avg"] = m[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+            all[name + ".exp_avg_sq"] = v[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+            all[name + ".step"] = at::full({1}, step, at::kLong);
+          }
+          return Status::Ok();
+        }));
     return all;
   }
   if (!sharded_) return OptimizerState();
@@ -249,6 +245,60 @@ Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
     all[name + ".exp_avg_sq"] = t[0].narrow(0, 1 + p.numel(), p.numel()).view_as(p).clone();
   }
   return all;
+}
+
+Status Learner::JoinOptimizerUnits(
+    const std::function<Status(size_t, int64_t, const std::vector<at::Tensor>&, const std::vector<at::Tensor>&)>&
+        visit) {
+  if (!units_sharded_) return FailedPrecondition("JoinOptimizerUnits: the parameters are not sharded");
+  // Every rank steps every unit together, so the step counts agree without asking.
+  const std::vector<at::Tensor> shards = units_->Shards();
+  for (size_t u = 0; u < shards.size(); ++u) {
+    const torch::optim::AdamWParamState* s = StateOf(*optimizer_, shards[u]);
+    if (s == nullptr) continue;
+    ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> m, units_->Join(u, s->exp_avg()));
+    ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> v, units_->Join(u, s->exp_avg_sq()));
+    if (reducer_->rank() == 0) ECHELON_RETURN_IF_ERROR(visit(u, s->step(), m, v));
+  }
+  return Status::Ok();
+}
+
+Status Learner::WriteOptimizerState(const ByteSink* sink) {
+  if (!units_sharded_) return FailedPrecondition("WriteOptimizerState: the parameters are not sharded");
+  const bool root = reducer_->rank() == 0;
+  if (root && sink == nullptr) return InvalidArgument("WriteOptimizerState: rank 0 needs a sink");
+  Status written = Status::Ok();
+  const auto write = [&](std::string_view bytes) {
+    if (written.ok()) written = (*sink)(bytes);
+  };
+  if (root) {
+    // The header first, from the shapes: each unit's moments, then its step counts, in unit order.
+    std::vector<model::SafetensorsEntry> entries;
+    const std::vector<at::Tensor> shards = units_->Shards();
+    std::map<std::string, std::vector<int64_t>> shape_of(shapes_.begin(), shapes_.end());
+    for (size_t u = 0; u < shards.size(); ++u) {
+      if (StateOf(*optimizer_, shards[u]) == nullptr) continue;
+      const std::vector<std::string>& names = units_->UnitNames(u);
+      for (const char* which : {".exp_avg", ".exp_avg_sq"})
+        for (const std::string& name : names) entries.push_back({name + which, at::kFloat, shape_of.at(name)});
+      for (const std::string& name : names) entries.push_back({name + ".step", at::kLong, {1}});
+    }
+    Result<std::string> header = model::SafetensorsHeader(entries);
+    if (!header.ok()) written = header.status();
+    else write(header.value());
+  }
+  const auto bytes_of = [](const at::Tensor& t) {
+    return std::string_view(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  };
+  ECHELON_RETURN_IF_ERROR(JoinOptimizerUnits(
+      [&](size_t u, int64_t step, const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v) {
+        for (const std::vector<at::Tensor>* moments : {&m, &v})
+          for (const at::Tensor& t : *moments) write(bytes_of(t.to(at::kCPU, at::kFloat).contiguous()));
+        const at::Tensor count = at::full({1}, step, at::kLong);
+        for (size_t k = 0; k < m.size(); ++k) write(bytes_of(count));
+        return Status::Ok();
+      }));
+  return written;
 }
 
 int64_t Learner::OptimizerStateBytes() const {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "echelon/common/fs.h"
 #include "echelon/common/status.h"
 #include "echelon/data/adapter.h"
 #include "echelon/learn/grpo.h"
@@ -189,10 +190,17 @@ class Learner {
   // optimizer, this rank's share only; GatherOptimizerState (every rank calls it) gives all.
   std::map<std::string, at::Tensor> OptimizerState() const;
   Result<std::map<std::string, at::Tensor>> GatherOptimizerState();
+  // Shard::kParams: the whole AdamW state as OptimizerState() names it, written as a safetensors
+  // file to `sink` on rank 0 unit by unit as it is all-gathered, so no rank ever holds it whole.
+  // Every rank calls it (the workers with a null sink). A failed write still takes part in
+  // every unit's gathers, so the ranks stay in step; its error is returned after them.
+  Status WriteOptimizerState(const ByteSink* sink);
   // Bytes of AdamW state this rank holds.
   int64_t OptimizerStateBytes() const;
   // Whether the AdamW state is spread over the ranks (GatherOptimizerState then needs them all).
   bool optimizer_state_sharded() const { return sharded_ || units_sharded_; }
+  // Whether the parameters themselves are sharded (Shard::kParams over several ranks).
+  bool parameters_sharded() const { return units_sharded_; }
   // Bytes of fp32 master weights, gradients and AdamW state this rank keeps between updates
   // (rank 0's whole host copy under Shard::kParams not counted).
   int64_t TrainingStateBytes() const;
@@ -245,6 +253,11 @@ class Learner {
   // A parameter's AdamW state lives on rank index % world (sharded), else everywhere.
   int Owner(size_t index) const;
   bool Owns(size_t index) const;
+  // Shard::kParams: every unit that has AdamW state, its moments all-gathered (every rank calls
+  // it, in unit order), handed to `visit` on rank 0 as whole per-parameter tensors.
+  Status JoinOptimizerUnits(
+      const std::function<Status(size_t unit, int64_t step, const std::vector<at::Tensor>& exp_avg,
+                                 const std::vector<at::Tensor>& exp_avg_sq)>& visit);
   // After a sharded step: every rank's parameters become their owners'.
   Status ShareStepped();
 

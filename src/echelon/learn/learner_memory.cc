@@ -229,11 +229,11 @@ double EstimateHostPeak(const model::ModelConfig& c, const LearnerSetup& setup, 
     const double snapshot = storage * (storage < whole ? 2 : 1) + (lora ? 4 * trained : 0);
     bytes = held + (rank == 0 ? snapshot : 0);
   } else if (phase == "checkpoint save") {
-    // The files stream from the tensors' memory; what is gathered first is held: the whole AdamW
-    // state (params: on rank 0, each unit joined through all-gather buffers; a sharded optimizer:
-    // on every rank), and storage-dtype copies of narrower weights.
+    // The files stream from the tensors' memory. Under params the AdamW state is written unit by
+    // unit as it is all-gathered (about four units of buffers); a sharded optimizer gathers it
+    // whole on every rank first; narrower storage takes a storage-dtype copy of the weights.
     const double join = 4 * unit;
-    if (params) bytes = held + join + (rank == 0 ? adamw : 0);
+    if (params) bytes = held + join;
     else bytes = held + (setup.shard == Shard::kOptimizer && several ? adamw : 0);
     if (rank == 0 && storage < whole) bytes += storage;
   } else if (phase == "resume") {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "echelon/learn/run_checkpoint.h"
 #include "echelon/learn/snapshot_publisher.h"
@@ -121,17 +122,18 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
     }
     ECHELON_RETURN_IF_ERROR(reading("publication"));
 
-    {
-      std::map<std::string, at::Tensor> optimizer;
+    {  // as the run saves one (learner_run.cc)
+      std::optional<model::CheckpointFile> optimizer;
+      std::filesystem::create_directories(ckpt_dir);
       if (ranks) {
-        ECHELON_ASSIGN_OR_RETURN(optimizer, ranks->GatherOptimizerState(learner));
+        ECHELON_ASSIGN_OR_RETURN(optimizer, ranks->OptimizerFile(learner, GatheredOptimizerPath(ckpt_dir)));
       }
       RunState state;
       state.version = learner.version();
       state.dispatcher.version = learner.version();
       state.rng_state_hex = CaptureRngState();
       ECHELON_RETURN_IF_ERROR(
-          SaveRunCheckpoint(ckpt_dir, learner, vocab, state, 1, ranks ? &optimizer : nullptr));
+          SaveRunCheckpoint(ckpt_dir, learner, vocab, state, 1, optimizer ? &*optimizer : nullptr));
     }
     ECHELON_RETURN_IF_ERROR(reading("checkpoint save"));
     if (ranks) {

@@ -4,7 +4,10 @@
 
 #include <type_traits>
 
+#include "echelon/common/fs.h"
 #include "echelon/common/process.h"
+#include "echelon/common/sha256.h"
+#include "echelon/model/safetensors.h"
 
 namespace echelon::learn {
 namespace {
@@ -221,6 +224,34 @@ Result<std::vector<RankMemory>> LearnerRanks::TakeRankMemory() {
   return ExchangeRankMemory(*group_);
 }
 
+Result<model::CheckpointFile> LearnerRanks::OptimizerFile(Learner& learner, const std::string& path) {
+  if (!learner.parameters_sharded()) {
+    using State = std::map<std::string, at::Tensor>;
+    ECHELON_ASSIGN_OR_RETURN(State state, GatherOptimizerState(learner));
+    ECHELON_ASSIGN_OR_RETURN(model::SafetensorsParts parts, model::SafetensorsLayout(state));
+    return model::CheckpointFile(std::move(parts));
+  }
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_optimizer"}}));
+  Sha256Stream sha;
+  uint64_t size = 0;
+  bool gathered = false;
+  const Status written = WriteFileAtomic(path, [&](const ByteSink& sink) {
+    gathered = true;
+    const ByteSink counted = [&](std::string_view bytes) {
+      sha.Update(bytes);
+      size += bytes.size();
+      return sink(bytes);
+    };
+    return learner.WriteOptimizerState(&counted);
+  });
+  if (!gathered) {  // the file could not be opened: the workers still wait for every unit's gather
+    const ByteSink discard = [](std::string_view) { return Status::Ok(); };
+    (void)learner.WriteOptimizerState(&discard);
+  }
+  ECHELON_RETURN_IF_ERROR(written.WithContext("gathering the AdamW state"));
+  return model::CheckpointFile::Written(path, size, sha.Hex());
+}
+
 void LearnerRanks::Stop() {
   if (stopped_) return;
   stopped_ = true;
@@ -303,7 +334,8 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
       continue;
     }
     if (message["op"] == "gather_optimizer") {
-      ECHELON_RETURN_IF_ERROR(learner.GatherOptimizerState().status());
+      ECHELON_RETURN_IF_ERROR(learner.parameters_sharded() ? learner.WriteOptimizerState(nullptr)
+                                                           : learner.GatherOptimizerState().status());
       continue;
     }
     if (message["op"] != "step") return DataLoss("learner rank: unknown message " + message["op"].dump());

@@ -25,6 +25,7 @@
 #include "echelon/common/status.h"
 #include "echelon/learn/learner.h"
 #include "echelon/learn/rank_group.h"
+#include "echelon/model/checkpoint.h"
 
 namespace echelon::learn {
 
@@ -58,6 +59,10 @@ class LearnerRanks {
   Status SendStep(const std::vector<LearnerGroup>& groups, double lr);
   // The whole AdamW state, also when it is sharded across the ranks (for a checkpoint).
   Result<std::map<std::string, at::Tensor>> GatherOptimizerState(Learner& learner);
+  // The AdamW state as a run checkpoint's file (run_checkpoint.h SaveRunCheckpoint): under
+  // Shard::kParams written to `path` (run_checkpoint.h GatheredOptimizerPath) unit by unit as it
+  // is gathered, so rank 0 never holds it whole; otherwise from GatherOptimizerState.
+  Result<model::CheckpointFile> OptimizerFile(Learner& learner, const std::string& path);
   // Every rank's host memory since the previous call (ExchangeRankMemory).
   Result<std::vector<RankMemory>> TakeRankMemory();
   // Workers leave their loop (best effort: a dead group just ends).

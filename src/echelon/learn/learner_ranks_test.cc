@@ -4,10 +4,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <future>
 #include <sstream>
 #include <thread>
 
+#include "echelon/learn/run_checkpoint.h"
 #include "echelon/learn/testing.h"
 
 namespace echelon::learn {
@@ -213,6 +215,61 @@ TEST(LearnerRanks, ShardedWorkersTakeRankZerosWeightsAndAdamWStateUnitByUnit) {
   EXPECT_NE(two.worker_log.str().find("ready at version 3 (cpu, sharded parameters)"), std::string::npos)
       << two.worker_log.str();
   EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+}
+
+// Under sharded parameters a checkpoint's AdamW state is written as it is gathered, unit by unit
+// (rank 0 never holds it whole): what a resume reads back is the one-rank learner's state after
+// the same updates. A file that cannot be written fails the save but leaves the workers in step
+// (they took part in every gather), so the run goes on.
+TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
+  model::Qwen3Model init(TinyMoeConfig());
+  init->InitWeights(9);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o;
+  o.lr = 1e-3;
+  Learner one(Copy(init), o);
+  o.shard = Shard::kParams;
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(one.Step(groups).ok());
+    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    ASSERT_TRUE(rank0.Step(groups).ok());
+  }
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("echelon_ranks_ckpt_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  // Nowhere to write: an error, and the ranks still in step.
+  Result<model::CheckpointFile> nowhere = two.ranks->OptimizerFile(rank0, dir + "/missing/optimizer.safetensors");
+  EXPECT_FALSE(nowhere.ok());
+  std::filesystem::create_directories(dir);
+  Result<model::CheckpointFile> file = two.ranks->OptimizerFile(rank0, GatheredOptimizerPath(dir));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  RunState state;
+  state.version = state.dispatcher.version = rank0.version();
+  state.rng_state_hex = CaptureRngState();
+  const Status saved =
+      SaveRunCheckpoint(dir, rank0, model::Vocabulary::Characters("0123456789"), state, 1, &file.value());
+  ASSERT_TRUE(saved.ok()) << saved.message();
+  EXPECT_FALSE(std::filesystem::exists(GatheredOptimizerPath(dir)));  // moved into the checkpoint
+  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+  ASSERT_TRUE(rank0.Step(groups).ok());
+  two.ranks->Stop();
+  const Status worker = two.worker.get();
+  ASSERT_TRUE(worker.ok()) << worker.message();
+  std::vector<std::string> skipped;
+  Result<ResumePoint> point = LoadNewestRunCheckpoint(dir, &skipped);
+  ASSERT_TRUE(point.ok()) << point.status().message();
+  const std::map<std::string, at::Tensor> expected = one.OptimizerState();
+  ASSERT_EQ(point->optimizer.size(), expected.size());
+  for (const auto& [name, t] : expected) {
+    ASSERT_TRUE(point->optimizer.count(name)) << name;
+    const at::Tensor& got = point->optimizer.at(name);
+    ASSERT_EQ(got.sizes(), t.sizes()) << name;
+    EXPECT_TRUE(at::allclose(got.to(at::kDouble), t.to(at::kDouble), 1e-3, 1e-7)) << name;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // One rank takes three updates with the KL term; two ranks resume from its weights, AdamW state

@@ -527,13 +527,17 @@ class LearnerRun {
     rs.actor_forged = intake_->actor_forged();
     rs.rng_state_hex = CaptureRngState();
     if (control_) rs.staleness_control = control_->Export();
-    std::map<std::string, at::Tensor> optimizer;
+    const std::string where = "checkpoint at version " + std::to_string(rs.version);
+    std::optional<model::CheckpointFile> optimizer;
     if (ranks_) {
-      ECHELON_ASSIGN_OR_RETURN(optimizer, ranks_->GatherOptimizerState(*learner_));
+      std::filesystem::create_directories(ckpt_dir_);
+      Result<model::CheckpointFile> file = ranks_->OptimizerFile(*learner_, GatheredOptimizerPath(ckpt_dir_.string()));
+      if (!file.ok()) return file.status().WithContext(where);
+      optimizer = std::move(file).value();
     }
     return SaveRunCheckpoint(ckpt_dir_.string(), *learner_, start_.vocab, rs, options_.checkpoint_keep,
-                             ranks_ ? &optimizer : nullptr)
-        .WithContext("checkpoint at version " + std::to_string(rs.version));
+                             optimizer ? &*optimizer : nullptr)
+        .WithContext(where);
   }
 
   // --- shutdown -------------------------------------------------------------------------------

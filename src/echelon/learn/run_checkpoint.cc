@@ -242,10 +242,20 @@ Status RestoreRngState(const std::string& hex) {
 }
 
 Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
-                         const RunState& state, int64_t keep, const std::map<std::string, at::Tensor>* optimizer_state) {
+                         const RunState& state, int64_t keep, const model::CheckpointFile* optimizer) {
+  struct RemoveWritten {  // a gathered file not moved into the checkpoint (a failed save)
+    const model::CheckpointFile* file;
+    ~RemoveWritten() {
+      std::error_code ec;
+      if (file != nullptr && !file->written_path.empty()) fs::remove(file->written_path, ec);
+    }
+  } remove_written{optimizer};
   model::CheckpointFiles extra;
-  ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile],
-                           model::SafetensorsLayout(optimizer_state ? *optimizer_state : learner.OptimizerState()));
+  if (optimizer != nullptr) {
+    extra[kOptimizerFile] = *optimizer;
+  } else {
+    ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile], model::SafetensorsLayout(learner.OptimizerState()));
+  }
   extra[kStateFile] = RunStateToJson(state).dump(1) + "\n";
   if (model::StorageDtype(learner.model()->config()) != at::kFloat) {
     std::map<std::string, at::Tensor> master;
@@ -256,6 +266,10 @@ Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, c
   ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint(dir.string(), learner.model(), vocab, extra));
   Prune(ckpt_dir, keep);
   return Status::Ok();
+}
+
+std::string GatheredOptimizerPath(const std::string& ckpt_dir) {
+  return (fs::path(ckpt_dir) / ("optimizer.tmp-" + std::to_string(::getpid()) + "-gathered.safetensors")).string();
 }
 
 Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::vector<std::string>* skipped) {

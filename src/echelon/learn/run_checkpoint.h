@@ -62,11 +62,15 @@ std::string CaptureRngState();
 Status RestoreRngState(const std::string& hex);
 
 // Writes checkpoints/step-<state.version>; then keeps the newest `keep` step-N checkpoints
-// (older ones and leftovers of interrupted writes are deleted). `optimizer_state`: the whole
-// AdamW state when the learner's is sharded across ranks; null: learner.OptimizerState().
+// (older ones and leftovers of interrupted writes are deleted). `optimizer`: the AdamW state's
+// file when the learner's is sharded across ranks (learn/learner_ranks.h OptimizerFile; a file
+// written at GatheredOptimizerPath is moved in, or removed on failure); null:
+// learner.OptimizerState().
 Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
-                         const RunState& state, int64_t keep,
-                         const std::map<std::string, at::Tensor>* optimizer_state = nullptr);
+                         const RunState& state, int64_t keep, const model::CheckpointFile* optimizer = nullptr);
+// Where the AdamW state gathered from sharded ranks is written before it joins a checkpoint (a
+// temporary of this process: a crashed save's is removed by the next).
+std::string GatheredOptimizerPath(const std::string& ckpt_dir);
 
 struct ResumePoint {
   std::string dir;

@@ -37,10 +37,15 @@ struct CheckpointFile {
   CheckpointFile(std::string b) : bytes(std::move(b)) {}                      // NOLINT: implicit
   CheckpointFile(const char* b) : bytes(b) {}                                 // NOLINT: implicit
   CheckpointFile(SafetensorsParts p) : parts(std::move(p)), streamed(true) {}  // NOLINT: implicit
+  // A file already written (as it was gathered, learn/learner_ranks.h), moved into the
+  // checkpoint: its path on the same filesystem, its size and SHA-256 (hex).
+  static CheckpointFile Written(std::string path, uint64_t size, std::string sha256);
   std::vector<std::string_view> Views() const;
   std::string bytes;
   SafetensorsParts parts;
   bool streamed = false;
+  std::string written_path, written_sha256;
+  uint64_t written_size = 0;
 };
 // File name -> contents, stored beside the weights and covered by checksums.json.
 using CheckpointFiles = std::map<std::string, CheckpointFile>;

@@ -247,31 +247,45 @@ Result<SafetensorsFile> ReadSafetensors(const std::string& path) {
   return out;
 }
 
-Result<SafetensorsParts> SafetensorsLayout(const std::map<std::string, at::Tensor>& tensors,
-                                           const std::map<std::string, std::string>& metadata) {
+Result<std::string> SafetensorsHeader(const std::vector<SafetensorsEntry>& entries,
+                                      const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  SafetensorsParts parts;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__" || name.empty()) return InvalidArgument("invalid tensor name \"" + name + "\"");
-    if (!t.defined()) return InvalidArgument("tensor \"" + name + "\" is undefined");
-    const DtypeInfo* d = DtypeByType(t.scalar_type());
+  for (const SafetensorsEntry& e : entries) {
+    if (e.name == "__metadata__" || e.name.empty() || header.contains(e.name))
+      return InvalidArgument("invalid or repeated tensor name \"" + e.name + "\"");
+    const DtypeInfo* d = DtypeByType(e.dtype);
     if (d == nullptr) {
-      return InvalidArgument("tensor \"" + name + "\": dtype " + std::string(c10::toString(t.scalar_type())) +
+      return InvalidArgument("tensor \"" + e.name + "\": dtype " + std::string(c10::toString(e.dtype)) +
                              " cannot be stored in safetensors");
     }
-    at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    const uint64_t n = static_cast<uint64_t>(c.numel()) * d->itemsize;
-    header[name] = {{"dtype", d->name}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
+    const uint64_t n = static_cast<uint64_t>(c10::multiply_integers(e.shape)) * d->itemsize;
+    header[e.name] = {{"dtype", d->name}, {"shape", e.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;
-    parts.tensors.push_back(std::move(c));
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
+  std::string out;
   const uint64_t len = text.size();
-  for (int i = 0; i < 8; ++i) parts.header.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
-  parts.header += text;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  return out + text;
+}
+
+Result<SafetensorsParts> SafetensorsLayout(const std::map<std::string, at::Tensor>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  SafetensorsParts parts;
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) return InvalidArgument("tensor \"" + name + "\" is undefined");
+    if (DtypeByType(t.scalar_type()) == nullptr) {
+      return InvalidArgument("tensor \"" + name + "\": dtype " + std::string(c10::toString(t.scalar_type())) +
+                             " cannot be stored in safetensors");
+    }
+    parts.tensors.push_back(t.detach().to(at::kCPU).contiguous());
+    entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  }
+  ECHELON_ASSIGN_OR_RETURN(parts.header, SafetensorsHeader(entries, metadata));
   return parts;
 }
 

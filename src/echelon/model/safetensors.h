@@ -34,6 +34,17 @@ Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::stri
 Result<SafetensorsFile> ViewSafetensors(std::string_view bytes, const std::string& where);
 Result<SafetensorsFile> ReadSafetensors(const std::string& path);
 
+// One tensor of a file written as it is produced: its name, dtype and shape, in data order.
+struct SafetensorsEntry {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+// The 8-byte length and the header of a file whose tensors' bytes follow in `entries`' order
+// (the reader takes any order that tiles the data).
+Result<std::string> SafetensorsHeader(const std::vector<SafetensorsEntry>& entries,
+                                      const std::map<std::string, std::string>& metadata = {});
+
 // A safetensors file as its parts, for writing and hashing without one whole-file string: the
 // length-prefixed header, then each tensor's bytes. A tensor already on the CPU, contiguous, is
 // the caller's own (no copy; it must not change until the parts are written); others are
