@@ -231,7 +231,7 @@ Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
     const at::Tensor& p = named[i].second;
     // [step, exp_avg..., exp_avg_sq...] from the owner; step 0: no state yet.
     at::Tensor buf = at::zeros({1 + 2 * p.numel()}, p.options().dtype(at::kFloat));
-    if (Owns(i) && mine.count(name + ".step")) {
+    if (Owns(i) && mine.count(name + ".exp_avg")) {
       buf[0] = static_cast<float>(mine.at(name + ".step").item<int64_t>());
       buf.narrow(0, 1, p.numel()).copy_(mine.at(name + ".exp_avg").flatten());
       buf.narrow(0, 1 + p.numel(), p.numel()).copy_(mine.at(name + ".exp_avg_sq").flatten());
@@ -239,7 +239,10 @@ Result<std::map<std::string, at::Tensor>> Learner::GatherOptimizerState() {
     std::vector<at::Tensor> t = {buf};
     ECHELON_RETURN_IF_ERROR(reducer_->Broadcast(t, Owner(i)));
     const int64_t step = static_cast<int64_t>(t[0][0].item<float>());
-    if (step == 0) continue;
+    if (step == 0) {  // never stepped, as OptimizerState says it
+      if (version_ > 0) all[name + ".step"] = at::zeros({1}, at::kLong);
+      continue;
+    }
     all[name + ".step"] = at::full({1}, step, at::kLong);
     all[name + ".exp_avg"] = t[0].narrow(0, 1, p.numel()).view_as(p).clone();
     all[name + ".exp_avg_sq"] = t[0].narrow(0, 1 + p.numel(), p.numel()).view_as(p).clone();
@@ -339,12 +342,19 @@ std::map<std::string, at::Tensor> Learner::ReferenceState() const {
 std::map<std::string, at::Tensor> Learner::OptimizerState() const {
   std::map<std::string, at::Tensor> out;
   if (units_sharded_) return out;  // shards, not parameters: GatherOptimizerState
-  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
-    const torch::optim::AdamWParamState* s = StateOf(*optimizer_, item.value());
-    if (s == nullptr) continue;
-    out[item.key() + ".exp_avg"] = s->exp_avg().detach();
-    out[item.key() + ".exp_avg_sq"] = s->exp_avg_sq().detach();
-    out[item.key() + ".step"] = at::full({1}, s->step(), at::kLong);
+  const auto trained = Trained(model_);
+  for (size_t i = 0; i < trained.size(); ++i) {
+    const auto& [name, param] = trained[i];
+    const torch::optim::AdamWParamState* s = StateOf(*optimizer_, param);
+    if (s == nullptr) {
+      // Never stepped (no gradient yet: an expert no token has reached) after an update: a
+      // step count of 0 alone, so a resume knows the parameter is this model's.
+      if (Owns(i) && version_ > 0) out[name + ".step"] = at::zeros({1}, at::kLong);
+      continue;
+    }
+    out[name + ".exp_avg"] = s->exp_avg().detach();
+    out[name + ".exp_avg_sq"] = s->exp_avg_sq().detach();
+    out[name + ".step"] = at::full({1}, s->step(), at::kLong);
   }
   return out;
 }
@@ -395,6 +405,14 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
     if (step == optimizer_state.end()) continue;
     auto m = optimizer_state.find(name + ".exp_avg");
     auto v = optimizer_state.find(name + ".exp_avg_sq");
+    if (m == optimizer_state.end() && v == optimizer_state.end() && step->second.numel() == 1 &&
+        step->second.scalar_type() == at::kLong && step->second.item<int64_t>() == 0) {
+      // Never stepped (OptimizerState): no moments to restore.
+      if (units_sharded_) return DataLoss("optimizer state of " + name + " is empty, but its unit steps as a whole");
+      used += 1;
+      ++covered;
+      continue;
+    }
     if (m == optimizer_state.end() || v == optimizer_state.end())
       return DataLoss("optimizer state of " + name + " is incomplete (exp_avg and exp_avg_sq are both needed)");
     if (m->second.sizes().vec() != shape || v->second.sizes().vec() != shape)

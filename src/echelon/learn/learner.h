@@ -186,7 +186,8 @@ class Learner {
   void SetLearningRate(double lr);
 
   // AdamW's per-parameter state for a checkpoint: "<param>.exp_avg", "<param>.exp_avg_sq"
-  // and "<param>.step" (int64, one element). Empty before the first update. With a sharded
+  // and "<param>.step" (int64, one element); a parameter never stepped (no gradient yet: an
+  // expert no token reached) has "<param>.step" = 0 alone. Empty before the first update. With a sharded
   // optimizer, this rank's share only; GatherOptimizerState (every rank calls it) gives all.
   std::map<std::string, at::Tensor> OptimizerState() const;
   Result<std::map<std::string, at::Tensor>> GatherOptimizerState();
