@@ -12,11 +12,14 @@
 #   sharded learner built a whole randomly initialised compute model before emptying it;
 # - under shard params a worker received the whole weights at set-up, and the whole AdamW state
 #   at a resume, before cutting its shards (954 and 1,935 MiB at 2 ranks; 505 and 985 now);
+# - under shard params rank 0 gathered the whole AdamW state before writing a checkpoint (2,716
+#   MiB at 2 ranks; 1,881 now);
 # - several ranks' gradient exchange held the old gradients, the summed vector and a clone of it.
 # Usage: tests/learner_memory_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
 MODEL=$(realpath "$(dirname "$0")/../data/models/qwen3-126m.json")
+MOE=$(realpath "$(dirname "$0")/../data/models/qwen3-moe-tiny.json")
 source "$(dirname "$0")/lib.sh"
 enter_workdir
 
@@ -52,11 +55,12 @@ check "a worker rank keeps no whole copy of the weights after set-up (shard para
 check "shard params: a worker holds no whole model at set-up (rank 0 sends each unit, it keeps its shard)" \
   within ranks2shardparams.out set-up 1
 check "shard params: nor at the resume, of the weights or the AdamW state" within ranks2shardparams.out resume 1
+check "shard params: rank 0 writes the AdamW state as it is gathered (never whole) at a checkpoint save" \
+  within ranks2shardparams.out "checkpoint save" 0
 check "the gradient exchange holds one more set of gradients, not two (shard optimizer, updates)" \
   within ranks2shardoptimizer.out updates
 # Regression: a mixture of experts whose unreached experts had no AdamW state wrote a checkpoint
 # its own resume refused ("optimizer state covers 404 of 422 parameters").
-MOE=$(realpath "$(dirname "$0")/../data/models/qwen3-moe-tiny.json")
 timeout 400 "$ECHELON" plan --learner-memory "$MOE" --measure --tokens 512 > moe.out 2> moe.err
 check "a mixture of experts with experts no token reached resumes from its checkpoint" test $? -eq 0
 cat moe.out moe.err

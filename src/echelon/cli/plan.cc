@@ -128,8 +128,8 @@ int RunMeasuredLearnerMemory(const PlanArgs& args, const model::ModelConfig& c, 
     if (workers && !workers->WaitAll(120)) spdlog::warn("plan --measure: a learner rank did not exit; stopped it");
     workers.reset();
   };
-  std::printf("%s: %.1fM parameters; measured on this machine's CPU: %lld rank(s), shard %s, %s, %s%lld tokens per "
-              "rank's micro-batch, %lld updates; MiB of resident set (VmHWM), each phase's peak read and started "
+  std::printf("%s: %.1fM parameters; measured on this machine's CPU: %lld rank(s), shard %s, %s, %smicro-batches of one "
+              "%lld-token sequence, two per rank, %lld updates; MiB of resident set (VmHWM), each phase's peak read and started "
               "over; estimate: learn/learner_memory.h EstimateHostPeak\n",
               path.c_str(), c.NumParameters() / 1e6, static_cast<long long>(args.ranks), args.shard.c_str(),
               args.precision.c_str(), args.lora > 0 ? ("LoRA rank " + std::to_string(args.lora) + ", ").c_str() : "",
@@ -323,7 +323,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
   cmd->add_option("--shard", args->shard, "with --measure: learner.shard (none, optimizer, params; default none)");
   cmd->add_option("--precision", args->precision, "with --measure: learner.precision (fp32, bf16; default fp32)");
-  cmd->add_option("--tokens", args->tokens, "with --measure: tokens of each rank's micro-batch (default 1024)")
+  cmd->add_option("--tokens", args->tokens, "with --measure: tokens of one sequence, each micro-batch's (two per rank and update; default 1024)")
       ->check(CLI::Range(int64_t{32}, int64_t{1} << 24));
   cmd->add_option("--lora", args->lora, "with --measure: LoRA rank on every projection that takes one (default 0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}));

@@ -165,56 +165,51 @@ TEST(LearnerRanks, LossOptionsReachEveryRank) {
 
 // A worker that joins a run in progress gets rank 0's whole state: its next update is the
 // one-rank update from the same checkpoint.
-TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
-  model::Qwen3Model init(TinyConfig());
-  init->InitWeights(6);
+// One rank takes three updates; two ranks with `shard` resume at version 3 from its weights and
+// AdamW state, and both take `after` more updates on the same groups: the largest weight
+// difference then, and the worker's log.
+struct ResumedFromOne {
+  double diff = 0;
+  std::string worker_log;
+};
+ResumedFromOne ResumeFromOneOnTwo(const model::ModelConfig& config, uint64_t seed, Shard shard, int after) {
+  model::Qwen3Model init(config);
+  init->InitWeights(seed);
   const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
   LearnerOptions o;
   o.lr = 1e-3;
   Learner one(Copy(init), o);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(one.Step(groups).ok());
-  // "Resume" at version 3 with two ranks, from one's weights and AdamW state.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(one.Step(groups).ok());
+  o.shard = shard;
   TwoRanks two;
   Learner rank0(Copy(one.model()), o, two.ranks->group());
-  ASSERT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), {}).ok());
-  ASSERT_TRUE(two.ranks->Setup(rank0, one.OptimizerState()).ok());
-  ASSERT_TRUE(one.Step(groups).ok());
-  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-  ASSERT_TRUE(rank0.Step(groups).ok());
+  EXPECT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), {}).ok());
+  const Status setup = two.ranks->Setup(rank0, one.OptimizerState());
+  EXPECT_TRUE(setup.ok()) << setup.message();
+  for (int i = 0; i < after; ++i) {
+    EXPECT_TRUE(one.Step(groups).ok());
+    EXPECT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    EXPECT_TRUE(rank0.Step(groups).ok());
+  }
   two.ranks->Stop();
-  ASSERT_TRUE(two.worker.get().ok());
-  EXPECT_NE(two.worker_log.str().find("ready at version 3"), std::string::npos) << two.worker_log.str();
-  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+  const Status worker = two.worker.get();
+  EXPECT_TRUE(worker.ok()) << worker.message();
+  return {MaxWeightDiff(one.model(), rank0.model()), two.worker_log.str()};
+}
+
+TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
+  const ResumedFromOne r = ResumeFromOneOnTwo(TinyConfig(), 6, Shard::kNone, 1);
+  EXPECT_NE(r.worker_log.find("ready at version 3"), std::string::npos) << r.worker_log;
+  EXPECT_LT(r.diff, 1e-5);
 }
 
 // The same under sharded parameters: no whole weights or AdamW state reach the worker; rank 0
 // sends each unit's, and the worker keeps its part (Learner::ShardsFromRankZero). A worker with
-// wrong shards would make the gathered weights wrong after the next update.
+// wrong shards or moments would make the gathered weights wrong after the next updates.
 TEST(LearnerRanks, ShardedWorkersTakeRankZerosWeightsAndAdamWStateUnitByUnit) {
-  model::Qwen3Model init(TinyMoeConfig());
-  init->InitWeights(8);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
-  LearnerOptions o;
-  o.lr = 1e-3;
-  Learner one(Copy(init), o);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(one.Step(groups).ok());
-  o.shard = Shard::kParams;
-  TwoRanks two;
-  Learner rank0(Copy(one.model()), o, two.ranks->group());
-  ASSERT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), {}).ok());
-  const Status setup = two.ranks->Setup(rank0, one.OptimizerState());
-  ASSERT_TRUE(setup.ok()) << setup.message();
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(one.Step(groups).ok());
-    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-    ASSERT_TRUE(rank0.Step(groups).ok());
-  }
-  two.ranks->Stop();
-  const Status worker = two.worker.get();
-  ASSERT_TRUE(worker.ok()) << worker.message();
-  EXPECT_NE(two.worker_log.str().find("ready at version 3 (cpu, sharded parameters)"), std::string::npos)
-      << two.worker_log.str();
-  EXPECT_LT(MaxWeightDiff(one.model(), rank0.model()), 1e-5);
+  const ResumedFromOne r = ResumeFromOneOnTwo(TinyMoeConfig(), 8, Shard::kParams, 2);
+  EXPECT_NE(r.worker_log.find("ready at version 3 (cpu, sharded parameters)"), std::string::npos) << r.worker_log;
+  EXPECT_LT(r.diff, 1e-5);
 }
 
 // Under sharded parameters a checkpoint's AdamW state is written as it is gathered, unit by unit
