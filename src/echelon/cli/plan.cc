@@ -143,7 +143,7 @@ int RunMeasuredLearnerMemory(const PlanArgs& args, const model::ModelConfig& c, 
                   temporary ? "" : " (the ranks' logs are in " + o.dir + ")");
     return 1;
   }
-  std::cout << learn::MeasuredMemoryTable(phases.value());
+  std::cout << learn::MeasuredMemoryTable(phases.value(), c, o.setup);
   return 0;
 }
 

@@ -172,7 +172,8 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
   return phases;
 }
 
-std::string MeasuredMemoryTable(const std::vector<PhaseMemory>& phases) {
+std::string MeasuredMemoryTable(const std::vector<PhaseMemory>& phases, const model::ModelConfig& model,
+                                const LearnerSetup& setup) {
   std::string out = "phase            rank  start MiB  peak MiB  estimate MiB  error\n";
   char line[160];
   std::vector<double> whole, whole_estimate;
@@ -191,6 +192,22 @@ std::string MeasuredMemoryTable(const std::vector<PhaseMemory>& phases) {
   for (size_t r = 0; r < whole.size(); ++r) {
     std::snprintf(line, sizeof line, "%-16s %4zu %10s %9.0f %13.0f %+6.1f%%\n", "whole run", r, "", whole[r],
                   whole_estimate[r], 100.0 * (whole_estimate[r] - whole[r]) / whole[r]);
+    out += line;
+  }
+  // One rank's state (weights, gradients, AdamW) and the AdamW state alone, whole.
+  LearnerSetup one = setup;
+  one.ranks = 1;
+  one.shard = Shard::kNone;
+  const LearnerMemory m = EstimateLearnerMemory(model, one);
+  const double n = static_cast<double>(std::max<int64_t>(1, setup.ranks)), mib = 1048576.0;
+  const double per_rank = (m.weights + m.gradients + m.optimizer) / n / mib, adamw = m.optimizer / mib;
+  std::snprintf(line, sizeof line, "state/N %.0f MiB (one rank's weights, gradients and AdamW state over %.0f); "
+                "the whole AdamW state %.0f MiB\n", per_rank, n, adamw);
+  out += line;
+  for (size_t r = 0; r < whole.size(); ++r) {
+    const double above = whole[r] - phases.front().measured[r].start_mb;
+    std::snprintf(line, sizeof line, "rank %zu: whole-run peak = runtime %.0f + %.2f x state/N; %s the whole AdamW state\n",
+                  r, phases.front().measured[r].start_mb, above / per_rank, above >= adamw ? "reached" : "below");
     out += line;
   }
   return out;

@@ -9,7 +9,7 @@
 //   MemoryProbeOptions o;  o.setup.ranks = 2;  o.setup.shard = Shard::kParams;  o.dir = tmp;
 //   o.start_workers = [&](int port, int world) { ...start `echelon learner-rank` processes... };
 //   ECHELON_ASSIGN_OR_RETURN(std::vector<PhaseMemory> phases, MeasureLearnerMemory(config, o, std::cerr));
-//   std::cout << MeasuredMemoryTable(phases);
+//   std::cout << MeasuredMemoryTable(phases, config, o.setup);
 //
 // Thread contract: runs on the calling thread; the worker processes are the caller's.
 #pragma once
@@ -51,8 +51,11 @@ struct PhaseMemory {
 Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& config, const MemoryProbeOptions& o,
                                                       std::ostream& progress);
 
-// One row per phase and rank: the resident set at its start, the measured peak, the estimate
-// and the estimate's error; then each rank's peak over the whole run.
-std::string MeasuredMemoryTable(const std::vector<PhaseMemory>& phases);
+// One row per phase and rank: the rank's runtime resident set, the measured peak, the estimate
+// and the estimate's error; then each rank's peak over the whole run, and per rank what its peak
+// above the runtime is against one rank's fp32 training state (weights, gradients and AdamW
+// state) over N, and whether it reached the whole AdamW state of `model` under `setup`.
+std::string MeasuredMemoryTable(const std::vector<PhaseMemory>& phases, const model::ModelConfig& model,
+                                const LearnerSetup& setup);
 
 }  // namespace echelon::learn

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <sstream>
@@ -63,9 +64,14 @@ TEST(LearnerMemoryProbe, EveryRankIsReadAfterEveryPhaseAndTheRunResumesFromItsCh
     }
   }
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step-2/optimizer.safetensors"));
-  const std::string table = MeasuredMemoryTable(phases.value());
+  const std::string table = MeasuredMemoryTable(phases.value(), TinyConfig(), o.setup);
   EXPECT_NE(table.find("checkpoint save"), std::string::npos);
   EXPECT_NE(table.find("whole run"), std::string::npos);
+  // TinyConfig's 16 bytes a parameter over 2 ranks, in MiB, and one line per rank.
+  char state[64];
+  std::snprintf(state, sizeof state, "state/N %.0f MiB", TinyConfig().NumParameters() * 16.0 / 2 / 1048576.0);
+  EXPECT_NE(table.find(state), std::string::npos) << table;
+  EXPECT_NE(table.find("rank 1: whole-run peak = runtime"), std::string::npos) << table;
   std::filesystem::remove_all(dir);
 }
 
