@@ -247,16 +247,7 @@ Result<std::optional<learn::RankGroupOptions>> RankOptions(const RunOptions& opt
   r.on_listening = [ranks, run_dir, r](int port) -> Status {
     const std::string dir = run_dir + "/ranks";
     std::filesystem::create_directories(dir);
-    for (int i = 1; i < r.world; ++i) {
-      const std::string name = "rank-" + std::to_string(i);
-      ECHELON_RETURN_IF_ERROR(ranks->Start(
-          name,
-          {SelfExe(), "learner-rank", "--rank", std::to_string(i), "--world", std::to_string(r.world), "--local-rank",
-           std::to_string(i), "--master", "127.0.0.1:" + std::to_string(port), "--timeout",
-           std::to_string(r.timeout_seconds)},
-          dir + "/" + name + ".log"));
-    }
-    return Status::Ok();
+    return StartLocalRanks(ranks, r.world, port, r.timeout_seconds, dir);
   };
   return std::optional<learn::RankGroupOptions>(r);
 }

@@ -83,6 +83,15 @@ struct PlanArgs {
   std::string out;  // where the checkpoint and the ranks' logs go (default: a temporary directory)
 };
 
+// LoRA adapters of `rank` (alpha 2 x rank) on every projection of `c` that takes one (a model whose
+// every layer is a mixture of experts: attention only).
+model::LoraConfig EveryProjection(const model::ModelConfig& c, int64_t rank) {
+  model::ModelConfig adapted = c;
+  adapted.lora = {rank, 2.0 * static_cast<double>(rank), model::kLoraTargets};
+  if (!adapted.Validate().ok()) adapted.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  return adapted.lora;
+}
+
 // `--learner-memory MODEL --measure`: every rank's measured peak per phase beside the estimate.
 int RunMeasuredLearnerMemory(const PlanArgs& args, const model::ModelConfig& c, const std::string& path) {
   learn::MemoryProbeOptions o;
@@ -98,10 +107,7 @@ int RunMeasuredLearnerMemory(const PlanArgs& args, const model::ModelConfig& c, 
   o.setup.micro_batch_tokens = args.tokens;
   o.setup.activation_checkpointing = args.checkpointing || (o.setup.shard == learn::Shard::kParams && args.ranks > 1);
   if (args.lora > 0) {
-    model::ModelConfig adapted = c;
-    adapted.lora = {args.lora, 2.0 * static_cast<double>(args.lora), model::kLoraTargets};
-    if (!adapted.Validate().ok()) adapted.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
-    o.setup.lora = adapted.lora;
+    o.setup.lora = EveryProjection(c, args.lora);
   }
   o.updates = args.updates;
   std::error_code ec;
@@ -116,13 +122,7 @@ int RunMeasuredLearnerMemory(const PlanArgs& args, const model::ModelConfig& c, 
   std::unique_ptr<ProcessGroup> workers;
   o.start_workers = [&](int port, int world) -> Status {
     workers = std::make_unique<ProcessGroup>(/*max_restarts=*/0);
-    for (int r = 1; r < world; ++r)
-      ECHELON_RETURN_IF_ERROR(workers->Start(
-          "rank-" + std::to_string(r),
-          {SelfExe(), "learner-rank", "--rank", std::to_string(r), "--world", std::to_string(world), "--master",
-           "127.0.0.1:" + std::to_string(port), "--timeout", "600"},
-          o.dir + "/rank-" + std::to_string(r) + ".log"));
-    return Status::Ok();
+    return StartLocalRanks(workers.get(), world, port, 600, o.dir);
   };
   o.wait_workers = [&] {
     if (workers && !workers->WaitAll(120)) spdlog::warn("plan --measure: a learner rank did not exit; stopped it");
@@ -172,9 +172,7 @@ int RunLearnerMemory(const PlanArgs& args) {
   // LoRA (learner.lora) of rank 16 on every projection that takes one (a model whose every
   // layer is sparse: attention only), the base frozen in bf16, one rank.
   const model::ModelConfig& c = config.value();
-  model::ModelConfig adapted = c;
-  adapted.lora = {16, 32, model::kLoraTargets};
-  if (!adapted.Validate().ok()) adapted.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  const model::LoraConfig lora16 = EveryProjection(c, 16);
   const auto add = [&](int64_t ranks, learn::Shard shard, bool checkpointing, bool lora) {
     for (int64_t tokens : args.micro_batch_tokens) {
       learn::LearnerSetup s;
@@ -182,7 +180,7 @@ int RunLearnerMemory(const PlanArgs& args) {
       s.shard = shard;
       s.activation_checkpointing = checkpointing;
       s.micro_batch_tokens = tokens;
-      if (lora) s.lora = adapted.lora;
+      if (lora) s.lora = lora16;
       setups.push_back(s);
     }
   };

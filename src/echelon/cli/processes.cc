@@ -20,6 +20,19 @@ std::string SelfExe() {
   return ec ? std::string("echelon") : p.string();
 }
 
+Status StartLocalRanks(ProcessGroup* group, int world, int port, double timeout_seconds, const std::string& log_dir) {
+  for (int r = 1; r < world; ++r) {
+    const std::string name = "rank-" + std::to_string(r);
+    ECHELON_RETURN_IF_ERROR(group->Start(name,
+                                         {SelfExe(), "learner-rank", "--rank", std::to_string(r), "--world",
+                                          std::to_string(world), "--local-rank", std::to_string(r), "--master",
+                                          "127.0.0.1:" + std::to_string(port), "--timeout",
+                                          std::to_string(timeout_seconds)},
+                                         log_dir + "/" + name + ".log"));
+  }
+  return Status::Ok();
+}
+
 ProcessGroup::~ProcessGroup() { StopAll(5.0); }
 
 Result<pid_t> ProcessGroup::Spawn(const Child& c) {

@@ -28,6 +28,11 @@ namespace echelon::cli {
 // This executable's path (to start its own subcommands), or "echelon" where /proc says nothing.
 std::string SelfExe();
 
+class ProcessGroup;
+// Starts `echelon learner-rank` for ranks 1..world-1 of a group whose rank 0 listens on this
+// host's `port` (cuda:R for rank R), named "rank-R", logging to LOG_DIR/rank-R.log.
+Status StartLocalRanks(ProcessGroup* group, int world, int port, double timeout_seconds, const std::string& log_dir);
+
 class ProcessGroup {
  public:
   explicit ProcessGroup(int max_restarts = 5) : max_restarts_(max_restarts) {}

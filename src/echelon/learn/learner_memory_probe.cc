@@ -89,6 +89,12 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
     return Status::Ok();
   };
 
+  const auto stop_workers = [&] {  // they leave on rank 0's stop; the next phase starts fresh ones
+    if (!ranks) return;
+    ranks->Stop();
+    ranks.reset();
+    o.wait_workers();
+  };
   at::Generator gen = at::detail::createCPUGenerator(o.seed);
   const std::string ckpt_dir = (std::filesystem::path(o.dir) / "checkpoints").string();
   const model::Vocabulary vocab = model::Vocabulary::Characters("0123456789");
@@ -136,11 +142,7 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
           SaveRunCheckpoint(ckpt_dir, learner, vocab, state, 1, optimizer ? &*optimizer : nullptr));
     }
     ECHELON_RETURN_IF_ERROR(reading("checkpoint save"));
-    if (ranks) {
-      ranks->Stop();
-      ranks.reset();
-      o.wait_workers();
-    }
+    stop_workers();
   }
 
   // The resume: fresh workers, rank 0 from the checkpoint alone (its peak started over).
@@ -163,11 +165,7 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
     if (ranks) ECHELON_RETURN_IF_ERROR(ranks->Setup(learner, point.optimizer));
     point.optimizer.clear();
     ECHELON_RETURN_IF_ERROR(reading("resume"));
-    if (ranks) {
-      ranks->Stop();
-      ranks.reset();
-      o.wait_workers();
-    }
+    stop_workers();
   }
   return phases;
 }
