@@ -14,7 +14,10 @@
 #   at a resume, before cutting its shards (954 and 1,935 MiB at 2 ranks; 505 and 985 now);
 # - under shard params rank 0 gathered the whole AdamW state before writing a checkpoint (2,716
 #   MiB at 2 ranks; 1,881 now);
-# - several ranks' gradient exchange held the old gradients, the summed vector and a clone of it.
+# - several ranks' gradient exchange held the old gradients, the summed vector and a clone of it;
+# - under shard params rank 0 kept the whole fp32 weights, all-gathered after every update, for
+#   snapshots, evaluation and checkpoints (1,888 / 2,120 / 1,881 MiB at updates / publication /
+#   checkpoint save at 2 ranks; 1,412 / 1,769 / 1,398 now, the snapshot gathered unit by unit).
 # Usage: tests/learner_memory_test.sh path/to/echelon
 set -uo pipefail
 ECHELON=$(realpath "$1")
@@ -57,6 +60,8 @@ check "shard params: a worker holds no whole model at set-up (rank 0 sends each 
 check "shard params: nor at the resume, of the weights or the AdamW state" within ranks2shardparams.out resume 1
 check "shard params: rank 0 writes the AdamW state as it is gathered (never whole) at a checkpoint save" \
   within ranks2shardparams.out "checkpoint save" 0
+check "shard params: rank 0 keeps no whole copy of the weights between updates" within ranks2shardparams.out updates 0
+check "shard params: rank 0 gathers a snapshot unit by unit into its bytes" within ranks2shardparams.out publication 0
 check "the gradient exchange holds one more set of gradients, not two (shard optimizer, updates)" \
   within ranks2shardoptimizer.out updates
 # Regression: a mixture of experts whose unreached experts had no AdamW state wrote a checkpoint

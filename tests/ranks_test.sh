@@ -18,14 +18,28 @@ ranks_per_line() {  # FILE: the learner_ranks of every update line, one per line
 }
 
 for shard in none optimizer params; do
+  # shard params with the KL term: its reference sharded too
+  extra=()
+  [ "$shard" = params ] && extra=(--set rl.kl_coef=0.05)
   timeout 300 "$ECHELON" train "$CONFIG" --out "two-$shard" --set rl.steps=6 --set learner.ranks=2 \
-    --set learner.shard=$shard --set learner.micro_batch_tokens=64 "${TINY[@]}" > "two-$shard.out" 2>&1
+    --set learner.shard=$shard --set learner.micro_batch_tokens=64 "${TINY[@]}" "${extra[@]}" > "two-$shard.out" 2>&1
   check "two ranks (shard=$shard) exit 0" test $? -eq 0
   check "every update line has learner_ranks 2 ($shard)" test "$(ranks_per_line two-$shard/metrics.jsonl | sort -u)" = 2
   check "6 update lines ($shard)" test "$(ranks_per_line two-$shard/metrics.jsonl | wc -l)" -eq 6
   check "rank 1 ran to the end ($shard)" contains "two-$shard/ranks/rank-1.log" "learner rank 1 done"
   [ "$shard" = params ] && check "rank 1 holds sharded parameters" contains "two-$shard/ranks/rank-1.log" "sharded parameters"
 done
+
+# Sharded parameters resumed: rank 0 maps its checkpoint and the warm start (the KL reference) and
+# cuts them unit by unit; snapshots, evaluation and checkpoints gather the weights unit by unit.
+timeout 300 "$ECHELON" train --resume two-params --set rl.steps=9 > two-params-resumed.out 2>&1
+RC=$?
+check "sharded parameters with the KL term resume to the end (exit $RC)" test "$RC" -eq 0
+[ "$RC" -eq 0 ] || tail -n 30 two-params-resumed.out >&2
+check "9 update lines after the resume" test "$(ranks_per_line two-params/metrics.jsonl | wc -l)" -eq 9
+check "the resumed updates ran on 2 ranks" test "$(ranks_per_line two-params/metrics.jsonl | tail -3 | sort -u)" = 2
+check "its final checkpoint holds the gathered weights" test -s two-params/checkpoints/final/model.safetensors
+check "... and evaluates them" grep -q '"event":"final".*"heldout_accuracy"' two-params/metrics.jsonl
 
 # A rank killed mid-run: the run stops, names what happened, and leaves a checkpoint.
 "$ECHELON" train "$CONFIG" --out killed --set rl.steps=400 --set learner.ranks=2 --set checkpoint.every=5 \

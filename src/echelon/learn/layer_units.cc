@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "echelon/model/safetensors.h"
+
 namespace echelon::learn {
 namespace {
 
@@ -114,6 +116,7 @@ LayerUnits::LayerUnits(model::Qwen3Model compute, const model::Qwen3Model& maste
     std::vector<at::Tensor> whole;
     for (const at::Tensor& p : from[u].params) whole.push_back(p.detach());
     unit.shard = Cut(u, whole).requires_grad_(true);
+    for (const at::Tensor& t : whole) model::ReleaseMappedPages(t);  // a mapped checkpoint's, once cut
     Release(u);
   }
   compute_->SetLayerHook(this);
@@ -305,22 +308,6 @@ Status LayerUnits::IdleRound(bool backward) {
     return Internal(std::string("an idle round of the sharded layers: ") + e.what_without_backtrace());
   }
   return EndMicroBatch(backward);
-}
-
-Status LayerUnits::GatherMasters(model::Qwen3Model* into) {
-  std::vector<std::vector<at::Tensor>> targets;
-  if (into != nullptr)
-    for (ParameterUnit& unit : ParameterUnits(*into)) targets.push_back(std::move(unit.params));
-  if (into != nullptr && targets.size() != units_.size())
-    return InvalidArgument("GatherMasters: a model of another shape");
-  at::NoGradGuard no_grad;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    ECHELON_ASSIGN_OR_RETURN(std::vector<at::Tensor> whole, Join(u, units_[u].shard.detach()));
-    if (into == nullptr) continue;
-    if (targets[u].size() != whole.size()) return InvalidArgument("GatherMasters: a model of another shape");
-    for (size_t i = 0; i < whole.size(); ++i) targets[u][i].copy_(whole[i]);
-  }
-  return Status::Ok();
 }
 
 }  // namespace echelon::learn

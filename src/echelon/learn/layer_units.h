@@ -19,7 +19,7 @@
 //
 //   LayerUnits units(compute, reducer, /*shard=*/true);      // compute's weights now shards
 //   units.BeginMicroBatch();  loss = ...;  loss.backward();  units.EndMicroBatch(true);
-//   optimizer over units.Shards();  units.GatherMasters(&published);   // rank 0's whole copy
+//   optimizer over units.Shards();  units.Join(u, units.Shards()[u]);   // one unit's whole weights
 //
 // Thread contract: the learner thread of each rank.
 #pragma once
@@ -76,9 +76,6 @@ class LayerUnits : public model::LayerHook {
   // The collectives of one micro-batch (forward, and backward when `backward`) with no rows.
   Status IdleRound(bool backward);
 
-  // Every unit's fp32 master weights gathered; when `into` is given (rank 0's whole copy, a
-  // model of the same config), copied into its parameters. Every rank calls it.
-  Status GatherMasters(model::Qwen3Model* into);
   // This rank's shard of unit `u` cut from whole per-parameter tensors (one per UnitParameters,
   // same shapes): the padding is zero.
   at::Tensor Cut(size_t u, const std::vector<at::Tensor>& whole) const;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "echelon/learn/layer_units.h"
 #include "echelon/model/safetensors.h"
@@ -121,6 +122,9 @@ std::vector<at::Tensor> TrainedTensors(const model::Qwen3Model& m) {
   return out;
 }
 
+// A CPU tensor's bytes (contiguous).
+std::string_view BytesOf(const at::Tensor& t) { return {static_cast<const char*>(t.data_ptr()), t.nbytes()}; }
+
 // AdamW's state of `param`, or nullptr before its first step.
 const torch::optim::AdamWParamState* StateOf(const torch::optim::AdamW& optimizer, const at::Tensor& param) {
   auto it = optimizer.state().find(c10::guts::to_string(param.unsafeGetTensorImpl()));
@@ -144,11 +148,16 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
   units_sharded_ = options.shard == Shard::kParams && several;
   std::vector<at::Tensor> stepped;
   if (units_sharded_) {
-    // The whole fp32 weights stay in host memory, on rank 0 only; the device holds shards.
+    // Rank 0's whole fp32 weights stay in host memory until ShardsFromRankZero has sent every
+    // unit; the device holds shards.
     model_->to(at::kCPU, at::kFloat);
-    if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
     compute_ = model::Qwen3Model(model_->config(), model::Qwen3ModelImpl::Uninitialized{});  // emptied at once
     units_ = std::make_unique<LayerUnits>(compute_, model_, reducer_, compute_dtype, device_);
+    if (options.loss.kl_coef > 0) {  // the KL reference sharded as the weights are, frozen
+      reference_ = model::Qwen3Model(model_->config(), model::Qwen3ModelImpl::Uninitialized{});
+      reference_units_ = std::make_unique<LayerUnits>(reference_, model_, reducer_, compute_dtype, device_);
+      for (at::Tensor shard : reference_units_->Shards()) shard.requires_grad_(false);
+    }
     if (reducer_->rank() != 0)
       for (at::Tensor& p : model_->parameters()) p.set_data(at::empty({0}, at::kFloat));
     stepped = units_->Shards();
@@ -167,7 +176,8 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
       for (at::Tensor& p : TrainedTensors(compute_)) p.requires_grad_(true);
     }
     if (options.activation_checkpointing) units_ = std::make_unique<LayerUnits>(compute_);
-    if (options.loss.kl_coef > 0) reference_ = FrozenCopy(model_, device_, compute_dtype);
+    // LoRA's reference is the compute model with its adapters off (AccumulateGradients).
+    if (options.loss.kl_coef > 0 && !lora) reference_ = FrozenCopy(model_, device_, compute_dtype);
     const std::vector<at::Tensor> params = TrainedTensors(model_);
     for (size_t i = 0; i < params.size(); ++i)
       if (Owns(i)) stepped.push_back(params[i]);
@@ -290,17 +300,42 @@ Status Learner::WriteOptimizerState(const ByteSink* sink) {
     if (!header.ok()) written = header.status();
     else write(header.value());
   }
-  const auto bytes_of = [](const at::Tensor& t) {
-    return std::string_view(static_cast<const char*>(t.data_ptr()), t.nbytes());
-  };
   ECHELON_RETURN_IF_ERROR(JoinOptimizerUnits(
       [&](size_t u, int64_t step, const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v) {
         for (const std::vector<at::Tensor>* moments : {&m, &v})
-          for (const at::Tensor& t : *moments) write(bytes_of(t.to(at::kCPU, at::kFloat).contiguous()));
+          for (const at::Tensor& t : *moments) write(BytesOf(t.to(at::kCPU, at::kFloat).contiguous()));
         const at::Tensor count = at::full({1}, step, at::kLong);
-        for (size_t k = 0; k < m.size(); ++k) write(bytes_of(count));
+        for (size_t k = 0; k < m.size(); ++k) write(BytesOf(count));
         return Status::Ok();
       }));
+  return written;
+}
+
+Status Learner::WriteWeights(const ByteSink* sink, at::ScalarType dtype,
+                             const std::map<std::string, std::string>& metadata) {
+  if (!units_sharded_) return FailedPrecondition("WriteWeights: the parameters are not sharded");
+  const bool root = reducer_->rank() == 0;
+  if (root && sink == nullptr) return InvalidArgument("WriteWeights: rank 0 needs a sink");
+  Status written = Status::Ok();
+  const auto write = [&](std::string_view bytes) {
+    if (written.ok()) written = (*sink)(bytes);
+  };
+  if (root) {  // the header first, from the shapes, the tensors in unit order
+    std::vector<model::SafetensorsEntry> entries;
+    std::map<std::string, std::vector<int64_t>> shape_of(shapes_.begin(), shapes_.end());
+    for (size_t u = 0; u < units_->num_units(); ++u)
+      for (const std::string& name : units_->UnitNames(u)) entries.push_back({name, dtype, shape_of.at(name)});
+    Result<std::string> header = model::SafetensorsHeader(entries, metadata);
+    if (!header.ok()) written = header.status();
+    else write(header.value());
+  }
+  at::NoGradGuard no_grad;
+  const std::vector<at::Tensor> shards = units_->Shards();
+  for (size_t u = 0; u < shards.size(); ++u) {
+    ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> whole, units_->Join(u, shards[u].detach()));
+    if (root)
+      for (const at::Tensor& t : whole) write(BytesOf(t.to(at::kCPU, dtype).contiguous()));
+  }
   return written;
 }
 
@@ -336,7 +371,7 @@ int64_t Learner::PeakTrainingStateBytes() const {
 Learner::~Learner() = default;
 
 std::map<std::string, at::Tensor> Learner::ReferenceState() const {
-  return reference_ ? reference_->StateDict() : std::map<std::string, at::Tensor>();
+  return reference_ && !reference_units_ ? reference_->StateDict() : std::map<std::string, at::Tensor>();
 }
 
 std::map<std::string, at::Tensor> Learner::OptimizerState() const {
@@ -359,7 +394,8 @@ std::map<std::string, at::Tensor> Learner::OptimizerState() const {
   return out;
 }
 
-Status Learner::ShardsFromRankZero(const std::map<std::string, at::Tensor>* optimizer_state, bool with_optimizer) {
+Status Learner::ShardsFromRankZero(const std::map<std::string, at::Tensor>* optimizer_state, bool with_optimizer,
+                                   const std::map<std::string, at::Tensor>* reference) {
   if (!units_sharded_) return FailedPrecondition("ShardsFromRankZero: the parameters are not sharded");
   const bool root = reducer_->rank() == 0;
   if (root && with_optimizer && optimizer_state == nullptr)
@@ -374,12 +410,28 @@ Status Learner::ShardsFromRankZero(const std::map<std::string, at::Tensor>* opti
       for (const std::string& name : units_->UnitNames(u)) out.push_back(optimizer_state->at(name + which));
     return out;
   };
+  const bool whole_reference = root && reference != nullptr && !reference->empty();
   for (size_t u = 0; u < shards.size(); ++u) {
-    ECHELON_ASSIGN_OR_RETURN(const at::Tensor w, units_->CutFromRankZero(u, root ? master[u].params : std::vector<at::Tensor>()));
+    // Rank 0 releases each whole tensor once its unit is sent (a mapped checkpoint's pages).
+    const auto cut = [&](LayerUnits& units, const std::vector<at::Tensor>& whole) -> Result<at::Tensor> {
+      Result<at::Tensor> mine = units.CutFromRankZero(u, whole);
+      for (const at::Tensor& t : whole) model::ReleaseMappedPages(t);
+      return mine;
+    };
+    ECHELON_ASSIGN_OR_RETURN(const at::Tensor w, cut(*units_, root ? master[u].params : std::vector<at::Tensor>()));
     shards[u].detach().copy_(w);
+    if (reference_units_) {
+      std::vector<at::Tensor> whole;  // rank 0's: the reference it was given, else the weights
+      if (whole_reference)
+        for (const std::string& name : units_->UnitNames(u)) whole.push_back(reference->at(name));
+      else if (root)
+        whole = master[u].params;
+      ECHELON_ASSIGN_OR_RETURN(const at::Tensor r, cut(*reference_units_, whole));
+      reference_units_->Shards()[u].detach().copy_(r);
+    }
     if (!with_optimizer) continue;
-    ECHELON_ASSIGN_OR_RETURN(at::Tensor m, units_->CutFromRankZero(u, state_of(u, ".exp_avg")));
-    ECHELON_ASSIGN_OR_RETURN(at::Tensor v, units_->CutFromRankZero(u, state_of(u, ".exp_avg_sq")));
+    ECHELON_ASSIGN_OR_RETURN(at::Tensor m, cut(*units_, state_of(u, ".exp_avg")));
+    ECHELON_ASSIGN_OR_RETURN(at::Tensor v, cut(*units_, state_of(u, ".exp_avg_sq")));
     std::vector<at::Tensor> step = {root ? optimizer_state->at(units_->UnitNames(u).front() + ".step").to(at::kLong)
                                          : at::zeros({1}, at::kLong)};
     ECHELON_RETURN_IF_ERROR(reducer_->Broadcast(step, 0));
@@ -389,6 +441,10 @@ Status Learner::ShardsFromRankZero(const std::map<std::string, at::Tensor>* opti
     s->exp_avg_sq(std::move(v));
     optimizer_->state()[c10::guts::to_string(shards[u].unsafeGetTensorImpl())] = std::move(s);
   }
+  // Every rank has its shards now: rank 0's whole weights are no longer needed (its weights
+  // are gathered unit by unit when wanted: WriteWeights).
+  if (root)
+    for (at::Tensor& p : model_->parameters()) p.set_data(at::empty({0}, at::kFloat));
   return Status::Ok();
 }
 
@@ -452,10 +508,37 @@ Status Learner::Restore(int64_t version, const std::map<std::string, at::Tensor>
       s->step(step);
       s->exp_avg(units_->Cut(u, m));
       s->exp_avg_sq(units_->Cut(u, v));
+      for (const std::vector<at::Tensor>* moments : {&m, &v})
+        for (const at::Tensor& t : *moments) model::ReleaseMappedPages(t);  // a mapped checkpoint's, once cut
       restored.emplace_back(shards[u], std::move(s));
     }
   }
-  if (reference_) ECHELON_RETURN_IF_ERROR(reference_->LoadStateDict(reference_weights, "reference policy"));
+  std::vector<std::vector<at::Tensor>> reference_units;  // sharded: each unit's whole reference tensors
+  if (reference_units_ && !reference_weights.empty()) {
+    std::map<std::string, std::vector<int64_t>> shape_of(shapes_.begin(), shapes_.end());
+    for (size_t u = 0; u < reference_units_->num_units(); ++u) {
+      reference_units.emplace_back();
+      for (const std::string& name : reference_units_->UnitNames(u)) {
+        auto it = reference_weights.find(name);
+        if (it == reference_weights.end()) return DataLoss("reference policy: " + name + " is missing");
+        if (it->second.sizes().vec() != shape_of.at(name))
+          return DataLoss("reference policy: " + name + " has the wrong shape");
+        reference_units.back().push_back(it->second);
+      }
+    }
+    if (shapes_.size() != reference_weights.size())
+      return DataLoss("reference policy: " + std::to_string(reference_weights.size() - shapes_.size()) +
+                      " tensors name no parameter of this model");
+  } else if (reference_ && !reference_units_) {
+    ECHELON_RETURN_IF_ERROR(reference_->LoadStateDict(reference_weights, "reference policy"));
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (size_t u = 0; u < reference_units.size(); ++u) {
+      reference_units_->Shards()[u].copy_(reference_units_->Cut(u, reference_units[u]));
+      for (const at::Tensor& t : reference_units[u]) model::ReleaseMappedPages(t);
+    }
+  }
   auto& state = optimizer_->state();
   state.clear();
   for (auto& [param, s] : restored) state[c10::guts::to_string(param.unsafeGetTensorImpl())] = std::move(s);
@@ -680,21 +763,21 @@ at::Tensor Rows(const at::Tensor& t, const at::Tensor& rows, int64_t len, at::De
 
 }  // namespace
 
-Status Learner::ForEachMine(size_t n, bool backward, const std::function<Status(size_t)>& round) {
+Status Learner::ForEachMine(size_t n, LayerUnits* units, bool backward, const std::function<Status(size_t)>& round) {
   const size_t world = reducer_ != nullptr ? static_cast<size_t>(reducer_->world()) : 1;
   const size_t rank = reducer_ != nullptr ? static_cast<size_t>(reducer_->rank()) : 0;
   for (size_t first = 0; first < n; first += world) {
     if (first + rank < n) {
       ECHELON_RETURN_IF_ERROR(round(first + rank));
     } else if (units_sharded_) {
-      ECHELON_RETURN_IF_ERROR(units_->IdleRound(backward));
+      ECHELON_RETURN_IF_ERROR(units->IdleRound(backward));
     }
   }
   return Status::Ok();
 }
 
 Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
-                                    double m2po_bound, Minibatch* mb) {
+                                    const at::Tensor& ref, double m2po_bound, Minibatch* mb) {
   const double tokens = b.mask.index_select(0, rows).sum().item<double>();
   // Each token's share of this minibatch's loss (rl.loss_aggregation), over all its rows, so the
   // micro-batches' losses add up to the minibatch's however it is cut.
@@ -712,7 +795,7 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
   if (units_sharded_)
     for (at::Tensor shard : units_->Shards()) shard.mutable_grad() = at::Tensor();
   const std::vector<at::Tensor> micro = MicroBatches(b, rows);
-  return ForEachMine(micro.size(), /*backward=*/true, [&](size_t i) -> Status {
+  return ForEachMine(micro.size(), units_.get(), /*backward=*/true, [&](size_t i) -> Status {
     const at::Tensor& u = micro[i];
     if (units_) ECHELON_RETURN_IF_ERROR(units_->BeginMicroBatch());
     const int64_t len = Width(b, u);
@@ -731,10 +814,7 @@ Status Learner::AccumulateGradients(const TrainingBatch& b, const at::Tensor& ro
     in.token_share = Rows(shares, u, len, device_);
     in.m2po_bound = m2po_bound;
     if (prox.defined()) in.prox_logp = Rows(prox, u, len, device_);
-    if (reference_) {
-      at::NoGradGuard no_grad;
-      in.ref_logp = LogProbs(reference_, b, u, len);
-    }
+    if (ref.defined()) in.ref_logp = Rows(ref, u, len, device_);
     const PolicyLossOutput out = PolicyLoss(in, options_.loss);
     // The loss is this micro-batch's part of the minibatch's (token shares); its token means
     // (statistics, the router's loss) count by its share of the minibatch's tokens.
@@ -849,30 +929,34 @@ Result<double> Learner::StepShards(double loss) {
   const at::Tensor coef = at::clamp(options_.max_grad_norm / (norm + 1e-6), c10::nullopt, 1.0);
   for (const at::Tensor& shard : shards) shard.grad().mul_(coef);
   optimizer_->step();
-  ECHELON_RETURN_IF_ERROR(units_->GatherMasters(reducer_->rank() == 0 ? &model_ : nullptr));
   return value;
 }
 
-Result<at::Tensor> Learner::ProxLogProbs(const TrainingBatch& b) {
+Result<at::Tensor> Learner::StartLogProbs(const TrainingBatch& b, bool reference) {
   at::NoGradGuard no_grad;
-  at::Tensor prox = at::zeros_like(b.mask);
+  // The KL reference: its frozen copy (sharded or whole), or LoRA's base (the adapters off).
+  model::Qwen3Model& m = reference && reference_ ? reference_ : compute_;
+  LayerUnits* units = reference ? reference_units_.get() : units_.get();
+  std::optional<model::AdaptersOffScope> base;
+  if (reference && !reference_) base.emplace(compute_);
+  at::Tensor out = at::zeros_like(b.mask);
   const at::Tensor all = at::arange(b.mask.size(0), at::kLong);
   const std::vector<at::Tensor> micro = MicroBatches(b, all);
-  ECHELON_RETURN_IF_ERROR(ForEachMine(micro.size(), /*backward=*/false, [&](size_t i) -> Status {
+  ECHELON_RETURN_IF_ERROR(ForEachMine(micro.size(), units, /*backward=*/false, [&](size_t i) -> Status {
     const int64_t len = Width(b, micro[i]);
-    if (units_) ECHELON_RETURN_IF_ERROR(units_->BeginMicroBatch());
-    RouteReplay replay;
-    prox.index_put_({micro[i], at::indexing::Slice(0, len)},
-                    LogProbs(compute_, b, micro[i], len, nullptr, nullptr, &replay).to(at::kCPU));
-    if (units_) return units_->EndMicroBatch(/*backward=*/false);
+    if (units) ECHELON_RETURN_IF_ERROR(units->BeginMicroBatch());
+    RouteReplay replay;  // the policy's forwards replay routes; the reference routes by itself
+    out.index_put_({micro[i], at::indexing::Slice(0, len)},
+                   LogProbs(m, b, micro[i], len, nullptr, nullptr, reference ? nullptr : &replay).to(at::kCPU));
+    if (units) return units->EndMicroBatch(/*backward=*/false);
     return Status::Ok();
   }));
   if (reducer_ != nullptr && reducer_->world() > 1) {
-    at::Tensor flat = prox.flatten().to(device_);
+    at::Tensor flat = out.flatten().to(device_);
     ECHELON_RETURN_IF_ERROR(reducer_->AllReduceSum(flat));
-    prox = flat.view_as(prox).to(at::kCPU);
+    out = flat.view_as(out).to(at::kCPU);
   }
-  return prox;
+  return out;
 }
 
 Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
@@ -918,10 +1002,13 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
   // the first backward: one no-grad forward up front, as several minibatches take anyway.
   const bool m2po = options_.loss.correction == Correction::kM2po;
   try {
-    at::Tensor prox;
+    at::Tensor prox, ref;
+    if (options_.loss.kl_coef > 0) {
+      ECHELON_ASSIGN_OR_RETURN(ref, StartLogProbs(b, /*reference=*/true));
+    }
     double m2po_bound = std::numeric_limits<double>::quiet_NaN();
     if (parts > 1 || m2po) {
-      ECHELON_ASSIGN_OR_RETURN(prox, ProxLogProbs(b));
+      ECHELON_ASSIGN_OR_RETURN(prox, StartLogProbs(b, /*reference=*/false));
     }
     if (m2po) m2po_bound = M2poBound(prox - b.behav, b.adv, b.mask, options_.loss);
     if (prox.defined()) StartOfUpdateStats(prox, options_.loss, b, groups.size(), &stats);
@@ -929,7 +1016,7 @@ Result<StepStats> Learner::Step(const std::vector<LearnerGroup>& groups) {
     for (const at::Tensor& rows : minibatches) {
       Minibatch mb;
       mb.group_routes.assign(stats.group_routes.size(), {});
-      ECHELON_RETURN_IF_ERROR(AccumulateGradients(b, rows, prox, m2po_bound, &mb));
+      ECHELON_RETURN_IF_ERROR(AccumulateGradients(b, rows, prox, ref, m2po_bound, &mb));
       stats.computed_positions += mb.computed_positions;
       stats.sequence_positions += mb.sequence_positions;
       ECHELON_ASSIGN_OR_RETURN(const double norm, ApplyGradients(&mb));

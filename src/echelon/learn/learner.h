@@ -40,8 +40,8 @@ Result<Precision> ParsePrecision(const std::string& name);  // "fp32", "bf16"
 // What several learner ranks divide between them (one rank: nothing). kOptimizer (ZeRO stage 1):
 // each keeps the AdamW state of every world-th parameter, steps those and sends them to the
 // others. kParams (ZeRO stage 3): each keeps 1/world of every weight, gradient and AdamW state
-// (learn/layer_units.h); rank 0 also keeps the whole fp32 weights in host memory, which
-// snapshots, evaluation and checkpoints read.
+// (learn/layer_units.h), and of the KL reference; no rank keeps the whole weights after set-up:
+// snapshots and checkpoints gather them unit by unit (WriteWeights).
 enum class Shard { kNone, kOptimizer, kParams };
 Result<Shard> ParseShard(const std::string& name);  // "none", "optimizer", "params"
 
@@ -176,10 +176,13 @@ class Learner {
   int64_t version() const { return version_; }
   // The master weights (fp32, on the learner's device): snapshots, checkpoints and evaluation
   // read them (model/qwen3.h StorageStateDict converts to the storage dtype). With LoRA in
-  // bf16 the frozen base is bf16 and only the adapters are fp32.
+  // bf16 the frozen base is bf16 and only the adapters are fp32. With parameters_sharded() its
+  // tensors are empty once the ranks are set up (the config alone is of use): WriteWeights.
   model::Qwen3Model& model() { return model_; }
 
-  // The frozen reference weights of the KL term (empty when kl_coef is 0).
+  // The frozen reference weights of the KL term: empty when kl_coef is 0, with LoRA (whose
+  // reference is the model's own base with the adapters off: no copy) and under Shard::kParams
+  // over several ranks (each rank keeps its shards of it, as of the weights).
   std::map<std::string, at::Tensor> ReferenceState() const;
   const LearnerOptions& options() const { return options_; }
   // The learning rate of the updates from now on (rl.staleness: auto couples it to S).
@@ -196,6 +199,11 @@ class Learner {
   // Every rank calls it (the workers with a null sink). A failed write still takes part in
   // every unit's gathers, so the ranks stay in step; its error is returned after them.
   Status WriteOptimizerState(const ByteSink* sink);
+  // Shard::kParams: the weights as a safetensors file of `dtype` (with `metadata`), written to
+  // `sink` on rank 0 unit by unit as each is all-gathered (the tensors in unit order). Every
+  // rank calls it (the workers with a null sink); a failed write still takes part in every
+  // gather and its error is returned after them.
+  Status WriteWeights(const ByteSink* sink, at::ScalarType dtype, const std::map<std::string, std::string>& metadata = {});
   // Bytes of AdamW state this rank holds.
   int64_t OptimizerStateBytes() const;
   // Whether the AdamW state is spread over the ranks (GatherOptimizerState then needs them all).
@@ -218,22 +226,28 @@ class Learner {
   // `with_optimizer` of the AdamW state, become rank 0's cut, one unit at a time (rank 0
   // broadcasts each unit's flat vector from its whole fp32 weights and `optimizer_state`, whole
   // as Restore takes it and already restored on rank 0; the workers pass null): a worker never
-  // holds more than one unit of the whole model or its state. Collective.
-  Status ShardsFromRankZero(const std::map<std::string, at::Tensor>* optimizer_state, bool with_optimizer);
+  // holds more than one unit of the whole model or its state. With the KL term, the reference's
+  // shards too, from rank 0's whole `reference` (as Restore took it) or, when that is null or
+  // empty (a fresh run), from its weights. Collective.
+  Status ShardsFromRankZero(const std::map<std::string, at::Tensor>* optimizer_state, bool with_optimizer,
+                            const std::map<std::string, at::Tensor>* reference = nullptr);
 
  private:
   struct Minibatch;
   // Forward/backward of one minibatch's rows, micro-batch by micro-batch (this rank's share);
   // gradients accumulate in the compute model, statistics into `mb`.
   // `m2po_bound`: m2po's clip bound over the whole batch (NaN for the other corrections).
+  // `ref`: the KL reference's log-probs of every row (undefined without the KL term).
   Status AccumulateGradients(const TrainingBatch& b, const at::Tensor& rows, const at::Tensor& prox,
-                             double m2po_bound, Minibatch* mb);
+                             const at::Tensor& ref, double m2po_bound, Minibatch* mb);
   // The compute model's gradients (and the minibatch's statistics) summed over ranks into the
   // master's gradients; then clipping and the optimizer step, and the compute copy refreshed.
   // Returns the gradient norm, or NaN with no step taken when the loss or gradient is not finite.
   Result<double> ApplyGradients(Minibatch* mb);
-  // Start-of-update log-probs of every row, without gradients (pi_prox), summed over ranks.
-  Result<at::Tensor> ProxLogProbs(const TrainingBatch& b);
+  // Log-probs of every row without gradients, each rank computing its micro-batches' and the
+  // result summed over ranks: the policy's at the start of the update (pi_prox) or, with
+  // `reference`, the KL reference's (which routes by itself).
+  Result<at::Tensor> StartLogProbs(const TrainingBatch& b, bool reference);
   // The log-probs [rows, len] of `rows`' targets, the rows packed when that pays (packing.h),
   // computed in chunks from the hidden states (model/token_logprobs.h: nothing len x vocab);
   // `*computed` (when given) grows by the positions the forward computed, padding included;
@@ -247,7 +261,9 @@ class Learner {
 
   model::Qwen3Model model_;               // master weights, fp32
   model::Qwen3Model compute_;             // the forward/backward copy: model_ itself in fp32, bf16 otherwise
-  model::Qwen3Model reference_{nullptr};  // frozen copy for the KL term, when kl_coef > 0
+  // The KL term's reference (kl_coef > 0): a frozen copy, sharded under Shard::kParams; none
+  // with LoRA (the compute model with its adapters off).
+  model::Qwen3Model reference_{nullptr};
   LearnerOptions options_;
   GradientReducer* reducer_;
   at::Device device_;
@@ -266,12 +282,13 @@ class Learner {
   // gathered.
   Result<double> StepShards(double loss);
   // Runs `round(i)` for each of this rank's micro-batch indices below `n` (i = k * world + rank);
-  // a rank short of a round (sharded units) takes an idle one, so collectives line up.
-  Status ForEachMine(size_t n, bool backward, const std::function<Status(size_t)>& round);
+  // a rank short of a round (sharded units) takes an idle one of `units`, so collectives line up.
+  Status ForEachMine(size_t n, LayerUnits* units, bool backward, const std::function<Status(size_t)>& round);
 
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   bool sharded_ = false;  // Shard::kOptimizer over several ranks
   std::unique_ptr<LayerUnits> units_;  // checkpointing or Shard::kParams
+  std::unique_ptr<LayerUnits> reference_units_;  // Shard::kParams with the KL term: reference_'s shards
   bool units_sharded_ = false;
   // Every parameter's name and shape, in named order (the model's own tensors may be emptied).
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes_;

@@ -107,7 +107,8 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
     m.gradients = 4 * p + (bf16 ? 2 * p : 0);
     m.optimizer = setup.shard == Shard::kOptimizer && n > 1 ? 8 * p / n : 8 * p;
   }
-  if (setup.kl_reference) m.reference = d * (p + static_cast<double>(LoraParameters(c, setup.lora)));
+  // LoRA's reference is its own base, adapters off (learner.h ReferenceState): no copy.
+  if (setup.kl_reference && !setup.lora.on()) m.reference = d * p;
   // Activations of one micro-batch on one rank.
   const double t = static_cast<double>(setup.micro_batch_tokens);
   double all = 0, largest = 0;
@@ -202,9 +203,9 @@ double EstimateHostPeak(const model::ModelConfig& c, const LearnerSetup& setup, 
   double unit = static_cast<double>(c.OuterParameters());  // the largest unit, fp32, padded
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) unit = std::max(unit, static_cast<double>(c.LayerParameters(l)));
   unit = 4 * Padded(static_cast<int64_t>(unit), n);
-  // Between updates: the weights, gradients and AdamW state the learner keeps (under params,
-  // rank 0 also keeps the whole fp32 weights).
-  const double held = m.weights + m.gradients + m.optimizer + (params && rank == 0 ? whole : 0);
+  // Between updates: the weights, gradients and AdamW state the learner keeps (under params
+  // no rank keeps more: snapshots and checkpoints gather the weights unit by unit).
+  const double held = m.weights + m.gradients + m.optimizer;
   double bytes = 0;
   if (phase == "set-up") {
     // The whole fp32 model (rank 0's own; a worker's received, except under params, where each
@@ -224,25 +225,31 @@ double EstimateHostPeak(const model::ModelConfig& c, const LearnerSetup& setup, 
       bytes = held + std::max(m.activations, exchange);
     }
   } else if (phase == "publication") {
-    // Rank 0 serialises the snapshot (a LoRA run's whole base the first time), a storage-dtype
-    // copy first where the master is wider.
-    const double snapshot = storage * (storage < whole ? 2 : 1) + (lora ? 4 * trained : 0);
-    bytes = held + (rank == 0 ? snapshot : 0);
+    if (params) {
+      // Every unit all-gathered in turn (fp32) and, on rank 0, converted into the snapshot's bytes.
+      bytes = held + 2 * unit + (rank == 0 ? storage : 0);
+    } else {
+      // Rank 0 serialises the snapshot (a LoRA run's whole base the first time), a storage-dtype
+      // copy first where the master is wider.
+      const double snapshot = storage * (storage < whole ? 2 : 1) + (lora ? 4 * trained : 0);
+      bytes = held + (rank == 0 ? snapshot : 0);
+    }
   } else if (phase == "checkpoint save") {
-    // The files stream from the tensors' memory. Under params the AdamW state is written unit by
-    // unit as it is all-gathered (about four units of buffers); a sharded optimizer gathers it
-    // whole on every rank first; narrower storage takes a storage-dtype copy of the weights.
+    // The files stream from the tensors' memory. Under params the weights and the AdamW state
+    // are written unit by unit as they are all-gathered (about four units of buffers); a sharded
+    // optimizer gathers it whole on every rank first; narrower storage takes a storage-dtype
+    // copy of the weights.
     const double join = 4 * unit;
     if (params) bytes = held + join;
-    else bytes = held + (setup.shard == Shard::kOptimizer && several ? adamw : 0);
-    if (rank == 0 && storage < whole) bytes += storage;
+    else bytes = held + (setup.shard == Shard::kOptimizer && several ? adamw : 0) + (rank == 0 && storage < whole ? storage : 0);
   } else if (phase == "resume") {
-    // The checkpoint's weights and whole AdamW state read (rank 0) or received (workers, except
-    // under params: their shards of both, unit by unit); then the learner's own state beside
-    // them until they are handed over.
+    // The checkpoint's weights and whole AdamW state read (rank 0) or received (workers); then
+    // the learner's own state beside them until they are handed over. Under params no rank
+    // holds them whole: rank 0 maps the files and cuts them unit by unit (a unit's weights and
+    // moments resident at a time), the workers receive their shards of each unit in turn.
     const double mine = lora ? 4 * trained : 0;
     if (params) {
-      bytes = (rank == 0 ? whole + adamw : 0) + m.weights + m.optimizer + unit;
+      bytes = m.weights + m.optimizer + unit * (rank == 0 ? 3 : 1);
     } else {
       bytes = whole + mine + adamw + m.optimizer + (bf16 && !lora ? 2 * p : 0);
     }

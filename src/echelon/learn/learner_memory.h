@@ -54,7 +54,7 @@ struct LearnerSetup {
   Shard shard = Shard::kNone;
   bool activation_checkpointing = false;  // implied by Shard::kParams over several ranks
   int64_t micro_batch_tokens = 4096;      // tokens of one forward/backward
-  bool kl_reference = false;              // a frozen reference copy (rl kl_coef > 0)
+  bool kl_reference = false;              // the KL term (kl_coef > 0): a frozen copy; LoRA needs none
   // LoRA adapters (learner.lora): the base frozen in the compute dtype, only the adapters
   // fp32 with gradients and AdamW state (shard none or optimizer).
   model::LoraConfig lora;

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <optional>
 
 #include "echelon/learn/run_checkpoint.h"
 #include "echelon/learn/snapshot_publisher.h"
@@ -119,7 +118,9 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
     }
     ECHELON_RETURN_IF_ERROR(reading("updates"));
 
-    {  // what SnapshotPublisher::Publish makes (a LoRA run's base once, then the adapters)
+    if (learner.parameters_sharded()) {  // gathered unit by unit into the snapshot (learner_run.cc)
+      ECHELON_RETURN_IF_ERROR(ranks->WeightsBytes(learner, model::StorageDtype(config)).status());
+    } else {  // what SnapshotPublisher::Publish makes (a LoRA run's base once, then the adapters)
       std::shared_ptr<const std::string> base;
       if (o.setup.lora.on()) {
         ECHELON_ASSIGN_OR_RETURN(base, MakeBase(learner.model()));
@@ -129,17 +130,17 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
     ECHELON_RETURN_IF_ERROR(reading("publication"));
 
     {  // as the run saves one (learner_run.cc)
-      std::optional<model::CheckpointFile> optimizer;
+      model::CheckpointFiles gathered;
       std::filesystem::create_directories(ckpt_dir);
       if (ranks) {
-        ECHELON_ASSIGN_OR_RETURN(optimizer, ranks->OptimizerFile(learner, GatheredOptimizerPath(ckpt_dir)));
+        ECHELON_ASSIGN_OR_RETURN(gathered, GatherCheckpointFiles(*ranks, learner, ckpt_dir));
       }
       RunState state;
       state.version = learner.version();
       state.dispatcher.version = learner.version();
       state.rng_state_hex = CaptureRngState();
       ECHELON_RETURN_IF_ERROR(
-          SaveRunCheckpoint(ckpt_dir, learner, vocab, state, 1, optimizer ? &*optimizer : nullptr));
+          SaveRunCheckpoint(ckpt_dir, learner, vocab, state, 1, std::move(gathered)));
     }
     ECHELON_RETURN_IF_ERROR(reading("checkpoint save"));
     stop_workers();
@@ -149,7 +150,9 @@ Result<std::vector<PhaseMemory>> MeasureLearnerMemory(const model::ModelConfig& 
   TakeOwnMemory();
   {
     std::vector<std::string> skipped;
-    Result<ResumePoint> loaded = LoadNewestRunCheckpoint(ckpt_dir, &skipped);
+    // As a run resumes: rank 0 of sharded parameters maps the checkpoint (learner_run.cc).
+    const bool mapped = o.setup.shard == Shard::kParams && o.setup.ranks > 1;
+    Result<ResumePoint> loaded = LoadNewestRunCheckpoint(ckpt_dir, &skipped, mapped);
     if (!loaded.ok()) {
       std::string why = loaded.status().message();
       for (const std::string& s : skipped) why += "; skipped " + s;

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <memory>
 #include <type_traits>
 
 #include "echelon/common/fs.h"
@@ -180,8 +182,9 @@ Result<std::vector<LearnerGroup>> GroupsFromJson(const json& j) {
 
 LearnerRanks::~LearnerRanks() { Stop(); }
 
-Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer) {
-  const std::map<std::string, at::Tensor> reference = learner.ReferenceState();
+Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer,
+                           const std::map<std::string, at::Tensor>& sharded_reference) {
+  const std::map<std::string, at::Tensor> reference = learner.ReferenceState();  // whole: unsharded only
   ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "setup"},
                                                 {"model", learner.model()->config().ToJson()},
                                                 {"options", OptionsToJson(learner.options())},
@@ -201,7 +204,7 @@ Status LearnerRanks::Setup(Learner& learner, const std::map<std::string, at::Ten
     for (at::Tensor& t : r) t = t.to(at::kFloat);  // Gloo carries no bf16; the workers receive fp32
     ECHELON_RETURN_IF_ERROR(group_->Broadcast(r, 0));
   }
-  if (sharded) return learner.ShardsFromRankZero(&optimizer, !optimizer.empty());
+  if (sharded) return learner.ShardsFromRankZero(&optimizer, !optimizer.empty(), &sharded_reference);
   if (!optimizer.empty()) {
     std::vector<at::Tensor> o = Ordered(optimizer);
     ECHELON_RETURN_IF_ERROR(group_->Broadcast(o, 0));
@@ -224,14 +227,13 @@ Result<std::vector<RankMemory>> LearnerRanks::TakeRankMemory() {
   return ExchangeRankMemory(*group_);
 }
 
-Result<model::CheckpointFile> LearnerRanks::OptimizerFile(Learner& learner, const std::string& path) {
-  if (!learner.parameters_sharded()) {
-    using State = std::map<std::string, at::Tensor>;
-    ECHELON_ASSIGN_OR_RETURN(State state, GatherOptimizerState(learner));
-    ECHELON_ASSIGN_OR_RETURN(model::SafetensorsParts parts, model::SafetensorsLayout(state));
-    return model::CheckpointFile(std::move(parts));
-  }
-  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_optimizer"}}));
+namespace {
+
+// Rank 0's part of a gather every rank takes part in (`produce` writes it to a sink), written to
+// `path` and hashed on the way. A file that cannot be opened still takes part, into nothing, so
+// the workers are not left waiting in a collective.
+Result<model::CheckpointFile> GatheredFile(const std::string& path, const std::string& what,
+                                           const std::function<Status(const ByteSink*)>& produce) {
   Sha256Stream sha;
   uint64_t size = 0;
   bool gathered = false;
@@ -242,14 +244,57 @@ Result<model::CheckpointFile> LearnerRanks::OptimizerFile(Learner& learner, cons
       size += bytes.size();
       return sink(bytes);
     };
-    return learner.WriteOptimizerState(&counted);
+    return produce(&counted);
   });
-  if (!gathered) {  // the file could not be opened: the workers still wait for every unit's gather
+  if (!gathered) {
     const ByteSink discard = [](std::string_view) { return Status::Ok(); };
-    (void)learner.WriteOptimizerState(&discard);
+    (void)produce(&discard);
   }
-  ECHELON_RETURN_IF_ERROR(written.WithContext("gathering the AdamW state"));
+  ECHELON_RETURN_IF_ERROR(written.WithContext("gathering " + what));
   return model::CheckpointFile::Written(path, size, sha.Hex());
+}
+
+// The dtypes weights are gathered in (what a "gather_weights" message may ask for).
+bool GatherableDtype(int64_t dtype) {
+  return dtype == static_cast<int64_t>(at::kFloat) || dtype == static_cast<int64_t>(at::kBFloat16) ||
+         dtype == static_cast<int64_t>(at::kHalf);
+}
+
+}  // namespace
+
+Result<model::CheckpointFile> LearnerRanks::OptimizerFile(Learner& learner, const std::string& path) {
+  if (!learner.parameters_sharded()) {
+    using State = std::map<std::string, at::Tensor>;
+    ECHELON_ASSIGN_OR_RETURN(State state, GatherOptimizerState(learner));
+    ECHELON_ASSIGN_OR_RETURN(model::SafetensorsParts parts, model::SafetensorsLayout(state));
+    return model::CheckpointFile(std::move(parts));
+  }
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_optimizer"}}));
+  return GatheredFile(path, "the AdamW state", [&](const ByteSink* sink) { return learner.WriteOptimizerState(sink); });
+}
+
+Result<std::shared_ptr<const std::string>> LearnerRanks::WeightsBytes(Learner& learner, at::ScalarType dtype,
+                                                                      const std::map<std::string, std::string>& metadata) {
+  if (!learner.parameters_sharded()) return FailedPrecondition("WeightsBytes: the parameters are not sharded");
+  if (!GatherableDtype(static_cast<int64_t>(dtype))) return InvalidArgument("WeightsBytes: weights gather in fp32, bf16 or fp16");
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_weights"}, {"dtype", static_cast<int64_t>(dtype)}}));
+  auto bytes = std::make_shared<std::string>();
+  bytes->reserve(static_cast<size_t>(learner.model()->config().NumParameters() * c10::elementSize(dtype)) + (1 << 20));
+  const ByteSink append = [&](std::string_view b) {
+    bytes->append(b);
+    return Status::Ok();
+  };
+  ECHELON_RETURN_IF_ERROR(learner.WriteWeights(&append, dtype, metadata).WithContext("gathering the weights"));
+  return std::shared_ptr<const std::string>(std::move(bytes));
+}
+
+Result<model::CheckpointFile> LearnerRanks::WeightsFile(Learner& learner, const std::string& path, at::ScalarType dtype,
+                                                        const std::map<std::string, std::string>& metadata) {
+  if (!learner.parameters_sharded()) return FailedPrecondition("WeightsFile: the parameters are not sharded");
+  if (!GatherableDtype(static_cast<int64_t>(dtype))) return InvalidArgument("WeightsFile: weights gather in fp32, bf16 or fp16");
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_weights"}, {"dtype", static_cast<int64_t>(dtype)}}));
+  return GatheredFile(path, "the weights",
+                      [&](const ByteSink* sink) { return learner.WriteWeights(sink, dtype, metadata); });
 }
 
 void LearnerRanks::Stop() {
@@ -290,10 +335,8 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
     i = 0;
     for (auto& [name, t] : reference) t = r[i++];
   }
-  if (options.loss.kl_coef > 0 && reference.empty()) {
-    if (sharded) return DataLoss("learner rank: rank 0 sent no KL reference");
-    reference = model->StateDict();
-  }
+  // No whole reference: the weights are it, or (sharded) its shards follow the weights'.
+  if (options.loss.kl_coef > 0 && reference.empty() && !sharded) reference = model->StateDict();
   std::map<std::string, at::Tensor> optimizer;
   const json names = setup.value("optimizer", json::array());
   if (!names.empty() && !sharded) {
@@ -336,6 +379,13 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
     if (message["op"] == "gather_optimizer") {
       ECHELON_RETURN_IF_ERROR(learner.parameters_sharded() ? learner.WriteOptimizerState(nullptr)
                                                            : learner.GatherOptimizerState().status());
+      continue;
+    }
+    if (message["op"] == "gather_weights") {
+      const auto dtype = message.find("dtype");
+      if (dtype == message.end() || !dtype->is_number_integer() || !GatherableDtype(dtype->get<int64_t>()))
+        return DataLoss("learner rank: a gather_weights message needs 'dtype' (fp32, bf16 or fp16)");
+      ECHELON_RETURN_IF_ERROR(learner.WriteWeights(nullptr, static_cast<at::ScalarType>(dtype->get<int64_t>())));
       continue;
     }
     if (message["op"] != "step") return DataLoss("learner rank: unknown message " + message["op"].dump());

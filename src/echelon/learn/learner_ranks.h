@@ -52,17 +52,27 @@ class LearnerRanks {
 
   // Sends every worker the model config, the options and the state of `learner` (rank 0's,
   // already restored when resuming) with the whole AdamW state (empty: none yet); under
-  // Shard::kParams each worker's shards of them, unit by unit (Learner::ShardsFromRankZero).
-  Status Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer_state);
+  // Shard::kParams each worker's shards of them, unit by unit (Learner::ShardsFromRankZero),
+  // and of the KL reference: `reference` as Restore took it (empty: a fresh run's, the weights).
+  // Otherwise the reference is the learner's own copy.
+  Status Setup(Learner& learner, const std::map<std::string, at::Tensor>& optimizer_state,
+               const std::map<std::string, at::Tensor>& reference = {});
   // The groups of the next update; every rank then runs Learner::Step on them.
   // `lr`: the learning rate of this update (rank 0's, which rl.staleness: auto may move).
   Status SendStep(const std::vector<LearnerGroup>& groups, double lr);
   // The whole AdamW state, also when it is sharded across the ranks (for a checkpoint).
   Result<std::map<std::string, at::Tensor>> GatherOptimizerState(Learner& learner);
   // The AdamW state as a run checkpoint's file (run_checkpoint.h SaveRunCheckpoint): under
-  // Shard::kParams written to `path` (run_checkpoint.h GatheredOptimizerPath) unit by unit as it
+  // Shard::kParams written to `path` (run_checkpoint.h GatheredPath) unit by unit as it
   // is gathered, so rank 0 never holds it whole; otherwise from GatherOptimizerState.
   Result<model::CheckpointFile> OptimizerFile(Learner& learner, const std::string& path);
+  // Shard::kParams: the weights gathered unit by unit (Learner::WriteWeights; every worker takes
+  // part) into a safetensors file of `dtype`: in memory (a snapshot's bytes), or written to
+  // `path` as they come (a checkpoint's weights). Rank 0 never holds the whole fp32 weights.
+  Result<std::shared_ptr<const std::string>> WeightsBytes(Learner& learner, at::ScalarType dtype,
+                                                          const std::map<std::string, std::string>& metadata = {});
+  Result<model::CheckpointFile> WeightsFile(Learner& learner, const std::string& path, at::ScalarType dtype,
+                                            const std::map<std::string, std::string>& metadata = {});
   // Every rank's host memory since the previous call (ExchangeRankMemory).
   Result<std::vector<RankMemory>> TakeRankMemory();
   // Workers leave their loop (best effort: a dead group just ends).

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "echelon/learn/run_checkpoint.h"
+#include "echelon/learn/snapshot_publisher.h"
+#include "echelon/model/safetensors.h"
 #include "echelon/learn/testing.h"
 
 namespace echelon::learn {
@@ -59,9 +61,10 @@ OneAndTwo TrainOnOneAndTwoRanks(const model::Qwen3Model& init, const std::vector
     EXPECT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
     EXPECT_TRUE(rank0.Step(groups).ok());
   }
+  model::Qwen3Model whole = WholeWeights(*two.ranks, rank0);
   two.ranks->Stop();
   EXPECT_TRUE(two.worker.get().ok());
-  return {one.model(), rank0.model()};
+  return {one.model(), whole};
 }
 
 // The same ten updates on the same batches, one rank against two: each of two ranks computes
@@ -191,10 +194,11 @@ ResumedFromOne ResumeFromOneOnTwo(const model::ModelConfig& config, uint64_t see
     EXPECT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
     EXPECT_TRUE(rank0.Step(groups).ok());
   }
+  const double diff = MaxWeightDiff(one.model(), WholeWeights(*two.ranks, rank0));
   two.ranks->Stop();
   const Status worker = two.worker.get();
   EXPECT_TRUE(worker.ok()) << worker.message();
-  return {MaxWeightDiff(one.model(), rank0.model()), two.worker_log.str()};
+  return {diff, two.worker_log.str()};
 }
 
 TEST(LearnerRanks, WorkersStartFromRankZerosOptimizerState) {
@@ -238,16 +242,17 @@ TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
   // Nowhere to write: an error, and the ranks still in step.
   Result<model::CheckpointFile> nowhere = two.ranks->OptimizerFile(rank0, dir + "/missing/optimizer.safetensors");
   EXPECT_FALSE(nowhere.ok());
-  std::filesystem::create_directories(dir);
-  Result<model::CheckpointFile> file = two.ranks->OptimizerFile(rank0, GatheredOptimizerPath(dir));
-  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_FALSE(two.ranks->WeightsFile(rank0, dir + "/missing/model.safetensors", at::kFloat).ok());
+  Result<model::CheckpointFiles> files = GatherCheckpointFiles(*two.ranks, rank0, dir);
+  ASSERT_TRUE(files.ok()) << files.status().message();
   RunState state;
   state.version = state.dispatcher.version = rank0.version();
   state.rng_state_hex = CaptureRngState();
   const Status saved =
-      SaveRunCheckpoint(dir, rank0, model::Vocabulary::Characters("0123456789"), state, 1, &file.value());
+      SaveRunCheckpoint(dir, rank0, model::Vocabulary::Characters("0123456789"), state, 1, files.value());
   ASSERT_TRUE(saved.ok()) << saved.message();
-  EXPECT_FALSE(std::filesystem::exists(GatheredOptimizerPath(dir)));  // moved into the checkpoint
+  for (const char* name : {"optimizer.safetensors", "model.safetensors"})
+    EXPECT_FALSE(std::filesystem::exists(GatheredPath(dir, name))) << name << " moved into the checkpoint";
   ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
   ASSERT_TRUE(rank0.Step(groups).ok());
   two.ranks->Stop();
@@ -256,6 +261,7 @@ TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
   std::vector<std::string> skipped;
   Result<ResumePoint> point = LoadNewestRunCheckpoint(dir, &skipped);
   ASSERT_TRUE(point.ok()) << point.status().message();
+  EXPECT_LT(MaxWeightDiff(one.model(), point->checkpoint.model), 1e-5) << "the weights gathered unit by unit";
   const std::map<std::string, at::Tensor> expected = one.OptimizerState();
   ASSERT_EQ(point->optimizer.size(), expected.size());
   for (const auto& [name, t] : expected) {
@@ -264,6 +270,113 @@ TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
     ASSERT_EQ(got.sizes(), t.sizes()) << name;
     EXPECT_TRUE(at::allclose(got.to(at::kDouble), t.to(at::kDouble), 1e-3, 1e-7)) << name;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Under sharded parameters a snapshot is gathered unit by unit into its bytes (rank 0 keeps no
+// whole weights after set-up): the same tensors, names, dtypes and shapes as the one-rank
+// learner's snapshot of the same update (bf16 storage).
+TEST(LearnerRanks, AShardedSnapshotIsTheOneRankSnapshot) {
+  model::ModelConfig c = TinyMoeConfig();
+  c.torch_dtype = "bfloat16";
+  model::Qwen3Model init(c);
+  init->InitWeights(14);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o;
+  o.lr = 1e-3;
+  Learner one(Copy(init), o);
+  o.shard = Shard::kParams;
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  EXPECT_EQ(rank0.model()->parameters().front().numel(), 0) << "rank 0 keeps no whole weights";
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(one.Step(groups).ok());
+    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+    ASSERT_TRUE(rank0.Step(groups).ok());
+  }
+  Result<std::shared_ptr<const std::string>> gathered = two.ranks->WeightsBytes(rank0, at::kBFloat16);
+  ASSERT_TRUE(gathered.ok()) << gathered.status().message();
+  two.ranks->Stop();
+  ASSERT_TRUE(two.worker.get().ok());
+  Result<contract::Snapshot> expected = MakeSnapshot(one.model(), one.version());
+  ASSERT_TRUE(expected.ok());
+  Result<model::SafetensorsFile> a = model::ParseSafetensors(*expected->weights, "one rank");
+  Result<model::SafetensorsFile> b = model::ParseSafetensors(*gathered.value(), "gathered");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const auto& [name, t] : a->tensors) {
+    ASSERT_TRUE(b->tensors.count(name)) << name;
+    const at::Tensor& g = b->tensors.at(name);
+    EXPECT_EQ(g.scalar_type(), at::kBFloat16) << name;
+    ASSERT_EQ(g.sizes(), t.sizes()) << name;
+    // bf16 of weights equal within 1e-5: at most one rounding step apart
+    EXPECT_LE((g.to(at::kFloat) - t.to(at::kFloat)).abs().max().item<double>(),
+              t.to(at::kFloat).abs().max().item<double>() / 128.0) << name;
+  }
+}
+
+// A run of four sharded ranks checkpointed after three updates and stopped, then resumed from
+// that checkpoint's files on two: every update on either side of the break has the unbroken
+// one-rank run's loss and gradient norm within 1e-5.
+TEST(LearnerRanks, AFourRankRunResumedOnTwoContinuesTheUnbrokenLosses) {
+  model::Qwen3Model init(TinyMoeConfig());
+  init->InitWeights(12);
+  LearnerOptions o;
+  o.lr = 1e-3;
+  o.micro_batch_tokens = 20;
+  Learner one(Copy(init), o);
+  std::vector<std::vector<LearnerGroup>> batches;
+  std::vector<StepStats> unbroken;
+  for (int step = 0; step < 6; ++step) {
+    batches.push_back(SampleGroups(one.model(), 1.0, 6));
+    Result<StepStats> a = one.Step(batches.back());
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    unbroken.push_back(a.value());
+  }
+  o.shard = Shard::kParams;
+  const auto run = [&](Learner& rank0, LearnerRanks& ranks, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      ASSERT_TRUE(ranks.SendStep(batches[step], o.lr).ok());
+      Result<StepStats> b = rank0.Step(batches[step]);
+      ASSERT_TRUE(b.ok()) << b.status().message();
+      EXPECT_NEAR(unbroken[step].loss, b->loss, 1e-5) << "update " << step;
+      EXPECT_NEAR(unbroken[step].grad_norm, b->grad_norm, 1e-5) << "update " << step;
+    }
+  };
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("echelon_four_to_two_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    LocalRanks four(4);
+    Learner rank0(Copy(init), o, four.ranks->group());
+    ASSERT_TRUE(four.ranks->Setup(rank0, {}).ok());
+    run(rank0, *four.ranks, 0, 3);
+    Result<model::CheckpointFiles> files = GatherCheckpointFiles(*four.ranks, rank0, dir);
+    ASSERT_TRUE(files.ok()) << files.status().message();
+    RunState state;
+    state.version = state.dispatcher.version = rank0.version();
+    state.rng_state_hex = CaptureRngState();
+    const Status saved =
+        SaveRunCheckpoint(dir, rank0, model::Vocabulary::Characters("0123456789"), state, 1, files.value());
+    ASSERT_TRUE(saved.ok()) << saved.message();
+    run(rank0, *four.ranks, 3, 4);  // the update the break loses
+    ASSERT_TRUE(four.Finish().ok());
+  }
+  std::vector<std::string> skipped;
+  Result<ResumePoint> point = LoadNewestRunCheckpoint(dir, &skipped);
+  ASSERT_TRUE(point.ok()) << point.status().message();
+  ASSERT_EQ(point->state.version, 3);
+  LocalRanks two(2);
+  Learner rank0(point->checkpoint.model, o, two.ranks->group());
+  ASSERT_TRUE(rank0.Restore(point->state.version, point->optimizer, {}).ok());
+  const Status setup = two.ranks->Setup(rank0, point->optimizer);
+  ASSERT_TRUE(setup.ok()) << setup.message();
+  run(rank0, *two.ranks, 3, 6);
+  EXPECT_EQ(rank0.version(), 6);
+  EXPECT_LT(MaxWeightDiff(one.model(), WholeWeights(*two.ranks, rank0)), 1e-5);
+  ASSERT_TRUE(two.Finish().ok());
   std::filesystem::remove_all(dir);
 }
 
@@ -284,15 +397,15 @@ Resumed ResumeOnTwoRanks(const LearnerOptions& o, uint64_t seed) {
   TwoRanks two;
   Learner rank0(Copy(one.model()), o, two.ranks->group());
   EXPECT_TRUE(rank0.Restore(one.version(), one.OptimizerState(), one.ReferenceState()).ok());
-  const Status setup = two.ranks->Setup(rank0, one.OptimizerState());
+  const Status setup = two.ranks->Setup(rank0, one.OptimizerState(), one.ReferenceState());
   EXPECT_TRUE(setup.ok()) << setup.message();
   EXPECT_TRUE(one.Step(groups).ok());
   EXPECT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
   EXPECT_TRUE(rank0.Step(groups).ok());
+  out.two = WholeWeights(*two.ranks, rank0);
   two.ranks->Stop();
   EXPECT_TRUE(two.worker.get().ok());
   out.one = one.model();
-  out.two = rank0.model();
   return out;
 }
 
@@ -303,6 +416,18 @@ TEST(LearnerRanks, TheReferenceDoesNotOverwriteAWorkersWeights) {
   LearnerOptions o;
   o.lr = 1e-2;
   o.loss.kl_coef = 0.1;
+  const Resumed r = ResumeOnTwoRanks(o, 10);
+  EXPECT_LT(MaxWeightDiff(r.one, r.two), 1e-5);
+}
+
+// Under sharded parameters each rank keeps its shards of the KL reference, cut from the whole
+// reference a resume reads on rank 0 (not from the weights, which moved since): the update after
+// the resume is one rank's.
+TEST(LearnerRanks, AShardedKlReferenceIsCutFromTheResumedReference) {
+  LearnerOptions o;
+  o.lr = 1e-2;
+  o.loss.kl_coef = 0.1;
+  o.shard = Shard::kParams;
   const Resumed r = ResumeOnTwoRanks(o, 10);
   EXPECT_LT(MaxWeightDiff(r.one, r.two), 1e-5);
 }

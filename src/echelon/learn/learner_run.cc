@@ -104,7 +104,11 @@ class LearnerRun {
         if (o.name == "secret") task_options["secret"] = secret_.Hex();
     ECHELON_ASSIGN_OR_RETURN(task_, data::CreateAdapter(options_.task_name, task_options));
     ECHELON_RETURN_IF_ERROR(task_->ReadyToTrain());
-    ECHELON_ASSIGN_OR_RETURN(start_, args_.resume ? StartFromCheckpoint(options_, *task_, args_.run_dir, metrics_, progress_)
+    // Sharded parameters over several ranks: rank 0 cuts a checkpoint unit by unit from its files
+    // mapped, never resident whole (Learner::ShardsFromRankZero).
+    const bool mapped = options_.learner.shard == Shard::kParams && args_.ranks && args_.ranks->world > 1;
+    ECHELON_ASSIGN_OR_RETURN(start_, args_.resume ? StartFromCheckpoint(options_, *task_, args_.run_dir, metrics_,
+                                                                        progress_, mapped)
                                                   : StartFresh(options_, *task_, args_.run_dir, args_.resolved_yaml,
                                                                evaluate_, metrics_, progress_, clock_, t_start_));
     ECHELON_RETURN_IF_ERROR(KeepRunSecret(options_, args_.run_dir, secret_));
@@ -143,11 +147,12 @@ class LearnerRun {
     if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
     if (control_) ApplyStaleness();
     if (ranks_) {
-      ECHELON_RETURN_IF_ERROR(ranks_->Setup(*learner_, start_.optimizer));
+      ECHELON_RETURN_IF_ERROR(ranks_->Setup(*learner_, start_.optimizer, reference_));
       progress_ << "learner ranks: " << ranks_->world() << " (data-parallel, rendezvous port "
                 << ranks_->group()->port() << ")" << std::endl;
     }
     start_.optimizer.clear();  // now inside the optimizers: keep no second copy
+    reference_.clear();
     busy_seconds_ = rs.busy_seconds;
     consumed_tokens_ = rs.consumed_tokens;
     rl_base_ = rs.rl_wall_seconds;
@@ -160,13 +165,13 @@ class LearnerRun {
   // Weights are loaded; the rest of the checkpoint: optimizer, version, dispatcher, RNG, counters.
   Status Restore() {
     RunState& rs = start_.state;
-    std::map<std::string, at::Tensor> reference;
-    if (options_.learner.loss.kl_coef > 0) {
-      ECHELON_ASSIGN_OR_RETURN(model::LoadedCheckpoint ws, model::LoadCheckpoint((ckpt_dir_ / "warmstart").string()));
-      reference = ws.model->StateDict();
+    if (options_.learner.loss.kl_coef > 0 && !learner_->model()->config().lora.on()) {  // LoRA's: its base
+      ECHELON_ASSIGN_OR_RETURN(model::LoadedCheckpoint ws, model::LoadCheckpoint((ckpt_dir_ / "warmstart").string(),
+                                                                                 learner_->parameters_sharded()));
+      reference_ = ws.model->StateDict();
     }
     const std::string where = "resuming from " + start_.resumed_from;
-    ECHELON_RETURN_IF_ERROR(learner_->Restore(rs.version, start_.optimizer, reference).WithContext(where));
+    ECHELON_RETURN_IF_ERROR(learner_->Restore(rs.version, start_.optimizer, reference_).WithContext(where));
     ECHELON_RETURN_IF_ERROR(
         dispatcher_->Restore(rs.dispatcher, FreshLeaseBase(rs.dispatcher.next_lease)).WithContext(where));
     ECHELON_RETURN_IF_ERROR(RestoreRngState(rs.rng_state_hex).WithContext(where));
@@ -199,7 +204,7 @@ class LearnerRun {
       ECHELON_RETURN_IF_ERROR(http_->Start("0.0.0.0", args_.metrics_port));
       progress_ << "metrics at http://0.0.0.0:" << http_->port() << "/metrics" << std::endl;
     }
-    ECHELON_RETURN_IF_ERROR(publisher_->Publish(learner_->model(), learner_->version()));
+    ECHELON_RETURN_IF_ERROR(Publish());
     if (options_.wait_for_actors <= 0) return Status::Ok();
     progress_ << "waiting for " << options_.wait_for_actors << " actors to register" << std::endl;
     const double since = clock_.Now();
@@ -211,6 +216,37 @@ class LearnerRun {
       clock_.SleepFor(sched::kLearnerPollSeconds);
     }
     return Status::Ok();
+  }
+
+  // The policy of the learner's version to the actors.
+  Status Publish() {
+    if (!learner_->parameters_sharded()) return publisher_->Publish(learner_->model(), learner_->version());
+    ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> bytes, GatheredSnapshot());
+    return publisher_->Publish(contract::Snapshot{learner_->version(), std::move(bytes), nullptr});
+  }
+
+  // Sharded parameters: the snapshot bytes of the learner's version (MakeSnapshot's form),
+  // gathered from the ranks unit by unit, once per version.
+  Result<std::shared_ptr<const std::string>> GatheredSnapshot() {
+    if (snapshot_.version != learner_->version() || !snapshot_.weights) {
+      snapshot_ = {};  // the previous version's bytes go before the next are gathered
+      ECHELON_ASSIGN_OR_RETURN(
+          snapshot_.weights, ranks_->WeightsBytes(*learner_, model::StorageDtype(learner_->model()->config())));
+      snapshot_.version = learner_->version();
+    }
+    return snapshot_.weights;
+  }
+
+  // What evaluation reads: the learner's weights or, with sharded parameters, a model bound to
+  // the bytes of this version's snapshot in the storage dtype (no whole fp32 copy).
+  Result<model::Qwen3Model> PolicyToEvaluate() {
+    if (!learner_->parameters_sharded()) return learner_->model();
+    ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> bytes, GatheredSnapshot());
+    const model::ModelConfig& c = learner_->model()->config();
+    ECHELON_ASSIGN_OR_RETURN(model::SafetensorsFile view, model::ViewSafetensors(*bytes, "gathered weights"));
+    model::Qwen3Model m(c, model::Qwen3ModelImpl::Uninitialized{model::StorageDtype(c)});
+    ECHELON_RETURN_IF_ERROR(m->BindStateDict(view.tensors, "gathered weights"));
+    return m;
   }
 
   // The staleness bound in force: fixed, or rl.staleness: auto's current one.
@@ -241,7 +277,7 @@ class LearnerRun {
       collector.Commit(*batch);
       const int64_t version = learner_->version();
       if (version % options_.publish_period == 0 || version == options_.steps)
-        ECHELON_RETURN_IF_ERROR(publisher_->Publish(learner_->model(), version));
+        ECHELON_RETURN_IF_ERROR(Publish());
       // After the last update nothing more is consumed: admit no new work for it.
       if (version < options_.steps) dispatcher_->SetVersion(version);
       ECHELON_RETURN_IF_ERROR(Record(t, *batch, stats, step_start));
@@ -344,8 +380,8 @@ class LearnerRun {
     obs::StepRecord r = MakeRecord(t, batch, stats, step_start);
     const bool eval_now = options_.eval_every > 0 && *r.version % options_.eval_every == 0 && *r.version != options_.steps;
     if (eval_now) {
-      ECHELON_ASSIGN_OR_RETURN(const data::EvalResult ev,
-                               evaluate_(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
+      ECHELON_ASSIGN_OR_RETURN(model::Qwen3Model policy, PolicyToEvaluate());
+      ECHELON_ASSIGN_OR_RETURN(const data::EvalResult ev, evaluate_(policy, start_.vocab, *task_, options_.max_new_tokens));
       r.heldout_accuracy = ev.accuracy;
     }
     const nlohmann::json line = r.ToJson();
@@ -528,15 +564,14 @@ class LearnerRun {
     rs.rng_state_hex = CaptureRngState();
     if (control_) rs.staleness_control = control_->Export();
     const std::string where = "checkpoint at version " + std::to_string(rs.version);
-    std::optional<model::CheckpointFile> optimizer;
+    model::CheckpointFiles gathered;
     if (ranks_) {
-      std::filesystem::create_directories(ckpt_dir_);
-      Result<model::CheckpointFile> file = ranks_->OptimizerFile(*learner_, GatheredOptimizerPath(ckpt_dir_.string()));
-      if (!file.ok()) return file.status().WithContext(where);
-      optimizer = std::move(file).value();
+      Result<model::CheckpointFiles> files = GatherCheckpointFiles(*ranks_, *learner_, ckpt_dir_.string());
+      if (!files.ok()) return files.status().WithContext(where);
+      gathered = std::move(files).value();
     }
     return SaveRunCheckpoint(ckpt_dir_.string(), *learner_, start_.vocab, rs, options_.checkpoint_keep,
-                             optimizer ? &*optimizer : nullptr)
+                             std::move(gathered))
         .WithContext(where);
   }
 
@@ -553,9 +588,22 @@ class LearnerRun {
         progress_ << "resumable checkpoint " << (ckpt_dir_ / ("step-" + std::to_string(learner_->version()))).string()
                   << std::endl;
     }
+    summary_.interrupted = learner_->version() < options_.steps;
+    // Sharded parameters: the final weights and the policy to evaluate are gathered while the
+    // workers are still there.
+    model::CheckpointFiles final_files;
+    Result<model::Qwen3Model> policy = model::Qwen3Model(nullptr);
+    if (failure.ok() && learner_->parameters_sharded() && !summary_.interrupted) {
+      const at::ScalarType storage = model::StorageDtype(learner_->model()->config());
+      Result<model::CheckpointFile> weights = ranks_->WeightsFile(
+          *learner_, GatheredPath(ckpt_dir_.string(), model::kWeightsFile), storage, model::kWeightsMetadata);
+      if (weights.ok()) final_files[model::kWeightsFile] = std::move(weights).value();
+      else failure = weights.status().WithContext("the final checkpoint");
+    }
+    if (failure.ok()) policy = PolicyToEvaluate();
     if (ranks_) ranks_->Stop();  // the workers' part is done; rank 0 evaluates alone
     ECHELON_RETURN_IF_ERROR(failure);
-    summary_.interrupted = learner_->version() < options_.steps;
+    ECHELON_RETURN_IF_ERROR(policy.status());
     if (!summary_.interrupted) {
       // A LoRA run's final model has its adapters merged, for any Hugging Face tool; its
       // step-N checkpoints keep them apart.
@@ -563,10 +611,11 @@ class LearnerRun {
       if (final_model->config().lora.on()) {
         ECHELON_ASSIGN_OR_RETURN(final_model, model::MergeLora(final_model));
       }
-      ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint((ckpt_dir_ / "final").string(), final_model, start_.vocab));
+      ECHELON_RETURN_IF_ERROR(
+          model::SaveCheckpoint((ckpt_dir_ / "final").string(), final_model, start_.vocab, final_files));
     }
     ECHELON_ASSIGN_OR_RETURN(const data::EvalResult after,
-                             evaluate_(learner_->model(), start_.vocab, *task_, options_.max_new_tokens));
+                             evaluate_(policy.value(), start_.vocab, *task_, options_.max_new_tokens));
     summary_.final_accuracy = after.accuracy;
     summary_.wall_seconds = WallNow();
     const sched::DispatchCounts c = dispatcher_->counts();
@@ -629,6 +678,9 @@ class LearnerRun {
   obs::MetricsLog metrics_;
   obs::MetricsLog samples_;  // samples.jsonl
   RunStart start_;
+  contract::Snapshot snapshot_;  // sharded parameters: the newest gathered snapshot (GatheredSnapshot)
+  // A resumed run's KL reference (the warm start's weights), whole on rank 0 until set-up.
+  std::map<std::string, at::Tensor> reference_;
   std::unique_ptr<LearnerRanks> ranks_;  // data-parallel workers, when there are any
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<sched::Dispatcher> dispatcher_;

@@ -104,6 +104,60 @@ TEST(LoraLearner, CheckpointingGivesThePlainAdapters) {
   }
 }
 
+// Log-probs of `completion`'s tokens after `prompt` under `m`.
+at::Tensor CompletionLogProbs(model::Qwen3Model& m, const std::vector<int64_t>& prompt,
+                              const std::vector<int64_t>& completion) {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> ids = prompt;
+  ids.insert(ids.end(), completion.begin(), completion.end());
+  const int64_t n = static_cast<int64_t>(ids.size()), p = static_cast<int64_t>(prompt.size());
+  const at::Tensor logits = m->Forward(at::tensor(ids, at::kLong).unsqueeze(0), at::arange(n, at::kLong).unsqueeze(0),
+                                       at::Tensor(), nullptr)[0];
+  const at::Tensor logp = at::log_softmax(logits.narrow(0, p - 1, n - p).to(at::kFloat), -1);
+  return logp.gather(1, at::tensor(completion, at::kLong).unsqueeze(1)).squeeze(1);
+}
+
+// A LoRA run's KL reference is its own base with the adapters off, not a copy: the KL at the
+// first update is zero (B starts at zero), and after three updates it is the token mean of
+// exp(d) - d - 1, d = log pi_base - log pi, computed here by a model of the base tensors alone.
+TEST(LoraLearner, TheKlReferenceIsTheBaseWithItsAdaptersOff) {
+  for (const model::ModelConfig& c : {TinyConfig(), TinyMoeConfig()}) {
+    model::Qwen3Model init = Adapted(c, 4);
+    model::ModelConfig plain = c;
+    plain.lora = {};
+    model::Qwen3Model base(plain);
+    std::map<std::string, at::Tensor> base_weights;
+    for (const auto& [name, t] : init->StateDict())
+      if (!model::IsLoraTensor(name)) base_weights[name] = t;
+    ASSERT_TRUE(base->LoadStateDict(base_weights, "base").ok());
+    const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+    LearnerOptions o;
+    o.lr = 1e-2;
+    o.loss.kl_coef = 0.1;
+    Learner learner(Copy(init), o);
+    EXPECT_TRUE(learner.ReferenceState().empty()) << "no reference copy";
+    Result<StepStats> first = learner.Step(groups);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    EXPECT_EQ(first->kl, 0.0);
+    for (int step = 0; step < 2; ++step) ASSERT_TRUE(learner.Step(groups).ok());
+    double sum = 0;
+    int64_t tokens = 0;
+    for (const LearnerGroup& g : groups)
+      for (const data::Episode& e : g.episodes) {
+        const data::Turn& t = e.turns[0];
+        const at::Tensor d = CompletionLogProbs(base, t.prompt_ids, t.tokens) -
+                             CompletionLogProbs(learner.model(), t.prompt_ids, t.tokens);
+        sum += (at::exp(d) - d - 1.0).sum().item<double>();
+        tokens += d.numel();
+      }
+    const double expected = sum / static_cast<double>(tokens);
+    Result<StepStats> fourth = learner.Step(groups);
+    ASSERT_TRUE(fourth.ok()) << fourth.status().message();
+    EXPECT_GT(expected, 1e-6) << "the adapters moved the policy away from its base";
+    EXPECT_NEAR(fourth->kl, expected, 1e-4 * expected) << c.model_type;
+  }
+}
+
 // Two data-parallel ranks (the AdamW state sharded too) give one rank's adapters.
 TEST(LoraLearner, TwoRanksGiveOneRanksAdapters) {
   model::Qwen3Model init = Adapted(TinyConfig(), 4);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 
 #include "echelon/common/fs.h"
@@ -242,25 +243,27 @@ Status RestoreRngState(const std::string& hex) {
 }
 
 Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
-                         const RunState& state, int64_t keep, const model::CheckpointFile* optimizer) {
-  struct RemoveWritten {  // a gathered file not moved into the checkpoint (a failed save)
-    const model::CheckpointFile* file;
+                         const RunState& state, int64_t keep, model::CheckpointFiles gathered) {
+  struct RemoveWritten {  // gathered files not moved into the checkpoint (a failed save)
+    const model::CheckpointFiles& files;
     ~RemoveWritten() {
       std::error_code ec;
-      if (file != nullptr && !file->written_path.empty()) fs::remove(file->written_path, ec);
+      for (const auto& [name, file] : files)
+        if (!file.written_path.empty()) fs::remove(file.written_path, ec);
     }
-  } remove_written{optimizer};
-  model::CheckpointFiles extra;
-  if (optimizer != nullptr) {
-    extra[kOptimizerFile] = *optimizer;
-  } else {
+  } remove_written{gathered};
+  model::CheckpointFiles extra = gathered;
+  if (!extra.count(kOptimizerFile)) {
     ECHELON_ASSIGN_OR_RETURN(extra[kOptimizerFile], model::SafetensorsLayout(learner.OptimizerState()));
   }
   extra[kStateFile] = RunStateToJson(state).dump(1) + "\n";
-  if (model::StorageDtype(learner.model()->config()) != at::kFloat) {
-    std::map<std::string, at::Tensor> master;
-    for (const auto& [name, t] : learner.model()->StateDict()) master[name] = t.to(at::kCPU, at::kFloat);
-    ECHELON_ASSIGN_OR_RETURN(extra[kMasterFile], model::SafetensorsLayout(master));
+  const bool master = model::StorageDtype(learner.model()->config()) != at::kFloat;
+  if (learner.parameters_sharded() && (!extra.count(model::kWeightsFile) || (master && !extra.count(kMasterFile))))
+    return FailedPrecondition("a checkpoint of sharded parameters needs their weights gathered (GatherCheckpointFiles)");
+  if (master && !extra.count(kMasterFile)) {
+    std::map<std::string, at::Tensor> fp32;
+    for (const auto& [name, t] : learner.model()->StateDict()) fp32[name] = t.to(at::kCPU, at::kFloat);
+    ECHELON_ASSIGN_OR_RETURN(extra[kMasterFile], model::SafetensorsLayout(fp32));
   }
   const fs::path dir = fs::path(ckpt_dir) / ("step-" + std::to_string(state.version));
   ECHELON_RETURN_IF_ERROR(model::SaveCheckpoint(dir.string(), learner.model(), vocab, extra));
@@ -268,11 +271,41 @@ Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, c
   return Status::Ok();
 }
 
-std::string GatheredOptimizerPath(const std::string& ckpt_dir) {
-  return (fs::path(ckpt_dir) / ("optimizer.tmp-" + std::to_string(::getpid()) + "-gathered.safetensors")).string();
+std::string GatheredPath(const std::string& ckpt_dir, const std::string& file) {
+  return (fs::path(ckpt_dir) / (file + ".tmp-" + std::to_string(::getpid()) + "-gathered")).string();
 }
 
-Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::vector<std::string>* skipped) {
+Result<model::CheckpointFiles> GatherCheckpointFiles(LearnerRanks& ranks, Learner& learner, const std::string& ckpt_dir) {
+  std::error_code ec;
+  fs::create_directories(ckpt_dir, ec);
+  model::CheckpointFiles files;
+  // Each file gathered to its temporary; on a failure those already written are removed.
+  const auto gather = [&](const std::string& name,
+                          const std::function<Result<model::CheckpointFile>(const std::string&)>& make) -> Status {
+    Result<model::CheckpointFile> file = make(GatheredPath(ckpt_dir, name));
+    if (!file.ok()) {
+      for (const auto& [done, f] : files) fs::remove(f.written_path, ec);
+      return file.status();
+    }
+    files[name] = std::move(file).value();
+    return Status::Ok();
+  };
+  ECHELON_RETURN_IF_ERROR(gather(kOptimizerFile, [&](const std::string& path) { return ranks.OptimizerFile(learner, path); }));
+  if (!learner.parameters_sharded()) return files;
+  const at::ScalarType storage = model::StorageDtype(learner.model()->config());
+  ECHELON_RETURN_IF_ERROR(gather(model::kWeightsFile, [&](const std::string& path) {
+    return ranks.WeightsFile(learner, path, storage, model::kWeightsMetadata);
+  }));
+  if (storage != at::kFloat)
+    ECHELON_RETURN_IF_ERROR(
+        gather(kMasterFile, [&](const std::string& path) { return ranks.WeightsFile(learner, path, at::kFloat); }));
+  return files;
+}
+
+Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::vector<std::string>* skipped, bool mapped) {
+  const auto read = [mapped](const std::string& path) {
+    return mapped ? model::MapSafetensors(path) : model::ReadSafetensors(path);
+  };
   for (const auto& [n, dir] : ListRunCheckpoints(ckpt_dir)) {
     auto skip = [&, dir = dir](const Status& why) { skipped->push_back(dir.string() + ": " + why.message()); };
     Status verified = model::VerifyCheckpoint(dir.string(), /*required=*/true);
@@ -280,7 +313,7 @@ Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::ve
       skip(verified);
       continue;
     }
-    Result<model::LoadedCheckpoint> ck = model::LoadCheckpoint(dir.string());
+    Result<model::LoadedCheckpoint> ck = model::LoadCheckpoint(dir.string(), mapped);
     if (!ck.ok()) {
       skip(ck.status());
       continue;
@@ -297,15 +330,20 @@ Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::ve
       skip(st.ok() ? DataLoss(state_path + " says version " + std::to_string(st->version)) : st.status());
       continue;
     }
-    Result<model::SafetensorsFile> opt = model::ReadSafetensors((dir / kOptimizerFile).string());
+    Result<model::SafetensorsFile> opt = read((dir / kOptimizerFile).string());
     if (!opt.ok()) {
       skip(opt.status());
       continue;
     }
     if (fs::exists(dir / kMasterFile)) {
-      Result<model::SafetensorsFile> master = model::ReadSafetensors((dir / kMasterFile).string());
-      Status loaded = master.ok() ? ck->model->LoadStateDict(master->tensors, (dir / kMasterFile).string())
-                                  : master.status();
+      Result<model::SafetensorsFile> master = read((dir / kMasterFile).string());
+      Status loaded = master.status();
+      if (master.ok() && mapped) {  // the fp32 master's views become the weights
+        ck->model = model::Qwen3Model(ck->config, model::Qwen3ModelImpl::Uninitialized{});
+        loaded = ck->model->BindStateDict(master->tensors, (dir / kMasterFile).string());
+      } else if (master.ok()) {
+        loaded = ck->model->LoadStateDict(master->tensors, (dir / kMasterFile).string());
+      }
       if (!loaded.ok()) {
         skip(loaded);
         continue;

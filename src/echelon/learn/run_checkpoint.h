@@ -27,6 +27,7 @@
 
 #include "echelon/common/status.h"
 #include "echelon/learn/learner.h"
+#include "echelon/learn/learner_ranks.h"
 #include "echelon/model/checkpoint.h"
 #include "echelon/sched/dispatcher.h"
 
@@ -62,15 +63,19 @@ std::string CaptureRngState();
 Status RestoreRngState(const std::string& hex);
 
 // Writes checkpoints/step-<state.version>; then keeps the newest `keep` step-N checkpoints
-// (older ones and leftovers of interrupted writes are deleted). `optimizer`: the AdamW state's
-// file when the learner's is sharded across ranks (learn/learner_ranks.h OptimizerFile; a file
-// written at GatheredOptimizerPath is moved in, or removed on failure); null:
-// learner.OptimizerState().
+// (older ones and leftovers of interrupted writes are deleted). `gathered`: files already
+// gathered from several ranks (GatherCheckpointFiles: written ones are moved in, or removed on
+// failure); the learner gives the rest. A learner with sharded parameters needs its weights
+// among them.
 Status SaveRunCheckpoint(const std::string& ckpt_dir, learn::Learner& learner, const model::Vocabulary& vocab,
-                         const RunState& state, int64_t keep, const model::CheckpointFile* optimizer = nullptr);
-// Where the AdamW state gathered from sharded ranks is written before it joins a checkpoint (a
-// temporary of this process: a crashed save's is removed by the next).
-std::string GatheredOptimizerPath(const std::string& ckpt_dir);
+                         const RunState& state, int64_t keep, model::CheckpointFiles gathered = {});
+// Where a file gathered from the ranks is written before it joins a checkpoint (a temporary of
+// this process: a crashed save's is removed by the next).
+std::string GatheredPath(const std::string& ckpt_dir, const std::string& file);
+// The files of a checkpoint that several ranks gather, each written under `ckpt_dir` as it is
+// gathered: the AdamW state and, with sharded parameters, the weights (model.safetensors in
+// the storage dtype, and the fp32 master where that differs). Every worker takes part.
+Result<model::CheckpointFiles> GatherCheckpointFiles(LearnerRanks& ranks, Learner& learner, const std::string& ckpt_dir);
 
 struct ResumePoint {
   std::string dir;
@@ -81,6 +86,10 @@ struct ResumePoint {
 
 // The newest whole step-N under `ckpt_dir`. Each skipped one (unfinished, corrupt,
 // unreadable) is appended to `skipped` as "<dir>: <why>". NotFound when none is whole.
-Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::vector<std::string>* skipped);
+// `mapped`: the weights and AdamW state are views of the files mapped, not read
+// (model/safetensors.h MapSafetensors): for rank 0 of sharded parameters, which only cuts
+// them, unit by unit, and releases each unit's pages (the checkpoint is never resident whole).
+Result<ResumePoint> LoadNewestRunCheckpoint(const std::string& ckpt_dir, std::vector<std::string>* skipped,
+                                            bool mapped = false);
 
 }  // namespace echelon::learn

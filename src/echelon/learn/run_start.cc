@@ -162,10 +162,11 @@ Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& 
 
 // Resumed run: the newest whole checkpoint; metrics.jsonl cut back to where it was then.
 Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::TaskAdapter& task,
-                                     const std::string& run_dir, obs::MetricsLog& metrics, std::ostream& progress) {
+                                     const std::string& run_dir, obs::MetricsLog& metrics, std::ostream& progress,
+                                     bool mapped) {
   const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
   RunStart start;
-  Result<ResumePoint> point = LoadNewestRunCheckpoint(ckpt_dir.string(), &start.skipped);
+  Result<ResumePoint> point = LoadNewestRunCheckpoint(ckpt_dir.string(), &start.skipped, mapped);
   for (const std::string& why : start.skipped) progress << "skipping checkpoint " << why << std::endl;
   if (!point.ok())
     return NotFound("cannot resume " + run_dir + ": " + point.status().message() +

@@ -51,9 +51,11 @@ Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& 
                             obs::MetricsLog& metrics, std::ostream& progress, const Clock& clock, double t_start);
 
 // Resumed run: the newest step-N whose checksums verify; metrics.jsonl is rolled back to the
-// checkpoint and opened into `metrics`.
+// checkpoint and opened into `metrics`. `mapped`: its weights and AdamW state mapped, not read
+// (run_checkpoint.h LoadNewestRunCheckpoint), for rank 0 of sharded parameters.
 Result<RunStart> StartFromCheckpoint(const RunOptions& options, const data::TaskAdapter& task,
-                                     const std::string& run_dir, obs::MetricsLog& metrics, std::ostream& progress);
+                                     const std::string& run_dir, obs::MetricsLog& metrics, std::ostream& progress,
+                                     bool mapped = false);
 
 // The run's secret (common/run_secret.h): derived from the seed under `secret: seed`; otherwise
 // a fresh run draws one from the OS and a resumed run reads RUN_DIR/secret (when that file is

@@ -34,6 +34,11 @@ Status SnapshotPublisher::Publish(const model::Qwen3Model& model, int64_t versio
                  static_cast<double>(base_->size()) / 1e6);
   }
   ECHELON_ASSIGN_OR_RETURN(contract::Snapshot snap, MakeSnapshot(model, version, base_));
+  return Publish(std::move(snap));
+}
+
+Status SnapshotPublisher::Publish(contract::Snapshot snap) {
+  const int64_t version = snap.version;
   // The intake first: an actor the broadcast reaches at once may submit a group of this version
   // before Broadcast returns, and the intake must not refuse it as one never published.
   const std::shared_ptr<const std::string> weights = snap.weights;

@@ -35,6 +35,8 @@ class SnapshotPublisher {
  public:
   SnapshotPublisher(TrajectoryIntake* intake, ActorTransport* transport) : intake_(intake), transport_(transport) {}
   Status Publish(const model::Qwen3Model& model, int64_t version);
+  // A snapshot made elsewhere (the weights of sharded ranks, gathered into its bytes).
+  Status Publish(contract::Snapshot snapshot);
 
  private:
   TrajectoryIntake* intake_;

@@ -14,6 +14,7 @@
 #include "echelon/learn/learner.h"
 #include "echelon/learn/learner_ranks.h"
 #include "echelon/model/generate.h"
+#include "echelon/model/safetensors.h"
 #include "echelon/model/testing.h"
 
 namespace echelon::learn {
@@ -126,6 +127,21 @@ inline double RelativeUpdateDiff(const model::Qwen3Model& a, const model::Qwen3M
     update += (t - si.at(name)).to(at::kDouble).pow(2).sum().item<double>();
   }
   return update > 0 ? std::sqrt(diff / update) : std::sqrt(diff);
+}
+
+// Rank 0's weights, whole: its own or, with sharded parameters, gathered from every rank (tests
+// only: a run never holds them whole). Every worker must still be there.
+inline model::Qwen3Model WholeWeights(LearnerRanks& ranks, Learner& rank0) {
+  if (!rank0.parameters_sharded()) return rank0.model();
+  Result<std::shared_ptr<const std::string>> bytes = ranks.WeightsBytes(rank0, at::kFloat);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().message();
+  if (!bytes.ok()) return model::Qwen3Model(nullptr);
+  Result<model::SafetensorsFile> file = model::ParseSafetensors(*bytes.value(), "gathered weights");
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  model::Qwen3Model m(rank0.model()->config());
+  const Status loaded = m->LoadStateDict(file->tensors, "gathered weights");
+  EXPECT_TRUE(loaded.ok()) << loaded.message();
+  return m;
 }
 
 // Rank 0 here, ranks 1..world-1 as worker threads running RunRankWorker.

@@ -107,7 +107,9 @@ Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Voc
   nlohmann::json config = cfg.ToJson();
   if (!vocab.stop_ids().empty()) config["eos_token_id"] = vocab.eos_json();
   files["config.json"] = config.dump(2) + "\n";
-  ECHELON_ASSIGN_OR_RETURN(files["model.safetensors"], SafetensorsLayout(model->StorageStateDict(), {{"format", "pt"}}));
+  if (!files.count(kWeightsFile)) {
+    ECHELON_ASSIGN_OR_RETURN(files[kWeightsFile], SafetensorsLayout(model->StorageStateDict(), kWeightsMetadata));
+  }
   for (const auto& [name, bytes] : vocab.files()) files[name] = CheckpointFile(bytes);
   // The ids generation starts and stops at, for Hugging Face generate() and the engines, over
   // the source model's generation defaults (temperature, top_p, ...) when it had any.

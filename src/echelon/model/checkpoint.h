@@ -49,9 +49,14 @@ struct CheckpointFile {
 };
 // File name -> contents, stored beside the weights and covered by checksums.json.
 using CheckpointFiles = std::map<std::string, CheckpointFile>;
+// The weights' file of a checkpoint (the storage dtype) and its safetensors metadata.
+inline constexpr const char* kWeightsFile = "model.safetensors";
+inline const std::map<std::string, std::string> kWeightsMetadata = {{"format", "pt"}};
 
 // config.json carries the vocabulary's stop ids as "eos_token_id"; generation_config.json its
 // BOS, stop and pad ids. Refused when the tokenizer has more ids than the model has rows.
+// `extra` may hold kWeightsFile itself (weights gathered elsewhere): `model` then gives its
+// config alone.
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Vocabulary& vocab,
                       const CheckpointFiles& extra = {});
 // The same with the character tokenizer's vocabulary.
@@ -66,7 +71,7 @@ Status VerifyCheckpoint(const std::string& dir, bool required);
 // Any directory LoadModelDir reads (model/hf_model.h) that has a tokenizer. Errors name the
 // directory and file: checksum mismatches (when checksums.json exists), missing files, bad
 // JSON, safetensors problems, missing or mismatched tensors, a tokenizer with more ids than
-// config.json's vocab_size.
-Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir);
+// config.json's vocab_size. `mapped`: as LoadModelDir's.
+Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, bool mapped = false);
 
 }  // namespace echelon::model

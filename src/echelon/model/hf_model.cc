@@ -30,14 +30,16 @@ Status AddTokenIds(const json& j, const char* field, const std::string& where, s
 
 // Every tensor of the weights: model.safetensors, or the shards model.safetensors.index.json
 // lists (each tensor in exactly the shard the index names). `label` names them in errors.
-Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir, std::string* label) {
+// `mapped`: views of the files mapped (MapSafetensors), not read.
+Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir, std::string* label, bool mapped) {
+  const auto read = [mapped](const std::string& path) { return mapped ? MapSafetensors(path) : ReadSafetensors(path); };
   const fs::path index_path = dir / "model.safetensors.index.json";
   std::error_code ec;
   if (!fs::exists(index_path, ec)) {
     const fs::path single = dir / "model.safetensors";
     if (!fs::exists(single, ec))
       return NotFound(single.string() + " is missing (and there is no model.safetensors.index.json)");
-    ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, ReadSafetensors(single.string()));
+    ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, read(single.string()));
     *label = single.string();
     return std::move(f.tensors);
   }
@@ -55,7 +57,7 @@ Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir, std::
   std::map<std::string, at::Tensor> out;
   for (const auto& [file, names] : by_file) {
     const fs::path shard = dir / file;
-    ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, ReadSafetensors(shard.string()));
+    ECHELON_ASSIGN_OR_RETURN(SafetensorsFile f, read(shard.string()));
     for (const std::string& name : names) {
       auto it = f.tensors.find(name);
       if (it == f.tensors.end())
@@ -71,7 +73,7 @@ Result<std::map<std::string, at::Tensor>> ReadWeights(const fs::path& dir, std::
 
 }  // namespace
 
-Result<TextModel> LoadModelDir(const std::string& dir_arg) {
+Result<TextModel> LoadModelDir(const std::string& dir_arg, bool mapped) {
   fs::path dir = fs::path(dir_arg).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();  // "ckpt/" -> "ckpt"
   std::error_code ec;
@@ -85,9 +87,10 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
   ECHELON_ASSIGN_OR_RETURN(m.config, ModelConfig::FromJson(config_json, config_path.string()));
   m.architecture = m.config.architecture();
   std::string weights_label;
-  ECHELON_ASSIGN_OR_RETURN(auto weights, ReadWeights(dir, &weights_label));
+  ECHELON_ASSIGN_OR_RETURN(auto weights, ReadWeights(dir, &weights_label, mapped));
   try {
-    m.model = Qwen3Model(m.config, Qwen3ModelImpl::Uninitialized{});
+    // Mapped: in the storage dtype, so the views are bound as they are.
+    m.model = Qwen3Model(m.config, Qwen3ModelImpl::Uninitialized{mapped ? StorageDtype(m.config) : at::kFloat});
   } catch (const c10::Error& e) {
     return InvalidArgument(config_path.string() + ": " + e.what_without_backtrace());
   }
@@ -122,8 +125,8 @@ Result<TextModel> LoadModelDir(const std::string& dir_arg) {
   return m;
 }
 
-Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
-  ECHELON_ASSIGN_OR_RETURN(TextModel m, LoadModelDir(dir));
+Result<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, bool mapped) {
+  ECHELON_ASSIGN_OR_RETURN(TextModel m, LoadModelDir(dir, mapped));
   if (!m.vocab) return NotFound((fs::path(m.dir) / "tokenizer.json").string() + " is missing");
   return LoadedCheckpoint{m.config, *m.vocab, m.model};
 }

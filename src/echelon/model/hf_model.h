@@ -47,8 +47,10 @@ struct TextModel {
 };
 
 // Errors name the directory and the file (and the tensor, for weights that are missing,
-// mis-shaped, truncated or of an unsupported dtype).
-Result<TextModel> LoadModelDir(const std::string& dir);
+// mis-shaped, truncated or of an unsupported dtype). `mapped`: the weights are views of the
+// files mapped (model/safetensors.h MapSafetensors), in the storage dtype, for a reader that
+// only cuts them (never writes them) and releases each part when done.
+Result<TextModel> LoadModelDir(const std::string& dir, bool mapped = false);
 
 // Writes `model` in the Hugging Face layout: config.json (with "architectures" and
 // "torch_dtype"), model.safetensors, generation_config.json, and the tokenizer files of

@@ -142,7 +142,11 @@ Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range) : Qwen3
   InitWeights(0);
 }
 
-Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, Uninitialized) : Qwen3ModelImpl(cfg, {}, nullptr) {}
+Qwen3ModelImpl::Qwen3ModelImpl(const ModelConfig& cfg, Uninitialized u) : Qwen3ModelImpl(cfg, {}, nullptr) {
+  if (u.dtype == at::kFloat) return;
+  at::NoGradGuard no_grad;
+  for (at::Tensor& p : parameters(/*recurse=*/true)) p.set_data(at::empty(p.sizes(), p.options().dtype(u.dtype)));
+}
 
 Qwen3ModelImpl::Qwen3ModelImpl(const Qwen3ModelImpl& other, SharingWeights)
     : Qwen3ModelImpl(other.cfg_, other.range_, &other) {}
@@ -399,7 +403,7 @@ at::Tensor Qwen3ModelImpl::Mlp(const Layer& l, const at::Tensor& h, bool replay,
 at::Tensor Qwen3ModelImpl::Project(const Layer& l, Projection which, const at::Tensor& x, const at::Tensor& w,
                                    const at::Tensor& b) const {
   at::Tensor y = at::linear(x, w, b);
-  if (!l.lora_a[which].defined()) return y;
+  if (!l.lora_a[which].defined() || !adapters_on_) return y;
   // In the input's dtype: a bf16 learner keeps its adapters in fp32 (their own master weights).
   const at::ScalarType dtype = x.scalar_type();
   return y + at::linear(at::linear(x, l.lora_a[which].to(dtype)), l.lora_b[which].to(dtype)) * cfg_.lora.scale();
@@ -492,7 +496,7 @@ at::Tensor Qwen3ModelImpl::Experts(const Layer& l, const at::Tensor& h, bool rep
   at::Tensor out = at::zeros_like(x);
   int64_t start = 0;
   for (int64_t j = 0; j < experts; ++j) {
-    if (!replay) router_load_[static_cast<size_t>(l.sparse_index * experts + j)] += count[j];
+    if (!replay && adapters_on_) router_load_[static_cast<size_t>(l.sparse_index * experts + j)] += count[j];
     if (count[j] == 0) continue;
     const at::Tensor tokens = token_of.narrow(0, start, count[j]);
     const at::Tensor xe = x.index_select(0, tokens);

@@ -120,8 +120,11 @@ class Qwen3ModelImpl : public torch::nn::Module {
   explicit Qwen3ModelImpl(const ModelConfig& cfg, LayerRange range = {});
   // A model of `cfg` whose weights are allocated and never written: their contents are undefined
   // and their pages not resident until written. For weights about to be replaced (received,
-  // loaded, cut into shards), so the model costs no memory or time of its own first.
-  struct Uninitialized {};
+  // loaded, cut into shards), so the model costs no memory or time of its own first. `dtype`:
+  // of every weight (a model about to be bound to a snapshot's bf16 bytes: BindStateDict).
+  struct Uninitialized {
+    at::ScalarType dtype = at::kFloat;
+  };
   Qwen3ModelImpl(const ModelConfig& cfg, Uninitialized);
   // A model of `other`'s config and layers whose parameters are `other`'s tensors (not copies):
   // models that decode side by side on one copy of the weights (each with its own StageIo).
@@ -212,6 +215,10 @@ class Qwen3ModelImpl : public torch::nn::Module {
   // Router replay (see RouteTape; nullptr: none); not owned, must outlive every Forward and
   // backward while set.
   void SetRouteTape(RouteTape* tape) { route_tape_ = tape; }
+  // LoRA: while off, each adapted projection is its base weight alone: the policy a run started
+  // from (B starts at zero), which a LoRA run's KL term takes as its reference (no copy). Its
+  // routes are not the policy's: TakeRouterLoad does not count them.
+  void SetAdaptersOn(bool on) { adapters_on_ = on; }
 
  private:
   // One decoder layer's weights (the same tensors are registered as HF-named parameters).
@@ -279,6 +286,7 @@ class Qwen3ModelImpl : public torch::nn::Module {
   std::vector<int64_t> router_load_;  // [sparse layers * num_experts], see TakeRouterLoad
   bool record_routing_ = false;
   RouteTape* route_tape_ = nullptr;
+  bool adapters_on_ = true;
   // Per recorded layer: router probabilities summed over its N positions ([X] fp32, with their
   // graph) and its choices [N, k].
   std::vector<at::Tensor> routed_prob_sums_, routed_choices_;
@@ -292,6 +300,18 @@ class RouteTapeScope {
   ~RouteTapeScope() { model_->SetRouteTape(nullptr); }
   RouteTapeScope(const RouteTapeScope&) = delete;
   RouteTapeScope& operator=(const RouteTapeScope&) = delete;
+
+ private:
+  Qwen3Model& model_;
+};
+
+// The model with its LoRA adapters off for the scope's life (SetAdaptersOn).
+class AdaptersOffScope {
+ public:
+  explicit AdaptersOffScope(Qwen3Model& model) : model_(model) { model_->SetAdaptersOn(false); }
+  ~AdaptersOffScope() { model_->SetAdaptersOn(true); }
+  AdaptersOffScope(const AdaptersOffScope&) = delete;
+  AdaptersOffScope& operator=(const AdaptersOffScope&) = delete;
 
  private:
   Qwen3Model& model_;

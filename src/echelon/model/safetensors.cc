@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -209,6 +210,18 @@ Status ReadAt(int fd, char* into, uint64_t n, uint64_t offset, const std::string
   return Status::Ok();
 }
 
+// A file mapped by MapSafetensors: the storage its tensors view owns it, and unmaps it with the
+// last of them.
+struct MappedRegion {
+  void* base;
+  size_t size;
+};
+void UnmapRegion(void* context) {
+  auto* region = static_cast<MappedRegion*>(context);
+  ::munmap(region->base, region->size);
+  delete region;
+}
+
 }  // namespace
 
 Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::string& where) {
@@ -245,6 +258,47 @@ Result<SafetensorsFile> ReadSafetensors(const std::string& path) {
     out.tensors[e.name] = std::move(t);
   }
   return out;
+}
+
+Result<SafetensorsFile> MapSafetensors(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  const bool stated = ::fstat(fd, &st) == 0;
+  const size_t size = stated ? static_cast<size_t>(st.st_size) : 0;
+  void* base = stated && size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  const int error = errno;
+  ::close(fd);
+  if (!stated) return DataLoss("cannot stat " + path + ": " + std::strerror(error));
+  if (size == 0) return DataLoss(path + ": 0 bytes, shorter than the 8-byte header length");
+  if (base == MAP_FAILED) return DataLoss("cannot map " + path + ": " + std::strerror(error));
+  // From here the storage owns the mapping, whatever is returned.
+  const at::Storage storage(at::Storage::use_byte_size_t(), size,
+                            at::DataPtr(base, new MappedRegion{base, size}, &UnmapRegion, at::kCPU),
+                            /*allocator=*/nullptr, /*resizable=*/false);
+  const std::string_view bytes(static_cast<const char*>(base), size);
+  ECHELON_ASSIGN_OR_RETURN(Header header, ParseHeader(bytes, size, path));
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (const Entry& e : header.entries) {
+    const uint64_t offset = header.data_start + e.begin;
+    const uint64_t item = static_cast<uint64_t>(e.dtype->itemsize);
+    if (e.end > e.begin && e.dtype->type != at::kBool && offset % item == 0) {
+      out.tensors[e.name] = at::empty({0}, at::TensorOptions().dtype(e.dtype->type))
+                                .set_(storage, static_cast<int64_t>(offset / item), e.shape);
+    } else {  // misaligned, BOOL (checked) or empty: a copy
+      ECHELON_ASSIGN_OR_RETURN(out.tensors[e.name], MakeTensor(e, bytes.data() + header.data_start, path, false));
+    }
+  }
+  return out;
+}
+
+void ReleaseMappedPages(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage() || t.storage().data_ptr().get_deleter() != &UnmapRegion) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const uintptr_t begin = (first + page - 1) / page * page, end = (first + t.nbytes()) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 Result<std::string> SafetensorsHeader(const std::vector<SafetensorsEntry>& entries,

@@ -33,6 +33,15 @@ Result<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::stri
 // must never be written (the bytes may be a read-only mapping or another owner's buffer).
 Result<SafetensorsFile> ViewSafetensors(std::string_view bytes, const std::string& where);
 Result<SafetensorsFile> ReadSafetensors(const std::string& path);
+// The same over a private read-only mapping of the file: each tensor is a view of it (a copy
+// where misaligned, and for BOOL), whose pages are read from the file when first touched and
+// count in the process's resident set until released; the mapping lives while any of its
+// tensors does. Never write these tensors.
+Result<SafetensorsFile> MapSafetensors(const std::string& path);
+// Drops the resident pages of a tensor MapSafetensors gave (the whole pages inside its bytes;
+// they are read again if touched); nothing for any other tensor. A reader of a mapped file
+// calls it once it is done with a tensor, so the file is never resident whole.
+void ReleaseMappedPages(const at::Tensor& t);
 
 // One tensor of a file written as it is produced: its name, dtype and shape, in data order.
 struct SafetensorsEntry {

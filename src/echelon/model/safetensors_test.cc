@@ -21,6 +21,17 @@ std::string RawFile(const std::string& header, size_t data_bytes) {
   return out + header + std::string(data_bytes, '\0');
 }
 
+// This process's resident set (VmRSS), MiB.
+double ResidentMb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / 1048576.0;
+}
+
 void ExpectError(const Result<SafetensorsFile>& r, std::initializer_list<std::string> parts) {
   ASSERT_FALSE(r.ok()) << "expected an error mentioning " << *parts.begin();
   for (const std::string& part : parts) {
@@ -29,7 +40,8 @@ void ExpectError(const Result<SafetensorsFile>& r, std::initializer_list<std::st
   }
 }
 
-// Refused alike from memory and from a file (ReadSafetensors reads it piece by piece).
+// Refused alike from memory and from a file (ReadSafetensors reads it piece by piece, and
+// MapSafetensors maps it).
 void ExpectRejected(const std::string& bytes, const std::string& name, std::initializer_list<std::string> parts) {
   ExpectError(ParseSafetensors(bytes, name), parts);
   const std::string path =
@@ -41,6 +53,7 @@ void ExpectRejected(const std::string& bytes, const std::string& name, std::init
     std::fclose(f);
   }
   ExpectError(ReadSafetensors(path), parts);
+  ExpectError(MapSafetensors(path), parts);
   std::remove(path.c_str());
 }
 
@@ -93,6 +106,49 @@ TEST(SafetensorsTest, FileRoundTripIsByteStable) {
   // Re-serialising what was read gives the same bytes: nothing is lost or reordered.
   EXPECT_EQ(SerializeSafetensors(back->tensors, back->metadata).value(),
             SerializeSafetensors(tensors, {{"k", "v"}}).value());
+  std::remove(path.c_str());
+}
+
+// A mapped file gives the tensors a read gives, every dtype (BOOL and the misaligned ones
+// copied), and they outlive everything but themselves: the mapping goes with the last of them.
+TEST(SafetensorsTest, MappedFileGivesTheTensorsItHolds) {
+  const std::string path = std::filesystem::temp_directory_path().string() + "/echelon_st_map_" +
+                           std::to_string(::getpid()) + ".safetensors";
+  const auto tensors = AllDtypes();
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"k", "v"}}).ok());
+  at::Tensor kept;
+  {
+    Result<SafetensorsFile> mapped = MapSafetensors(path);
+    ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+    EXPECT_EQ(SerializeSafetensors(mapped->tensors, mapped->metadata).value(),
+              SerializeSafetensors(tensors, {{"k", "v"}}).value());
+    kept = mapped->tensors.at("f32");
+  }
+  std::remove(path.c_str());  // the mapping keeps the file's pages
+  EXPECT_TRUE(at::equal(kept, tensors.at("f32")));
+  EXPECT_EQ(MapSafetensors(path).status().code(), StatusCode::kNotFound);
+}
+
+// The pages of a mapped tensor are resident once read and gone from the resident set once
+// released; read again, they hold the same values. A tensor not mapped is left as it is.
+TEST(SafetensorsTest, ReleasedPagesLeaveTheResidentSetAndReadBackTheSame) {
+  const std::string path = std::filesystem::temp_directory_path().string() + "/echelon_st_release_" +
+                           std::to_string(::getpid()) + ".safetensors";
+  const at::Tensor big = at::arange(16 << 20, at::kFloat);  // 64 MiB
+  ASSERT_TRUE(WriteSafetensors(path, {{"big", big}}).ok());
+  Result<SafetensorsFile> mapped = MapSafetensors(path);
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  const at::Tensor& view = mapped->tensors.at("big");
+  const double before = ResidentMb();
+  const double sum = view.sum().item<double>();
+  const double read = ResidentMb();
+  EXPECT_GT(read - before, 48.0) << "reading the view makes its pages resident";
+  ReleaseMappedPages(view);
+  EXPECT_LT(ResidentMb() - before, 8.0) << "released";
+  EXPECT_EQ(view.sum().item<double>(), sum);
+  at::Tensor heap = big.clone();
+  ReleaseMappedPages(heap);
+  EXPECT_TRUE(at::equal(heap, big));
   std::remove(path.c_str());
 }
 
