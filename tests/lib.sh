@@ -27,17 +27,19 @@ finish() {
   echo "$pass passed, $fails failed"
   [ "$fails" -eq 0 ]
 }
-# _wait_for FILE SED_SCRIPT: up to 60 s for the script to print something from FILE; prints it.
+# _wait_for FILE SED_SCRIPT [SECONDS]: up to SECONDS (60) for the script to print something from
+# FILE; prints it.
 _wait_for() {
   local found=""
-  for _ in $(seq 1 600); do
+  for _ in $(seq 1 $((${3:-60} * 10))); do
     found=$(sed -n "$2" "$1" 2>/dev/null)
     [ -n "$found" ] && break
     sleep 0.1
   done
   echo "$found"
 }
-learner_port() { _wait_for "$1" 's/^learner serving actors on port \([0-9]*\)$/\1/p'; }
+# A learner warm-starts before it serves: on a loaded 2-core machine that took over a minute.
+learner_port() { _wait_for "$1" 's/^learner serving actors on port \([0-9]*\)$/\1/p' 180; }
 serve_port() { _wait_for "$1" 's|^serving .* on http://[^:]*:\([0-9]*\)$|\1|p'; }
 wait_exit() {
   for _ in $(seq 1 $((${2:-20} * 10))); do

@@ -332,7 +332,8 @@ Status Learner::WriteWeights(const ByteSink* sink, at::ScalarType dtype,
   at::NoGradGuard no_grad;
   const std::vector<at::Tensor> shards = units_->Shards();
   for (size_t u = 0; u < shards.size(); ++u) {
-    ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> whole, units_->Join(u, shards[u].detach()));
+    // In `dtype` already: a bf16 snapshot's units travel at half the bytes (the same rounding).
+    ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> whole, units_->Join(u, shards[u].detach().to(dtype)));
     if (root)
       for (const at::Tensor& t : whole) write(BytesOf(t.to(at::kCPU, dtype).contiguous()));
   }

@@ -108,7 +108,8 @@ LearnerMemory EstimateLearnerMemory(const model::ModelConfig& c, const LearnerSe
     m.optimizer = setup.shard == Shard::kOptimizer && n > 1 ? 8 * p / n : 8 * p;
   }
   // LoRA's reference is its own base, adapters off (learner.h ReferenceState): no copy.
-  if (setup.kl_reference && !setup.lora.on()) m.reference = d * p;
+  // Sharded parameters shard the reference as the weights (fp32 shards).
+  if (setup.kl_reference && !setup.lora.on()) m.reference = params ? m.weights : d * p;
   // Activations of one micro-batch on one rank.
   const double t = static_cast<double>(setup.micro_batch_tokens);
   double all = 0, largest = 0;
@@ -226,8 +227,9 @@ double EstimateHostPeak(const model::ModelConfig& c, const LearnerSetup& setup, 
     }
   } else if (phase == "publication") {
     if (params) {
-      // Every unit all-gathered in turn (fp32) and, on rank 0, converted into the snapshot's bytes.
-      bytes = held + 2 * unit + (rank == 0 ? storage : 0);
+      // Every unit all-gathered in turn (Gloo's receive buffers, their concatenation and the
+      // unit's own: three units) and, on rank 0, written into the snapshot's bytes.
+      bytes = held + 3 * unit + (rank == 0 ? storage : 0);
     } else {
       // Rank 0 serialises the snapshot (a LoRA run's whole base the first time), a storage-dtype
       // copy first where the master is wider.

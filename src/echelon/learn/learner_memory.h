@@ -54,7 +54,7 @@ struct LearnerSetup {
   Shard shard = Shard::kNone;
   bool activation_checkpointing = false;  // implied by Shard::kParams over several ranks
   int64_t micro_batch_tokens = 4096;      // tokens of one forward/backward
-  bool kl_reference = false;              // the KL term (kl_coef > 0): a frozen copy; LoRA needs none
+  bool kl_reference = false;              // the KL term (kl_coef > 0): a frozen copy, sharded under params; LoRA needs none
   // LoRA adapters (learner.lora): the base frozen in the compute dtype, only the adapters
   // fp32 with gradients and AdamW state (shard none or optimizer).
   model::LoraConfig lora;
@@ -63,7 +63,7 @@ struct LearnerSetup {
 struct LearnerMemory {
   double weights = 0, gradients = 0, optimizer = 0;  // held between updates, bytes per rank
   double gathered = 0;     // Shard::kParams: the most gathered weights and unreduced gradients at once
-  double reference = 0;    // the KL reference copy
+  double reference = 0;    // the KL reference: a copy, or this rank's shards of it
   double activations = 0;  // estimate (see above), the step's largest transient included
   double state() const { return weights + gradients + optimizer + gathered; }
   double total() const { return state() + reference + activations; }

@@ -111,6 +111,10 @@ TEST(LearnerMemory, HeadlineModelShardedOverFourRanks) {
   // in bf16 with its gradients (bf16 and fp32) beside the outer unit's 0.622e9 in bf16 and the
   // head's 0.311e9 gradients in bf16: 6.8 GB.
   EXPECT_NEAR(m.gathered / 1e9, 2 * 0.6223 + 2 * 0.6231 + 2 * 0.6231 + 4 * 0.6231 + 2 * 0.3112, 0.01);
+  // The KL reference: this rank's fp32 shards of it (a quarter of the model), not a whole copy.
+  s.kl_reference = true;
+  EXPECT_NEAR(EstimateLearnerMemory(c, s).reference, 4.0 * c.NumParameters() / 4, 1e6);
+  s.kl_reference = false;
   s.shard = Shard::kOptimizer;
   EXPECT_GT(EstimateLearnerMemory(c, s).state(), 2.5 * m.state()) << "every rank holds the whole weights";
 
@@ -127,6 +131,8 @@ TEST(LearnerMemory, HeadlineModelShardedOverFourRanks) {
   EXPECT_NEAR(a32 - a16, 2 * (a16 - a8), 1e-6 * a32);
   s.lora = {16, 32, {"q_proj", "k_proj", "v_proj", "o_proj"}};
   EXPECT_LT(EstimateLearnerMemory(c, s).total(), 0.9 * 141e9);
+  s.kl_reference = true;
+  EXPECT_EQ(EstimateLearnerMemory(c, s).reference, 0) << "LoRA's reference is its own base";
 }
 
 // Tensor bytes of a safetensors file (its size less the length and the JSON header).
