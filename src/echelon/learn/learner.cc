@@ -162,18 +162,22 @@ Learner::Learner(model::Qwen3Model model, const LearnerOptions& options, Gradien
       for (at::Tensor& p : model_->parameters()) p.set_data(at::empty({0}, at::kFloat));
     stepped = units_->Shards();
   } else {
-    model_->to(device_, at::kFloat);
-    if (compute_dtype == at::kFloat) {
-      compute_ = model_;
-    } else if (lora) {
-      // The frozen base in the compute dtype alone (no fp32 copy of it); the adapters stay fp32
-      // and are their own master weights (the model casts them as it computes).
-      model_->to(device_, compute_dtype);
-      for (at::Tensor& p : TrainedTensors(model_)) p.set_data(p.to(at::kFloat));
+    if (lora && compute_dtype != at::kFloat) {
+      // The frozen base straight to the device in the compute dtype (never whole there in fp32);
+      // the adapters as they are, fp32: their own master weights (the model casts them as it
+      // computes).
+      at::NoGradGuard no_grad;
+      for (const auto& item : model_->named_parameters(/*recurse=*/true))
+        item.value().set_data(item.value().to(device_, model::IsLoraTensor(item.key()) ? at::kFloat : compute_dtype));
       compute_ = model_;
     } else {
-      compute_ = FrozenCopy(model_, device_, compute_dtype);
-      for (at::Tensor& p : TrainedTensors(compute_)) p.requires_grad_(true);
+      model_->to(device_, at::kFloat);
+      if (compute_dtype == at::kFloat) {
+        compute_ = model_;
+      } else {
+        compute_ = FrozenCopy(model_, device_, compute_dtype);
+        for (at::Tensor& p : TrainedTensors(compute_)) p.requires_grad_(true);
+      }
     }
     if (options.activation_checkpointing) units_ = std::make_unique<LayerUnits>(compute_);
     // LoRA's reference is the compute model with its adapters off (AccumulateGradients).

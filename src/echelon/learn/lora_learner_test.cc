@@ -158,6 +158,30 @@ TEST(LoraLearner, TheKlReferenceIsTheBaseWithItsAdaptersOff) {
   }
 }
 
+// A bf16 LoRA learner cast the whole model to bf16, adapters included, and the adapters back to
+// fp32: they lost their values at set-up (a resume from a checkpoint was not exact), and on a
+// GPU the whole model went to the device in fp32 first. Now the base alone is cast: the
+// adapters are what the learner was given, to the bit.
+TEST(LoraLearner, ABf16LearnerKeepsItsAdaptersValuesAtSetUp) {
+  model::Qwen3Model init = Adapted(TinyConfig(), 4);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [name, t] : init->AdapterStateDict()) t.add_(1e-4);  // B too: values bf16 cannot hold
+  }
+  const std::map<std::string, at::Tensor> given = Copy(init)->AdapterStateDict();
+  LearnerOptions o;
+  o.precision = Precision::kBf16;
+  Learner learner(Copy(init), o);
+  for (const auto& [name, t] : learner.model()->StateDict()) {
+    if (!model::IsLoraTensor(name)) {
+      EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name << ": the frozen base in the compute dtype";
+      continue;
+    }
+    EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+    EXPECT_TRUE(at::equal(t, given.at(name))) << name;
+  }
+}
+
 // Two data-parallel ranks (the AdamW state sharded too) give one rank's adapters.
 TEST(LoraLearner, TwoRanksGiveOneRanksAdapters) {
   model::Qwen3Model init = Adapted(TinyConfig(), 4);
