@@ -1,7 +1,10 @@
 #include "echelon/cli/train_config.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <functional>
+#include <map>
+#include <set>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -411,7 +414,13 @@ const TrainKeys& Keys() {
     k.Int("rollout.slow_actors", 0, 0, 256, "how many actors run slowed down (heterogeneity experiments)", kTrain, ReadSlowActors);
     // rollout.slowdown: read by ReadSlowActors.
     k.Float("rollout.slowdown", 1.0, 1.0, 1000.0, "slow actors take this many times longer per group", kTrain, nullptr);
-    k.Int("eval.every", 250, 0, 100000000, "held-out greedy evaluation every N steps (0: start and end only)", kLearner, AT(eval_every));
+    k.Int("eval.every", 250, 0, 100000000,
+          "held-out greedy evaluation, and a round of eval.sets, every N steps (0: start and end only)", kLearner,
+          AT(eval_every));
+    k.schema.OpenSection("eval.sets.",
+                         "evaluation sets sampled by the actors every eval.every versions, mean@k and pass@k each: "
+                         "eval.sets.NAME.file (the task's held-out file format), eval.sets.NAME.k (samples a prompt, "
+                         "default 4, at most 1024) and eval.sets.NAME.temperature (default rollout.temperature)");
     k.Int("checkpoint.every", 50, 0, 100000000,
           "save a resumable checkpoints/step-N every N steps, and on SIGINT/SIGTERM (0: only then and at the end)", kLearner, AT(checkpoint_every));
     k.Int("checkpoint.keep", 3, 1, 1000000, "resumable step-N checkpoints kept (older ones are deleted)", kLearner, AT(checkpoint_keep));
@@ -422,6 +431,48 @@ const TrainKeys& Keys() {
 
 #undef AT
 #undef AUTO
+
+// eval.sets.NAME.{file,k,temperature}, in name order; every set needs its file, and takes the
+// run's `temperature` unless it names its own.
+Result<std::vector<learn::RunOptions::EvalSetOptions>> ReadEvalSets(const Config& cfg, double temperature) {
+  std::map<std::string, learn::RunOptions::EvalSetOptions> sets;
+  std::set<std::string> own_temperature;
+  for (const auto& [key, value] : cfg.Section("eval.sets.")) {
+    const std::string where = cfg.source() + ": eval.sets." + key;
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos || dot == 0)
+      return InvalidArgument(where + ": expected eval.sets.NAME.file, .k or .temperature");
+    const std::string name = key.substr(0, dot), field = key.substr(dot + 1);
+    for (char c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-')
+        return InvalidArgument(where + ": a set's name is letters, digits, '_' and '-'");
+    learn::RunOptions::EvalSetOptions& set = sets[name];
+    set.name = name;
+    char* end = nullptr;
+    if (field == "file") {
+      set.file = value;
+    } else if (field == "k") {
+      const long long k = std::strtoll(value.c_str(), &end, 10);
+      if (end == value.c_str() || *end != '\0' || k < 1 || k > 1024)
+        return InvalidArgument(where + " = " + value + ": an integer in [1, 1024]");
+      set.k = k;
+    } else if (field == "temperature") {
+      set.temperature = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(set.temperature >= 0.0 && set.temperature <= 10.0))
+        return InvalidArgument(where + " = " + value + ": a number in [0, 10]");
+      own_temperature.insert(name);
+    } else {
+      return InvalidArgument(where + ": unknown; a set has file, k and temperature");
+    }
+  }
+  std::vector<learn::RunOptions::EvalSetOptions> out;
+  for (auto& [name, set] : sets) {
+    if (set.file.empty()) return InvalidArgument(cfg.source() + ": eval.sets." + name + ".file is missing");
+    if (own_temperature.count(name) == 0) set.temperature = temperature;
+    out.push_back(std::move(set));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -434,6 +485,7 @@ Result<RunOptions> RunOptionsFromConfig(const Config& cfg) {
 
   // What one key does to another's component, and the checks across keys.
   o.task_options = cfg.Section("task.");
+  ECHELON_ASSIGN_OR_RETURN(o.eval_sets, ReadEvalSets(cfg, o.temperature));
   if (o.task_options.count("seed") == 0) o.task_options["seed"] = std::to_string(o.seed);
   if (o.task_options.count("secret"))
     return InvalidArgument(cfg.source() + ": task.secret is the learner's own (drawn as the key `secret` says); it is "

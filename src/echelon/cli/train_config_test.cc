@@ -55,7 +55,9 @@ std::string Print(const RunOptions& o) {
        << o.verify_draws << ',' << o.verify_draw_tolerance << ',' << o.verify_token_tolerance << ','
        << o.verify_memory_mb << '|';
   for (double d : o.actor_slowdowns) s << d << ',';
-  s << '|' << o.eval_every << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ',' << o.snapshot_broadcast << ','
+  s << '|' << o.eval_every << ',';
+  for (const auto& e : o.eval_sets) s << e.name << ':' << e.file << ':' << e.k << ':' << e.temperature << ';';
+  s << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ',' << o.snapshot_broadcast << ','
     << o.wait_for_actors << ',' << o.learner_ranks << ',' << o.rank_timeout_seconds;
   return s.str();
 }
@@ -208,6 +210,37 @@ TEST(TrainSchema, VerifyDrawToleranceReachesTheVerifier) {
   EXPECT_EQ(v.memory_bytes, int64_t{64} << 20);
   EXPECT_EQ(v.secret, secret);
   EXPECT_FALSE(learn::VerifierOptions(o.value(), secret, /*task_draws=*/false).draws);
+}
+
+// eval.sets.NAME.*: each set with its file, k and temperature (the run's when not given), in
+// name order; a set without a file, an unknown field, or a k out of range is one clear error.
+TEST(TrainSchema, EvalSetsAreReadWithTheirKAndTemperature) {
+  Result<Config> cfg = Config::Load(TrainSchema(), "",
+                                    {"eval.sets.hard.file=h.jsonl", "eval.sets.hard.k=16", "eval.sets.hard.temperature=0.6",
+                                     "eval.sets.easy.file=e.jsonl", "rollout.temperature=0.9"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  Result<RunOptions> o = RunOptionsFromConfig(cfg.value());
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  ASSERT_EQ(o->eval_sets.size(), 2u);
+  EXPECT_EQ(o->eval_sets[0].name, "easy");
+  EXPECT_EQ(o->eval_sets[0].file, "e.jsonl");
+  EXPECT_EQ(o->eval_sets[0].k, 4);
+  EXPECT_EQ(o->eval_sets[0].temperature, 0.9);
+  EXPECT_EQ(o->eval_sets[1].name, "hard");
+  EXPECT_EQ(o->eval_sets[1].k, 16);
+  EXPECT_EQ(o->eval_sets[1].temperature, 0.6);
+  for (const auto& [set, error] : std::vector<std::pair<std::string, std::string>>{
+           {"eval.sets.a.k=3", "eval.sets.a.file is missing"},
+           {"eval.sets.a.n=3", "eval.sets.a.n: unknown"},
+           {"eval.sets.a.k=0", "eval.sets.a.k = 0: an integer in [1, 1024]"},
+           {"eval.sets.a.temperature=-1", "eval.sets.a.temperature = -1: a number in [0, 10]"},
+           {"eval.sets.a b.file=x", "a set's name is"}}) {
+    Result<Config> bad = Config::Load(TrainSchema(), "", {set});
+    ASSERT_TRUE(bad.ok()) << bad.status().message();
+    Result<RunOptions> r = RunOptionsFromConfig(bad.value());
+    ASSERT_FALSE(r.ok()) << set;
+    EXPECT_NE(r.status().message().find(error), std::string::npos) << set << ": " << r.status().message();
+  }
 }
 
 // m2po under rl.staleness: auto keeps PPO's clip as its widest (auto holds S where M2PO's budget

@@ -43,6 +43,11 @@ struct Assignment {
   // The learner keeps this group's prefixes: the actor reports its samples' new tokens as they
   // grow (WorkSource::ReportPrefix), if its backend can report them.
   bool report_prefix = false;
+  // An evaluation group (learn/eval_rounds.h; -1: a training group): sampled with exactly this
+  // version's snapshot (SnapshotSource::Pinned when the actor holds another) at
+  // `eval_temperature`, scored by the learner, never trained on. Always scored_by_learner.
+  int64_t eval_version = -1;
+  double eval_temperature = 1.0;
 };
 
 // What an actor says of itself when it asks for work.
@@ -53,6 +58,9 @@ struct WorkRequest {
   // behind the learner it samples instead of estimating it. A lie costs the worker its own work
   // (groups it returns too late, or none handed to it).
   int64_t snapshot_version = -1;
+  // Its backend samples evaluation groups (Assignment::eval_version: a pinned snapshot, another
+  // temperature); only such an actor is handed one.
+  bool evaluates = false;
 };
 
 // A piece of one sample of a running group, from completion position `from` on: what the
@@ -173,6 +181,12 @@ class SnapshotSource {
   // The newest version known to be published, without fetching it (Latest may wait for the
   // bytes): what a generation that runs on asks between tokens (rollout.partial).
   virtual int64_t NewestVersion() { return Latest().version; }
+  // The snapshot of exactly `version`, while the learner keeps it for an evaluation round
+  // (Assignment::eval_version); version -1 when it is not kept.
+  virtual Snapshot Pinned(int64_t version) {
+    Snapshot s = Latest();
+    return s.version == version ? s : Snapshot{};
+  }
 };
 
 }  // namespace echelon::contract

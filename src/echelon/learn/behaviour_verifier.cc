@@ -142,8 +142,10 @@ Status BehaviourVerifier::Load(int64_t version) {
   return Status::Ok();
 }
 
-Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bool suspect) {
+Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bool suspect,
+                                             const model::SamplingParams* sampling_override) {
   if (!suspect && !Drawn(g)) return std::string();
+  const model::SamplingParams& sampling = sampling_override != nullptr ? *sampling_override : options_.sampling;
   std::lock_guard<std::mutex> lock(mu_);
   // Every version the tokens claim (partial rollouts: data::Turn::versions), each recomputed
   // under its own snapshot.
@@ -164,7 +166,7 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   double token_gap = 0;  // the largest of any one token's
   int64_t n = 0;
   double miss = 0;  // the largest of any token's draw (options_.draws)
-  const bool sampled = options_.sampling.temperature > 0;  // greedy decoding draws nothing
+  const bool sampled = sampling.temperature > 0;  // greedy decoding draws nothing
   try {
     for (int64_t v : versions) {
       ECHELON_RETURN_IF_ERROR(Load(v));
@@ -190,14 +192,15 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
             const model::RouteTapeScope armed(model_, &tape);
             hidden = model_->Hidden(input, positions, at::Tensor());
           }
-          const at::Tensor lp = model::TokenLogProbs(hidden, model_->head(), target, options_.sampling.temperature)
+          // Greedy decoding reports log-probs at temperature 1 (model/generate.h).
+          const at::Tensor lp = model::TokenLogProbs(hidden, model_->head(), target, sampled ? sampling.temperature : 1.0)
                                     .squeeze(0)
                                     .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
           if (sampled && options_.turn_draws && t.draw_row >= 0) {
-            miss = std::max(miss, DrawMiss(t.draw_seed, t.draw_row, t, mine, hidden[0]));
+            miss = std::max(miss, DrawMiss(t.draw_seed, t.draw_row, t, mine, hidden[0], sampling));
           } else if (sampled && options_.draws && g.episodes[j].turns.size() == 1) {  // sample j of the group's seed
             miss = std::max(miss, DrawMiss(contract::GroupSeed(options_.secret, g.group_id), static_cast<int64_t>(j), t,
-                                           mine, hidden[0]));
+                                           mine, hidden[0], sampling));
           }
           const at::Tensor index = at::tensor(mine, at::kLong);
           const at::Tensor claimed = at::tensor(t.logprobs, at::kFloat).index_select(0, index);
@@ -234,7 +237,8 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
 }
 
 double BehaviourVerifier::DrawMiss(uint64_t seed, int64_t row, const data::Turn& turn,
-                                   const std::vector<int64_t>& positions, const at::Tensor& hidden) {
+                                   const std::vector<int64_t>& positions, const at::Tensor& hidden,
+                                   const model::SamplingParams& sampling) {
   // Logits of 64 positions at a time: 64 x V fp32 (39 MB at Qwen3's 151,936 tokens).
   constexpr size_t kChunk = 64;
   const int64_t offset = static_cast<int64_t>(turn.prompt_ids.size()) - 1;  // hidden row of completion token 0
@@ -245,7 +249,7 @@ double BehaviourVerifier::DrawMiss(uint64_t seed, int64_t row, const data::Turn&
     for (size_t k = begin; k < end; ++k) rows.push_back(offset + positions[k]);
     const at::Tensor h = hidden.index_select(0, at::tensor(rows, at::kLong).to(hidden.device()));
     const at::Tensor probs =
-        model::SamplingProbs(at::linear(h, model_->head()).to(at::kCPU, at::kFloat), options_.sampling);
+        model::SamplingProbs(at::linear(h, model_->head()).to(at::kCPU, at::kFloat), sampling);
     for (size_t k = begin; k < end; ++k) {
       const int64_t pos = positions[k];
       const model::DrawCheck c = model::SeededToken(probs[static_cast<int64_t>(k - begin)],

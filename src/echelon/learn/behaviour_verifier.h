@@ -103,8 +103,11 @@ class BehaviourVerifier {
   void Remember(const contract::Snapshot& snapshot);
   ~BehaviourVerifier();
   // "" when the group passes or is not drawn; "logprob_mismatch" when it fails. An error is the
-  // learner's own (a snapshot it cannot load).
-  Result<std::string> Check(const contract::GroupRollout& g, bool suspect);
+  // learner's own (a snapshot it cannot load). `sampling`: the group's sampling when it is not
+  // the actors' (an evaluation set's temperature); nullptr: VerifyOptions::sampling.
+  Result<std::string> Check(const contract::GroupRollout& g, bool suspect,
+                            const model::SamplingParams* sampling = nullptr);
+  const model::SamplingParams& sampling() const { return options_.sampling; }
   VerifyStats stats() const;
 
  private:
@@ -117,10 +120,10 @@ class BehaviourVerifier {
   // running check keeps a spilled snapshot's pages resident.
   void ViewNewestIfOnDisk();
   // The largest miss of the tokens at `positions` of `turn`, drawn as row `row` of a Sample call
-  // with `seed`, whose final hidden states `hidden` [len, H] the loaded model gave; counts into
-  // stats_.
+  // with `seed` and `sampling`, whose final hidden states `hidden` [len, H] the loaded model
+  // gave; counts into stats_.
   double DrawMiss(uint64_t seed, int64_t row, const data::Turn& turn, const std::vector<int64_t>& positions,
-                  const at::Tensor& hidden);
+                  const at::Tensor& hidden, const model::SamplingParams& sampling);
 
   const VerifyOptions options_;
   const uint64_t salt_;  // random per process: which groups are drawn is not predictable

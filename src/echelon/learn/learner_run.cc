@@ -142,6 +142,7 @@ class LearnerRun {
     verifier_ = std::make_unique<BehaviourVerifier>(
         start_.model->config(), VerifierOptions(options_, secret_, task_->SamplesWithGroupSeed(), spill));
     intake_->SetVerifier(verifier_.get());
+    ECHELON_RETURN_IF_ERROR(SetUpEvaluation(task_options));
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (options_.staleness_control) control_.emplace(*options_.staleness_control);
     if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
@@ -218,11 +219,82 @@ class LearnerRun {
     return Status::Ok();
   }
 
-  // The policy of the learner's version to the actors.
+  // The policy of the learner's version to the actors, and a round of the evaluation sets on it
+  // when one is due (every eval.every versions, and the last).
   Status Publish() {
-    if (!learner_->parameters_sharded()) return publisher_->Publish(learner_->model(), learner_->version());
-    ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> bytes, GatheredSnapshot());
-    return publisher_->Publish(contract::Snapshot{learner_->version(), std::move(bytes), nullptr});
+    if (!learner_->parameters_sharded()) {
+      ECHELON_RETURN_IF_ERROR(publisher_->Publish(learner_->model(), learner_->version()));
+    } else {
+      ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> bytes, GatheredSnapshot());
+      ECHELON_RETURN_IF_ERROR(publisher_->Publish(contract::Snapshot{learner_->version(), std::move(bytes), nullptr}));
+    }
+    const int64_t v = learner_->version();
+    if (rounds_ && (v >= next_round_ || v == options_.steps)) {
+      rounds_->Open(intake_->Latest());
+      next_round_ = options_.eval_every > 0 ? (v / options_.eval_every + 1) * options_.eval_every : options_.steps;
+    }
+    return Status::Ok();
+  }
+
+  // eval.sets (learn/eval_rounds.h): each set's file read by the task's adapter as its held-out
+  // file, handed to the actors through the intake.
+  Status SetUpEvaluation(const data::AdapterOptions& task_options) {
+    if (options_.eval_sets.empty()) return Status::Ok();
+    if (task_->MaxTurns() != 1)
+      return InvalidArgument("eval.sets: task " + options_.task_name +
+                             " plays episodes of several turns; evaluation sets are for single-turn tasks");
+    std::vector<EvalSet> sets;
+    for (const RunOptions::EvalSetOptions& o : options_.eval_sets) {
+      data::AdapterOptions set_options = task_options;
+      set_options.erase("eval_size");  // the held-out set is the file's
+      set_options["eval_file"] = o.file;
+      Result<std::unique_ptr<data::TaskAdapter>> set = data::CreateAdapter(options_.task_name, set_options);
+      if (!set.ok()) return set.status().WithContext("eval.sets." + o.name);
+      if (set.value()->HeldOut().empty()) return InvalidArgument("eval.sets." + o.name + ": " + o.file + " holds no prompts");
+      progress_ << "evaluation set " << o.name << ": " << set.value()->HeldOut().size() << " prompts from " << o.file
+                << ", k " << o.k << ", temperature " << o.temperature << std::endl;
+      sets.push_back({o.name, std::shared_ptr<const data::TaskAdapter>(std::move(set).value()), o.k, o.temperature});
+    }
+    rounds_ = std::make_unique<EvalRounds>(std::move(sets), EvalRoundsOptions{options_.lease_seconds}, &clock_);
+    intake_->SetEvaluation(rounds_.get());
+    return Status::Ok();
+  }
+
+  // One metrics line (and progress line) per set of each evaluation round finished since the
+  // last call: {"event": "eval", "set", "version", "eval/SET": {mean_at_k, pass_at_k, k, prompts,
+  // seconds}} (TensorBoard: eval/SET/mean_at_k at the round's version).
+  Status WriteEvaluations() {
+    if (!rounds_) return Status::Ok();
+    for (const EvalSetResult& r : rounds_->TakeFinished()) {
+      nlohmann::json line = {{"event", "eval"}, {"set", r.name}, {"version", r.version}, {"wall_s", WallNow()}};
+      line["eval/" + r.name] = {{"mean_at_k", r.mean_at_k}, {"pass_at_k", r.pass_at_k}, {"k", r.k},
+                                {"prompts", r.prompts}, {"seconds", r.seconds}};
+      if (http_) obs::PublishStepLine(line, http_->registry());
+      ECHELON_RETURN_IF_ERROR(metrics_.Write(line));
+      progress_ << "eval v" << r.version << " " << r.name << ": mean@" << r.k << " " << std::fixed
+                << std::setprecision(3) << r.mean_at_k << " pass@" << r.k << " " << r.pass_at_k << " (" << r.prompts
+                << " prompts, " << FormatDuration(r.seconds) << ")" << std::endl;
+    }
+    return Status::Ok();
+  }
+
+  // The rounds still open when the updates are done (the last version's) are waited for while
+  // the actors still take work, up to the stall timeout.
+  Status AwaitEvaluation() {
+    if (!rounds_) return Status::Ok();
+    const double since = clock_.Now();
+    if (const int64_t open = rounds_->open_rounds(); open > 0)
+      progress_ << "waiting for " << open << " evaluation round(s) on the actors" << std::endl;
+    while (rounds_->open_rounds() > 0 && !Interrupted()) {
+      if (clock_.Now() - since > options_.stall_timeout_seconds) {
+        spdlog::warn("{} evaluation round(s) did not finish within {} (rollout.stall_timeout_seconds); left out",
+                     rounds_->open_rounds(), FormatDuration(options_.stall_timeout_seconds));
+        break;
+      }
+      transport_.EvictSilent();
+      clock_.SleepFor(sched::kLearnerPollSeconds);
+    }
+    return WriteEvaluations();
   }
 
   // Sharded parameters: the snapshot bytes of the learner's version (MakeSnapshot's form),
@@ -388,6 +460,7 @@ class LearnerRun {
     if (http_) obs::PublishStepLine(line, http_->registry());
     ECHELON_RETURN_IF_ERROR(metrics_.Write(line));
     ECHELON_RETURN_IF_ERROR(WriteSamples(t, batch));
+    ECHELON_RETURN_IF_ERROR(WriteEvaluations());
     const double eta = RlWallNow() / (t + 1) * (options_.steps - t - 1);
     progress_ << "step " << t + 1 << "/" << options_.steps << " v" << *r.version << std::fixed << std::setprecision(3)
               << " reward " << r.reward_mean << " acc " << r.accuracy << std::setprecision(2) << " stale "
@@ -577,6 +650,7 @@ class LearnerRun {
 
   // --- shutdown -------------------------------------------------------------------------------
   Result<RunSummary> Finish(Status failure) {
+    if (failure.ok() && learner_->version() == options_.steps) failure = AwaitEvaluation();
     transport_.StopWork();  // before the version moves on: no hand-outs after the loop
     dispatcher_->SetVersion(learner_->version());
     summary_.steps_done = learner_->version();
@@ -685,6 +759,8 @@ class LearnerRun {
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<sched::Dispatcher> dispatcher_;
   std::unique_ptr<BehaviourVerifier> verifier_;  // outlives intake_, which calls it
+  std::unique_ptr<EvalRounds> rounds_;  // eval.sets; outlives intake_, which hands its work out
+  int64_t next_round_ = 0;               // the version of the next evaluation round
   std::unique_ptr<TrajectoryIntake> intake_;
   std::unique_ptr<SnapshotPublisher> publisher_;
   std::unique_ptr<obs::MetricsHttpServer> http_;

@@ -75,6 +75,16 @@ struct RunOptions {
   int64_t verify_memory_mb = 0;  // snapshots besides the newest the verifier keeps in RAM; the rest on disk
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
+  // Evaluation as work (eval.sets; learn/eval_rounds.h): each set's file, read by the task's
+  // adapter as its held-out file, k samples a prompt at `temperature`, on actors every
+  // eval_every versions.
+  struct EvalSetOptions {
+    std::string name;
+    std::string file;
+    int64_t k = 4;
+    double temperature = 1.0;
+  };
+  std::vector<EvalSetOptions> eval_sets;
   int64_t checkpoint_every = 0;
   int64_t checkpoint_keep = 0;
   bool snapshot_broadcast = false;  // remote actors get snapshots by peer-assisted broadcast

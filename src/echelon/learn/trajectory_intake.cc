@@ -65,8 +65,18 @@ std::optional<contract::Assignment> TrajectoryIntake::Acquire(const std::string&
 
 std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::string& actor,
                                                                   const contract::WorkRequest& request) {
+  // Evaluation first where the actor holds the round's snapshot; elsewhere only when no training
+  // work is to be had (the actor then loads the pinned snapshot: see SetEvaluation).
+  const bool evaluates = rounds_ != nullptr && request.evaluates;
+  if (evaluates && request.snapshot_version >= 0)
+    if (std::optional<EvalRounds::Handed> h = rounds_->Acquire(actor, request.snapshot_version))
+      return EvaluationAssignment(std::move(*h));
   std::optional<sched::WorkItem> w = dispatcher_->Acquire(actor, request.snapshot_version);
-  if (!w) return std::nullopt;
+  if (!w) {
+    if (evaluates)
+      if (std::optional<EvalRounds::Handed> h = rounds_->Acquire(actor)) return EvaluationAssignment(std::move(*h));
+    return std::nullopt;
+  }
   contract::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size),
                          contract::GroupSeed(limits_.secret, w->group_id)};
   if (task_->MaxTurns() == 1) {
@@ -92,6 +102,18 @@ std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::str
     a.prefix = std::move(h->samples);
     dispatcher_->Carry(w->group_id, w->lease_id, h->tokens);
   }
+  return a;
+}
+
+contract::Assignment TrajectoryIntake::EvaluationAssignment(EvalRounds::Handed h) const {
+  contract::Assignment a{sched::WorkItem{h.id, h.lease_id, h.version}, std::move(h.prompt),
+                         static_cast<int>(h.set->k), contract::GroupSeed(limits_.secret, h.id)};
+  a.prompt.reference.clear();  // scored here, as a training group is
+  a.prompt.extra_info.clear();
+  a.prompt.data_source.clear();
+  a.scored_by_learner = true;
+  a.eval_version = h.version;
+  a.eval_temperature = h.set->temperature;
   return a;
 }
 
@@ -166,15 +188,23 @@ std::string TrajectoryIntake::BlameSplice(const contract::GroupRollout& g, const
 }
 
 void TrajectoryIntake::Release(const std::string& actor, const sched::WorkItem& work) {
+  if (IsEvalGroup(work.group_id)) {
+    if (rounds_ != nullptr) rounds_->Requeue(work.group_id, work.lease_id, actor);
+    return;
+  }
   dispatcher_->Release(work.group_id, work.lease_id, actor);
 }
 
 void TrajectoryIntake::Progress(const std::string& actor, const sched::WorkItem& work, int64_t tokens) {
+  if (IsEvalGroup(work.group_id)) {
+    if (rounds_ != nullptr) rounds_->Renew(work.group_id, work.lease_id, actor);
+    return;
+  }
   dispatcher_->Renew(work.group_id, work.lease_id, actor, tokens);
 }
 
-std::string TrajectoryIntake::Validate(const contract::GroupRollout& g) const {
-  if (static_cast<int64_t>(g.episodes.size()) != limits_.group_size) return "wrong_group_size";
+std::string TrajectoryIntake::Validate(const contract::GroupRollout& g, int64_t group_size) const {
+  if (static_cast<int64_t>(g.episodes.size()) != group_size) return "wrong_group_size";
   {
     std::lock_guard<std::mutex> lock(mu_);
     // No actor can hold a newer policy than the newest one published, nor one never published
@@ -249,7 +279,8 @@ contract::SubmitOutcome TrajectoryIntake::Refuse(const contract::GroupRollout& g
 }
 
 contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout) {
-  std::string reason = Validate(rollout);
+  if (IsEvalGroup(rollout.group_id)) return SubmitEvaluation(std::move(rollout));
+  std::string reason = Validate(rollout, limits_.group_size);
   int64_t tokens = 0;
   for (const data::Episode& e : rollout.episodes)
     for (const data::Turn& t : e.turns) tokens += static_cast<int64_t>(t.tokens.size());
@@ -267,7 +298,7 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
   // whoever drew the failing part (BlameSplice).
   const bool resumed = prefixes_.WasHanded(rollout.group_id, rollout.lease_id);
   rollout.prompt = task_->TrainPrompt(rollout.group_id);
-  Result<Verdict> verdict = Verify(&rollout);
+  Result<Verdict> verdict = Verify(&rollout, *task_);
   std::string failed = "reward_error";
   if (verdict.ok() && verdict->refusal.empty() && verifier_ != nullptr) {
     bool suspect;
@@ -309,6 +340,57 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
     queue_.push_back(std::move(rollout));
   }
   arrived_.notify_one();
+  return {true, ""};
+}
+
+contract::SubmitOutcome TrajectoryIntake::SubmitEvaluation(contract::GroupRollout g) {
+  std::optional<EvalRounds::Handed> h;
+  if (rounds_ != nullptr) h = rounds_->Holder(g.group_id, g.lease_id, g.actor);
+  if (!h) return Refuse(g, "not_lease_holder");  // late, repeated, or never handed out
+  std::string reason = Validate(g, h->set->k);
+  // Pinned: every token from the round's snapshot.
+  if (reason.empty() && g.behavior_version != h->version) reason = "wrong_eval_version";
+  for (const data::Episode& e : g.episodes)
+    for (const data::Turn& t : e.turns)
+      for (int64_t v : t.versions)
+        if (reason.empty() && v != h->version) reason = "wrong_eval_version";
+  const auto refuse = [&](const std::string& why) {
+    rounds_->Requeue(g.group_id, g.lease_id, g.actor);
+    return Refuse(g, why);
+  };
+  if (!reason.empty()) return refuse(reason);
+  g.prompt = h->prompt;
+  Result<Verdict> verdict = Verify(&g, *h->set->task);
+  if (!verdict.ok()) {
+    // The set's reward failed on this group: it goes to another actor; no strike (an honest
+    // worker's text can meet a bug in a reward).
+    if (refusal_log_.Allow("eval_reward_error"))
+      spdlog::warn("evaluation group from {}: the reward of set {} failed: {}", g.actor, h->set->name,
+                   verdict.status().message());
+    rounds_->Requeue(g.group_id, g.lease_id, g.actor);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refusals_["eval_reward_error"];
+    return {false, "eval_reward_error"};
+  }
+  if (verdict->refusal.empty() && verifier_ != nullptr) {
+    bool suspect;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      suspect = actor_forged_.count(ActorName(g.actor)) > 0;
+    }
+    model::SamplingParams sampling = verifier_->sampling();
+    sampling.temperature = h->set->temperature;
+    Result<std::string> why = verifier_->Check(g, suspect, &sampling);
+    if (!why.ok()) {
+      rounds_->Requeue(g.group_id, g.lease_id, g.actor);
+      return Failed(g.group_id, g.actor, "verify_error", why.status().WithContext("evaluation group from " + g.actor));
+    }
+    verdict->refusal = why.value();
+  }
+  if (!verdict->refusal.empty()) return refuse(verdict->refusal);
+  int64_t successes = 0;
+  for (const data::Episode& e : g.episodes) successes += e.success ? 1 : 0;
+  rounds_->Record(g.group_id, g.lease_id, g.actor, successes);
   return {true, ""};
 }
 
@@ -361,18 +443,19 @@ contract::SubmitOutcome TrajectoryIntake::EnvironmentFailed(const sched::WorkIte
                 error.WithContext("group " + std::to_string(work.group_id) + " played for " + actor));
 }
 
-Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(contract::GroupRollout* g) const {
+Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(contract::GroupRollout* g,
+                                                           const data::TaskAdapter& task) const {
   Verdict v;
   // A single-turn worker does not score (scored_by_learner); a multi-turn one plays against
   // its environment, whose reward must agree with the replay's.
   const auto take = [&](data::Episode& e, data::Scored s) {
-    if (s.reward != e.reward && task_->MaxTurns() > 1 && task_->ActorsCanScore()) ++v.corrected;
+    if (s.reward != e.reward && task.MaxTurns() > 1 && task.ActorsCanScore()) ++v.corrected;
     e.reward = s.reward;
     e.success = s.reward >= 1.0;
     e.metrics = std::move(s.metrics);
   };
   const auto encode = [&](const data::PolicyPrompt& p) { return vocab_->EncodePrompt(p.system, p.user); };
-  if (task_->MaxTurns() == 1) {
+  if (task.MaxTurns() == 1) {
     // Single-turn: every episode answers the group's prompt (encoded once); the group is
     // scored together (a scoring service takes it in one request).
     ECHELON_ASSIGN_OR_RETURN(const std::vector<int64_t> prompt_ids, encode(data::PolicyPrompt::Of(g->prompt)));
@@ -382,7 +465,7 @@ Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(contract::GroupRollou
       e.turns[0].text = vocab_->DecodeCompletion(e.turns[0].tokens);  // not the worker's (unbounded) text
       texts.push_back(e.turns[0].text);
     }
-    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task_->RewardGroup(g->prompt, texts));
+    ECHELON_ASSIGN_OR_RETURN(std::vector<data::Scored> scored, task.RewardGroup(g->prompt, texts));
     for (size_t i = 0; i < scored.size(); ++i) take(g->episodes[i], std::move(scored[i]));
     return v;
   }
@@ -393,7 +476,7 @@ Result<TrajectoryIntake::Verdict> TrajectoryIntake::Verify(contract::GroupRollou
       t.text = vocab_->DecodeCompletion(t.tokens);
       actions.push_back(t.text);
     }
-    ECHELON_ASSIGN_OR_RETURN(std::optional<data::Replay> r, task_->ReplayEpisode(g->prompt, actions));
+    ECHELON_ASSIGN_OR_RETURN(std::optional<data::Replay> r, task.ReplayEpisode(g->prompt, actions));
     if (!r) continue;
     if (r->prompts.size() < e.turns.size()) return Verdict{"actions_after_done", 0};
     for (size_t i = 0; i < e.turns.size(); ++i) {
@@ -439,6 +522,12 @@ void TrajectoryIntake::RestoreCounters(std::map<std::string, int64_t> refusals, 
 contract::Snapshot TrajectoryIntake::Latest() {
   std::lock_guard<std::mutex> lock(mu_);
   return snapshot_;
+}
+
+contract::Snapshot TrajectoryIntake::Pinned(int64_t version) {
+  if (rounds_ != nullptr)
+    if (contract::Snapshot s = rounds_->Pinned(version); s.version >= 0) return s;
+  return SnapshotSource::Pinned(version);
 }
 
 void TrajectoryIntake::Publish(contract::Snapshot snapshot) {

@@ -54,6 +54,7 @@
 #include "echelon/contract/transport.h"
 #include "echelon/data/adapter.h"
 #include "echelon/learn/behaviour_verifier.h"
+#include "echelon/learn/eval_rounds.h"
 #include "echelon/learn/prefix_store.h"
 #include "echelon/model/model_config.h"
 #include "echelon/model/vocabulary.h"
@@ -124,6 +125,7 @@ class TrajectoryIntake : public contract::WorkSource,
   void Release(const std::string& actor, const sched::WorkItem& work) override;
   contract::SubmitOutcome Submit(contract::GroupRollout rollout) override;
   contract::Snapshot Latest() override;
+  contract::Snapshot Pinned(int64_t version) override;
   std::vector<contract::GroupRollout> Drain(double timeout_seconds) override;
   Status failure() const override;
 
@@ -139,6 +141,15 @@ class TrajectoryIntake : public contract::WorkSource,
   // Checks behaviour log-probs with `verifier` from now on (it sees every published snapshot);
   // nullptr: never. Call before actors start.
   void SetVerifier(BehaviourVerifier* verifier) { verifier_ = verifier; }
+  // Hands out `rounds`' evaluation groups to actors that sample them
+  // (contract::WorkRequest::evaluates): before any training group to an actor that holds the
+  // round's snapshot, otherwise only when admission has no training group for it (the actor then
+  // loads the pinned snapshot, SnapshotSource::Pinned), so a round costs few snapshot loads and
+  // fills the time actors would wait at the staleness gate. Takes them back: checked as training groups are,
+  // bar the dispatcher's lease (the rounds' own), scored with their set's reward and recorded
+  // there, never queued for an update; a single-turn task's only. nullptr: none. Not owned;
+  // call before actors start.
+  void SetEvaluation(EvalRounds* rounds) { rounds_ = rounds; }
   // Called for every strike the intake deals outside a submission's answer (a forged prefix
   // report, or the part of a resumed group an earlier holder drew), with that actor's id: the
   // transport counts it towards quarantine as it does a forged submission. Call before actors start.
@@ -164,15 +175,19 @@ class TrajectoryIntake : public contract::WorkSource,
   // fails is struck and the group starts over ("prefix_forged", the submitter not blamed), or,
   // when every part passes, `refusal` stands for the submitter's own tokens.
   std::string BlameSplice(const contract::GroupRollout& g, const std::string& refusal);
-  // Empty when well-formed, else the reason it is refused.
-  std::string Validate(const contract::GroupRollout& g) const;
+  // Empty when well-formed (`group_size` episodes), else the reason it is refused.
+  std::string Validate(const contract::GroupRollout& g, int64_t group_size) const;
+  // What an actor is handed for an evaluation item: the prompt without its answer.
+  contract::Assignment EvaluationAssignment(EvalRounds::Handed h) const;
+  // An evaluation group (IsEvalGroup) handed in: see SetEvaluation.
+  contract::SubmitOutcome SubmitEvaluation(contract::GroupRollout rollout);
   struct Verdict {
     std::string refusal;    // empty: the group stands
     int64_t corrected = 0;  // rewards the actor had wrong (replaced by the learner's)
   };
-  // Checks the prompts and replaces the rewards with the learner's own (see the top); an error
-  // is the learner's reward failing.
-  Result<Verdict> Verify(contract::GroupRollout* g) const;
+  // Checks the prompts and replaces the rewards with `task`'s (see the top); an error is the
+  // learner's reward failing.
+  Result<Verdict> Verify(contract::GroupRollout* g, const data::TaskAdapter& task) const;
   contract::SubmitOutcome Refuse(const contract::GroupRollout& g, const std::string& reason);
   // The group's reward (`failed`: "reward_error") or verification ("verify_error") failed with
   // `error` on `actor`'s group: the group is re-issued and the failure counted (see the top).
@@ -184,6 +199,7 @@ class TrajectoryIntake : public contract::WorkSource,
   const model::Vocabulary* vocab_;
   const IntakeLimits limits_;
   BehaviourVerifier* verifier_ = nullptr;
+  EvalRounds* rounds_ = nullptr;
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable arrived_;
   std::deque<contract::GroupRollout> queue_;

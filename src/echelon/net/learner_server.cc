@@ -157,7 +157,8 @@ class LearnerServer::Service final : public v1::Learner::Service {
       }
     }
     std::optional<contract::Assignment> a =
-        s_->work_->AcquireWith(req->actor_id(), {req->resumes(), std::max<int64_t>(-1, req->snapshot_version())});
+        s_->work_->AcquireWith(req->actor_id(),
+                               {req->resumes(), std::max<int64_t>(-1, req->snapshot_version()), req->evaluates()});
     if (!a) return grpc::Status::OK;
     reply->set_has_work(true);
     reply->set_group_id(a->work.group_id);
@@ -176,6 +177,11 @@ class LearnerServer::Service final : public v1::Learner::Service {
     reply->set_seed(a->seed);
     reply->set_report_prefix(a->report_prefix);
     for (const data::Turn& t : a->prefix) EncodeTurn(t, reply->add_prefix());
+    if (a->eval_version >= 0) {
+      reply->set_evaluation(true);
+      reply->set_eval_version(a->eval_version);
+      reply->set_eval_temperature(a->eval_temperature);
+    }
     return grpc::Status::OK;
   }
 
@@ -258,7 +264,12 @@ class LearnerServer::Service final : public v1::Learner::Service {
   grpc::Status GetSnapshot(grpc::ServerContext* ctx, const v1::SnapshotRequest* req,
                            grpc::ServerWriter<v1::SnapshotPiece>* writer) override {
     if (grpc::Status st = Admit(*ctx, req->actor_id()); !st.ok()) return st;
-    contract::Snapshot snap = s_->snapshots_->Latest();
+    if (req->pinned() && (req->ranged() || req->lora_base()))
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a pinned snapshot is whole: neither ranged nor a LoRA base");
+    contract::Snapshot snap = req->pinned() ? s_->snapshots_->Pinned(req->min_version()) : s_->snapshots_->Latest();
+    if (req->pinned() && snap.version < 0)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "snapshot " + std::to_string(req->min_version()) + " is not kept (no evaluation round pins it)");
     if (snap.version < 0 || snap.version < req->min_version() || !snap.weights)
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no snapshot at or above version " +
                                                              std::to_string(req->min_version()) + " yet");

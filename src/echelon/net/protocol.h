@@ -17,8 +17,9 @@ namespace echelon::net {
 // (AcquireReply.seed, drawn from the learner's secret); an older actor would sample with the
 // run seed it no longer gets, and be refused as sample_not_drawn. 9: resumable groups
 // (AcquireReply.prefix, ReportPrefix): an older actor would start a resumed group over, and be
-// refused as prefix_altered.
-inline constexpr uint32_t kProtocolVersion = 9;
+// refused as prefix_altered. 10: evaluation groups (AcquireReply.evaluation): an older actor
+// would sample one with its newest snapshot at the run's temperature, and be refused.
+inline constexpr uint32_t kProtocolVersion = 10;
 
 // Stages one pipelined rollout worker may have (each a process and a gRPC hop per token).
 inline constexpr int kMaxPipelineStages = 64;

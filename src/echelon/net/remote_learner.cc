@@ -241,6 +241,7 @@ std::optional<contract::Assignment> RemoteLearner::AcquireWith(const std::string
   req.set_actor_id(actor_id());
   req.set_resumes(request.continues_prefixes);
   req.set_snapshot_version(request.snapshot_version);
+  req.set_evaluates(request.evaluates);
   v1::AcquireReply reply;
   grpc::Status st = stub_->Acquire(&ctx, req, &reply);
   if (!st.ok()) {
@@ -265,6 +266,10 @@ std::optional<contract::Assignment> RemoteLearner::AcquireWith(const std::string
   a.seed = reply.seed();
   a.report_prefix = reply.report_prefix();
   for (const v1::Turn& t : reply.prefix()) a.prefix.push_back(DecodeTurn(t));
+  if (reply.evaluation()) {
+    a.eval_version = std::max<int64_t>(0, reply.eval_version());
+    a.eval_temperature = reply.eval_temperature();
+  }
   return a;
 }
 
@@ -443,6 +448,17 @@ contract::Snapshot RemoteLearner::Latest() {
   cached_range_ = range;
   known_version_ = std::max<int64_t>(known_version_.load(), cached_.version);
   return cached_;
+}
+
+contract::Snapshot RemoteLearner::Pinned(int64_t version) {
+  if (cached_.version == version && cached_.weights) return cached_;
+  v1::SnapshotRequest req;
+  req.set_actor_id(actor_id());
+  req.set_min_version(version);
+  req.set_pinned(true);
+  std::optional<contract::Snapshot> snap = Pull(req);
+  if (!snap || snap->version != version || !AttachBase(*snap)) return contract::Snapshot{};
+  return std::move(*snap);  // not cached: the next training group goes back to the newest
 }
 
 bool RemoteLearner::AttachBase(contract::Snapshot& snap) {

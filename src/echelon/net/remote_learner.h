@@ -102,6 +102,9 @@ class RemoteLearner : public contract::WorkSource,
   // The newest version Latest would return at once: with the broadcast, the newest this peer
   // holds whole; without it, the one the learner last announced (pulled on demand).
   int64_t NewestVersion() override;
+  // Pulls exactly `version` directly (an evaluation group's pinned snapshot), unless it is the
+  // one held.
+  contract::Snapshot Pinned(int64_t version) override;
   // A turn of a group the learner plays (no retry: an error gives the group up, and its lease
   // expires).
   Result<contract::PlayStep> Play(const std::string& actor, const sched::WorkItem& work, int64_t behavior_version,

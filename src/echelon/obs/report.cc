@@ -74,6 +74,28 @@ Series HeldoutSeries(const RunData& run, bool wall_x) {
   return s;
 }
 
+// Each evaluation set's mean@k and pass@k against the round's version, one series each.
+std::vector<Series> EvalSeries(const RunData& run) {
+  std::map<std::string, std::pair<Series, Series>> by_set;
+  for (const EvalPoint& p : run.evals) {
+    auto [it, fresh] = by_set.try_emplace(p.set);
+    if (fresh) {
+      const std::string k = std::isfinite(p.k) ? Fixed(p.k, 0) : "k";
+      it->second.first.label = run.label + " " + p.set + " mean@" + k;
+      it->second.second.label = run.label + " " + p.set + " pass@" + k;
+    }
+    for (Series* s : {&it->second.first, &it->second.second}) s->x.push_back(p.version);
+    it->second.first.y.push_back(p.mean_at_k);
+    it->second.second.y.push_back(p.pass_at_k);
+  }
+  std::vector<Series> out;
+  for (auto& [set, pair] : by_set) {
+    out.push_back(std::move(pair.first));
+    out.push_back(std::move(pair.second));
+  }
+  return out;
+}
+
 // Mean, min and max over runs of the points at the same update, for the updates every run has.
 // by_update[r]: run r's points with x = update; drawn[r]: the same points in the same order with
 // the x to draw them at (RL seconds, or the update again), averaged over the runs.
@@ -376,6 +398,11 @@ std::vector<NamedLineChart> BuildLineCharts(const std::vector<RunData>& runs) {
   c = add("heldout-wall", Opts("Held-out accuracy against wall time", kRlSeconds, "held-out greedy accuracy", true),
           "No held-out evaluation in these metrics (warm-start, eval.every or final).");
   for (const RunData& r : runs) c->AddSeries(HeldoutSeries(r, true));
+  c = add("eval-sets", Opts("Evaluation sets on the actors (eval.sets): mean@k and pass@k", kUpdates,
+                            "share of prompts", true),
+          "No evaluation set in these metrics (eval.sets).");
+  for (const RunData& r : runs)
+    for (Series& s : EvalSeries(r)) c->AddSeries(std::move(s));
   const std::string smooth_ess = w > 1 ? " (trailing mean of " + std::to_string(w) + " updates)" : "";
   c = add("ess-step", Opts("Importance-weight ESS fraction against learner updates" + smooth_ess, kUpdates,
                            "ESS / batch tokens", true),
@@ -454,6 +481,7 @@ std::string RenderReport(const std::vector<RunData>& runs) {
   };
   out << "<h2>Reward and held-out accuracy</h2><div class=\"charts\">";
   for (const char* id : {"reward-step", "reward-wall", "heldout-step", "heldout-wall", "heldout-wall-seeds"}) emit(id);
+  if (std::any_of(runs.begin(), runs.end(), [](const RunData& r) { return !r.evals.empty(); })) emit("eval-sets");
   out << "</div><h2>Learner utilisation and staleness</h2><div class=\"charts\">";
   emit("busy");
   emit("ess-step");

@@ -40,6 +40,22 @@ Status ReadEvent(const json& o, const std::string& where, RunEvent* e) {
   return Status::Ok();
 }
 
+Status ReadEval(const json& o, const std::string& where, std::vector<EvalPoint>* out) {
+  auto set = o.find("set");
+  if (set == o.end() || !set->is_string()) return InvalidArgument(where + ": an eval line without its set's name");
+  EvalPoint p;
+  p.set = set->get<std::string>();
+  ECHELON_RETURN_IF_ERROR(ReadNumber(o, "version", where, &p.version));
+  auto figures = o.find("eval/" + p.set);
+  if (figures == o.end() || !figures->is_object())
+    return InvalidArgument(where + ": an eval line without its figures (\"eval/" + p.set + "\")");
+  ECHELON_RETURN_IF_ERROR(ReadNumber(*figures, "k", where, &p.k));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(*figures, "mean_at_k", where, &p.mean_at_k));
+  ECHELON_RETURN_IF_ERROR(ReadNumber(*figures, "pass_at_k", where, &p.pass_at_k));
+  out->push_back(std::move(p));
+  return Status::Ok();
+}
+
 void Flatten(const YAML::Node& node, const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out) {
   if (node.IsMap()) {
     for (const auto& kv : node) {
@@ -71,6 +87,7 @@ Result<RunData> ParseMetrics(std::istream& in, const std::string& path) {
       const std::string kind = ev->get<std::string>();
       if (kind == "warmstart") return ReadEvent(o, where, &run.warmstart);
       if (kind == "final" || kind == "interrupted") return ReadEvent(o, where, &run.end);
+      if (kind == "eval") return ReadEval(o, where, &run.evals);
       return Status::Ok();
     }
     ECHELON_ASSIGN_OR_RETURN(StepRecord r, StepRecord::FromJson(o, where));

@@ -6,7 +6,9 @@
 //
 // metrics.jsonl lines:
 //   - {"event": "warmstart" | "final" | "interrupted", ...}: events; the held-out accuracy of
-//     the warm-start and of the final policy, wall time, totals. Other events are ignored.
+//     the warm-start and of the final policy, wall time, totals.
+//   - {"event": "eval", "set", "version", "eval/SET": {mean_at_k, pass_at_k, k, ...}}: one
+//     evaluation set's figures of one round (learn/eval_rounds.h). Other events are ignored.
 //   - any other object is a training step, read by obs::StepRecord::FromJson
 //     (obs/step_record.h: an integer "step", a number "wall_s", every other field optional
 //     and type-checked).
@@ -38,12 +40,22 @@ struct RunEvent {
   std::string kind;             // "warmstart", "final" or "interrupted"
 };
 
+// One evaluation set's figures of one round (eval.sets).
+struct EvalPoint {
+  std::string set;
+  double version = kMissing;
+  double k = kMissing;
+  double mean_at_k = kMissing;
+  double pass_at_k = kMissing;
+};
+
 struct RunData {
   std::string dir;
   std::string label;  // short name for legends (the directory's base name)
   std::vector<StepRecord> steps;
   RunEvent warmstart;
   RunEvent end;  // "final" or "interrupted"
+  std::vector<EvalPoint> evals;  // in file order
   // Flattened config.yaml ("rl.staleness" -> "2"), in file order; empty with
   // config_note set when the run directory has no config.yaml.
   std::vector<std::pair<std::string, std::string>> config;

@@ -56,6 +56,23 @@ TEST(ParseMetricsTest, ReadsStepsAndEvents) {
   EXPECT_TRUE(std::isnan(s1.learner_busy_frac));
 }
 
+TEST(ParseMetricsTest, ReadsEachEvaluationSetsRound) {
+  Result<RunData> r = Parse(
+      "{\"step\":0,\"wall_s\":1}\n"
+      "{\"event\":\"eval\",\"set\":\"aime\",\"version\":3,\"eval/aime\":{\"k\":8,\"mean_at_k\":0.25,\"pass_at_k\":0.5}}\n");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->evals.size(), 1u);
+  EXPECT_EQ(r->evals[0].set, "aime");
+  EXPECT_EQ(r->evals[0].version, 3);
+  EXPECT_EQ(r->evals[0].k, 8);
+  EXPECT_EQ(r->evals[0].mean_at_k, 0.25);
+  EXPECT_EQ(r->evals[0].pass_at_k, 0.5);
+  Result<RunData> bad = Parse("{\"step\":0,\"wall_s\":1}\n{\"event\":\"eval\",\"set\":\"aime\",\"version\":3}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("run/metrics.jsonl:2: an eval line without its figures"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(ParseMetricsTest, MalformedLineNamesFileAndLine) {
   Result<RunData> r = Parse("{\"step\":0,\"wall_s\":1}\n\n{\"step\":1,\"wall_s\":2\n");
   ASSERT_FALSE(r.ok());

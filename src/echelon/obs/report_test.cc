@@ -95,8 +95,19 @@ TEST(StalenessHistogramTest, DerivedFromRoundedMeansWhenAnyRunLacksHistograms) {
 
 TEST(BuildLineChartsTest, PointCountsAndRanges) {
   std::vector<RunData> runs = {MakeRun("S0", 6, true, false), MakeRun("S4", 4, false, false)};
+  runs[0].evals = {{"aime", 0, 4, 0.25, 0.5}, {"math", 0, 2, 0.5, 0.75}, {"aime", 3, 4, 0.375, 1.0}};
   std::vector<NamedLineChart> charts = BuildLineCharts(runs);
-  ASSERT_EQ(charts.size(), 11u);  // no setting with several seeds: no seed-band charts
+  ASSERT_EQ(charts.size(), 12u);  // no setting with several seeds: no seed-band charts
+
+  // Evaluation sets: mean@k and pass@k of each set against the round's version.
+  const LineChart& evals = Chart(charts, "eval-sets").chart;
+  ASSERT_EQ(evals.series().size(), 4u);
+  EXPECT_EQ(evals.series()[0].label, "S0 aime mean@4");
+  EXPECT_EQ(evals.series()[0].x, (std::vector<double>{0, 3}));
+  EXPECT_EQ(evals.series()[0].y, (std::vector<double>{0.25, 0.375}));
+  EXPECT_EQ(evals.series()[1].label, "S0 aime pass@4");
+  EXPECT_EQ(evals.series()[1].y, (std::vector<double>{0.5, 1.0}));
+  EXPECT_EQ(evals.series()[3].label, "S0 math pass@2");
 
   const LineChart& reward = Chart(charts, "reward-step").chart;
   ASSERT_EQ(reward.series().size(), 2u);

@@ -144,10 +144,11 @@ Actor::Actor(ActorOptions options, contract::WorkSource* work, contract::Traject
       policy_(std::move(policy)),
       clock_(clock != nullptr ? clock : &kRealClock) {}
 
-bool Actor::RefreshSnapshot() {
-  contract::Snapshot snap = snapshots_->Latest();
+bool Actor::RefreshSnapshot() { return Load(snapshots_->Latest()); }
+
+bool Actor::Load(const contract::Snapshot& snap) {
   // Any other version replaces ours, older ones too: a learner resumed from a checkpoint
-  // publishes versions again from there.
+  // publishes versions again from there, and an evaluation group pins an older one.
   if (snap.version < 0 || !snap.weights) return false;
   if (snap.version == policy_->version() && snap.base == base_) return true;
   if (snap.base && snap.base != base_) {  // a LoRA run's whole model, under its adapters
@@ -165,6 +166,34 @@ bool Actor::RefreshSnapshot() {
     return false;
   }
   return true;
+}
+
+Result<contract::SubmitOutcome> Actor::PlayEvaluation(const contract::Assignment& a, const std::atomic<bool>& stop,
+                                                      int64_t* tokens) {
+  if (policy_->version() != a.eval_version) {
+    if (!Load(snapshots_->Pinned(a.eval_version)))
+      return Unavailable("the snapshot of version " + std::to_string(a.eval_version) +
+                         " this evaluation group is pinned to is not to be had");
+    spdlog::info("{}: took snapshot v{} for an evaluation group pinned to it", options_.name, a.eval_version);
+  }
+  contract::GroupRollout out;
+  out.group_id = a.work.group_id;
+  out.lease_id = a.work.lease_id;
+  out.actor = options_.name;
+  out.prompt = a.prompt;
+  out.behavior_version = a.eval_version;
+  GroupWatch watch(this, a.work, stop, /*partial=*/false);
+  const double temperature = policy_->temperature();
+  policy_->SetTemperature(a.eval_temperature);
+  Result<std::vector<data::Episode>> episodes = data::SampleSingleTurnGroup(a.prompt, a.group_size, *policy_, a.seed);
+  policy_->SetTemperature(temperature);
+  ECHELON_RETURN_IF_ERROR(episodes.status());
+  out.episodes = std::move(episodes).value();
+  out.generate_seconds = watch.generate_seconds();
+  if (options_.slowdown > 1.0) clock_->SleepFor(watch.owed_pause());
+  for (const data::Episode& e : out.episodes)
+    for (const data::Turn& t : e.turns) *tokens += static_cast<int64_t>(t.tokens.size());
+  return sink_->Submit(std::move(out));
 }
 
 Result<contract::SubmitOutcome> Actor::PlayHosted(const contract::Assignment& a, const std::atomic<bool>& stop,
@@ -201,17 +230,18 @@ void Actor::Run(const std::atomic<bool>& stop) {
       continue;
     }
     std::optional<contract::Assignment> a =
-        work_->AcquireWith(options_.name, {policy_->ContinuesPrefixes(), policy_->version()});
+        work_->AcquireWith(options_.name, {policy_->ContinuesPrefixes(), policy_->version(), policy_->Evaluates()});
     if (!a) {
       wait();
       continue;
     }
     idle = options_.idle_sleep_seconds;
-    // The gate may have advanced while we waited: take the newest snapshot for this group.
-    RefreshSnapshot();
     int64_t tokens = 0;
-    Result<contract::SubmitOutcome> outcome =
-        a->played_by_learner ? PlayHosted(*a, stop, &tokens) : PlayHere(*a, stop, &tokens);
+    // The gate may have advanced while we waited: a training group takes the newest snapshot.
+    if (a->eval_version < 0) RefreshSnapshot();
+    Result<contract::SubmitOutcome> outcome = a->eval_version >= 0 ? PlayEvaluation(*a, stop, &tokens)
+                                              : a->played_by_learner ? PlayHosted(*a, stop, &tokens)
+                                                                     : PlayHere(*a, stop, &tokens);
     if (!outcome.ok() && outcome.status().code() == StatusCode::kCancelled) {
       // Stopping midway (a preemption notice): the lease goes back, so that another worker
       // continues the group at once (from what was reported of it) instead of after the lease.

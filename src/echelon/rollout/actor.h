@@ -66,6 +66,13 @@ class Actor {
 
  private:
   bool RefreshSnapshot();
+  // Puts `snapshot` (any version, an older one too) into the policy; false when it is empty or
+  // could not be loaded.
+  bool Load(const contract::Snapshot& snapshot);
+  // Samples an evaluation group (contract::Assignment::eval_version) with its pinned snapshot
+  // and temperature, and submits it.
+  Result<contract::SubmitOutcome> PlayEvaluation(const contract::Assignment& a, const std::atomic<bool>& stop,
+                                                 int64_t* tokens);
   // Runs the task's episodes (or samples a single-turn group) here and submits the group.
   Result<contract::SubmitOutcome> PlayHere(const contract::Assignment& a, const std::atomic<bool>& stop,
                                            int64_t* tokens);

@@ -40,6 +40,9 @@ class ModelPolicy : public SnapshotPolicy {
   Status LoadSnapshot(const std::string& safetensors_bytes, int64_t version) override;
   Status LoadBase(const std::string& safetensors_bytes) override;
   int64_t version() const override { return version_; }
+  bool Evaluates() const override { return true; }
+  void SetTemperature(double temperature) override { params_.temperature = temperature; }
+  double temperature() const override { return params_.temperature; }
   model::Qwen3Model& model() { return model_; }
 
  private:

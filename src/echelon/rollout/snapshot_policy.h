@@ -67,6 +67,13 @@ class SnapshotPolicy : public data::Policy {
     (void)prefixes;
     return FailedPrecondition("this backend cannot continue a sample from its prefix");
   }
+  // Whether the backend samples evaluation groups (contract::Assignment::eval_version): it takes
+  // another temperature for them (SetTemperature) and any snapshot it is handed, an older one too.
+  virtual bool Evaluates() const { return false; }
+  // The temperature of Sample calls from now on (an evaluation set's; the actor sets the run's
+  // back after the group).
+  virtual void SetTemperature(double temperature) { (void)temperature; }
+  virtual double temperature() const { return 0.0; }
   // The version of the weights in use; -1 before the first snapshot.
   virtual int64_t version() const = 0;
   // Told about every Sample call from now on (nullptr: none); not owned.
