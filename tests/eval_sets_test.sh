@@ -5,9 +5,11 @@
 # independently on the checkpoint of the round's version (which proves each round sampled its
 # pinned snapshot, whatever snapshot the actors held then); and "sampled" at temperature 0.5
 # with k 4, every group of which the verifier recomputes (rollout.verify_fraction 1) at that
-# temperature, not the run's 1.0. Checks: one metrics line per set and round (versions 0, 3, 6),
+# temperature, not the run's 1.0; and canaries, a fifth of new groups, mixed into the training
+# work. Checks: one metrics line per set and round (versions 0, 3, 6),
 # with the set's prompts and k; nothing refused; the TensorBoard scalars' tags; and a clear error
-# for a set whose file is missing; the report's chart of the sets; the run's invariants.
+# for a set whose file is missing; the report's chart of the sets; the run's invariants; each
+# worker's canary tally in actor_stats, within the groups settled as filtered.
 #
 #   bash tests/eval_sets_test.sh ECHELON_BINARY
 set -uo pipefail
@@ -24,10 +26,14 @@ with open("greedy.jsonl", "w") as g, open("sampled.jsonl", "w") as s:
         a, b = (7 * i) % 50, (11 * i + 3) % 50
         g.write(json.dumps({"question": f"{a}+{b}", "answer": str(a + b)}) + "\n")
         s.write(json.dumps({"question": f"{b}+{a}", "answer": str(a + b)}) + "\n")
+with open("canaries.jsonl", "w") as c:
+    for i in range(10):
+        c.write(json.dumps({"question": f"{i}+{i}", "answer": str(2 * i)}) + "\n")
 PY
 
 SETS=(eval.sets.greedy.file=greedy.jsonl eval.sets.greedy.k=2 eval.sets.greedy.temperature=0
-      eval.sets.sampled.file=sampled.jsonl eval.sets.sampled.k=4 eval.sets.sampled.temperature=0.5)
+      eval.sets.sampled.file=sampled.jsonl eval.sets.sampled.k=4 eval.sets.sampled.temperature=0.5
+      eval.canaries.file=canaries.jsonl eval.canaries.share=0.2)
 timeout 400 "$ECHELON" train "$CONFIG" --out run rl.steps=6 warmstart.steps=300 task.eval_size=50 eval.every=3 \
   checkpoint.every=3 rollout.actors=2 rl.groups_per_step=8 rollout.verify_fraction=1 secret=seed "${SETS[@]}" \
   > train.out 2> train.err
@@ -48,6 +54,12 @@ for e in evals:
         assert r["mean_at_k"] == r["pass_at_k"], e  # two identical greedy samples
 final = [l for l in lines if l.get("event") == "final"][0]
 assert final["refused"] == {}, final["refused"]
+# Canaries: tallied per worker, settled as filtered (no dynamic sampling here), never consumed.
+last = [l for l in lines if "step" in l][-1]
+canaries = {w: s.get("canary_groups", 0) for w, s in last["actor_stats"].items()}
+assert all(n > 0 for n in canaries.values()) and len(canaries) == 2, last["actor_stats"]
+assert sum(canaries.values()) <= final["groups_filtered"], (canaries, final["groups_filtered"])
+assert all(0 <= s["canary_pass"] <= 1 for s in last["actor_stats"].values()), last["actor_stats"]
 for e in evals:
     if e["set"] == "greedy":
         print(e["version"], repr(e["eval/greedy"]["mean_at_k"]))

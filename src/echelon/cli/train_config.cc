@@ -421,6 +421,13 @@ const TrainKeys& Keys() {
                          "evaluation sets sampled by the actors every eval.every versions, mean@k and pass@k each: "
                          "eval.sets.NAME.file (the task's held-out file format), eval.sets.NAME.k (samples a prompt, "
                          "default 4, at most 1024) and eval.sets.NAME.temperature (default rollout.temperature)");
+    k.String("eval.canaries.file", "",
+             "known-answer canary prompts (the task's held-out file format) mixed into training work, which a worker "
+             "cannot tell from training groups; each worker's pass rate on them is in actor_stats (canary_pass), "
+             "flagged where it differs from the rest of the fleet's (a smaller model, another temperature); never "
+             "trained on", kLearner, AT(canary_file));
+    k.Float("eval.canaries.share", 0.02, 0.0, 1.0, "the share of new training groups that are canaries", kLearner,
+            AT(canary_share));
     k.Int("checkpoint.every", 50, 0, 100000000,
           "save a resumable checkpoints/step-N every N steps, and on SIGINT/SIGTERM (0: only then and at the end)", kLearner, AT(checkpoint_every));
     k.Int("checkpoint.keep", 3, 1, 1000000, "resumable step-N checkpoints kept (older ones are deleted)", kLearner, AT(checkpoint_keep));

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "echelon/common/testing.h"
@@ -219,6 +221,78 @@ TEST_F(EvalRoundsTest, TheIntakeHandsPinnedGroupsAndNeverTrainsOnThem) {
   EXPECT_EQ(hub.refusals().at("wrong_eval_version"), 1);
   // With the round done (and admission full) there is nothing to hand out.
   EXPECT_FALSE(hub.AcquireWith("e#1", {false, 0, true}).has_value());
+}
+
+// Canaries (TrajectoryIntake::SetCanaries) look like training work: the next group id, the
+// run's group size, no answer, no evaluation mark; their groups are scored with the canary
+// set's reward into the worker's tally, settled as filtered (their admission slot freed) and
+// never queued for an update. About `share` of new groups are canaries, each the same canary
+// whenever it is handed out.
+TEST_F(EvalRoundsTest, CanariesLookLikeTrainingWorkAndAreTalliedNotTrained) {
+  SimulatedClock clock;
+  std::unique_ptr<data::TaskAdapter> task = data::CreateAdapter("math", {{"seed", "1"}, {"eval_size", "10"}}).value();
+  const model::CharTokenizer tok = model::CharTokenizer::ForAlphabet(task->Alphabet());
+  const model::Vocabulary vocab = model::Vocabulary::Characters(task->Alphabet());
+  std::shared_ptr<const data::TaskAdapter> set = MathSet("canaries", 3);
+  {
+    sched::Dispatcher dispatcher({/*max_staleness=*/1, /*batch_groups=*/2, /*lease_seconds=*/10}, &clock);
+    TrajectoryIntake hub(&dispatcher, task.get(), &vocab,
+                         {vocab.id_end(), /*group_size=*/2, /*max_completion_tokens=*/16, RunSecret::FromSeed(7)});
+    hub.SetCanaries(set, /*share=*/1.0);
+    hub.Publish(Snap(0));
+    for (uint64_t want = 0; want < 4; ++want) {  // the whole admission window (S = 1, B = 2)
+      contract::Assignment a = hub.AcquireWith("w#1", {false, 0, true}).value();
+      EXPECT_EQ(a.work.group_id, want);
+      EXPECT_EQ(a.eval_version, -1);
+      EXPECT_EQ(a.group_size, 2);
+      EXPECT_TRUE(a.prompt.reference.empty());
+      const auto canary = std::find_if(set->HeldOut().begin(), set->HeldOut().end(),
+                                       [&](const data::Prompt& p) { return p.text == a.prompt.text; });
+      ASSERT_NE(canary, set->HeldOut().end()) << a.prompt.text;
+      contract::GroupRollout g;
+      g.group_id = a.work.group_id;
+      g.lease_id = a.work.lease_id;
+      g.actor = "w#1";
+      for (int i = 0; i < 2; ++i) {  // the first sample right, the second right on odd groups only
+        data::Turn t;
+        t.prompt_ids = tok.Encode(a.prompt.text).value();
+        t.prompt_ids.insert(t.prompt_ids.begin(), model::CharTokenizer::kBos);
+        t.tokens = tok.Encode(i == 0 || want % 2 == 1 ? canary->reference : "0").value();
+        t.tokens.push_back(model::CharTokenizer::kEos);
+        t.logprobs.assign(t.tokens.size(), -0.1f);
+        g.episodes.emplace_back().turns.push_back(t);
+      }
+      EXPECT_TRUE(hub.Submit(g).accepted);
+    }
+    EXPECT_TRUE(hub.Drain(0).empty());
+    const CanaryTally t = hub.canaries().at("w");
+    EXPECT_EQ(t.groups, 4);
+    EXPECT_EQ(t.samples, 8);
+    EXPECT_EQ(t.successes, 6);
+    EXPECT_EQ(dispatcher.counts().filtered, 4u);
+    EXPECT_TRUE(hub.AcquireWith("w#1", {false, 0, true}).has_value());  // their slots are free again
+  }
+  // A quarter of 400 new groups, each the same prompt every time it is handed out.
+  sched::Dispatcher dispatcher(
+      {/*max_staleness=*/1, /*batch_groups=*/200, /*lease_seconds=*/10, /*max_leases_per_worker=*/0}, &clock);
+  TrajectoryIntake hub(&dispatcher, task.get(), &vocab,
+                       {vocab.id_end(), /*group_size=*/2, /*max_completion_tokens=*/16, RunSecret::FromSeed(7)});
+  hub.SetCanaries(set, /*share=*/0.25);
+  hub.Publish(Snap(0));
+  int canaries = 0;
+  std::map<uint64_t, std::string> text;
+  for (int i = 0; i < 400; ++i) {
+    contract::Assignment a = hub.AcquireWith("w#1", {false, 0, true}).value();
+    text[a.work.group_id] = a.prompt.text;
+    canaries += a.prompt.text != task->TrainPrompt(a.work.group_id).text ? 1 : 0;
+  }
+  EXPECT_GT(canaries, 60);
+  EXPECT_LT(canaries, 140);
+  clock.Advance(11);  // every lease ends: each group is handed out again as it was
+  for (int i = 0; i < 20; ++i) {
+    contract::Assignment a = hub.AcquireWith("v#1", {false, 0, true}).value();
+    EXPECT_EQ(a.prompt.text, text.at(a.work.group_id));
+  }
 }
 
 }  // namespace

@@ -238,22 +238,36 @@ class LearnerRun {
 
   // eval.sets (learn/eval_rounds.h): each set's file read by the task's adapter as its held-out
   // file, handed to the actors through the intake.
+  // eval.sets (learn/eval_rounds.h) and eval.canaries (TrajectoryIntake::SetCanaries): each file
+  // read by the task's adapter as its held-out file.
   Status SetUpEvaluation(const data::AdapterOptions& task_options) {
-    if (options_.eval_sets.empty()) return Status::Ok();
+    if (options_.eval_sets.empty() && options_.canary_file.empty()) return Status::Ok();
     if (task_->MaxTurns() != 1)
-      return InvalidArgument("eval.sets: task " + options_.task_name +
-                             " plays episodes of several turns; evaluation sets are for single-turn tasks");
-    std::vector<EvalSet> sets;
-    for (const RunOptions::EvalSetOptions& o : options_.eval_sets) {
+      return InvalidArgument("eval.sets and eval.canaries: task " + options_.task_name +
+                             " plays episodes of several turns; they are for single-turn tasks");
+    const auto read = [&](const std::string& key, const std::string& file) -> Result<std::shared_ptr<const data::TaskAdapter>> {
       data::AdapterOptions set_options = task_options;
       set_options.erase("eval_size");  // the held-out set is the file's
-      set_options["eval_file"] = o.file;
+      set_options["eval_file"] = file;
       Result<std::unique_ptr<data::TaskAdapter>> set = data::CreateAdapter(options_.task_name, set_options);
-      if (!set.ok()) return set.status().WithContext("eval.sets." + o.name);
-      if (set.value()->HeldOut().empty()) return InvalidArgument("eval.sets." + o.name + ": " + o.file + " holds no prompts");
-      progress_ << "evaluation set " << o.name << ": " << set.value()->HeldOut().size() << " prompts from " << o.file
+      if (!set.ok()) return set.status().WithContext(key);
+      if (set.value()->HeldOut().empty()) return InvalidArgument(key + ": " + file + " holds no prompts");
+      return std::shared_ptr<const data::TaskAdapter>(std::move(set).value());
+    };
+    if (!options_.canary_file.empty()) {
+      ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const data::TaskAdapter> canaries,
+                               read("eval.canaries.file", options_.canary_file));
+      progress_ << "canaries: " << canaries->HeldOut().size() << " prompts from " << options_.canary_file << ", "
+                << options_.canary_share << " of new groups" << std::endl;
+      intake_->SetCanaries(std::move(canaries), options_.canary_share);
+    }
+    if (options_.eval_sets.empty()) return Status::Ok();
+    std::vector<EvalSet> sets;
+    for (const RunOptions::EvalSetOptions& o : options_.eval_sets) {
+      ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const data::TaskAdapter> set, read("eval.sets." + o.name, o.file));
+      progress_ << "evaluation set " << o.name << ": " << set->HeldOut().size() << " prompts from " << o.file
                 << ", k " << o.k << ", temperature " << o.temperature << std::endl;
-      sets.push_back({o.name, std::shared_ptr<const data::TaskAdapter>(std::move(set).value()), o.k, o.temperature});
+      sets.push_back({o.name, std::move(set), o.k, o.temperature});
     }
     rounds_ = std::make_unique<EvalRounds>(std::move(sets), EvalRoundsOptions{options_.lease_seconds}, &clock_);
     intake_->SetEvaluation(rounds_.get());
@@ -536,6 +550,7 @@ class LearnerRun {
       r.routes_refused = routes.refused;
       if (routes.total() > 0) r.route_agreement = static_cast<double>(routes.same) / static_cast<double>(routes.total());
     }
+    worker_stats_.SetCanaries(intake_->canaries());
     r.actor_stats = worker_stats_.ToJson();
     for (const auto& [worker, row] : r.actor_stats.items())
       for (const std::string stat : row.value("outlier", nlohmann::json::array()))

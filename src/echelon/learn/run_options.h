@@ -85,6 +85,10 @@ struct RunOptions {
     double temperature = 1.0;
   };
   std::vector<EvalSetOptions> eval_sets;
+  // Known-answer canary prompts mixed into training work (eval.canaries; learn/trajectory_intake.h
+  // SetCanaries): their file ("" : none) and the share of new groups that are canaries.
+  std::string canary_file;
+  double canary_share = 0;
   int64_t checkpoint_every = 0;
   int64_t checkpoint_keep = 0;
   bool snapshot_broadcast = false;  // remote actors get snapshots by peer-assisted broadcast

@@ -77,8 +77,9 @@ std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::str
       if (std::optional<EvalRounds::Handed> h = rounds_->Acquire(actor)) return EvaluationAssignment(std::move(*h));
     return std::nullopt;
   }
-  contract::Assignment a{*w, task_->TrainPrompt(w->group_id), static_cast<int>(limits_.group_size),
-                         contract::GroupSeed(limits_.secret, w->group_id)};
+  const data::Prompt* canary = CanaryPrompt(w->group_id);
+  contract::Assignment a{*w, canary != nullptr ? *canary : task_->TrainPrompt(w->group_id),
+                         static_cast<int>(limits_.group_size), contract::GroupSeed(limits_.secret, w->group_id)};
   if (task_->MaxTurns() == 1) {
     // A single-turn group is scored here (Verify), so what scoring needs stays here: a worker
     // that saw the answer could hand in the answer.
@@ -103,6 +104,24 @@ std::optional<contract::Assignment> TrajectoryIntake::AcquireWith(const std::str
     dispatcher_->Carry(w->group_id, w->lease_id, h->tokens);
   }
   return a;
+}
+
+void TrajectoryIntake::SetCanaries(std::shared_ptr<const data::TaskAdapter> set, double share) {
+  canary_set_ = std::move(set);
+  canary_share_ = canary_set_ && !canary_set_->HeldOut().empty() ? share : 0.0;
+}
+
+const data::Prompt* TrajectoryIntake::CanaryPrompt(uint64_t group_id) const {
+  if (canary_share_ <= 0) return nullptr;
+  const double u = static_cast<double>(limits_.secret.Draw("canary", group_id) >> 11) * 0x1.0p-53;
+  if (u >= canary_share_) return nullptr;
+  const std::vector<data::Prompt>& prompts = canary_set_->HeldOut();
+  return &prompts[limits_.secret.Draw("canary prompt", group_id) % prompts.size()];
+}
+
+std::map<std::string, CanaryTally> TrajectoryIntake::canaries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return canaries_;
 }
 
 contract::Assignment TrajectoryIntake::EvaluationAssignment(EvalRounds::Handed h) const {
@@ -297,8 +316,9 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
   // A resumed group holds other workers' tokens: it is always checked, and a failure blamed on
   // whoever drew the failing part (BlameSplice).
   const bool resumed = prefixes_.WasHanded(rollout.group_id, rollout.lease_id);
-  rollout.prompt = task_->TrainPrompt(rollout.group_id);
-  Result<Verdict> verdict = Verify(&rollout, *task_);
+  const data::Prompt* canary = CanaryPrompt(rollout.group_id);
+  rollout.prompt = canary != nullptr ? *canary : task_->TrainPrompt(rollout.group_id);
+  Result<Verdict> verdict = Verify(&rollout, canary != nullptr ? *canary_set_ : *task_);
   std::string failed = "reward_error";
   if (verdict.ok() && verdict->refusal.empty() && verifier_ != nullptr) {
     bool suspect;
@@ -337,7 +357,20 @@ contract::SubmitOutcome TrajectoryIntake::Submit(contract::GroupRollout rollout)
     if (verdict->corrected > 0) refusals_["reward_corrected"] += verdict->corrected;
     accepted_tokens_ += tokens;
     ++actor_groups_[ActorName(rollout.actor)];
-    queue_.push_back(std::move(rollout));
+    if (canary != nullptr) {
+      CanaryTally& c = canaries_[ActorName(rollout.actor)];
+      ++c.groups;
+      for (const data::Episode& e : rollout.episodes) {
+        ++c.samples;
+        c.successes += e.success ? 1 : 0;
+      }
+    } else {
+      queue_.push_back(std::move(rollout));
+    }
+  }
+  if (canary != nullptr) {
+    dispatcher_->Settle(rollout.group_id, sched::Outcome::kFiltered);  // never an update's
+    return {true, ""};
   }
   arrived_.notify_one();
   return {true, ""};

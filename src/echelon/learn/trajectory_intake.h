@@ -56,6 +56,7 @@
 #include "echelon/learn/behaviour_verifier.h"
 #include "echelon/learn/eval_rounds.h"
 #include "echelon/learn/prefix_store.h"
+#include "echelon/learn/worker_stats.h"
 #include "echelon/model/model_config.h"
 #include "echelon/model/vocabulary.h"
 #include "echelon/sched/dispatcher.h"
@@ -150,6 +151,16 @@ class TrajectoryIntake : public contract::WorkSource,
   // there, never queued for an update; a single-turn task's only. nullptr: none. Not owned;
   // call before actors start.
   void SetEvaluation(EvalRounds* rounds) { rounds_ = rounds; }
+  // Mixes known-answer canary prompts into training work (eval.canaries): each new group is a
+  // canary with probability `share`, decided from its id by the run's secret, its prompt one of
+  // `set`'s held-out prompts (drawn the same way). A worker cannot tell it from a training group
+  // (same size, temperature, snapshot and id sequence, no answer); its submission is checked as
+  // any group's, scored with `set`'s reward into the worker's canary tally (canaries()), and
+  // settled as filtered (dropped before any update). A single-turn task's only; call before
+  // actors start.
+  void SetCanaries(std::shared_ptr<const data::TaskAdapter> set, double share);
+  // Each worker's canary groups, samples and successes so far (WorkerStats::SetCanaries).
+  std::map<std::string, CanaryTally> canaries() const;
   // Called for every strike the intake deals outside a submission's answer (a forged prefix
   // report, or the part of a resumed group an earlier holder drew), with that actor's id: the
   // transport counts it towards quarantine as it does a forged submission. Call before actors start.
@@ -177,6 +188,8 @@ class TrajectoryIntake : public contract::WorkSource,
   std::string BlameSplice(const contract::GroupRollout& g, const std::string& refusal);
   // Empty when well-formed (`group_size` episodes), else the reason it is refused.
   std::string Validate(const contract::GroupRollout& g, int64_t group_size) const;
+  // The canary prompt group `group_id` stands for (SetCanaries), or nullptr for a training group.
+  const data::Prompt* CanaryPrompt(uint64_t group_id) const;
   // What an actor is handed for an evaluation item: the prompt without its answer.
   contract::Assignment EvaluationAssignment(EvalRounds::Handed h) const;
   // An evaluation group (IsEvalGroup) handed in: see SetEvaluation.
@@ -200,6 +213,8 @@ class TrajectoryIntake : public contract::WorkSource,
   const IntakeLimits limits_;
   BehaviourVerifier* verifier_ = nullptr;
   EvalRounds* rounds_ = nullptr;
+  std::shared_ptr<const data::TaskAdapter> canary_set_;  // null: no canaries
+  double canary_share_ = 0;
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable arrived_;
   std::deque<contract::GroupRollout> queue_;
@@ -209,6 +224,7 @@ class TrajectoryIntake : public contract::WorkSource,
   int64_t accepted_tokens_ = 0;
   std::map<std::string, int64_t> actor_groups_;
   std::map<std::string, int64_t> actor_forged_;
+  std::map<std::string, CanaryTally> canaries_;  // by worker
   std::set<int64_t> published_;      // versions published by this process
   int64_t first_published_ = -1;     // the first of them (a resumed run's start)
   int64_t reward_failures_in_a_row_ = 0;

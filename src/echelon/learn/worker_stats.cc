@@ -26,6 +26,27 @@ void WorkerStats::Add(const std::string& worker, const GroupSummary& g) {
   s.routes_same += g.routes_same;
 }
 
+void WorkerStats::FlagCanaries(std::map<std::string, Row>& rows) const {
+  int64_t samples = 0, successes = 0, counted = 0;
+  for (const auto& [worker, c] : canaries_) {
+    if (c.samples <= 0) continue;
+    Row& r = rows[worker];
+    r.canary_groups = c.groups;
+    r.canary_pass = static_cast<double>(c.successes) / static_cast<double>(c.samples);
+    samples += c.samples;
+    successes += c.successes;
+    counted += c.samples >= kCanaryMinSamples ? 1 : 0;
+  }
+  if (counted < kOutlierMinWorkers) return;
+  for (const auto& [worker, c] : canaries_) {
+    if (c.samples < kCanaryMinSamples) continue;
+    const double n = static_cast<double>(c.samples);
+    const double p = static_cast<double>(successes - c.successes) / static_cast<double>(samples - c.samples);
+    const double bound = std::max(kCanaryScale * std::sqrt(p * (1.0 - p) / n), kCanaryFloor);
+    if (std::abs(static_cast<double>(c.successes) / n - p) > bound) rows[worker].outlier.push_back("canary_pass");
+  }
+}
+
 std::map<std::string, WorkerStats::Row> WorkerStats::Rows() const {
   std::map<std::string, Row> rows;
   for (const auto& [worker, s] : sums_) {
@@ -38,6 +59,7 @@ std::map<std::string, WorkerStats::Row> WorkerStats::Rows() const {
     r.gap_mean = s.gap / n;
     if (s.routes > 0) r.route_agreement = static_cast<double>(s.routes_same) / static_cast<double>(s.routes);
   }
+  FlagCanaries(rows);
   std::vector<Row*> fleet;
   for (auto& [worker, r] : rows)
     if (r.groups >= kOutlierMinGroups) fleet.push_back(&r);
@@ -81,6 +103,10 @@ nlohmann::json WorkerStats::ToJson() const {
                         {"length_mean", r.length_mean},
                         {"gap_mean", r.gap_mean}};
     if (!std::isnan(r.route_agreement)) j["route_agreement"] = r.route_agreement;
+    if (!std::isnan(r.canary_pass)) {
+      j["canary_groups"] = r.canary_groups;
+      j["canary_pass"] = r.canary_pass;
+    }
     if (!r.outlier.empty()) j["outlier"] = r.outlier;
     out[worker] = std::move(j);
   }

@@ -9,7 +9,15 @@
 //   route_agreement   router replay: share of its sent routes the learner's own router chose
 //                     too (only for workers that sent routes: a worker on other weights, or one
 //                     sending routes it did not draw, agrees less than the fleet)
-// and flags a statistic of a worker as an outlier when it lies more than kOutlierScale robust
+//   canary_pass       share of its samples of canary groups (eval.canaries: known-answer
+//                     prompts handed out as training work, learn/trajectory_intake.h) that
+//                     succeeded; only for workers that sampled canaries. A worker on a smaller
+//                     model or at another temperature passes them at another rate than the fleet.
+// and flags canary_pass when it differs from the pooled rate p of the other workers' canary
+// samples by more than kCanaryScale binomial standard errors sqrt(p (1 - p) / n) (at least
+// kCanaryFloor), once the worker has kCanaryMinSamples samples and kOutlierMinWorkers workers
+// have as many (every worker draws canaries from one set, so their rates compare directly);
+// it flags every other statistic of a worker as an outlier when it lies more than kOutlierScale robust
 // deviations from the fleet's median (median absolute deviation x 1.4826, held at least at a
 // floor per statistic so an all-alike honest fleet does not flag sampling noise), once at
 // least kOutlierMinWorkers workers have kOutlierMinGroups groups each. A flag is a signal for
@@ -44,6 +52,18 @@ inline constexpr double kZeroSpreadFloor = 0.05;   // share of groups
 inline constexpr double kLengthFloorFrac = 0.10;   // of the median length (and at least 1 token)
 inline constexpr double kGapFloor = 0.01;          // nats
 inline constexpr double kRouteAgreementFloor = 0.05;  // share of routes
+// Canaries: samples before a worker's pass rate counts, binomial standard errors from the rest
+// of the fleet's rate, and the smallest difference flagged (a share of samples).
+inline constexpr int64_t kCanaryMinSamples = 32;
+inline constexpr double kCanaryScale = 4.0;
+inline constexpr double kCanaryFloor = 0.05;
+
+// A worker's canary groups (eval.canaries) as the intake scored them.
+struct CanaryTally {
+  int64_t groups = 0;
+  int64_t samples = 0;
+  int64_t successes = 0;
+};
 
 // One consumed group's contribution.
 struct GroupSummary {
@@ -60,10 +80,14 @@ class WorkerStats {
     int64_t groups = 0;
     double reward_mean = 0, zero_spread_frac = 0, length_mean = 0, gap_mean = 0;
     double route_agreement = std::numeric_limits<double>::quiet_NaN();  // NaN: no routes sent
+    int64_t canary_groups = 0;
+    double canary_pass = std::numeric_limits<double>::quiet_NaN();  // NaN: no canaries sampled
     std::vector<std::string> outlier;  // names of the statistics flagged
   };
 
   void Add(const std::string& worker, const GroupSummary& g);
+  // Every worker's canary tallies so far (they replace the previous ones).
+  void SetCanaries(std::map<std::string, CanaryTally> tallies) { canaries_ = std::move(tallies); }
   // Every worker's row, outlier flags included.
   std::map<std::string, Row> Rows() const;
   // Rows() as metrics.jsonl's actor_stats object ("outlier" only where a statistic is flagged).
@@ -74,7 +98,10 @@ class WorkerStats {
     int64_t groups = 0, zero_spread = 0, routes = 0, routes_same = 0;
     double reward = 0, length = 0, gap = 0;
   };
+  // Sets each canary worker's canary_pass and flags those the rule above finds.
+  void FlagCanaries(std::map<std::string, Row>& rows) const;
   std::map<std::string, Sums> sums_;
+  std::map<std::string, CanaryTally> canaries_;
 };
 
 }  // namespace echelon::learn

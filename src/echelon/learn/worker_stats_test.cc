@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 
@@ -100,6 +101,45 @@ TEST(WorkerStatsTest, WithoutAFleetToCompareWithNothingIsFlagged) {
   for (int g = 0; g < kOutlierMinGroups - 1; ++g) s.Add("newcomer", HonestGroup(rng));
   for (const auto& [worker, row] : s.Rows()) EXPECT_TRUE(row.outlier.empty()) << worker;
   EXPECT_EQ(s.Rows().at("mallory").gap_mean, 3.0);
+}
+
+// Canaries: five honest workers pass a canary sample 60% of the time; one on a smaller model
+// passes 25%, one sampling far colder passes 90%. Over 8 samples a group, 12 groups each
+// (96 samples): both are flagged, no honest worker is; below kCanaryMinSamples nobody is.
+TEST(WorkerStatsTest, AWorkerPassingCanariesAtAnotherRateThanTheFleetIsFlagged) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937 rng(seed);
+    const auto tally = [&](double p, int groups) {
+      std::bernoulli_distribution pass(p);
+      CanaryTally t;
+      for (int g = 0; g < groups; ++g)
+        for (int e = 0; e < 8; ++e) {
+          ++t.samples;
+          t.successes += pass(rng) ? 1 : 0;
+        }
+      t.groups = groups;
+      return t;
+    };
+    std::map<std::string, CanaryTally> canaries;
+    for (int w = 0; w < 5; ++w) canaries["honest-" + std::to_string(w)] = tally(0.6, 12);
+    canaries["small-model"] = tally(0.25, 12);
+    canaries["cold"] = tally(0.9, 12);
+    canaries["newcomer"] = tally(0.0, 3);  // 24 samples: too few to judge
+    WorkerStats s;
+    s.SetCanaries(canaries);
+    const std::map<std::string, WorkerStats::Row> rows = s.Rows();
+    for (const auto& [worker, row] : rows) {
+      const bool flagged = std::find(row.outlier.begin(), row.outlier.end(), "canary_pass") != row.outlier.end();
+      EXPECT_EQ(flagged, worker == "small-model" || worker == "cold") << worker << " seed " << seed;
+    }
+    EXPECT_EQ(rows.at("cold").canary_groups, 12);
+    EXPECT_NEAR(rows.at("newcomer").canary_pass, 0.0, 1e-12);
+    EXPECT_EQ(s.ToJson()["honest-0"]["canary_groups"], 12);
+  }
+  // Only two workers with enough samples: no fleet to compare with.
+  WorkerStats two;
+  two.SetCanaries({{"a", {8, 64, 60}}, {"b", {8, 64, 4}}});
+  for (const auto& [worker, row] : two.Rows()) EXPECT_TRUE(row.outlier.empty()) << worker;
 }
 
 }  // namespace
