@@ -256,7 +256,7 @@ TEST(TrainSchema, AutoStalenessKeepsM2poWithinThePpoClip) {
 }
 
 // Every shipped training config reads without an error (one for a GPU fleet with learner.device
-// cpu where this LibTorch has no CUDA). The DAPO ones set the recipe's keys.
+// cpu where this LibTorch has no CUDA). The DAPO ones set the recipe's keys and an evaluation set.
 TEST(TrainSchema, ShippedTrainingConfigsRead) {
   const std::string dir = std::string(ECHELON_TEST_DATA) + "/../../configs/";
   for (const std::string name : {"math-tiny", "poker-tiny", "gsm8k-style", "dapo-tiny", "dapo-qwen3"}) {
@@ -274,6 +274,8 @@ TEST(TrainSchema, ShippedTrainingConfigsRead) {
       EXPECT_TRUE(o->dynamic_sampling) << name;
       EXPECT_GT(o->learner.overlong.buffer, 0) << name;
       EXPECT_EQ(o->learner.loss.clip_high, 0.28) << name;
+      ASSERT_EQ(o->eval_sets.size(), 1u) << name;  // mean@k and pass@k on the actors
+      EXPECT_GE(o->eval_sets[0].k, 8) << name;
     }
   }
 }

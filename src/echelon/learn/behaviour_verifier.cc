@@ -166,7 +166,8 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
   double token_gap = 0;  // the largest of any one token's
   int64_t n = 0;
   double miss = 0;  // the largest of any token's draw (options_.draws)
-  const bool sampled = sampling.temperature > 0;  // greedy decoding draws nothing
+  // Greedy decoding (temperature 0) reports log-probs at temperature 1 (model/generate.h).
+  const double lp_temperature = sampling.temperature > 0 ? sampling.temperature : 1.0;
   try {
     for (int64_t v : versions) {
       ECHELON_RETURN_IF_ERROR(Load(v));
@@ -192,13 +193,12 @@ Result<std::string> BehaviourVerifier::Check(const contract::GroupRollout& g, bo
             const model::RouteTapeScope armed(model_, &tape);
             hidden = model_->Hidden(input, positions, at::Tensor());
           }
-          // Greedy decoding reports log-probs at temperature 1 (model/generate.h).
-          const at::Tensor lp = model::TokenLogProbs(hidden, model_->head(), target, sampled ? sampling.temperature : 1.0)
+          const at::Tensor lp = model::TokenLogProbs(hidden, model_->head(), target, lp_temperature)
                                     .squeeze(0)
                                     .slice(0, static_cast<int64_t>(t.prompt_ids.size()) - 1, len);
-          if (sampled && options_.turn_draws && t.draw_row >= 0) {
+          if (options_.turn_draws && t.draw_row >= 0) {
             miss = std::max(miss, DrawMiss(t.draw_seed, t.draw_row, t, mine, hidden[0], sampling));
-          } else if (sampled && options_.draws && g.episodes[j].turns.size() == 1) {  // sample j of the group's seed
+          } else if (options_.draws && g.episodes[j].turns.size() == 1) {  // sample j of the group's seed
             miss = std::max(miss, DrawMiss(contract::GroupSeed(options_.secret, g.group_id), static_cast<int64_t>(j), t,
                                            mine, hidden[0], sampling));
           }
@@ -248,8 +248,21 @@ double BehaviourVerifier::DrawMiss(uint64_t seed, int64_t row, const data::Turn&
     std::vector<int64_t> rows;
     for (size_t k = begin; k < end; ++k) rows.push_back(offset + positions[k]);
     const at::Tensor h = hidden.index_select(0, at::tensor(rows, at::kLong).to(hidden.device()));
-    const at::Tensor probs =
-        model::SamplingProbs(at::linear(h, model_->head()).to(at::kCPU, at::kFloat), sampling);
+    const at::Tensor logits = at::linear(h, model_->head()).to(at::kCPU, at::kFloat);
+    if (sampling.temperature <= 0) {
+      // Greedy decoding draws the most likely token: a token misses by how much less probable
+      // it is than that one (a near-tie of another engine's rounding passes within the tolerance).
+      const at::Tensor probs = at::softmax(logits, -1);
+      for (size_t k = begin; k < end; ++k) {
+        const at::Tensor row = probs[static_cast<int64_t>(k - begin)];
+        const double gap = (row.max() - row[turn.tokens[static_cast<size_t>(positions[k])]]).item<double>();
+        ++stats_.draws_checked;
+        if (gap > 0 && gap <= options_.draw_tolerance) ++stats_.near_ties;
+        worst = std::max(worst, gap);
+      }
+      continue;
+    }
+    const at::Tensor probs = model::SamplingProbs(logits, sampling);
     for (size_t k = begin; k < end; ++k) {
       const int64_t pos = positions[k];
       const model::DrawCheck c = model::SeededToken(probs[static_cast<int64_t>(k - begin)],

@@ -120,8 +120,9 @@ class BehaviourVerifier {
   // running check keeps a spilled snapshot's pages resident.
   void ViewNewestIfOnDisk();
   // The largest miss of the tokens at `positions` of `turn`, drawn as row `row` of a Sample call
-  // with `seed` and `sampling`, whose final hidden states `hidden` [len, H] the loaded model
-  // gave; counts into stats_.
+  // with `seed` and `sampling` (at temperature 0: each token's probability below the most
+  // likely one's), whose final hidden states `hidden` [len, H] the loaded model gave; counts
+  // into stats_.
   double DrawMiss(uint64_t seed, int64_t row, const data::Turn& turn, const std::vector<int64_t>& positions,
                   const at::Tensor& hidden, const model::SamplingParams& sampling);
 

@@ -349,6 +349,38 @@ TEST(BehaviourVerifierTest, TeacherForcedTextIsNotADraw) {
   EXPECT_EQ(v.Check(Group(prompt, 5, c), false).value(), "sample_not_drawn");
 }
 
+// An evaluation set sampled greedily (its own temperature 0, passed to Check): honest greedy
+// completions pass, their log-probs at temperature 1 as the engine reports them; a completion
+// of the worker's choosing that is not the greedy one, with its true log-probs, is refused
+// (the tokens of a greedy group are their argmax), and the honest group checked at the run's
+// sampling is not its seeded draws.
+TEST(BehaviourVerifierTest, AGreedyGroupsTokensAreItsArgmaxAtItsOwnTemperature) {
+  Versions m;
+  BehaviourVerifier v(TinyConfig(), DrawOptions());
+  v.Remember(MakeSnapshot(m.v0, 0).value());
+  model::SamplingParams greedy = DrawOptions().sampling;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 6;
+  const std::vector<int64_t> prompt = {1, 5, 7};
+  std::vector<model::Completion> c;
+  {
+    at::NoGradGuard no_grad;
+    c = model::Generate(m.v0, {prompt, prompt}, greedy);
+  }
+  EXPECT_EQ(v.Check(Group(prompt, 9, c), false, &greedy).value(), "");
+  // At the run's sampling (temperature 1, as greedy log-probs are) the tokens are not the seeded draws.
+  EXPECT_EQ(v.Check(Group(prompt, 9, c), false).value(), "sample_not_drawn");
+  model::Completion other;
+  other.tokens = c[1].tokens;
+  other.tokens[0] = other.tokens[0] == 4 ? 6 : 4;
+  {
+    at::NoGradGuard no_grad;
+    other.logprobs = model::ScoreCompletion(m.v0, prompt, other.tokens, 1.0);
+  }
+  c[1] = other;
+  EXPECT_EQ(v.Check(Group(prompt, 9, c), false, &greedy).value(), "sample_not_drawn");
+}
+
 // Without `draws` (a multi-turn task, or rollout.verify_draws off) the same group passes on its
 // log-probs, as before.
 TEST(BehaviourVerifierTest, DrawsAreCheckedOnlyWhenAsked) {
