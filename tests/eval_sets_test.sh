@@ -9,7 +9,8 @@
 # work. Checks: one metrics line per set and round (versions 0, 3, 6),
 # with the set's prompts and k; nothing refused; the TensorBoard scalars' tags; and a clear error
 # for a set whose file is missing; the report's chart of the sets; the run's invariants; each
-# worker's canary tally in actor_stats, within the groups settled as filtered.
+# worker's canary tally in actor_stats, within the groups settled as filtered; checkpoints/final
+# in Hugging Face's sharded layout (checkpoint.shard_mb), which `echelon eval` reads above.
 #
 #   bash tests/eval_sets_test.sh ECHELON_BINARY
 set -uo pipefail
@@ -35,7 +36,7 @@ SETS=(eval.sets.greedy.file=greedy.jsonl eval.sets.greedy.k=2 eval.sets.greedy.t
       eval.sets.sampled.file=sampled.jsonl eval.sets.sampled.k=4 eval.sets.sampled.temperature=0.5
       eval.canaries.file=canaries.jsonl eval.canaries.share=0.2)
 timeout 400 "$ECHELON" train "$CONFIG" --out run rl.steps=6 warmstart.steps=300 task.eval_size=50 eval.every=3 \
-  checkpoint.every=3 rollout.actors=2 rl.groups_per_step=8 rollout.verify_fraction=1 secret=seed "${SETS[@]}" \
+  checkpoint.every=3 checkpoint.shard_mb=1 rollout.actors=2 rl.groups_per_step=8 rollout.verify_fraction=1 secret=seed "${SETS[@]}" \
   > train.out 2> train.err
 check "the run exits 0" test $? -eq 0
 check "progress names each set's round" grep -q '^eval v3 sampled: mean@4 [0-9.]* pass@4 [0-9.]* (40 prompts' train.out
@@ -79,6 +80,36 @@ for pair in "3 run/checkpoints/step-3" "6 run/checkpoints/final"; do
 done
 check "the greedy set is not all wrong (the comparison means something)" \
   awk '$1 == 6 && $2 > 0 {ok = 1} END {exit !ok}' metrics.check
+
+# checkpoints/final in Hugging Face's sharded layout (checkpoint.shard_mb 1): read here with a
+# reader of our own, its tensors are byte for byte those of the run checkpoint of the same version.
+/usr/bin/python3 - run/checkpoints/final run/checkpoints/step-6 > shards.check 2>&1 <<'PY'
+import json, os, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
+final, step = sys.argv[1], sys.argv[2]
+index = json.load(open(os.path.join(final, "model.safetensors.index.json")))
+assert not os.path.exists(os.path.join(final, "model.safetensors"))
+files = sorted(set(index["weight_map"].values()))
+assert len(files) >= 2 and all(f.endswith("-of-%05d.safetensors" % len(files)) for f in files), files
+got = {}
+for f in files:
+    t = tensors(os.path.join(final, f))
+    assert all(index["weight_map"][k] == f for k in t), f
+    assert sum(len(b) for _, _, b in t.values()) <= 1000000 or len(t) == 1, f
+    got.update(t)
+want = tensors(os.path.join(step, "model.safetensors"))
+assert got == want, sorted(set(got) ^ set(want))
+assert index["metadata"]["total_size"] == sum(len(b) for _, _, b in got.values())
+print(len(files), "shards,", len(got), "tensors")
+PY
+check "the final checkpoint's shards hold the run checkpoint's tensors" test $? -eq 0
+cat shards.check
 
 # The TensorBoard event file holds each set's scalars at the round's version.
 check "TensorBoard tags" grep -aq 'eval/sampled/pass_at_k' run/events.out.tfevents.*

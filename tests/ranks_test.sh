@@ -32,14 +32,26 @@ done
 
 # Sharded parameters resumed: rank 0 maps its checkpoint and the warm start (the KL reference) and
 # cuts them unit by unit; snapshots, evaluation and checkpoints gather the weights unit by unit.
-timeout 300 "$ECHELON" train --resume two-params --set rl.steps=9 > two-params-resumed.out 2>&1
+timeout 300 "$ECHELON" train --resume two-params --set rl.steps=9 --set checkpoint.shard_mb=0.02 \
+  > two-params-resumed.out 2>&1
 RC=$?
 check "sharded parameters with the KL term resume to the end (exit $RC)" test "$RC" -eq 0
 [ "$RC" -eq 0 ] || tail -n 30 two-params-resumed.out >&2
 check "9 update lines after the resume" test "$(ranks_per_line two-params/metrics.jsonl | wc -l)" -eq 9
 check "the resumed updates ran on 2 ranks" test "$(ranks_per_line two-params/metrics.jsonl | tail -3 | sort -u)" = 2
-check "its final checkpoint holds the gathered weights" test -s two-params/checkpoints/final/model.safetensors
-check "... and evaluates them" grep -q '"event":"final".*"heldout_accuracy"' two-params/metrics.jsonl
+# checkpoints/final as Hugging Face's sharded files (checkpoint.shard_mb 0.02: 20 kB each), each
+# gathered unit by unit: `echelon eval` reads it through the index to the final evaluation's accuracy.
+check "its final checkpoint holds the gathered weights in shards" \
+  test -s two-params/checkpoints/final/model.safetensors.index.json -a -s two-params/checkpoints/final/model-00001-of-*.safetensors
+check "... and no single weights file" test ! -e two-params/checkpoints/final/model.safetensors
+timeout 120 "$ECHELON" eval --checkpoint two-params/checkpoints/final --data two-params/heldout.jsonl --max-new-tokens 6 \
+  > final-eval.json 2> final-eval.err
+check "echelon eval reads the sharded final checkpoint" test $? -eq 0
+check "... to the accuracy the run's final evaluation gave" python3 -c '
+import json, sys
+final = [json.loads(l) for l in open("two-params/metrics.jsonl") if "\"final\"" in l][-1]
+got = json.load(open("final-eval.json"))
+assert abs(got["accuracy"] - final["heldout_accuracy"]) < 1e-12 and got["n"] == final["heldout_n"], (got, final)'
 
 # A rank killed mid-run: the run stops, names what happened, and leaves a checkpoint.
 "$ECHELON" train "$CONFIG" --out killed --set rl.steps=400 --set learner.ranks=2 --set checkpoint.every=5 \

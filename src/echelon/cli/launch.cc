@@ -120,10 +120,11 @@ class RunLog {
 // the checkpoint describe a different run.
 bool ChangeableOnResume(const std::string& key) {
   static const std::set<std::string> kKeys = {"rl.steps",         "checkpoint.every",        "checkpoint.keep",
+                                              "checkpoint.shard_mb",
                                               "eval.every",       "rollout.lease_seconds",   "rollout.stall_timeout_seconds",
                                               "learner.device",   "learner.micro_batch_tokens", "learner.ranks",
                                               "learner.rank_timeout_seconds", "learner.pack_sequences"};
-  return kKeys.count(key) > 0;
+  return kKeys.count(key) > 0 || key.rfind("eval.sets.", 0) == 0;  // evaluation sets only measure
 }
 
 // The config of a resumed run: its own config.yaml plus `--set`; a CONFIG given as well must
@@ -145,7 +146,7 @@ Result<Config> ResumeConfig(const LaunchArgs& args, const std::string& run_dir) 
     std::string keys;
     for (const std::string& k : refused) keys += (keys.empty() ? "" : ", ") + k;
     return InvalidArgument("resuming " + run_dir + ": the config differs from the run's config.yaml in " + keys +
-                           "; a resumed run may change only rl.steps, checkpoint.*, eval.every, "
+                           "; a resumed run may change only rl.steps, checkpoint.*, eval.every, eval.sets.*, "
                            "rollout.lease_seconds, rollout.stall_timeout_seconds, learner.device, "
                            "learner.micro_batch_tokens, learner.pack_sequences and learner.ranks");
   }

@@ -431,6 +431,10 @@ const TrainKeys& Keys() {
     k.Int("checkpoint.every", 50, 0, 100000000,
           "save a resumable checkpoints/step-N every N steps, and on SIGINT/SIGTERM (0: only then and at the end)", kLearner, AT(checkpoint_every));
     k.Int("checkpoint.keep", 3, 1, 1000000, "resumable step-N checkpoints kept (older ones are deleted)", kLearner, AT(checkpoint_keep));
+    k.Float("checkpoint.shard_mb", 5000.0, 0.001, 1e9,
+          "checkpoints/final's weights as Hugging Face's sharded files of at most this many MB (10^6 bytes) each, "
+          "listed by model.safetensors.index.json (save_pretrained's max_shard_size); one model.safetensors when "
+          "they fit", kLearner, AT(checkpoint_shard_mb));
     return k;
   }();
   return keys;

@@ -32,7 +32,10 @@ void EvalRounds::Open(const contract::Snapshot& snapshot) {
     round.successes.emplace_back(n, -1);
     for (size_t p = 0; p < n; ++p) {
       const uint64_t id = kEvalGroupBit | next_id_++;
-      items_[id] = Item{index, s, p};
+      Item& item = items_[id];
+      item.round = index;
+      item.set = s;
+      item.prompt = p;
       queue_.push_back(id);
       ++round.missing;
     }

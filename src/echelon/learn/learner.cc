@@ -316,10 +316,12 @@ Status Learner::WriteOptimizerState(const ByteSink* sink) {
 }
 
 Status Learner::WriteWeights(const ByteSink* sink, at::ScalarType dtype,
-                             const std::map<std::string, std::string>& metadata) {
+                             const std::map<std::string, std::string>& metadata, std::pair<size_t, size_t> units) {
   if (!units_sharded_) return FailedPrecondition("WriteWeights: the parameters are not sharded");
   const bool root = reducer_->rank() == 0;
   if (root && sink == nullptr) return InvalidArgument("WriteWeights: rank 0 needs a sink");
+  const size_t first = units.first, end = std::min(units.second, units_->num_units());
+  if (first > end) return InvalidArgument("WriteWeights: units " + std::to_string(first) + " to " + std::to_string(end));
   Status written = Status::Ok();
   const auto write = [&](std::string_view bytes) {
     if (written.ok()) written = (*sink)(bytes);
@@ -327,7 +329,7 @@ Status Learner::WriteWeights(const ByteSink* sink, at::ScalarType dtype,
   if (root) {  // the header first, from the shapes, the tensors in unit order
     std::vector<model::SafetensorsEntry> entries;
     std::map<std::string, std::vector<int64_t>> shape_of(shapes_.begin(), shapes_.end());
-    for (size_t u = 0; u < units_->num_units(); ++u)
+    for (size_t u = first; u < end; ++u)
       for (const std::string& name : units_->UnitNames(u)) entries.push_back({name, dtype, shape_of.at(name)});
     Result<std::string> header = model::SafetensorsHeader(entries, metadata);
     if (!header.ok()) written = header.status();
@@ -335,13 +337,29 @@ Status Learner::WriteWeights(const ByteSink* sink, at::ScalarType dtype,
   }
   at::NoGradGuard no_grad;
   const std::vector<at::Tensor> shards = units_->Shards();
-  for (size_t u = 0; u < shards.size(); ++u) {
+  for (size_t u = first; u < end; ++u) {
     // In `dtype` already: a bf16 snapshot's units travel at half the bytes (the same rounding).
     ECHELON_ASSIGN_OR_RETURN(const std::vector<at::Tensor> whole, units_->Join(u, shards[u].detach().to(dtype)));
     if (root)
       for (const at::Tensor& t : whole) write(BytesOf(t.to(at::kCPU, dtype).contiguous()));
   }
   return written;
+}
+
+std::vector<std::pair<std::vector<std::string>, uint64_t>> Learner::WeightUnits(at::ScalarType dtype) const {
+  std::vector<std::pair<std::vector<std::string>, uint64_t>> out;
+  if (!units_sharded_) return out;
+  std::map<std::string, std::vector<int64_t>> shape_of(shapes_.begin(), shapes_.end());
+  for (size_t u = 0; u < units_->num_units(); ++u) {
+    uint64_t bytes = 0;
+    for (const std::string& name : units_->UnitNames(u)) {
+      uint64_t n = c10::elementSize(dtype);
+      for (int64_t d : shape_of.at(name)) n *= static_cast<uint64_t>(d);
+      bytes += n;
+    }
+    out.emplace_back(units_->UnitNames(u), bytes);
+  }
+  return out;
 }
 
 int64_t Learner::OptimizerStateBytes() const {

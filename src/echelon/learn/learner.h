@@ -203,7 +203,12 @@ class Learner {
   // `sink` on rank 0 unit by unit as each is all-gathered (the tensors in unit order). Every
   // rank calls it (the workers with a null sink); a failed write still takes part in every
   // gather and its error is returned after them.
-  Status WriteWeights(const ByteSink* sink, at::ScalarType dtype, const std::map<std::string, std::string>& metadata = {});
+  // `units` [first, end): only those units' tensors (a shard of a sharded checkpoint; every rank
+  // asks for the same).
+  Status WriteWeights(const ByteSink* sink, at::ScalarType dtype, const std::map<std::string, std::string>& metadata = {},
+                      std::pair<size_t, size_t> units = {0, SIZE_MAX});
+  // Shard::kParams: each unit's tensor names, and its bytes in `dtype` (WriteWeights' order).
+  std::vector<std::pair<std::vector<std::string>, uint64_t>> WeightUnits(at::ScalarType dtype) const;
   // Bytes of AdamW state this rank holds.
   int64_t OptimizerStateBytes() const;
   // Whether the AdamW state is spread over the ranks (GatherOptimizerState then needs them all).

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <type_traits>
@@ -9,6 +10,7 @@
 #include "echelon/common/fs.h"
 #include "echelon/common/process.h"
 #include "echelon/common/sha256.h"
+#include "echelon/learn/run_checkpoint.h"
 #include "echelon/model/safetensors.h"
 
 namespace echelon::learn {
@@ -289,12 +291,40 @@ Result<std::shared_ptr<const std::string>> LearnerRanks::WeightsBytes(Learner& l
 }
 
 Result<model::CheckpointFile> LearnerRanks::WeightsFile(Learner& learner, const std::string& path, at::ScalarType dtype,
-                                                        const std::map<std::string, std::string>& metadata) {
+                                                        const std::map<std::string, std::string>& metadata,
+                                                        std::pair<size_t, size_t> units) {
   if (!learner.parameters_sharded()) return FailedPrecondition("WeightsFile: the parameters are not sharded");
   if (!GatherableDtype(static_cast<int64_t>(dtype))) return InvalidArgument("WeightsFile: weights gather in fp32, bf16 or fp16");
-  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, {{"op", "gather_weights"}, {"dtype", static_cast<int64_t>(dtype)}}));
+  json message = {{"op", "gather_weights"}, {"dtype", static_cast<int64_t>(dtype)}};
+  if (units.second != SIZE_MAX) message["units"] = {units.first, units.second};
+  ECHELON_RETURN_IF_ERROR(SendMessage(*group_, message));
   return GatheredFile(path, "the weights",
-                      [&](const ByteSink* sink) { return learner.WriteWeights(sink, dtype, metadata); });
+                      [&](const ByteSink* sink) { return learner.WriteWeights(sink, dtype, metadata, units); });
+}
+
+Result<model::CheckpointFiles> LearnerRanks::WeightsFiles(Learner& learner, const std::string& ckpt_dir,
+                                                          at::ScalarType dtype, uint64_t max_shard_bytes) {
+  const std::vector<std::pair<std::vector<std::string>, uint64_t>> units = learner.WeightUnits(dtype);
+  std::vector<uint64_t> sizes;
+  std::vector<std::vector<std::string>> names;
+  for (const auto& [unit_names, bytes] : units) {
+    sizes.push_back(bytes);
+    names.push_back(unit_names);
+  }
+  const std::vector<model::WeightsShard> shards = model::PlanWeightsShards(sizes, max_shard_bytes);
+  model::CheckpointFiles files;
+  for (const model::WeightsShard& shard : shards) {
+    Result<model::CheckpointFile> file = WeightsFile(learner, GatheredPath(ckpt_dir, shard.file), dtype,
+                                                     model::kWeightsMetadata, {shard.first, shard.end});
+    if (!file.ok()) {
+      std::error_code ec;
+      for (const auto& [name, f] : files) std::filesystem::remove(f.written_path, ec);
+      return file.status();
+    }
+    files[shard.file] = std::move(file).value();
+  }
+  if (shards.size() > 1) files[model::kWeightsIndexFile] = model::WeightsIndex(shards, names);
+  return files;
 }
 
 void LearnerRanks::Stop() {
@@ -385,7 +415,16 @@ Status RunRankWorker(RankGroup& group, std::ostream& progress) {
       const auto dtype = message.find("dtype");
       if (dtype == message.end() || !dtype->is_number_integer() || !GatherableDtype(dtype->get<int64_t>()))
         return DataLoss("learner rank: a gather_weights message needs 'dtype' (fp32, bf16 or fp16)");
-      ECHELON_RETURN_IF_ERROR(learner.WriteWeights(nullptr, static_cast<at::ScalarType>(dtype->get<int64_t>())));
+      // Units [first, end) of a shard of a checkpoint, or all of them.
+      std::pair<size_t, size_t> units = {0, SIZE_MAX};
+      if (const auto range = message.find("units"); range != message.end()) {
+        if (!range->is_array() || range->size() != 2 || !(*range)[0].is_number_unsigned() ||
+            !(*range)[1].is_number_unsigned() || (*range)[0].get<uint64_t>() > (*range)[1].get<uint64_t>())
+          return DataLoss("learner rank: a gather_weights message's 'units' must be [first, end]");
+        units = {(*range)[0].get<size_t>(), (*range)[1].get<size_t>()};
+      }
+      ECHELON_RETURN_IF_ERROR(
+          learner.WriteWeights(nullptr, static_cast<at::ScalarType>(dtype->get<int64_t>()), {}, units));
       continue;
     }
     if (message["op"] != "step") return DataLoss("learner rank: unknown message " + message["op"].dump());

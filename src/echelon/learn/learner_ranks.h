@@ -71,8 +71,17 @@ class LearnerRanks {
   // `path` as they come (a checkpoint's weights). Rank 0 never holds the whole fp32 weights.
   Result<std::shared_ptr<const std::string>> WeightsBytes(Learner& learner, at::ScalarType dtype,
                                                           const std::map<std::string, std::string>& metadata = {});
+  // `units`: only those units [first, end) (a shard of a sharded checkpoint).
   Result<model::CheckpointFile> WeightsFile(Learner& learner, const std::string& path, at::ScalarType dtype,
-                                            const std::map<std::string, std::string>& metadata = {});
+                                            const std::map<std::string, std::string>& metadata = {},
+                                            std::pair<size_t, size_t> units = {0, SIZE_MAX});
+  // Shard::kParams: the weights of `dtype` as Hugging Face's sharded files of at most
+  // `max_shard_bytes` each (model/checkpoint.h PlanWeightsShards, whole units to a file), each
+  // gathered unit by unit into its file beside `ckpt_dir` (run_checkpoint.h GatheredPath) as
+  // WeightsFile does, then the index; one model.safetensors when they fit. On a failure the
+  // files already written are removed.
+  Result<model::CheckpointFiles> WeightsFiles(Learner& learner, const std::string& ckpt_dir, at::ScalarType dtype,
+                                              uint64_t max_shard_bytes);
   // Every rank's host memory since the previous call (ExchangeRankMemory).
   Result<std::vector<RankMemory>> TakeRankMemory();
   // Workers leave their loop (best effort: a dead group just ends).

@@ -273,6 +273,62 @@ TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
   std::filesystem::remove_all(dir);
 }
 
+// checkpoints/final of a sharded learner (checkpoint.shard_mb): Hugging Face's sharded files,
+// each of whole units gathered into it, within the bound; through the index the checkpoint
+// loads the one-rank learner's weights.
+TEST(LearnerRanks, AShardedLearnersFinalWeightsAreHuggingFaceShardsOfWholeUnits) {
+  model::Qwen3Model init(TinyMoeConfig());
+  init->InitWeights(12);
+  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
+  LearnerOptions o;
+  o.lr = 1e-3;
+  Learner one(Copy(init), o);
+  o.shard = Shard::kParams;
+  TwoRanks two;
+  Learner rank0(Copy(init), o, two.ranks->group());
+  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  ASSERT_TRUE(one.Step(groups).ok());
+  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+  ASSERT_TRUE(rank0.Step(groups).ok());
+  const std::vector<std::pair<std::vector<std::string>, uint64_t>> units = rank0.WeightUnits(at::kFloat);
+  uint64_t largest = 0;
+  for (const auto& [names, bytes] : units) largest = std::max(largest, bytes);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("echelon_ranks_shards_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Result<model::CheckpointFiles> files = two.ranks->WeightsFiles(rank0, dir, at::kFloat, largest);
+  ASSERT_TRUE(files.ok()) << files.status().message();
+  two.ranks->Stop();
+  ASSERT_TRUE(two.worker.get().ok());
+  ASSERT_TRUE(files->count(model::kWeightsIndexFile));
+  EXPECT_FALSE(files->count(model::kWeightsFile));
+  EXPECT_GT(files->size(), 3u) << "several shards besides the index";
+  const nlohmann::json index = nlohmann::json::parse(files->at(model::kWeightsIndexFile).bytes);
+  uint64_t total = 0;
+  for (const auto& [file, f] : files.value()) {
+    if (file == model::kWeightsIndexFile) continue;
+    Result<model::SafetensorsFile> shard = model::ReadSafetensors(f.written_path);
+    ASSERT_TRUE(shard.ok()) << shard.status().message();
+    uint64_t bytes = 0;
+    for (const auto& [name, t] : shard->tensors) {
+      EXPECT_EQ(index["weight_map"][name], file) << name;
+      bytes += static_cast<uint64_t>(t.nbytes());
+    }
+    EXPECT_LE(bytes, largest) << file;
+    total += bytes;
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+  const Status saved = model::SaveCheckpoint(dir + "/final", rank0.model(), model::Vocabulary::Characters("0123456789"),
+                                             files.value());
+  ASSERT_TRUE(saved.ok()) << saved.message();
+  Result<model::LoadedCheckpoint> back = model::LoadCheckpoint(dir + "/final");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_LT(MaxWeightDiff(one.model(), back->model), 1e-5);
+  EXPECT_TRUE(model::VerifyCheckpoint(dir + "/final", /*required=*/true).ok());
+  std::filesystem::remove_all(dir);
+}
+
 // Under sharded parameters a snapshot is gathered unit by unit into its bytes (rank 0 keeps no
 // whole weights after set-up): the same tensors, names, dtypes and shapes as the one-rank
 // learner's snapshot of the same update (bf16 storage).

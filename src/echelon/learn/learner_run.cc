@@ -684,9 +684,8 @@ class LearnerRun {
     Result<model::Qwen3Model> policy = model::Qwen3Model(nullptr);
     if (failure.ok() && learner_->parameters_sharded() && !summary_.interrupted) {
       const at::ScalarType storage = model::StorageDtype(learner_->model()->config());
-      Result<model::CheckpointFile> weights = ranks_->WeightsFile(
-          *learner_, GatheredPath(ckpt_dir_.string(), model::kWeightsFile), storage, model::kWeightsMetadata);
-      if (weights.ok()) final_files[model::kWeightsFile] = std::move(weights).value();
+      Result<model::CheckpointFiles> weights = ranks_->WeightsFiles(*learner_, ckpt_dir_.string(), storage, ShardBytes());
+      if (weights.ok()) final_files = std::move(weights).value();
       else failure = weights.status().WithContext("the final checkpoint");
     }
     if (failure.ok()) policy = PolicyToEvaluate();
@@ -701,7 +700,7 @@ class LearnerRun {
         ECHELON_ASSIGN_OR_RETURN(final_model, model::MergeLora(final_model));
       }
       ECHELON_RETURN_IF_ERROR(
-          model::SaveCheckpoint((ckpt_dir_ / "final").string(), final_model, start_.vocab, final_files));
+          model::SaveCheckpoint((ckpt_dir_ / "final").string(), final_model, start_.vocab, final_files, ShardBytes()));
     }
     ECHELON_ASSIGN_OR_RETURN(const data::EvalResult after,
                              evaluate_(policy.value(), start_.vocab, *task_, options_.max_new_tokens));
@@ -732,6 +731,9 @@ class LearnerRun {
     CloseTransport();
     return summary_;
   }
+
+  // The largest file of checkpoints/final's weights (checkpoint.shard_mb).
+  uint64_t ShardBytes() const { return static_cast<uint64_t>(options_.checkpoint_shard_mb * 1e6); }
 
   void CloseTransport() {
     if (!transport_started_) return;

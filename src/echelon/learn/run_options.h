@@ -91,6 +91,7 @@ struct RunOptions {
   double canary_share = 0;
   int64_t checkpoint_every = 0;
   int64_t checkpoint_keep = 0;
+  double checkpoint_shard_mb = 0;  // checkpoints/final's weight files hold at most this many MB (10^6 bytes)
   bool snapshot_broadcast = false;  // remote actors get snapshots by peer-assisted broadcast
   int64_t wait_for_actors = 0;     // remote actors registered before the first update
   int64_t learner_ranks = 0;       // data-parallel learner ranks started on this host (rank 0 is this process)

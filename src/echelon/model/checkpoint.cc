@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "echelon/common/fs.h"
 #include "echelon/common/sha256.h"
@@ -97,8 +98,42 @@ std::vector<std::string_view> CheckpointFile::Views() const {
   return streamed ? parts.Views() : std::vector<std::string_view>{bytes};
 }
 
+std::vector<WeightsShard> PlanWeightsShards(const std::vector<uint64_t>& sizes, uint64_t max_bytes) {
+  std::vector<WeightsShard> shards;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (shards.empty() || (shards.back().bytes > 0 && shards.back().bytes + sizes[i] > max_bytes))
+      shards.push_back({"", i, i, 0});
+    shards.back().end = i + 1;
+    shards.back().bytes += sizes[i];
+  }
+  if (shards.empty()) shards.push_back({"", 0, 0, 0});
+  if (shards.size() == 1) {
+    shards[0].file = kWeightsFile;
+  } else {
+    const auto number = [](size_t n) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "%05zu", n);
+      return std::string(buf);
+    };
+    for (size_t k = 0; k < shards.size(); ++k)
+      shards[k].file = "model-" + number(k + 1) + "-of-" + number(shards.size()) + ".safetensors";
+  }
+  return shards;
+}
+
+std::string WeightsIndex(const std::vector<WeightsShard>& shards, const std::vector<std::vector<std::string>>& names) {
+  nlohmann::json map = nlohmann::json::object();
+  uint64_t total = 0;
+  for (const WeightsShard& s : shards) {
+    total += s.bytes;
+    for (size_t i = s.first; i < s.end; ++i)
+      for (const std::string& name : names[i]) map[name] = s.file;
+  }
+  return nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2) + "\n";
+}
+
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Vocabulary& vocab,
-                      const CheckpointFiles& extra) {
+                      const CheckpointFiles& extra, uint64_t max_shard_bytes) {
   const ModelConfig& cfg = model->config();
   if (vocab.id_end() > cfg.vocab_size)
     return InvalidArgument("saving " + CleanDir(dir).string() + ": the tokenizer has " + std::to_string(vocab.id_end()) +
@@ -107,8 +142,23 @@ Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Voc
   nlohmann::json config = cfg.ToJson();
   if (!vocab.stop_ids().empty()) config["eos_token_id"] = vocab.eos_json();
   files["config.json"] = config.dump(2) + "\n";
-  if (!files.count(kWeightsFile)) {
-    ECHELON_ASSIGN_OR_RETURN(files[kWeightsFile], SafetensorsLayout(model->StorageStateDict(), kWeightsMetadata));
+  if (!files.count(kWeightsFile) && !files.count(kWeightsIndexFile)) {
+    const std::map<std::string, at::Tensor> weights = model->StorageStateDict();
+    std::vector<uint64_t> sizes;
+    std::vector<std::vector<std::string>> names;
+    for (const auto& [name, t] : weights) {
+      sizes.push_back(static_cast<uint64_t>(t.nbytes()));
+      names.push_back({name});
+    }
+    const std::vector<WeightsShard> shards =
+        PlanWeightsShards(sizes, max_shard_bytes > 0 ? max_shard_bytes : std::numeric_limits<uint64_t>::max());
+    auto it = weights.begin();
+    for (const WeightsShard& shard : shards) {
+      std::map<std::string, at::Tensor> part;
+      for (size_t i = shard.first; i < shard.end; ++i, ++it) part.insert(*it);
+      ECHELON_ASSIGN_OR_RETURN(files[shard.file], SafetensorsLayout(part, kWeightsMetadata));
+    }
+    if (shards.size() > 1) files[kWeightsIndexFile] = WeightsIndex(shards, names);
   }
   for (const auto& [name, bytes] : vocab.files()) files[name] = CheckpointFile(bytes);
   // The ids generation starts and stops at, for Hugging Face generate() and the engines, over

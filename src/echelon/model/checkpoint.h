@@ -53,12 +53,31 @@ using CheckpointFiles = std::map<std::string, CheckpointFile>;
 inline constexpr const char* kWeightsFile = "model.safetensors";
 inline const std::map<std::string, std::string> kWeightsMetadata = {{"format", "pt"}};
 
+// Hugging Face's sharded weights (save_pretrained's max_shard_size): the tensors in order over
+// files of at most `max_bytes` of tensor data each (a tensor, or a unit of them, larger than
+// that gets a file of its own), named model-0000i-of-0000n.safetensors, listed by
+// model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map": {name: file}}), which
+// transformers, vLLM and model/hf_model.h follow. When everything fits one file it is
+// kWeightsFile, with no index.
+inline constexpr const char* kWeightsIndexFile = "model.safetensors.index.json";
+inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;  // transformers' "5GB"
+struct WeightsShard {
+  std::string file;
+  size_t first = 0, end = 0;  // the items [first, end) it holds
+  uint64_t bytes = 0;
+};
+// The files of items of `sizes` bytes each, in order (items: tensors, or a learner's units).
+std::vector<WeightsShard> PlanWeightsShards(const std::vector<uint64_t>& sizes, uint64_t max_bytes);
+// The index of `shards`, whose items hold the tensors `names[i]`.
+std::string WeightsIndex(const std::vector<WeightsShard>& shards, const std::vector<std::vector<std::string>>& names);
+
 // config.json carries the vocabulary's stop ids as "eos_token_id"; generation_config.json its
 // BOS, stop and pad ids. Refused when the tokenizer has more ids than the model has rows.
-// `extra` may hold kWeightsFile itself (weights gathered elsewhere): `model` then gives its
-// config alone.
+// `extra` may hold kWeightsFile (or kWeightsIndexFile and its shards) itself (weights gathered
+// elsewhere): `model` then gives its config alone. Otherwise the model's weights are written in
+// one file, or with `max_shard_bytes` > 0 split as Hugging Face's sharded weights (above).
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const Vocabulary& vocab,
-                      const CheckpointFiles& extra = {});
+                      const CheckpointFiles& extra = {}, uint64_t max_shard_bytes = 0);
 // The same with the character tokenizer's vocabulary.
 Status SaveCheckpoint(const std::string& dir, const Qwen3Model& model, const CharTokenizer& tokenizer,
                       const CheckpointFiles& extra = {});

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 
 #include "echelon/common/fs.h"
 #include "echelon/model/safetensors.h"
@@ -82,6 +83,60 @@ TEST_F(CheckpointTest, SaveThenLoadGivesIdenticalLogits) {
   EXPECT_EQ(files, (std::vector<std::string>{"checksums.json", "config.json", "generation_config.json",
                                              "model.safetensors", "tokenizer.json", "tokenizer_config.json"}));
   EXPECT_EQ(siblings, std::vector<std::string>{"ckpt"});
+}
+
+// Hugging Face's split of the weights: in order, a file filled until the next item would pass
+// the bound, an item larger than the bound alone; one file is model.safetensors.
+TEST(WeightsShardsTest, ItemsFillEachFileInOrderUpToTheBound) {
+  const std::vector<WeightsShard> s = PlanWeightsShards({5, 5, 5, 20, 1}, 10);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].file, "model-00001-of-00004.safetensors");
+  EXPECT_EQ(s[3].file, "model-00004-of-00004.safetensors");
+  EXPECT_EQ(std::make_pair(s[0].first, s[0].end), std::make_pair(size_t{0}, size_t{2}));
+  EXPECT_EQ(s[0].bytes, 10u);
+  EXPECT_EQ(std::make_pair(s[1].first, s[1].end), std::make_pair(size_t{2}, size_t{3}));
+  EXPECT_EQ(s[2].bytes, 20u);
+  EXPECT_EQ(std::make_pair(s[3].first, s[3].end), std::make_pair(size_t{4}, size_t{5}));
+  const std::vector<WeightsShard> one = PlanWeightsShards({5, 5}, 10);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].file, "model.safetensors");
+  const nlohmann::json index = nlohmann::json::parse(WeightsIndex(s, {{"a"}, {"b"}, {"c", "d"}, {"e"}, {"f"}}));
+  EXPECT_EQ(index["metadata"]["total_size"], 36);
+  EXPECT_EQ(index["weight_map"]["d"], "model-00002-of-00004.safetensors");
+  EXPECT_EQ(index["weight_map"]["f"], "model-00004-of-00004.safetensors");
+}
+
+// SaveCheckpoint with a shard bound: no model.safetensors, shards within the bound that hold
+// every tensor once, the index naming each one's file and the total; checksums cover them all,
+// and the checkpoint loads to the same logits.
+TEST_F(CheckpointTest, ShardedWeightsFollowHuggingFacesLayoutAndLoadTheSame) {
+  const uint64_t max = 20000;
+  ASSERT_TRUE(SaveCheckpoint(dir_, model_, Vocabulary::Characters(tok_.alphabet()), {}, max).ok());
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "model.safetensors"));
+  const nlohmann::json index = nlohmann::json::parse(ReadFile(dir_ + "/model.safetensors.index.json").value());
+  const std::map<std::string, at::Tensor> weights = model_->StorageStateDict();
+  std::set<std::string> files, seen;
+  uint64_t total = 0;
+  for (const auto& [name, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+  EXPECT_GT(files.size(), 2u);
+  for (const std::string& file : files) {
+    SafetensorsFile f = ReadSafetensors(dir_ + "/" + file).value();
+    uint64_t bytes = 0;
+    for (const auto& [name, t] : f.tensors) {
+      EXPECT_EQ(index["weight_map"][name], file);
+      EXPECT_TRUE(seen.insert(name).second) << name;
+      EXPECT_TRUE(at::equal(t, weights.at(name))) << name;
+      bytes += static_cast<uint64_t>(t.nbytes());
+    }
+    EXPECT_TRUE(bytes <= max || f.tensors.size() == 1) << file << " " << bytes;
+    total += bytes;
+  }
+  EXPECT_EQ(seen.size(), weights.size());
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+  EXPECT_TRUE(VerifyCheckpoint(dir_, /*required=*/true).ok());
+  Result<LoadedCheckpoint> ck = LoadCheckpoint(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.status().message();
+  EXPECT_TRUE(at::equal(Logits(ck->model), Logits(model_)));
 }
 
 TEST_F(CheckpointTest, SavingAgainReplacesTheOldCheckpointWhole) {

@@ -231,7 +231,7 @@ TEST(SeedBandsTest, SettingsRunWithSeveralSeedsAreDrawnAsMeanAndBand) {
   EXPECT_EQ(groups[1].label, "staleness=0 (1 run)");
 
   std::vector<NamedLineChart> charts = BuildLineCharts(runs);
-  ASSERT_EQ(charts.size(), 13u);
+  ASSERT_EQ(charts.size(), 14u);  // the 12 of one seed (eval-sets among them) and two seed bands
   const LineChart& held = Chart(charts, "heldout-wall-seeds").chart;
   ASSERT_EQ(held.series().size(), 2u);
   const Series& s64 = held.series()[0];
