@@ -10,7 +10,8 @@
 # with the set's prompts and k; nothing refused; the TensorBoard scalars' tags; and a clear error
 # for a set whose file is missing; the report's chart of the sets; the run's invariants; each
 # worker's canary tally in actor_stats, within the groups settled as filtered; checkpoints/final
-# in Hugging Face's sharded layout (checkpoint.shard_mb), which `echelon eval` reads above.
+# in Hugging Face's sharded layout (checkpoint.shard_mb), which `echelon eval` reads above; a run
+# with eval.heldout false (no evaluation on the learner) that resumes.
 #
 #   bash tests/eval_sets_test.sh ECHELON_BINARY
 set -uo pipefail
@@ -118,6 +119,27 @@ timeout 60 "$ECHELON" report run --out report.html > report.out 2>&1
 check "the report draws each set's mean@k and pass@k" grep -q 'run sampled pass@4' report.html
 check "the run keeps the invariants (the final line last)" \
   /usr/bin/python3 "$INVARIANTS" run/metrics.jsonl --staleness 2 --steps 6 --batch 8 --end final
+
+# eval.heldout false: the learner evaluates nothing itself (no copy, no greedy pass); the sets
+# still run on the actors, and the run resumes (its warm-start accuracy is null, not a number).
+timeout 120 "$ECHELON" train "$CONFIG" --out quiet rl.steps=3 warmstart.steps=20 eval.every=0 eval.heldout=false \
+  rollout.transport=threads "${SETS[@]:0:3}" > quiet.out 2> quiet.err
+check "a run without the learner's held-out evaluation exits 0" test $? -eq 0
+check "... says so" grep -q '^held-out accuracy: not evaluated (eval.heldout false' quiet.out
+check "... never prints a warm-start accuracy" test "$(grep -c 'warm-start held-out accuracy' quiet.out)" -eq 0
+timeout 120 "$ECHELON" train --resume quiet --set rl.steps=5 > quiet-resumed.out 2>&1
+check "... and resumes" test $? -eq 0
+/usr/bin/python3 - quiet/metrics.jsonl > quiet.check 2>&1 <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+for l in lines:
+    if l.get("event") in ("warmstart", "final"):
+        assert l["heldout_accuracy"] is None, l
+    assert "step" not in l or "heldout_accuracy" not in l, l
+assert sorted(l["version"] for l in lines if l.get("event") == "eval") == [0, 3, 5], [l for l in lines if l.get("event") == "eval"]
+PY
+check "... with null held-out figures and a round of the set at v0, v3 and v5" test $? -eq 0
+cat quiet.check
 
 timeout 60 "$ECHELON" train "$CONFIG" --out bad rl.steps=1 warmstart.steps=0 eval.sets.x.file=missing.jsonl \
   > bad.out 2> bad.err

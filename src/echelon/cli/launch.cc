@@ -3,12 +3,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -49,9 +51,13 @@ std::string DefaultRunDir(const std::string& config_path) {
 }
 
 void PrintSummary(const learn::RunSummary& s, std::ostream& out) {
-  out << "held-out accuracy: warm-start " << std::fixed << std::setprecision(3) << s.warmstart_accuracy << " -> "
-            << (s.interrupted ? "interrupted " : "final ") << s.final_accuracy << " (n=" << s.heldout_n << ", "
-            << s.steps_done << " steps, " << std::setprecision(0) << s.wall_seconds << " s)\n";
+  if (std::isnan(s.final_accuracy))  // eval.heldout false
+    out << "held-out accuracy: not evaluated (eval.heldout false; " << s.steps_done << " steps, " << std::fixed
+        << std::setprecision(0) << s.wall_seconds << " s)\n";
+  else
+    out << "held-out accuracy: warm-start " << std::fixed << std::setprecision(3) << s.warmstart_accuracy << " -> "
+        << (s.interrupted ? "interrupted " : "final ") << s.final_accuracy << " (n=" << s.heldout_n << ", "
+        << s.steps_done << " steps, " << std::setprecision(0) << s.wall_seconds << " s)\n";
   out << "run directory: " << s.run_dir
       << " (config.yaml, metrics.jsonl, learner.log, events.out.tfevents.*, heldout.jsonl, checkpoints/)\n";
   nlohmann::json j = {{"run_dir", s.run_dir},           {"steps", s.steps_done},

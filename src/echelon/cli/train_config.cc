@@ -417,6 +417,10 @@ const TrainKeys& Keys() {
     k.Int("eval.every", 250, 0, 100000000,
           "held-out greedy evaluation, and a round of eval.sets, every N steps (0: start and end only)", kLearner,
           AT(eval_every));
+    k.Bool("eval.heldout", true,
+           "the learner's greedy held-out accuracy after the warm-start, every eval.every versions and at the end; "
+           "false: none (the learner never builds an evaluation copy; eval.sets on the actors measure the run)",
+           kLearner, AT(eval_heldout));
     k.schema.OpenSection("eval.sets.",
                          "evaluation sets sampled by the actors every eval.every versions, mean@k and pass@k each: "
                          "eval.sets.NAME.file (the task's held-out file format), eval.sets.NAME.k (samples a prompt, "

@@ -55,7 +55,7 @@ std::string Print(const RunOptions& o) {
        << o.verify_draws << ',' << o.verify_draw_tolerance << ',' << o.verify_token_tolerance << ','
        << o.verify_memory_mb << '|';
   for (double d : o.actor_slowdowns) s << d << ',';
-  s << '|' << o.eval_every << ',';
+  s << '|' << o.eval_every << ',' << o.eval_heldout << ',';
   for (const auto& e : o.eval_sets) s << e.name << ':' << e.file << ':' << e.k << ':' << e.temperature << ';';
   s << ',' << o.canary_file << ',' << o.canary_share << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ',' << o.checkpoint_shard_mb << ',' << o.snapshot_broadcast << ','
     << o.wait_for_actors << ',' << o.learner_ranks << ',' << o.rank_timeout_seconds;

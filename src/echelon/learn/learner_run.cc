@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -74,7 +76,7 @@ class LearnerRun {
       : options_(options),
         args_(args),
         transport_(transport),
-        evaluate_(evaluate),
+        evaluate_(options.eval_heldout ? evaluate : NoHeldOut),
         interrupt_(interrupt),
         progress_(progress),
         clock_(clock),
@@ -146,6 +148,8 @@ class LearnerRun {
     publisher_ = std::make_unique<SnapshotPublisher>(intake_.get(), &transport_);
     if (options_.staleness_control) control_.emplace(*options_.staleness_control);
     if (args_.resume) ECHELON_RETURN_IF_ERROR(Restore());
+    // A resumed run's rounds go on from its schedule: the version it resumes at had its round.
+    if (args_.resume) next_round_ = NextRound(learner_->version());
     if (control_) ApplyStaleness();
     if (ranks_) {
       ECHELON_RETURN_IF_ERROR(ranks_->Setup(*learner_, start_.optimizer, reference_));
@@ -231,13 +235,17 @@ class LearnerRun {
     const int64_t v = learner_->version();
     if (rounds_ && (v >= next_round_ || v == options_.steps)) {
       rounds_->Open(intake_->Latest());
-      next_round_ = options_.eval_every > 0 ? (v / options_.eval_every + 1) * options_.eval_every : options_.steps;
+      next_round_ = NextRound(v);
     }
     return Status::Ok();
   }
 
-  // eval.sets (learn/eval_rounds.h): each set's file read by the task's adapter as its held-out
-  // file, handed to the actors through the intake.
+  // The version of the evaluation round after version `v`'s: the next multiple of eval.every,
+  // or with 0 the last version.
+  int64_t NextRound(int64_t v) const {
+    return options_.eval_every > 0 ? (v / options_.eval_every + 1) * options_.eval_every : options_.steps;
+  }
+
   // eval.sets (learn/eval_rounds.h) and eval.canaries (TrajectoryIntake::SetCanaries): each file
   // read by the task's adapter as its held-out file.
   Status SetUpEvaluation(const data::AdapterOptions& task_options) {
@@ -464,7 +472,8 @@ class LearnerRun {
                      "one returns (raise the cap if it runs more actor processes on one token)",
                      w, options_.max_leases_per_worker);
     obs::StepRecord r = MakeRecord(t, batch, stats, step_start);
-    const bool eval_now = options_.eval_every > 0 && *r.version % options_.eval_every == 0 && *r.version != options_.steps;
+    const bool eval_now = options_.eval_heldout && options_.eval_every > 0 && *r.version % options_.eval_every == 0 &&
+                          *r.version != options_.steps;
     if (eval_now) {
       ECHELON_ASSIGN_OR_RETURN(model::Qwen3Model policy, PolicyToEvaluate());
       ECHELON_ASSIGN_OR_RETURN(const data::EvalResult ev, evaluate_(policy, start_.vocab, *task_, options_.max_new_tokens));
@@ -757,7 +766,12 @@ class LearnerRun {
   const RunOptions& options_;
   const LearnerRunArgs& args_;
   ActorTransport& transport_;
-  const ModelEvaluator& evaluate_;
+  // eval.heldout false: no evaluation at all (its accuracy NaN, written as null).
+  static Result<data::EvalResult> NoHeldOut(const model::Qwen3Model&, const model::Vocabulary&,
+                                            const data::TaskAdapter&, int64_t) {
+    return data::EvalResult{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN(), 0};
+  }
+  const ModelEvaluator evaluate_;
   const std::atomic<bool>* interrupt_;
   std::ostream& progress_;
   const Clock& clock_;

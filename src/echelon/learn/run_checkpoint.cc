@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <mutex>
 
 #include "echelon/common/fs.h"
@@ -144,7 +146,8 @@ nlohmann::json RunStateToJson(const RunState& s) {
           {"consumed_tokens", s.consumed_tokens},
           {"metrics_bytes", s.metrics_bytes},
           {"samples_bytes", s.samples_bytes},
-          {"warmstart_accuracy", s.warmstart_accuracy},
+          // null: not measured (eval.heldout false)
+          {"warmstart_accuracy", std::isnan(s.warmstart_accuracy) ? nlohmann::json() : nlohmann::json(s.warmstart_accuracy)},
           {"heldout_n", s.heldout_n},
           {"resumes", s.resumes},
           {"dispatcher",
@@ -174,7 +177,9 @@ Result<RunState> RunStateFromJson(const nlohmann::json& j, const std::string& wh
   s.consumed_tokens = r.Get<int64_t>("consumed_tokens");
   s.metrics_bytes = r.Get<uint64_t>("metrics_bytes");
   s.samples_bytes = r.GetOr<uint64_t>("samples_bytes", 0);
-  s.warmstart_accuracy = r.Get<double>("warmstart_accuracy");
+  s.warmstart_accuracy = j.contains("warmstart_accuracy") && j["warmstart_accuracy"].is_null()
+                             ? std::numeric_limits<double>::quiet_NaN()
+                             : r.Get<double>("warmstart_accuracy");
   s.heldout_n = r.Get<int64_t>("heldout_n");
   s.resumes = r.Get<int64_t>("resumes");
   s.refusals = r.Get<std::map<std::string, int64_t>>("refusals");

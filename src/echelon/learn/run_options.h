@@ -75,6 +75,9 @@ struct RunOptions {
   int64_t verify_memory_mb = 0;  // snapshots besides the newest the verifier keeps in RAM; the rest on disk
   std::vector<double> actor_slowdowns;  // per actor, 1 = full speed
   int64_t eval_every = 0;
+  // The learner's own greedy held-out evaluation (after the warm-start, every eval_every versions,
+  // at the end); false: none, and the learner never builds an evaluation copy (eval.sets measure).
+  bool eval_heldout = true;
   // Evaluation as work (eval.sets; learn/eval_rounds.h): each set's file, read by the task's
   // adapter as its held-out file, k samples a prompt at `temperature`, on actors every
   // eval_every versions.

@@ -1,8 +1,10 @@
 #include "echelon/learn/run_start.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -138,8 +140,9 @@ Result<RunStart> StartFresh(const RunOptions& options, const data::TaskAdapter& 
   ECHELON_ASSIGN_OR_RETURN(const data::EvalResult before, evaluate(start.model, vocab, task, options.max_new_tokens));
   start.state.warmstart_accuracy = before.accuracy;
   start.state.heldout_n = before.n;
-  progress << "warm-start held-out accuracy " << std::fixed << std::setprecision(3) << before.accuracy << " (n="
-           << before.n << ")" << std::endl;
+  if (!std::isnan(before.accuracy))
+    progress << "warm-start held-out accuracy " << std::fixed << std::setprecision(3) << before.accuracy << " (n="
+             << before.n << ")" << std::endl;
   ECHELON_RETURN_IF_ERROR(metrics.Write({{"event", "warmstart"},
                                          {"steps", options.warmstart.steps},
                                          {"heldout_accuracy", before.accuracy},
