@@ -57,7 +57,8 @@ std::string Print(const RunOptions& o) {
   for (double d : o.actor_slowdowns) s << d << ',';
   s << '|' << o.eval_every << ',' << o.eval_heldout << ',';
   for (const auto& e : o.eval_sets) s << e.name << ':' << e.file << ':' << e.k << ':' << e.temperature << ';';
-  s << ',' << o.canary_file << ',' << o.canary_share << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ',' << o.checkpoint_shard_mb << ',' << o.snapshot_broadcast << ','
+  s << ',' << o.canary_file << ',' << o.canary_share << ',' << o.checkpoint_every << ',' << o.checkpoint_keep << ','
+    << o.checkpoint_shard_mb << ',' << o.snapshot_broadcast << ','
     << o.wait_for_actors << ',' << o.learner_ranks << ',' << o.rank_timeout_seconds;
   return s.str();
 }

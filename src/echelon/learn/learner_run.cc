@@ -253,18 +253,18 @@ class LearnerRun {
     if (task_->MaxTurns() != 1)
       return InvalidArgument("eval.sets and eval.canaries: task " + options_.task_name +
                              " plays episodes of several turns; they are for single-turn tasks");
-    const auto read = [&](const std::string& key, const std::string& file) -> Result<std::shared_ptr<const data::TaskAdapter>> {
+    using Set = std::shared_ptr<const data::TaskAdapter>;
+    const auto read = [&](const std::string& key, const std::string& file) -> Result<Set> {
       data::AdapterOptions set_options = task_options;
       set_options.erase("eval_size");  // the held-out set is the file's
       set_options["eval_file"] = file;
       Result<std::unique_ptr<data::TaskAdapter>> set = data::CreateAdapter(options_.task_name, set_options);
       if (!set.ok()) return set.status().WithContext(key);
       if (set.value()->HeldOut().empty()) return InvalidArgument(key + ": " + file + " holds no prompts");
-      return std::shared_ptr<const data::TaskAdapter>(std::move(set).value());
+      return Set(std::move(set).value());
     };
     if (!options_.canary_file.empty()) {
-      ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const data::TaskAdapter> canaries,
-                               read("eval.canaries.file", options_.canary_file));
+      ECHELON_ASSIGN_OR_RETURN(Set canaries, read("eval.canaries.file", options_.canary_file));
       progress_ << "canaries: " << canaries->HeldOut().size() << " prompts from " << options_.canary_file << ", "
                 << options_.canary_share << " of new groups" << std::endl;
       intake_->SetCanaries(std::move(canaries), options_.canary_share);
@@ -272,7 +272,7 @@ class LearnerRun {
     if (options_.eval_sets.empty()) return Status::Ok();
     std::vector<EvalSet> sets;
     for (const RunOptions::EvalSetOptions& o : options_.eval_sets) {
-      ECHELON_ASSIGN_OR_RETURN(std::shared_ptr<const data::TaskAdapter> set, read("eval.sets." + o.name, o.file));
+      ECHELON_ASSIGN_OR_RETURN(Set set, read("eval.sets." + o.name, o.file));
       progress_ << "evaluation set " << o.name << ": " << set->HeldOut().size() << " prompts from " << o.file
                 << ", k " << o.k << ", temperature " << o.temperature << std::endl;
       sets.push_back({o.name, std::move(set), o.k, o.temperature});
@@ -291,7 +291,9 @@ class LearnerRun {
       nlohmann::json line = {{"event", "eval"}, {"set", r.name}, {"version", r.version}, {"wall_s", WallNow()}};
       line["eval/" + r.name] = {{"mean_at_k", r.mean_at_k}, {"pass_at_k", r.pass_at_k}, {"k", r.k},
                                 {"prompts", r.prompts}, {"seconds", r.seconds}};
-      if (http_) obs::PublishStepLine(line, http_->registry());
+      // Prometheus: the figures alone (the line's version is the round's, older than the learner's).
+      if (http_)
+        obs::PublishStepLine(nlohmann::json::object({{"eval/" + r.name, line["eval/" + r.name]}}), http_->registry());
       ECHELON_RETURN_IF_ERROR(metrics_.Write(line));
       progress_ << "eval v" << r.version << " " << r.name << ": mean@" << r.k << " " << std::fixed
                 << std::setprecision(3) << r.mean_at_k << " pass@" << r.k << " " << r.pass_at_k << " (" << r.prompts
@@ -693,7 +695,8 @@ class LearnerRun {
     Result<model::Qwen3Model> policy = model::Qwen3Model(nullptr);
     if (failure.ok() && learner_->parameters_sharded() && !summary_.interrupted) {
       const at::ScalarType storage = model::StorageDtype(learner_->model()->config());
-      Result<model::CheckpointFiles> weights = ranks_->WeightsFiles(*learner_, ckpt_dir_.string(), storage, ShardBytes());
+      Result<model::CheckpointFiles> weights =
+          ranks_->WeightsFiles(*learner_, ckpt_dir_.string(), storage, ShardBytes());
       if (weights.ok()) final_files = std::move(weights).value();
       else failure = weights.status().WithContext("the final checkpoint");
     }
