@@ -3,7 +3,8 @@
 # network namespace, joined by a bridge (itself in a namespace, so no traffic touches the
 # host's interfaces). Every sender's veth is shaped with
 #   tc qdisc add dev X root tbf rate 100mbit burst 1mbit latency 50ms
-# so each host uploads at ~100 Mbit/s and downloads freely. Times `echelon broadcast` in star
+# (a FIFO queue of 50 ms, as a home router's; QUEUE_MS=500 for a deep one) so each host uploads
+# at ~100 Mbit/s and downloads freely. Times `echelon broadcast` in star
 # mode (the origin sends the whole file to every peer) and peer-assisted mode for N in
 # {1, 2, 4, 8, 16} with a 128 MiB file, as measured by the origin (publish -> last peer holds
 # every verified chunk); T1 = star with N = 1 (one origin -> peer transfer) in the same run.
@@ -22,12 +23,14 @@
 #   env: FILE_MIB (128), NS_LIST ("1 2 4 8 16"), RATE (100mbit), CHUNK_MIB (0: the origin's
 #        default, about 1024 chunks of 1 to 64 MiB: 1 MiB for 128 MiB),
 #        SKIP_STAR=1 (peer-assisted only, for quick iterations), DELTA_FRACTION (0.02),
-#        PARTS ("scale mixed nat delta": which parts run; ONLY_DELTA=1 means PARTS=delta),
+#        PARTS ("scale mixed nat delta compete": which parts run; ONLY_DELTA=1 means PARTS=delta),
 #        LINK_QDISC (fifo: tbf as above; ackprio: the same rate and queue, but small packets,
 #        TCP ACKs and HTTP/2 window updates, are sent first, so a host's ACKs do not wait
 #        behind its own uploads),
 #        DECLARE_ALL=1 (every peer declares its rate, --upload-mbps, in every run),
-#        PACE=0 (peers that declare a rate do not pace their uploads to 95% of it: --no-pace),
+#        PACE=0 (no peer paces its uploads: --no-pace; by default each finds its uplink's rate
+#        and queue from TCP_INFO, or paces to 95% of a declared rate; the origin is not paced),
+#        QUEUE_MS (50: the FIFO queue of each tbf shaper, ms),
 #        TRACE_DIR (keep each run's origin --trace there, as NN-MODE-N.jsonl: one line per transfer)
 set -euo pipefail
 ECHELON=$(realpath "${1:-$(dirname "$0")/../build/echelon}")
@@ -61,7 +64,7 @@ mbps() { python3 -c "import re; n, u = re.match(r'([0-9.]+)([kmg]?)', '$1'.lower
 shape() {  # shape NAME INDEX RATE add|change: the host's egress, as LINK_QDISC says
   local ns="${P}$1" dev="${P}v$2" rate=$3
   if [ "${LINK_QDISC:-fifo}" = fifo ]; then
-    ip netns exec "$ns" tc qdisc "$4" dev "$dev" root tbf rate "$rate" burst 1mbit latency 50ms
+    ip netns exec "$ns" tc qdisc "$4" dev "$dev" root tbf rate "$rate" burst 1mbit latency "${QUEUE_MS:-50}ms"
     return
   fi
   # ackprio: the same rate and 50 ms of queue, but packets under 128 bytes (TCP ACKs, HTTP/2
@@ -126,7 +129,7 @@ run() {
     local listen=(--listen "10.77.0.$((10 + i)):7801")
     [[ " $NAT_PEERS " == *" $i "* ]] && listen=(--no-listen)
     [ -n "${DECLARE[$i]:-}" ] && listen+=(--upload-mbps "${DECLARE[$i]}")
-    [ -n "${DECLARE[$i]:-}" ] && [ "${PACE:-1}" = 0 ] && listen+=(--no-pace)
+    [ "${PACE:-1}" = 0 ] && listen+=(--no-pace)
     ip netns exec "${P}p$i" "$ECHELON" broadcast peer --origin 10.77.0.1:7800 \
       "${listen[@]}" --out "$dir/out$i.bin" --origin-key "$WORK/origin.key.pub" --name "p$i" "${PEER_ARGS[@]}" \
       --exit-when-done --timeout 880 > "$dir/peer$i.out" 2> "$dir/peer$i.err" &
@@ -150,13 +153,26 @@ run() {
   if [ -n "${TRACE_DIR:-}" ]; then  # numbered in run order (run is called in subshells)
     cp "$dir/trace.jsonl" "$TRACE_DIR/$(printf %02d $(($(ls "$TRACE_DIR" | wc -l) + 1)))-$(basename "$dir").jsonl"
   fi
-  python3 - "$dir" "$n" <<'PY'
-import glob, json, sys
+  python3 - "$dir" "$n" "$WORK/uplinks.txt" "$mode-$n${kill_at:+-kill}" <<'PY'
+import glob, json, statistics, sys
 d = json.loads(open(sys.argv[1] + "/origin.out").read().strip().splitlines()[-1])
-got = [json.loads(open(f).read().strip().splitlines()[-1])["bytes_received"]
-       for f in glob.glob(sys.argv[1] + "/peer*.out") if open(f).read().strip()]
+ends = [json.loads(open(f).read().strip().splitlines()[-1]) for f in sorted(glob.glob(sys.argv[1] + "/peer*.out"))
+        if open(f).read().strip()]
+got = [e["bytes_received"] for e in ends]
 print("%.2f %d %d %d %d %d" % (d["seconds"], d["peers"], d["dead"], d["origin_sends"], sum(got) / max(1, len(got)),
                               d["endgame"]))
+# the nodes' uplinks as their pacers saw them: origin, then the median and the worst peer
+ups = [e["uplink"] for e in ends if e.get("uplink") and e["uplink"]["delay_samples"]]
+def fig(values, how):
+    values = [v for v in values if v is not None]
+    return "-" if not values else "%.1f" % how(values)
+o = d.get("uplink") or {}
+with open(sys.argv[3], "a") as f:
+    f.write("| %s | %s / %s | %s / %s | %s / %s | %s / %s |\n" % (
+        sys.argv[4], fig([o.get("estimated_mbps")], max), fig([o.get("queue_delay_ms", {}).get("p99")], max),
+        fig([u["estimated_mbps"] for u in ups], statistics.median), fig([u["pace_mbps"] for u in ups], statistics.median),
+        fig([u["queue_delay_ms"]["p50"] for u in ups], statistics.median), fig([u["queue_delay_ms"]["p50"] for u in ups], max),
+        fig([u["queue_delay_ms"]["p99"] for u in ups], statistics.median), fig([u["queue_delay_ms"]["p99"] for u in ups], max)))
 PY
 }
 
@@ -205,10 +221,75 @@ run_delta() {
   echo
   echo "Deltas take $(python3 -c "print('%.3f' % ($DELTA_S / $FULL_S))") x the time of whole chunks ($(python3 -c "print('%.3f' % ($ONE_S / $FULL_S))") with one transfer per slot)."
 }
-PARTS=${PARTS:-"scale mixed nat delta"}
+# compete: a household's bulk download into peer 1 (from a server namespace whose egress is
+# shaped to RATE, as a download from the internet arrives) while peer 1 takes part in a
+# broadcast to 8 peers; its throughput against the same download on an idle link. The
+# download's acknowledgements leave through peer 1's shaped uplink, behind its broadcast
+# uploads: what pacing keeps short.
+compete_download() {  # compete_download SECONDS: Mbit/s of a bulk download from srv into p1
+  ip netns exec "${P}p1" /usr/bin/python3 - "$1" <<'PY'
+import socket, sys, time
+s = socket.create_connection(("10.77.0.2", 9000), timeout=10)
+end = time.monotonic() + float(sys.argv[1])
+got = 0
+first = None
+while time.monotonic() < end:
+    n = len(s.recv(1 << 20))
+    if n == 0:
+        break
+    if first is None:
+        first = time.monotonic()
+    got += n
+print("%.1f" % (got * 8e-6 / (time.monotonic() - first)))
+PY
+}
+run_compete() {
+  ip netns exec "${P}srv" /usr/bin/python3 -c '
+import socket, threading
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("10.77.0.2", 9000))
+srv.listen(8)
+def serve(c):
+    block = b"\0" * (1 << 20)
+    try:
+        while True:
+            c.sendall(block)
+    except OSError:
+        pass
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+' &
+  PIDS+=($!)
+  sleep 1
+  local window
+  window=$(python3 -c "print(round($T1 * 0.7, 1))")  # inside the broadcast, which takes about T1 or more
+  IDLE=$(compete_download "$window")
+  echo
+  echo "Competing download into peer 1 (fed at $RATE; its ACKs leave through peer 1's shaped uplink), over ${window} s from the start of a broadcast to 8 peers; on an idle link $IDLE Mbit/s."
+  echo
+  echo "| peers | download, Mbit/s | of idle | broadcast (s) | / T1 |"
+  echo "|---|---|---|---|---|"
+  local saved=${PACE:-1} busy took
+  for PACE in 1 0; do
+    local dir="$WORK/peer-8"
+    rm -f "$dir/origin.err"
+    run peer 8 > "$WORK/compete-run.txt" &
+    local bc=$!
+    for _ in $(seq 1 600); do grep -q "published version" "$dir/origin.err" 2> /dev/null && break; sleep 0.05; done
+    busy=$(compete_download "$window")
+    wait "$bc"
+    read -r took _ _ _ _ _ < "$WORK/compete-run.txt"
+    echo "| $([ "$PACE" = 1 ] && echo "paced (default)" || echo "not paced (--no-pace)") | $busy | $(python3 -c "print('%.0f%%' % (100 * $busy / $IDLE))") | $took | $(ratio "$took") |"
+  done
+  PACE=$saved
+}
+
+PARTS=${PARTS:-"scale mixed nat delta compete"}
 [ -n "${ONLY_DELTA:-}" ] && PARTS=delta
 ratio() { [ "$1" = - ] && echo - || python3 -c "print('%.2f' % ($1 / $T1))"; }
-if [[ " $PARTS " == *" scale "* || " $PARTS " == *" mixed "* || " $PARTS " == *" nat "* ]]; then
+if [[ " $PARTS " == *" scale "* || " $PARTS " == *" mixed "* || " $PARTS " == *" nat "* || " $PARTS " == *" compete "* ]]; then
   read -r T1 _ _ _ _ _ < <(run star 1)  # T1: one origin -> peer transfer, this run
   echo
   echo "$FILE_MIB MiB file, --chunk-mib $CHUNK_MIB (0: auto), every sender shaped to $RATE (LINK_QDISC ${LINK_QDISC:-fifo}) unless said; seconds from publish to the last peer holding every verified chunk. T1 = $T1 s (star, N = 1)."
@@ -279,6 +360,20 @@ if [[ " $PARTS " == *" nat "* ]]; then
   echo "2 of 8 peers behind NAT (--no-listen: they only dial out and never relay): $NAT_LIVE peers finished with the correct SHA-256 in $NAT_S s = $(ratio "$NAT_S") x T1."
 fi
 
+if [[ " $PARTS " == *" compete "* ]]; then
+  host srv 2  # the household's download comes from here
+  run_compete
+fi
+
 if [[ " $PARTS " == *" delta "* ]]; then
   run_delta
+fi
+
+if [ -s "$WORK/uplinks.txt" ]; then
+  echo
+  echo "Uplinks as each node's pacer saw them (Mbit/s, queueing delay in ms; peers: median / worst):"
+  echo
+  echo "| run | origin estimated / delay p99 | peers estimated / pace | peers delay p50 | peers delay p99 |"
+  echo "|---|---|---|---|---|"
+  cat "$WORK/uplinks.txt"
 fi

@@ -57,12 +57,16 @@ for i in 1 2 3; do
   check "peer $i exits 0" test $? -eq 0
   check "peer $i wrote the file" test "$(sha256sum out$i.bin 2>/dev/null | cut -d' ' -f1)" = "$WANT"
   check "peer $i prints bytes, seconds, sha256" sh -c \
-    "tail -n1 peer$i.out | grep -Eq '^\{\"bytes\":12582912,\"bytes_received\":12582912,\"peer\":\"p$i#[0-9]+\",\"seconds\":[0-9.e-]+,\"sha256\":\"$WANT\",\"version\":1\}$'"
+    "head -n1 peer$i.out | grep -Eq '^\{\"bytes\":12582912,\"bytes_received\":12582912,\"peer\":\"p$i#[0-9]+\",\"seconds\":[0-9.e-]+,\"sha256\":\"$WANT\",\"version\":1\}$'"
+  check "peer $i's exit line reports its uplink (estimate, pace, queueing delay)" sh -c \
+    "tail -n1 peer$i.out | jq -e '.event == \"exit\" and .bytes_received == 12582912 and (.uplink | has(\"estimated_mbps\") and has(\"pace_mbps\") and has(\"declared_mbps\") and (.queue_delay_ms | has(\"p50\") and has(\"p99\")))' > /dev/null"
 done
 check "unpinned peer warns about trust on first use" contains peer3.err "trusting origin key id"
 check "pinned peer does not warn" sh -c "! grep -q 'trusting origin key' peer1.err"
 wait "$ORIGIN"
 check "origin exits 0 when done" test $? -eq 0
+check "the origin's completion line reports its uplink" sh -c \
+  "tail -n1 origin.out | jq -e '.uplink | has(\"estimated_mbps\") and .pace_mbps == null' > /dev/null"
 check "origin reports 3 live peers, none dead" sh -c "tail -n1 origin.out | grep -q '\"dead\":0' && tail -n1 origin.out | grep -q '\"peers\":3'"
 check "no --chunk-mib: 12 MiB is cut into 1 MiB chunks" contains origin.out '"chunks":12,'
 check "each chunk reached each peer exactly once" contains origin.out '"transfers":36'

@@ -342,7 +342,7 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
                   "HOST:PORT other actors dial for chunks (default: this host's address toward the learner)");
   cmd->add_option("--broadcast-upload-mbps", args->broadcast_upload_mbps,
                   "this host's upload rate, Mbit/s: the broadcast's first estimate until it measures one, and "
-                  "chunks it serves are paced to 95% of it (0: not declared, no pacing)")
+                  "chunks it serves are paced to 95% of it (0: not declared: paced as its sockets show)")
       ->check(CLI::Range(0.0, 100000.0))
       ->capture_default_str();
   cmd->add_flag("--no-broadcast", args->no_broadcast, "pull every snapshot from the learner instead");

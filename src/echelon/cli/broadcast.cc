@@ -4,7 +4,7 @@
 //   echelon broadcast origin --file F --listen HOST:PORT [--key KEYFILE] [--mode peer|star]
 //       [--chunk-mib N] [--expect-peers N] [--upload-slots K] [--version V] [--exit-when-done]
 //       [--timeout S] [--delta-from OLD] [--endgame-ratio R] [--transfers-per-slot K]
-//       [--start-latency-ms L] [--trace OUT.jsonl]
+//       [--start-latency-ms L] [--trace OUT.jsonl] [--pace]
 //   echelon broadcast peer --origin HOST:PORT (--listen HOST:PORT | --no-listen) --out F
 //       [--origin-key PUB.pem] [--advertise HOST:PORT] [--name NAME] [--exit-when-done]
 //       [--timeout S] [--have OLD] [--upload-mbps R [--no-pace]]
@@ -17,10 +17,14 @@
 // it, counting any that left after completing; "dead": how many went away without it):
 //   {"event":"complete","version":V,"mode":"peer","bytes":B,"chunks":C,"peers":N,"dead":D,
 //    "seconds":T_last_peer,"per_peer":[{"peer":..,"seconds":..,"alive":..,"banned":..}],
-//    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..,"endgame":E,"bytes_pulled":P}
+//    "transfers":..,"origin_sends":..,"corrupt":..,"failed":..,"endgame":E,"bytes_pulled":P,
+//    "uplink":U}
 // A peer prints {"bytes":B,"seconds":T,"sha256":"..","version":V,"peer":"..","bytes_received":R}
 // once it has verified and atomically written --out (T counts from its start; R: payload bytes
-// it pulled, chunks and deltas). Both keep serving until SIGINT/SIGTERM (the origin's Stop ends
+// it pulled, chunks and deltas), and as it leaves {"event":"exit","peer":"..","bytes_received":R,
+// "uplink":U}. U is the node's uplink as its pacer saw it (net/uplink_pacer.h):
+//   {"declared_mbps","estimated_mbps","pace_mbps","queue_delay_ms":{"p50","p99"},"delay_samples"}
+// (null where unknown). Both keep serving until SIGINT/SIGTERM (the origin's Stop ends
 // its peers); with --exit-when-done the origin leaves once the version is complete everywhere,
 // and a peer once the origin says so (or is gone), so no peer stops relaying while others still
 // need its chunks.
@@ -33,9 +37,12 @@
 // (broadcast/delta.h); a peer started with --have OLD (the same file) pulls those deltas,
 // rebuilds F and checks it against the signed hashes; a peer without it pulls F whole.
 //
-// A peer's --upload-mbps R is the origin's first estimate of its uplink, and the peer paces what
-// it serves to 95% of R (unless --no-pace), so a FIFO uplink does not queue its ACKs behind its
-// uploads.
+// Pacing: every peer paces what it serves so its own uplink queue stays under a few
+// milliseconds of delay (a FIFO uplink otherwise queues the ACKs of its downloads and its control
+// messages behind its uploads), finding its uplink's rate from its sockets' TCP_INFO. A peer's
+// --upload-mbps R is the origin's first estimate of its uplink, and the peer then paces to 95%
+// of R instead of estimating. A peer's --no-pace: no pacing (a link whose router sends ACKs
+// first). The origin downloads nothing and is not paced unless given --pace.
 //
 // NAT: a peer started with --no-listen serves nothing; it pulls every chunk by dialling its
 // senders (the origin or listening peers), and the origin never asks it to relay.
@@ -96,6 +103,7 @@ struct OriginArgs {
   std::string token_file;
   std::string delta_from;
   std::string trace;
+  bool pace = false;
 };
 
 struct PeerArgs {
@@ -169,7 +177,8 @@ nlohmann::json CompletionJson(net::BroadcastOrigin& origin, const broadcast::Man
           {"failed", s.failed},
           {"endgame", s.endgame},
           {"sha256", m.file_sha256},
-          {"bytes_pulled", origin.BytesPulled(m.version)}};
+          {"bytes_pulled", origin.BytesPulled(m.version)},
+          {"uplink", nlohmann::json::parse(net::UplinkSummaryJson(origin.uplink()))}};
 }
 
 Status WriteTrace(const net::BroadcastOrigin& origin, uint64_t version, const std::string& path) {
@@ -191,6 +200,7 @@ int RunOrigin(const OriginArgs& args) {
   net::BroadcastOriginOptions opts;
   opts.listen = args.listen;
   opts.record_transfers = !args.trace.empty();
+  opts.pacing.pace = args.pace;
   if (!ReadTokenFile(args.token_file, &opts.token)) return 2;
   if (args.mode == "star") {
     opts.relay.mode = broadcast::RelayMode::kStar;
@@ -305,8 +315,9 @@ int RunPeer(const PeerArgs& args) {
       return 2;
     }
     opts.upload_bps = args.upload_mbps * 1e6 / 8;
-    if (!args.no_pace) opts.pace_upload_bps = net::kUploadPaceFraction * opts.upload_bps;
+    opts.pacing.declared_bps = opts.upload_bps;
   }
+  opts.pacing.pace = !args.no_pace;
   if (!args.origin_key.empty()) {
     Result<broadcast::VerifyKey> pinned = broadcast::VerifyKey::LoadPem(args.origin_key);
     if (!pinned.ok()) {
@@ -357,6 +368,12 @@ int RunPeer(const PeerArgs& args) {
     written = *v;
     next = *v + 1;
   }
+  std::cout << nlohmann::json{{"event", "exit"},
+                              {"peer", peer.peer_id()},
+                              {"bytes_received", peer.bytes_received()},
+                              {"uplink", nlohmann::json::parse(net::UplinkSummaryJson(peer.uplink()))}}
+                   .dump()
+            << std::endl;
   peer.Shutdown();
   if (written == 0) {
     spdlog::error("left before receiving a complete version");
@@ -400,6 +417,9 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
                      "also offer the file as deltas against this older file (peers started with --have it pull those)");
   origin->add_option("--timeout", o->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   origin->add_option("--trace", o->trace, "once complete, write one JSON line per transfer here (who sent what when)");
+  origin->add_flag("--pace", o->pace,
+                   "pace uploads as peers do (off: the origin downloads nothing, and a pace under its line rate "
+                   "bounds the broadcast); its uplink is estimated and reported either way");
   origin->callback([o, exit_code] { *exit_code = RunOrigin(*o); });
 
   auto p = std::make_shared<PeerArgs>();
@@ -416,10 +436,10 @@ void AddBroadcastCommand(CLI::App& app, int* exit_code) {
   peer->add_flag("--exit-when-done", p->exit_when_done, "exit once the origin says every peer holds the file");
   peer->add_option("--upload-mbps", p->upload_mbps,
                    "this host's upload rate, Mbit/s: the origin's first estimate until it measures one, and "
-                   "uploads are paced to 95% of it (0 = not declared: the origin starts at 100, no pacing)")
+                   "uploads are paced to 95% of it (0 = not declared: the origin starts at 100, and the pace is "
+                   "found from the sockets)")
       ->capture_default_str();
-  peer->add_flag("--no-pace", p->no_pace,
-                 "declare --upload-mbps without pacing uploads (a link whose router already sends ACKs first)");
+  peer->add_flag("--no-pace", p->no_pace, "never pace uploads (a link whose router already sends ACKs first)");
   peer->add_option("--have", p->have, "a file this peer holds already (the origin's --delta-from): pull only deltas");
   peer->add_option("--timeout", p->timeout, "give up (exit 3) after this many seconds; 0 = never")->capture_default_str();
   peer->callback([p, exit_code] { *exit_code = RunPeer(*p); });

@@ -61,13 +61,13 @@ bool TicketBook::Use(const v1::FetchChunkRequest& req) {
 }
 
 ChunkSourceService::ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter,
-                                       TicketCheck check, double upload_deadline_seconds, double pace_bps)
+                                       TicketCheck check, double upload_deadline_seconds, UplinkPacer* pacer)
     : store_(store),
       serialize_uploads_(serialize_uploads),
       filter_(std::move(filter)),
       check_(std::move(check)),
       upload_deadline_seconds_(upload_deadline_seconds),
-      pace_bps_(pace_bps),
+      pacer_(pacer),
       reaper_([this] { ReapLoop(); }) {}
 
 ChunkSourceService::~ChunkSourceService() {
@@ -94,17 +94,6 @@ void ChunkSourceService::ReapLoop() {
       ++overdue_cancelled_;
     }
   }
-}
-
-void ChunkSourceService::Pace(size_t bytes) {
-  std::unique_lock<std::mutex> lock(pace_mu_);
-  const auto now = std::chrono::steady_clock::now();
-  if (paced_until_ < now) paced_until_ = now;  // an idle uplink saves up no credit
-  const auto send_at = paced_until_;
-  paced_until_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(static_cast<double>(bytes) / pace_bps_));
-  lock.unlock();
-  std::this_thread::sleep_until(send_at);
 }
 
 int64_t ChunkSourceService::overdue_cancelled() const {
@@ -149,12 +138,12 @@ grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::
     }
   } done{this, ctx};
   v1::FetchChunkReply piece;
-  const size_t piece_bytes = pace_bps_ > 0 ? kPacedPieceBytes : kChunkPieceBytes;
-  for (size_t off = 0; off < bytes->size(); off += piece_bytes) {
-    const size_t n = std::min<size_t>(piece_bytes, bytes->size() - off);
-    if (pace_bps_ > 0) Pace(n);
+  for (size_t off = 0; off < bytes->size();) {
+    const size_t n = std::min<size_t>(pacer_ != nullptr ? pacer_->PieceBytes() : kChunkPieceBytes, bytes->size() - off);
+    if (pacer_ != nullptr) pacer_->Pace(n);
     piece.set_data(bytes->data() + off, n);
     if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "receiver went away");
+    off += n;
   }
   return grpc::Status::OK;
 }

@@ -20,7 +20,8 @@
 //   ChunkSourceService source(&store, true, nullptr, [&](const v1::FetchChunkRequest& r) { return tickets.Use(r); });
 //   tickets.SetKey(welcome.ticket_key());
 //
-// With `pace_bps` > 0 pieces of kPacedPieceBytes leave no faster than that, across fetches.
+// With a `pacer` (net/uplink_pacer.h) pieces of kPacedPieceBytes leave no faster than it allows,
+// across fetches.
 //
 // A fetch still running after `upload_deadline_seconds` (kFetchDeadlineSeconds) is cancelled
 // from the service's side: a receiver that stops reading (or reads at a trickle) cannot hold
@@ -43,6 +44,7 @@
 
 #include "echelon/broadcast/chunk_store.h"
 #include "echelon/net/broadcast_protocol.h"
+#include "echelon/net/uplink_pacer.h"
 #include "echelon/v1/broadcast.grpc.pb.h"
 
 namespace echelon::net {
@@ -78,7 +80,7 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
  public:
   ChunkSourceService(const broadcast::ChunkStore* store, bool serialize_uploads, ServeFilter filter = nullptr,
                      TicketCheck check = nullptr, double upload_deadline_seconds = kFetchDeadlineSeconds,
-                     double pace_bps = 0);
+                     UplinkPacer* pacer = nullptr);
   ~ChunkSourceService() override;
 
   grpc::Status FetchChunk(grpc::ServerContext* ctx, const v1::FetchChunkRequest* req,
@@ -88,7 +90,6 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
 
  private:
   void ReapLoop();
-  void Pace(size_t bytes);  // sleeps until `bytes` more may leave at pace_bps_
 
   const broadcast::ChunkStore* const store_;
   const bool serialize_uploads_;
@@ -96,9 +97,7 @@ class ChunkSourceService final : public v1::ChunkSource::Service {
   const TicketCheck check_;
   std::mutex upload_mu_;  // held while one chunk's pieces are written (serialize_uploads_)
   const double upload_deadline_seconds_;
-  const double pace_bps_;
-  std::mutex pace_mu_;  // guards paced_until_
-  std::chrono::steady_clock::time_point paced_until_;  // when the paced uplink is next free
+  UplinkPacer* const pacer_;  // not owned; may be null
   mutable std::mutex active_mu_;  // guards active_, stopping_, overdue_cancelled_
   std::condition_variable reap_cv_;
   std::map<grpc::ServerContext*, std::chrono::steady_clock::time_point> active_;  // running fetches: start

@@ -289,7 +289,8 @@ TEST(ChunkSourceTest, PacedUploadsKeepToTheirRateAcrossFetches) {
   ASSERT_TRUE(store.AddVersion(m).ok());
   ASSERT_TRUE(store.PutChunk(1, 0, blob).ok());
   auto two_fetches_seconds = [&](double pace_bps) {
-    ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, nullptr, kFetchDeadlineSeconds, pace_bps);
+    UplinkPacer pacer(UplinkPacerOptions{pace_bps / kUploadPaceFraction});
+    ChunkSourceService source(&store, /*serialize_uploads=*/true, nullptr, nullptr, kFetchDeadlineSeconds, &pacer);
     ServedSource served(&source);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 2; ++i) {

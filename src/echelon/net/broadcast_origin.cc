@@ -5,166 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 
 #include "echelon/broadcast/delta.h"
 #include "echelon/broadcast/relay_session.h"
-#include "echelon/common/sha256.h"
-#include "echelon/net/address.h"
 #include "echelon/net/auth.h"
 #include "echelon/net/broadcast_chunk_source.h"
+#include "echelon/net/broadcast_origin_state.h"
 #include "echelon/v1/broadcast.grpc.pb.h"
 
 namespace echelon::net {
-
-using broadcast::NodeId;
-using broadcast::Transfer;
-using broadcast::TransferOutcome;
-using DoneFn = std::function<void(const Transfer&, TransferOutcome)>;
-using Stream = grpc::ServerReaderWriter<v1::OriginToPeer, v1::PeerToOrigin>;
-
-// One peer's control stream. The stream pointer is valid only while its handler runs:
-// writers take write_mu and check `closed`, which the handler sets before it returns.
-struct BroadcastOrigin::Conn {
-  std::string id;
-  std::string holder;      // whom its token was admitted for ("" for the shared token)
-  // Whose reports against a sender count as one receiver's: the worker its token was admitted
-  // for, else (a shared token) this connection. A worker that opens many connections is still
-  // one reporter, so it cannot get an honest relay declared dead on its own.
-  std::string reporter;
-  std::string ticket_key;  // its ChunkSource's (sent in the Welcome)
-  std::string address;   // of its ChunkSource; empty: it dials out only (NAT) and never uploads
-  std::string cert_pem;  // with TLS: what its ChunkSource serves with
-  double upload_bps = kDefaultUploadBps;
-  grpc::ServerContext* ctx = nullptr;
-  Stream* stream = nullptr;
-
-  std::mutex write_mu;  // guards stream writes, ctx cancellation and `closed`
-  bool closed = false;
-
-  // Guarded by BroadcastOrigin::mu_.
-  bool alive = true;
-  double last_seen = 0;
-  std::map<uint64_t, NodeId> nodes;  // version -> this peer's node in that version's session
-  std::map<uint64_t, bool> offered;  // versions announced and not yet answered with a Have
-  int fetch_failures_in_a_row = 0;   // as a sender
-  std::set<std::string> failure_reporters;  // the receivers (reporters) of those failures
-  std::set<std::string> corrupt_reporters;  // reporters that said a chunk from it was corrupt
-
-  bool Write(const v1::OriginToPeer& m) {
-    std::lock_guard<std::mutex> lock(write_mu);
-    return !closed && stream->Write(m);
-  }
-  void Cancel() {
-    std::lock_guard<std::mutex> lock(write_mu);
-    if (!closed) ctx->TryCancel();
-  }
-};
-
-// One published version: its manifest, and the planner + session whose Link is the origin.
-struct BroadcastOrigin::Version : public broadcast::Link {
-  BroadcastOrigin* origin = nullptr;
-  broadcast::Manifest manifest;
-  std::string envelope;  // signed manifest
-  double published_at = 0;
-  std::unique_ptr<broadcast::RelayPlanner> planner;
-  std::unique_ptr<broadcast::RelaySession> session;
-  // Guarded by BroadcastOrigin::mu_.
-  std::map<NodeId, std::shared_ptr<Conn>> conns;  // every node ever added, dead ones too
-  std::map<NodeId, std::vector<std::pair<Transfer, DoneFn>>> parked;  // endpoint not yet registered
-  bool complete = false;
-  uint64_t bytes_pulled = 0;  // as the receivers reported it
-  std::vector<BroadcastTransferRecord> transfers;  // reported ones
-
-  void Start(const Transfer& t, DoneFn done) override { origin->StartTransfer(this, t, std::move(done)); }
-};
-
-struct BroadcastOrigin::Pending {
-  std::shared_ptr<Version> version;
-  Transfer transfer;
-  DoneFn done;
-  std::shared_ptr<Conn> receiver;
-  std::shared_ptr<Conn> sender;  // null for the origin
-  double ordered_at = 0;
-  int origin_fetches = 0;  // served by the origin's ChunkSource under this Order's ticket
-};
-
-class BroadcastOrigin::Service final : public v1::BroadcastOrigin::Service {
- public:
-  explicit Service(BroadcastOrigin* o) : o_(o) {}
-
-  grpc::Status Control(grpc::ServerContext* ctx, Stream* stream) override {
-    std::optional<std::string> holder = o_->Holder(*ctx);
-    if (!holder) {
-      if (o_->log_budget_.Allow("unauthenticated"))
-        spdlog::warn("refused broadcast peer {}: missing, wrong or revoked bearer token", ctx->peer());
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing, wrong or revoked bearer token");
-    }
-    v1::PeerToOrigin first;
-    if (!stream->Read(&first) || !first.has_hello()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message on the control stream must be a Hello");
-    }
-    const v1::BroadcastHello& hello = first.hello();
-    if (hello.protocol_version() != kBroadcastProtocolVersion) {
-      const std::string msg = "peer speaks broadcast protocol version " + std::to_string(hello.protocol_version()) +
-                              ", this origin speaks " + std::to_string(kBroadcastProtocolVersion) +
-                              "; run the same echelon release on both";
-      if (o_->log_budget_.Allow("protocol_version")) spdlog::warn("refused peer {}: {}", ctx->peer(), msg);
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg);
-    }
-    auto conn = std::make_shared<Conn>();
-    conn->holder = *holder;
-    conn->ticket_key = RandomToken();
-    conn->address = hello.address();
-    conn->cert_pem = hello.cert_pem();
-    if (!o_->options_.tls.empty() && !conn->address.empty() && conn->cert_pem.empty())
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "this broadcast runs over TLS: the Hello must carry the peer's certificate");
-    if (!conn->address.empty() && !AdvertisesOwnHost(ctx->peer(), conn->address, o_->options_.advertise_hosts)) {
-      if (o_->log_budget_.Allow("advertised_elsewhere"))
-        spdlog::warn("peer {} advertises {}, not the address it calls from: it will receive but never relay (list "
-                     "that host with --broadcast-peer-hosts if it is the peer's own)",
-                     ctx->peer(), conn->address);
-      conn->address.clear();
-    }
-    if (!conn->address.empty() && o_->options_.probe_peers && !TcpReachable(conn->address, kReachProbeSeconds)) {
-      spdlog::warn("peer {} advertises {}, which this origin cannot dial: it will receive but never relay (a peer "
-                   "behind NAT: start it with --no-listen, or an actor with --broadcast-listen none)",
-                   ctx->peer(), conn->address);
-      conn->address.clear();
-    }
-    // The declared rate is only a first estimate (the first measured chunk replaces it), and is
-    // held to [kMinDeclaredUploadBps, kMaxDeclaredUploadBps] so a claim cannot win every ranking.
-    conn->upload_bps = DeclaredUploadBps(hello.upload_bps());
-    conn->ctx = ctx;
-    conn->stream = stream;
-    std::vector<std::shared_ptr<Conn>> replaced;
-    std::string name = hello.name().substr(0, 64);
-    if (name.empty()) name = "peer";
-    {
-      std::lock_guard<std::mutex> lock(o_->mu_);
-      if (o_->shutting_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "origin is shutting down");
-      conn->id = name + "#" + std::to_string(++o_->next_conn_);
-      conn->last_seen = o_->clock_->Now();
-      const auto worker = o_->admitted_workers_.find(conn->holder);
-      conn->reporter = worker != o_->admitted_workers_.end() && !worker->second.empty() ? worker->second : conn->id;
-      // One control stream per admitted token: a new one replaces the old (a reconnect).
-      if (!conn->holder.empty())
-        for (const auto& c : o_->conns_)
-          if (c->holder == conn->holder) replaced.push_back(c);
-    }
-    for (const auto& c : replaced) o_->DeclareDead(c, "replaced by a new control stream with its token");
-    o_->RunControl(conn);
-    {
-      std::lock_guard<std::mutex> lock(conn->write_mu);
-      conn->closed = true;
-    }
-    return grpc::Status::OK;
-  }
-
- private:
-  BroadcastOrigin* const o_;
-};
 
 BroadcastOrigin::BroadcastOrigin(BroadcastOriginOptions options, broadcast::SigningKey key, const Clock* clock)
     : options_(std::move(options)),
@@ -179,9 +28,11 @@ BroadcastOrigin::~BroadcastOrigin() { Shutdown(); }
 Status BroadcastOrigin::Start() {
   service_ = std::make_unique<Service>(this);
   // Star is the baseline of parallel sends from the origin, so only swarm mode serialises.
+  pacer_ = std::make_unique<UplinkPacer>(options_.pacing);
   chunk_source_ = std::make_unique<ChunkSourceService>(
       &store_, options_.relay.mode == broadcast::RelayMode::kSwarm, options_.serve_filter,
-      [this](const v1::FetchChunkRequest& req) { return AllowOriginFetch(req); });
+      [this](const v1::FetchChunkRequest& req) { return AllowOriginFetch(req); }, kFetchDeadlineSeconds,
+      pacer_.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, ServerCredentials(options_.tls), &port_);
   ApplyBroadcastLimits(&builder);
@@ -193,45 +44,11 @@ Status BroadcastOrigin::Start() {
     return Status(StatusCode::kUnavailable, "broadcast origin cannot listen on " + options_.listen +
                                                 " (address in use or not local?)");
   }
+  pacer_->Watch(port_);
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   spdlog::info("broadcast origin listening on {} (port {}), manifest key id {}", options_.listen, port_,
                public_key_.key_id());
   return Status::Ok();
-}
-
-std::optional<std::string> BroadcastOrigin::Holder(const grpc::ServerContext& ctx) const {
-  if (options_.token.empty() && !options_.admission) return std::string();
-  if (!options_.token.empty() && TokenMatches(ctx, options_.token)) return std::string();
-  std::optional<std::string> token = BearerToken(ctx);
-  if (!token || !options_.admission) return std::nullopt;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = admitted_.find(Sha256(*token));
-  if (it == admitted_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::string BroadcastOrigin::Admit(const std::string& holder, const std::string& worker) {
-  std::string token = RandomToken();
-  std::lock_guard<std::mutex> lock(mu_);
-  admitted_[Sha256(token)] = holder;
-  admitted_workers_[holder] = worker;
-  return token;
-}
-
-void BroadcastOrigin::Revoke(const std::string& holder) {
-  std::vector<std::shared_ptr<Conn>> cut;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = admitted_.begin(); it != admitted_.end();) {
-      if (it->second == holder) it = admitted_.erase(it);
-      else ++it;
-    }
-    admitted_workers_.erase(holder);
-    for (auto& c : conns_) {
-      if (c->holder == holder) cut.push_back(c);
-    }
-  }
-  for (auto& c : cut) DeclareDead(c, "its access was revoked");
 }
 
 bool BroadcastOrigin::AllowOriginFetch(const v1::FetchChunkRequest& req) {
@@ -345,39 +162,6 @@ void BroadcastOrigin::Announce(const std::shared_ptr<Conn>& conn, const std::sha
   msg.mutable_announce()->set_version(v->manifest.version);
   msg.mutable_announce()->set_signed_manifest(v->envelope);
   conn->Write(msg);
-}
-
-void BroadcastOrigin::RunControl(const std::shared_ptr<Conn>& conn) {
-  v1::OriginToPeer welcome;
-  welcome.mutable_welcome()->set_peer_id(conn->id);
-  welcome.mutable_welcome()->set_origin_key_pem(public_key_.ToPem());
-  welcome.mutable_welcome()->set_heartbeat_seconds(options_.heartbeat_seconds);
-  welcome.mutable_welcome()->set_ticket_key(conn->ticket_key);
-  if (!conn->Write(welcome)) return;
-  std::shared_ptr<Version> newest;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    conns_.push_back(conn);
-    if (!versions_.empty()) newest = versions_.rbegin()->second;
-  }
-  cv_.notify_all();
-  spdlog::info("peer {} joined from {} ({})", conn->id, conn->ctx->peer(),
-               conn->address.empty() ? "dials out only: receives, never relays" : "serves chunks at " + conn->address);
-  if (newest) Announce(conn, newest);
-  v1::PeerToOrigin msg;
-  while (conn->stream->Read(&msg)) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      conn->last_seen = clock_->Now();
-    }
-    if (msg.has_have()) {
-      OnHave(conn, msg.have().version(), msg.have().held());
-    } else if (msg.has_outcome()) {
-      OnOutcome(conn, msg.outcome().transfer_id(), msg.outcome().result(), msg.outcome().detail(),
-                msg.outcome().bytes());
-    }
-  }
-  DeclareDead(conn, "control stream closed");
 }
 
 void BroadcastOrigin::OnHave(const std::shared_ptr<Conn>& conn, uint64_t version, const std::string& held_bytes) {
@@ -532,32 +316,6 @@ void BroadcastOrigin::OnOutcome(const std::shared_ptr<Conn>& conn, uint64_t wire
   CheckComplete(p->version);
 }
 
-void BroadcastOrigin::DeclareDead(const std::shared_ptr<Conn>& conn, const std::string& why) {
-  std::vector<std::pair<std::shared_ptr<Version>, NodeId>> nodes;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!conn->alive) return;
-    conn->alive = false;
-    conns_.erase(std::remove(conns_.begin(), conns_.end(), conn), conns_.end());
-    for (auto& [version, node] : conn->nodes) {
-      auto it = versions_.find(version);
-      if (it != versions_.end()) nodes.emplace_back(it->second, node);
-    }
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second->receiver == conn) it = pending_.erase(it);
-      else ++it;
-    }
-    if (shutting_down_) return;
-  }
-  spdlog::warn("peer {} is dead ({}); re-planning its transfers", conn->id, why);
-  conn->Cancel();
-  for (auto& [v, node] : nodes) {
-    v->session->PeerDied(node);
-    CheckComplete(v);
-  }
-  cv_.notify_all();
-}
-
 void BroadcastOrigin::CheckComplete(const std::shared_ptr<Version>& v) {
   const uint64_t version = v->manifest.version;
   bool awaiting = false;
@@ -587,27 +345,7 @@ void BroadcastOrigin::CheckComplete(const std::shared_ptr<Version>& v) {
   cv_.notify_all();
 }
 
-void BroadcastOrigin::WatchdogLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!shutting_down_) {
-    cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.05, options_.heartbeat_seconds / 2)));
-    if (shutting_down_) break;
-    const double now = clock_->Now();
-    std::vector<std::shared_ptr<Conn>> silent;
-    for (auto& c : conns_) {
-      if (now - c->last_seen > options_.dead_after_seconds) silent.push_back(c);
-    }
-    std::vector<std::pair<uint64_t, std::shared_ptr<Version>>> versions(versions_.begin(), versions_.end());
-    lock.unlock();
-    for (auto& c : silent) DeclareDead(c, "no heartbeat for " + std::to_string(options_.dead_after_seconds) + " s");
-    // A receiver past its fetch deadline that has not reported is not coming back to it.
-    for (auto& [number, v] : versions) {
-      const int expired = v->session->ExpireOverdue(kFetchDeadlineSeconds + options_.dead_after_seconds);
-      if (expired > 0) spdlog::warn("version {}: {} transfers overdue, re-planned", number, expired);
-    }
-    lock.lock();
-  }
-}
+UplinkSummary BroadcastOrigin::uplink() const { return pacer_ ? pacer_->Summary() : UplinkSummary{}; }
 
 size_t BroadcastOrigin::live_peers() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -41,13 +41,16 @@ BroadcastPeer::BroadcastPeer(BroadcastPeerOptions options)
 
 BroadcastPeer::~BroadcastPeer() { Shutdown(); }
 
+UplinkSummary BroadcastPeer::uplink() const { return pacer_ ? pacer_->Summary() : UplinkSummary{}; }
+
 std::string BroadcastPeer::origin_key_id() const { return origin_key_ ? origin_key_->key_id() : ""; }
 
 Status BroadcastPeer::Serve(TlsIdentity* identity) {
+  pacer_ = std::make_unique<UplinkPacer>(options_.pacing);
   source_ = std::make_unique<ChunkSourceService>(
       &store_, /*serialize_uploads=*/true, options_.serve_filter,
       [this](const v1::FetchChunkRequest& req) { return tickets_.Use(req); }, kFetchDeadlineSeconds,
-      options_.pace_upload_bps);
+      pacer_.get());
   if (!options_.tls_ca_pem.empty()) {
     ECHELON_ASSIGN_OR_RETURN(*identity, SelfSignedIdentity());
   }
@@ -62,6 +65,7 @@ Status BroadcastPeer::Serve(TlsIdentity* identity) {
     return Status(StatusCode::kUnavailable,
                   "broadcast peer cannot listen on " + options_.listen + " (address in use or not local?)");
   }
+  pacer_->Watch(port);
   if (!options_.advertise.empty()) {
     address_ = options_.advertise;
     // "HOST:0": the host given, the port this peer was bound to.

@@ -49,6 +49,7 @@
 #include "echelon/net/broadcast_chunk_source.h"
 #include "echelon/net/broadcast_protocol.h"
 #include "echelon/net/tls.h"
+#include "echelon/net/uplink_pacer.h"
 
 namespace grpc {
 class Channel;
@@ -69,8 +70,10 @@ struct BroadcastPeerOptions {
   std::string name = "peer";
   std::optional<broadcast::VerifyKey> origin_key;  // pinned; none = trust on first use
   int keep_versions = broadcast::kDefaultKeepVersions;
-  double upload_bps = kDefaultUploadBps;
-  double pace_upload_bps = 0;  // > 0: what it serves leaves no faster (ChunkSourceService pace_bps)
+  double upload_bps = kDefaultUploadBps;  // what Hello declares: the origin's first estimate
+  // How what it serves is paced (net/uplink_pacer.h): adaptive by default; a declared rate
+  // (pacing.declared_bps, `--upload-mbps`) paces to 95% of it; pacing.pace false: never.
+  UplinkPacerOptions pacing;
   double join_timeout_seconds = 10.0;  // to reach the origin at Start
   double fetch_deadline_seconds = kFetchDeadlineSeconds;
   ServeFilter serve_filter;  // tests only: corrupts what this peer serves
@@ -115,6 +118,9 @@ class BroadcastPeer {
   Status AddBase(const std::string& blob, uint32_t chunk_bytes = 0);
   // Payload bytes pulled so far (chunks and deltas, verified or not).
   uint64_t bytes_received() const { return bytes_received_.load(); }
+  // Its uplink as its pacer sees it (estimated rate, pace, queueing delay); empty before Start
+  // or when it listens nowhere (it serves nothing).
+  UplinkSummary uplink() const;
 
   // Abrupt exit: stops serving and closes the control stream at once (the origin sees a
   // broken stream). Also what the destructor does.
@@ -147,6 +153,7 @@ class BroadcastPeer {
   const BroadcastPeerOptions options_;
   broadcast::ChunkStore store_;
   TicketBook tickets_;  // what this peer's ChunkSource serves: keyed by the origin's Welcome
+  std::unique_ptr<UplinkPacer> pacer_;  // outlives source_, which paces through it
   std::unique_ptr<ChunkSourceService> source_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

@@ -88,10 +88,12 @@ inline constexpr int kNetUploadSlots = 2;
 // 256 KiB keeps per-message overhead negligible at 100 Mbit/s (~20 ms per piece).
 inline constexpr uint32_t kChunkPieceBytes = 256u << 10;
 
-// A peer that declares its upload rate paces what it serves to this fraction of it, in pieces of
-// kPacedPieceBytes, so its own uplink queue stays short. On a FIFO uplink (most home modems)
-// the acknowledgements of what a peer downloads otherwise wait behind its uploads: on
-// tbf-shaped netns links busy senders moved 73-79 of their 95 Mbit/s (docs/BENCHMARKS.md).
+// A peer that declares its upload rate paces what it serves to this fraction of it, so its own
+// uplink queue stays short (one that declares none finds its pace: net/uplink_pacer.h). On a
+// FIFO uplink (most home modems) the acknowledgements of what a peer downloads otherwise wait
+// behind its uploads: on tbf-shaped netns links busy senders moved 73-79 of their 95 Mbit/s
+// (docs/BENCHMARKS.md). A paced node serves pieces of at most kPacedPieceBytes (smaller on slow
+// uplinks: UplinkPacer::PieceBytes).
 inline constexpr double kUploadPaceFraction = 0.95;
 inline constexpr uint32_t kPacedPieceBytes = 64u << 10;
 

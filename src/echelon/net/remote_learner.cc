@@ -352,7 +352,7 @@ void RemoteLearner::JoinBroadcast(uint32_t port, const std::string& key_pem, con
   o.advertise = options_.broadcast_advertise;
   if (options_.broadcast_upload_bps > 0) {
     o.upload_bps = options_.broadcast_upload_bps;
-    o.pace_upload_bps = kUploadPaceFraction * options_.broadcast_upload_bps;
+    o.pacing.declared_bps = options_.broadcast_upload_bps;
   }
   if (!o.listen.empty() && o.advertise.empty() && IsWildcardHost(HostOf(o.listen))) {
     Result<std::string> ip = LocalAddressToward(options_.address);

@@ -57,7 +57,7 @@ struct RemoteLearnerOptions {
   std::string broadcast_listen = "0.0.0.0:0";  // where this actor serves chunks to other actors; "none": nowhere (NAT)
   std::string broadcast_advertise;           // HOST:PORT others dial; default: our address toward the learner
   double broadcast_upload_bps = 0;           // declared upload rate (the origin's first estimate, and
-                                             // 95% of it paces uploads); 0: its default, no pacing
+                                             // 95% of it paces uploads); 0: paced as its sockets show
   double broadcast_wait_seconds = 20;        // then pull the snapshot directly
   double snapshot_stall_seconds = kSnapshotStallSeconds;  // a direct pull with no piece for this long is cancelled
   // A stage of a pipelined worker (role.stage >= 0): registers as such, follows its pipeline
