@@ -19,31 +19,14 @@ HERE=$(realpath "$(dirname "$0")")
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/skip.sh"
 P="ebn$$"
-NSES=()
-extra_cleanup() {
-  for ns in "${NSES[@]}"; do ip netns del "$ns" 2>/dev/null; done
-}
+SUBNET="10.214.0"
+source "$(dirname "$0")/netns_swarm.sh"
 enter_workdir
 
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null || ! ip netns add "${P}br" 2>/dev/null; then
-  skip_or_fail "cannot create network namespaces here (needs root, iproute2 and tc)"
-fi
-NSES+=("${P}br")
+swarm_bridge
 command -v nft >/dev/null || skip_or_fail "nft (nftables) is needed to put peers behind a NAT-like firewall"
 set -e
-ip -n "${P}br" link add br0 type bridge
-ip -n "${P}br" link set br0 up
-host() {  # host NAME INDEX
-  local ns="${P}$1"
-  ip netns add "$ns"
-  NSES+=("$ns")
-  ip link add "${P}v$2" netns "$ns" type veth peer name "${P}b$2" netns "${P}br"
-  ip -n "$ns" addr add "10.214.0.$2/24" dev "${P}v$2"
-  ip -n "$ns" link set "${P}v$2" up
-  ip -n "$ns" link set lo up
-  ip -n "${P}br" link set "${P}b$2" master br0 up
-  ip netns exec "$ns" tc qdisc add dev "${P}v$2" root tbf rate 200mbit burst 256kb latency 50ms
-}
+host() { swarm_host "$1" "$2" rate 200mbit burst 256kb latency 50ms; }  # host NAME INDEX
 behind_nat() {  # inbound: only packets of connections this host opened (and loopback)
   ip netns exec "${P}$1" nft -f - <<'NFT'
 table inet echelon_nat {

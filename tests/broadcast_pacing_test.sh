@@ -17,30 +17,13 @@ ECHELON=$(realpath "$1")
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/skip.sh"
 P="ebp$$"
-NSES=()
-extra_cleanup() {
-  for ns in "${NSES[@]}"; do ip netns del "$ns" 2>/dev/null; done
-}
+SUBNET="10.215.0"
+source "$(dirname "$0")/netns_swarm.sh"
 enter_workdir
 
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null || ! ip netns add "${P}br" 2>/dev/null; then
-  skip_or_fail "cannot create network namespaces here (needs root, iproute2 and tc)"
-fi
-NSES+=("${P}br")
+swarm_bridge
 set -e
-ip -n "${P}br" link add br0 type bridge
-ip -n "${P}br" link set br0 up
-host() {  # host NAME INDEX
-  local ns="${P}$1"
-  ip netns add "$ns"
-  NSES+=("$ns")
-  ip link add "${P}v$2" netns "$ns" type veth peer name "${P}b$2" netns "${P}br"
-  ip -n "$ns" addr add "10.215.0.$2/24" dev "${P}v$2"
-  ip -n "$ns" link set "${P}v$2" up
-  ip -n "$ns" link set lo up
-  ip -n "${P}br" link set "${P}b$2" master br0 up
-  ip netns exec "$ns" tc qdisc add dev "${P}v$2" root tbf rate 40mbit burst 64kb latency 300ms
-}
+host() { swarm_host "$1" "$2" rate 40mbit burst 64kb latency 300ms; }  # host NAME INDEX
 host o 1
 for i in 1 2 3; do host "p$i" $((10 + i)); done
 set +e

@@ -28,7 +28,9 @@ BroadcastOrigin::~BroadcastOrigin() { Shutdown(); }
 Status BroadcastOrigin::Start() {
   service_ = std::make_unique<Service>(this);
   // Star is the baseline of parallel sends from the origin, so only swarm mode serialises.
-  pacer_ = std::make_unique<UplinkPacer>(options_.pacing);
+  UplinkPacerOptions pacing = options_.pacing;
+  pacing.one_upload_at_a_time = options_.relay.mode == broadcast::RelayMode::kSwarm;
+  pacer_ = std::make_unique<UplinkPacer>(pacing);
   chunk_source_ = std::make_unique<ChunkSourceService>(
       &store_, options_.relay.mode == broadcast::RelayMode::kSwarm, options_.serve_filter,
       [this](const v1::FetchChunkRequest& req) { return AllowOriginFetch(req); }, kFetchDeadlineSeconds,

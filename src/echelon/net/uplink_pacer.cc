@@ -68,7 +68,7 @@ void UplinkController::Step(const UplinkSample& s) {
     // it carried the pace, the delay may be another's queue on the acknowledgement path, which
     // says nothing of this uplink (nor does a queue draining faster than the pace).
     if (acked > 0 && (pace_bps_ <= 0 || acked < (1 - UplinkRule::kPaceMatch) * pace_bps_))
-      rates_.push_back({now_, s.delivery_bps > 0 ? s.delivery_bps : acked, false});
+      rates_.push_back({now_, std::max(s.delivery_bps, acked), false});
     if (!pace_) return;
     const double hold = std::max(UplinkRule::kCutHoldSeconds, s.rtt_s.value_or(0));
     const double from = pace_bps_ > 0 ? pace_bps_ : acked;
@@ -129,6 +129,39 @@ std::optional<std::pair<int, std::string>> PortAndHost(const sockaddr_storage& a
 
 }  // namespace
 
+std::optional<ServedSocket> ReadServedSocket(int fd, int port) {
+  int type = 0;
+  int protocol = 0;
+  socklen_t len = sizeof(type);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return std::nullopt;
+  len = sizeof(protocol);
+  if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP) return std::nullopt;
+  sockaddr_storage local{};
+  sockaddr_storage remote{};
+  socklen_t local_len = sizeof(local);
+  socklen_t remote_len = sizeof(remote);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) return std::nullopt;
+  const auto mine = PortAndHost(local);
+  if (!mine || mine->first != port) return std::nullopt;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) return std::nullopt;  // the listener
+  const auto theirs = PortAndHost(remote);
+  tcp_info info{};
+  len = sizeof(info);
+  struct stat st{};
+  if (!theirs || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || fstat(fd, &st) != 0) return std::nullopt;
+  ServedSocket sock;
+  sock.fd = fd;
+  sock.id = static_cast<uint64_t>(st.st_ino);
+  sock.remote_host = theirs->second;
+  sock.bytes_acked = info.tcpi_bytes_acked;
+  sock.rtt_s = info.tcpi_rtt * 1e-6;
+  sock.min_rtt_s = info.tcpi_min_rtt == ~0u ? sock.rtt_s : info.tcpi_min_rtt * 1e-6;
+  sock.unacked = info.tcpi_unacked;
+  sock.delivery_bps = static_cast<double>(info.tcpi_delivery_rate);
+  sock.app_limited = info.tcpi_delivery_rate_app_limited != 0;
+  return sock;
+}
+
 std::vector<ServedSocket> ServedSockets(int port) {
   std::vector<ServedSocket> out;
   DIR* dir = opendir("/proc/self/fd");
@@ -137,36 +170,7 @@ std::vector<ServedSocket> ServedSockets(int port) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    const int s = static_cast<int>(fd);
-    int type = 0;
-    int protocol = 0;
-    socklen_t len = sizeof(type);
-    if (getsockopt(s, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
-    len = sizeof(protocol);
-    if (getsockopt(s, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP) continue;
-    sockaddr_storage local{};
-    sockaddr_storage remote{};
-    socklen_t local_len = sizeof(local);
-    socklen_t remote_len = sizeof(remote);
-    if (getsockname(s, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-    const auto mine = PortAndHost(local);
-    if (!mine || mine->first != port) continue;
-    if (getpeername(s, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) continue;  // the listener
-    const auto theirs = PortAndHost(remote);
-    tcp_info info{};
-    len = sizeof(info);
-    struct stat st{};
-    if (!theirs || getsockopt(s, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || fstat(s, &st) != 0) continue;
-    ServedSocket sock;
-    sock.id = static_cast<uint64_t>(st.st_ino);
-    sock.remote_host = theirs->second;
-    sock.bytes_acked = info.tcpi_bytes_acked;
-    sock.rtt_s = info.tcpi_rtt * 1e-6;
-    sock.min_rtt_s = info.tcpi_min_rtt == ~0u ? sock.rtt_s : info.tcpi_min_rtt * 1e-6;
-    sock.unacked = info.tcpi_unacked;
-    sock.delivery_bps = static_cast<double>(info.tcpi_delivery_rate);
-    sock.app_limited = info.tcpi_delivery_rate_app_limited != 0;
-    out.push_back(std::move(sock));
+    if (std::optional<ServedSocket> s = ReadServedSocket(static_cast<int>(fd), port)) out.push_back(std::move(*s));
   }
   closedir(dir);
   return out;
@@ -211,8 +215,9 @@ void UplinkPacer::SampleLoop(int port) {
   using Clock = std::chrono::steady_clock;
   std::map<uint64_t, uint64_t> acked;      // socket id -> bytes acknowledged at the last sample
   std::map<std::string, double> base_rtt;  // remote host -> least RTT seen
+  std::vector<int> known;                  // the served sockets' fds at the last scan
+  int since_scan = kRescanSamples;
   auto last = Clock::now();
-  bool first = true;
   const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(UplinkRule::kSampleSeconds));
   while (true) {
     {
@@ -223,15 +228,39 @@ void UplinkPacer::SampleLoop(int port) {
     UplinkSample sample;
     sample.dt = std::chrono::duration<double>(now - last).count();
     last = now;
+    // The descriptor table is scanned now and then; in between only the served sockets are read
+    // (a process with a thousand actors' connections would otherwise pay for all of them).
+    // A piece held back with none of the known sockets in flight is on a connection opened
+    // since the last scan: scan now.
+    std::vector<ServedSocket> sockets;
+    if (++since_scan < kRescanSamples) {
+      bool in_flight = false;
+      for (int fd : known) {
+        if (std::optional<ServedSocket> s = ReadServedSocket(fd, port)) {
+          in_flight = in_flight || s->unacked > 0;
+          sockets.push_back(std::move(*s));
+        }
+      }
+      if (!in_flight && held_back_.load()) since_scan = kRescanSamples;
+    }
+    if (since_scan >= kRescanSamples) {
+      sockets = ServedSockets(port);
+      since_scan = 0;
+    }
+    known.clear();
     std::map<uint64_t, uint64_t> seen;
-    for (const ServedSocket& s : ServedSockets(port)) {
+    for (const ServedSocket& s : sockets) {
+      known.push_back(s.fd);
+      // A socket first seen counts from here: what it carried before is not this sample's.
       const auto before = acked.find(s.id);
-      if (!first) sample.acked_bytes += s.bytes_acked - (before == acked.end() ? 0 : std::min(before->second, s.bytes_acked));
+      if (before != acked.end()) sample.acked_bytes += s.bytes_acked - std::min(before->second, s.bytes_acked);
       seen[s.id] = s.bytes_acked;
       double& base = base_rtt.try_emplace(s.remote_host, s.min_rtt_s).first->second;
       base = std::min({base, s.min_rtt_s, s.rtt_s});
       if (s.unacked == 0) continue;  // idle: its smoothed RTT is from its last transfer
-      if (!s.app_limited) sample.delivery_bps += s.delivery_bps;
+      if (!s.app_limited)
+        sample.delivery_bps = options_.one_upload_at_a_time ? std::max(sample.delivery_bps, s.delivery_bps)
+                                                            : sample.delivery_bps + s.delivery_bps;
       const double delay = std::max(0.0, s.rtt_s - base);
       if (!sample.queue_delay_s || delay < *sample.queue_delay_s) {
         sample.queue_delay_s = delay;
@@ -239,7 +268,6 @@ void UplinkPacer::SampleLoop(int port) {
       }
     }
     acked = std::move(seen);
-    first = false;
     sample.held_back = held_back_.exchange(false);
     std::lock_guard<std::mutex> lock(mu_);
     if (sample.queue_delay_s) delays_.Add(*sample.queue_delay_s);

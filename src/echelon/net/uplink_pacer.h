@@ -27,8 +27,9 @@
 //   kFloorShare of the capacity seen lately: a delay that is not this node's queue (a
 //   receiver's, on the path of the acknowledgements) shows as a queue while the uplink carries
 //   just the pace, and must not throttle it to nothing. The capacity is the upper quartile of
-//   the delivery rates (TCP_INFO's, else the acknowledged rate) seen while the node's own queue
-//   stood (the uplink carried less than the pace), or the most it carried whole with no queue;
+//   the delivery rates (TCP_INFO's, or the acknowledged rate where higher) seen while the node's
+//   own queue stood (the uplink carried less than the pace), or the most it carried whole with
+//   no queue;
 // - a queue under target while the pace held pieces back (nothing in flight counts as no
 //   queue): the pace grows by up to kGrowthPerSecond, in proportion to how far under target,
 //   to at most kProbeShare times the capacity seen, so it finds the uplink's rate and the
@@ -97,7 +98,7 @@ struct UplinkSample {
   uint64_t acked_bytes = 0;                 // acknowledged over dt, all served sockets
   std::optional<double> queue_delay_s;      // none: no served socket had data in flight
   std::optional<double> rtt_s;              // the smoothed RTT of the socket the delay came from
-  double delivery_bps = 0;                  // the kernel's delivery rate, summed over sockets in flight
+  double delivery_bps = 0;                  // the kernel's delivery rate over the sockets in flight
   bool held_back = false;                   // the pacer made a piece wait during dt
 };
 
@@ -154,6 +155,7 @@ class DelayHistogram {
 
 // One served TCP socket's figures from TCP_INFO.
 struct ServedSocket {
+  int fd = -1;
   uint64_t id = 0;            // the socket's inode: unique while it is open
   std::string remote_host;    // the peer's address
   uint64_t bytes_acked = 0;   // since the connection opened
@@ -166,10 +168,17 @@ struct ServedSocket {
 // This process's connected TCP sockets whose local port is `port` (the connections accepted
 // by the server listening there), read from /proc/self/fd and TCP_INFO.
 std::vector<ServedSocket> ServedSockets(int port);
+// One descriptor's, if it is such a socket.
+std::optional<ServedSocket> ReadServedSocket(int fd, int port);
 
 struct UplinkPacerOptions {
   double declared_bps = 0;  // > 0: paced to kUploadPaceFraction of it; nothing estimated
   bool pace = true;         // false: estimated and reported, never paced
+  // The node sends one chunk at a time (ChunkSourceService serialize_uploads), so the socket
+  // it sends on carries the whole uplink and the others in flight only a finished chunk's
+  // tail: the uplink's delivery rate is their highest, not their sum (which counts the
+  // uplink once per tail: an origin estimated 140-310 Mbit/s on a 100 Mbit/s link).
+  bool one_upload_at_a_time = true;
 };
 
 struct UplinkSummary {
@@ -203,6 +212,7 @@ class UplinkPacer {
 
  private:
   void SampleLoop(int port);
+  static constexpr int kRescanSamples = 5;  // the descriptor table is scanned four times a second
 
   const UplinkPacerOptions options_;
   std::atomic<bool> stopping_{false};
