@@ -45,6 +45,42 @@ struct TwoRanks {
   std::stringstream worker_log;
 };
 
+// A one-rank learner beside two ranks under sharded parameters, from the same random weights
+// (`seed`) and options, stepped together on the same groups: what the sharded ranks write or
+// serve must be the one rank's.
+struct OneBesideShardedTwo {
+  static constexpr double kLr = 1e-3;
+  OneBesideShardedTwo(const model::ModelConfig& c, int seed)
+      : init(Init(c, seed)),
+        groups(SampleGroups(init, 1.0, 6)),
+        one(Copy(init), Options(Shard::kNone)),
+        rank0(Copy(init), Options(Shard::kParams), two.ranks->group()) {
+    EXPECT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  }
+  static model::Qwen3Model Init(const model::ModelConfig& c, int seed) {
+    model::Qwen3Model m(c);
+    m->InitWeights(seed);
+    return m;
+  }
+  static LearnerOptions Options(Shard shard) {
+    LearnerOptions o;
+    o.lr = kLr;
+    o.shard = shard;
+    return o;
+  }
+  // `steps` updates by both; false at the first that fails.
+  bool Step(int steps) {
+    for (int i = 0; i < steps; ++i)
+      if (!one.Step(groups).ok() || !two.ranks->SendStep(groups, kLr).ok() || !rank0.Step(groups).ok()) return false;
+    return true;
+  }
+  model::Qwen3Model init;
+  std::vector<LearnerGroup> groups;
+  Learner one;
+  TwoRanks two;
+  Learner rank0;
+};
+
 // `steps` updates on `groups` from `init` with options `o`, by one rank and by two: the weights
 // of each.
 struct OneAndTwo {
@@ -221,21 +257,12 @@ TEST(LearnerRanks, ShardedWorkersTakeRankZerosWeightsAndAdamWStateUnitByUnit) {
 // the same updates. A file that cannot be written fails the save but leaves the workers in step
 // (they took part in every gather), so the run goes on.
 TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
-  model::Qwen3Model init(TinyMoeConfig());
-  init->InitWeights(9);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
-  LearnerOptions o;
-  o.lr = 1e-3;
-  Learner one(Copy(init), o);
-  o.shard = Shard::kParams;
-  TwoRanks two;
-  Learner rank0(Copy(init), o, two.ranks->group());
-  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(one.Step(groups).ok());
-    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-    ASSERT_TRUE(rank0.Step(groups).ok());
-  }
+  OneBesideShardedTwo pair(TinyMoeConfig(), 9);
+  const std::vector<LearnerGroup>& groups = pair.groups;
+  Learner& one = pair.one;
+  Learner& rank0 = pair.rank0;
+  TwoRanks& two = pair.two;
+  ASSERT_TRUE(pair.Step(2));
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("echelon_ranks_ckpt_" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
@@ -253,7 +280,7 @@ TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
   ASSERT_TRUE(saved.ok()) << saved.message();
   for (const char* name : {"optimizer.safetensors", "model.safetensors"})
     EXPECT_FALSE(std::filesystem::exists(GatheredPath(dir, name))) << name << " moved into the checkpoint";
-  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
+  ASSERT_TRUE(two.ranks->SendStep(groups, OneBesideShardedTwo::kLr).ok());
   ASSERT_TRUE(rank0.Step(groups).ok());
   two.ranks->Stop();
   const Status worker = two.worker.get();
@@ -277,19 +304,12 @@ TEST(LearnerRanks, AShardedCheckpointWritesTheAdamWStateAsItIsGathered) {
 // each of whole units gathered into it, within the bound; through the index the checkpoint
 // loads the one-rank learner's weights.
 TEST(LearnerRanks, AShardedLearnersFinalWeightsAreHuggingFaceShardsOfWholeUnits) {
-  model::Qwen3Model init(TinyMoeConfig());
-  init->InitWeights(12);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
-  LearnerOptions o;
-  o.lr = 1e-3;
-  Learner one(Copy(init), o);
-  o.shard = Shard::kParams;
-  TwoRanks two;
-  Learner rank0(Copy(init), o, two.ranks->group());
-  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
-  ASSERT_TRUE(one.Step(groups).ok());
-  ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-  ASSERT_TRUE(rank0.Step(groups).ok());
+  OneBesideShardedTwo pair(TinyMoeConfig(), 12);
+  const std::vector<LearnerGroup>& groups = pair.groups;
+  Learner& one = pair.one;
+  Learner& rank0 = pair.rank0;
+  TwoRanks& two = pair.two;
+  ASSERT_TRUE(pair.Step(1));
   const std::vector<std::pair<std::vector<std::string>, uint64_t>> units = rank0.WeightUnits(at::kFloat);
   uint64_t largest = 0;
   for (const auto& [names, bytes] : units) largest = std::max(largest, bytes);
@@ -335,22 +355,13 @@ TEST(LearnerRanks, AShardedLearnersFinalWeightsAreHuggingFaceShardsOfWholeUnits)
 TEST(LearnerRanks, AShardedSnapshotIsTheOneRankSnapshot) {
   model::ModelConfig c = TinyMoeConfig();
   c.torch_dtype = "bfloat16";
-  model::Qwen3Model init(c);
-  init->InitWeights(14);
-  const std::vector<LearnerGroup> groups = SampleGroups(init, 1.0, 6);
-  LearnerOptions o;
-  o.lr = 1e-3;
-  Learner one(Copy(init), o);
-  o.shard = Shard::kParams;
-  TwoRanks two;
-  Learner rank0(Copy(init), o, two.ranks->group());
-  ASSERT_TRUE(two.ranks->Setup(rank0, {}).ok());
+  OneBesideShardedTwo pair(c, 14);
+  const std::vector<LearnerGroup>& groups = pair.groups;
+  Learner& one = pair.one;
+  Learner& rank0 = pair.rank0;
+  TwoRanks& two = pair.two;
   EXPECT_EQ(rank0.model()->parameters().front().numel(), 0) << "rank 0 keeps no whole weights";
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(one.Step(groups).ok());
-    ASSERT_TRUE(two.ranks->SendStep(groups, o.lr).ok());
-    ASSERT_TRUE(rank0.Step(groups).ok());
-  }
+  ASSERT_TRUE(pair.Step(2));
   Result<std::shared_ptr<const std::string>> gathered = two.ranks->WeightsBytes(rank0, at::kBFloat16);
   ASSERT_TRUE(gathered.ok()) << gathered.status().message();
   two.ranks->Stop();

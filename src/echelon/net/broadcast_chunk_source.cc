@@ -139,8 +139,8 @@ grpc::Status ChunkSourceService::FetchChunk(grpc::ServerContext* ctx, const v1::
   } done{this, ctx};
   v1::FetchChunkReply piece;
   for (size_t off = 0; off < bytes->size();) {
-    const size_t n = std::min<size_t>(pacer_ != nullptr ? pacer_->PieceBytes() : kChunkPieceBytes, bytes->size() - off);
-    if (pacer_ != nullptr) pacer_->Pace(n);
+    const size_t left = bytes->size() - off;
+    const size_t n = pacer_ != nullptr ? pacer_->Pace(left) : std::min<size_t>(kChunkPieceBytes, left);
     piece.set_data(bytes->data() + off, n);
     if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "receiver went away");
     off += n;

@@ -93,7 +93,7 @@ inline constexpr uint32_t kChunkPieceBytes = 256u << 10;
 // FIFO uplink (most home modems) the acknowledgements of what a peer downloads otherwise wait
 // behind its uploads: on tbf-shaped netns links busy senders moved 73-79 of their 95 Mbit/s
 // (docs/BENCHMARKS.md). A paced node serves pieces of at most kPacedPieceBytes (smaller on slow
-// uplinks: UplinkPacer::PieceBytes).
+// uplinks: UplinkPacer::Pace).
 inline constexpr double kUploadPaceFraction = 0.95;
 inline constexpr uint32_t kPacedPieceBytes = 64u << 10;
 

@@ -275,10 +275,12 @@ void UplinkPacer::SampleLoop(int port) {
   }
 }
 
-void UplinkPacer::Pace(size_t bytes) {
+size_t UplinkPacer::Pace(size_t remaining) {
   std::unique_lock<std::mutex> lock(mu_);
   const double rate = controller_.pace_bps();
-  if (!(rate > 0)) return;
+  if (!(rate > 0)) return std::min<size_t>(remaining, kPacedPieceBytes);
+  const size_t bytes = std::min(remaining, std::clamp(static_cast<size_t>(rate * UplinkRule::kBurstSeconds),
+                                                      UplinkRule::kMinPieceBytes, static_cast<size_t>(kPacedPieceBytes)));
   const auto now = std::chrono::steady_clock::now();
   if (paced_until_ < now) paced_until_ = now;  // an idle uplink saves up no credit
   const auto send_at = paced_until_;
@@ -287,14 +289,7 @@ void UplinkPacer::Pace(size_t bytes) {
   lock.unlock();
   if (send_at > now + std::chrono::milliseconds(1)) held_back_ = true;
   std::this_thread::sleep_until(send_at);
-}
-
-size_t UplinkPacer::PieceBytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const double rate = controller_.pace_bps();
-  if (!(rate > 0)) return kPacedPieceBytes;
-  return std::clamp(static_cast<size_t>(rate * UplinkRule::kBurstSeconds), UplinkRule::kMinPieceBytes,
-                    static_cast<size_t>(kPacedPieceBytes));
+  return bytes;
 }
 
 UplinkSummary UplinkPacer::Summary() const {

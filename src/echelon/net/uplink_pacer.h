@@ -8,7 +8,7 @@
 //
 //   UplinkPacer pacer(UplinkPacerOptions{});     // adaptive; or {.declared_bps = 12.5e6}
 //   pacer.Watch(port);                           // the port the ChunkSource serves on
-//   pacer.Pace(piece.size());                    // before each piece is written (any thread)
+//   size_t n = pacer.Pace(left);                 // the next piece's size, once it may leave
 //   UplinkSummary s = pacer.Summary();           // for the JSON summary
 //
 // The rule (UplinkRule holds its constants), after LEDBAT (RFC 6817: a target queueing delay,
@@ -202,12 +202,11 @@ class UplinkPacer {
 
   // Starts reading the sockets served on `port` every UplinkRule::kSampleSeconds.
   void Watch(int port);
-  // Waits until `bytes` more may leave at the current pace (returns at once when unpaced).
-  void Pace(size_t bytes);
-  // How many bytes the next piece may hold: UplinkRule::kBurstSeconds at the pace, within
-  // [kMinPieceBytes, kPacedPieceBytes] (kPacedPieceBytes when unpaced). A piece leaves as one
-  // burst at line rate, so on a slow uplink a large one is a queue of its own.
-  size_t PieceBytes() const;
+  // The size of the next piece of at most `remaining` bytes, once it may leave at the current
+  // pace (at once when unpaced). A piece holds UplinkRule::kBurstSeconds at the pace, within
+  // [kMinPieceBytes, kPacedPieceBytes] (kPacedPieceBytes when unpaced): it leaves as one burst
+  // at line rate, so on a slow uplink a large one is a queue of its own.
+  size_t Pace(size_t remaining);
   UplinkSummary Summary() const;
 
  private:
